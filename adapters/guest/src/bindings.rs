@@ -1,0 +1,71 @@
+//! Generated bindings for docket's worlds.
+//!
+//! `common` owns the shared `docket:plugin` interfaces (types, log, clock); the `adapter`
+//! and `handler` worlds reuse them through `with`, so `Receipt` and `log::write` exist
+//! once. WASI interfaces map to the `wasip2` crate, whose client the [`crate::http`] module
+//! uses directly.
+//!
+//! Each world sits behind its feature because every generated world links a custom section
+//! describing its imports into the component; a plugin enables only its own world so its
+//! component declares nothing of the other one. A world's exports are declared only when
+//! its export macro runs, and imports the code never calls (HTTP, secrets) drop out.
+
+/// The shared interfaces, with every contract type generated.
+pub mod common {
+    wit_bindgen::generate!({
+        inline: "
+            package docket:guest;
+
+            world common {
+                import docket:plugin/types@0.1.0;
+                import docket:plugin/log@0.1.0;
+                import docket:plugin/clock@0.1.0;
+            }
+        ",
+        path: "../../wit",
+        generate_all,
+        generate_unused_types: true,
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+/// Bindings for the `adapter` world.
+#[cfg(feature = "adapter")]
+pub mod adapter {
+    wit_bindgen::generate!({
+        world: "docket:plugin/adapter",
+        path: "../../wit",
+        with: {
+            "docket:plugin/types@0.1.0": crate::bindings::common::docket::plugin::types,
+            "docket:plugin/log@0.1.0": crate::bindings::common::docket::plugin::log,
+            "docket:plugin/clock@0.1.0": crate::bindings::common::docket::plugin::clock,
+            "wasi:http/types@0.2.12": wasip2::http::types,
+            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+            "wasi:io/poll@0.2.12": wasip2::io::poll,
+            "wasi:io/error@0.2.12": wasip2::io::error,
+            "wasi:io/streams@0.2.12": wasip2::io::streams,
+            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+        },
+        additional_derives: [PartialEq, Eq],
+        pub_export_macro: true,
+        export_macro_name: "__export_adapter_world",
+        default_bindings_module: "docket_guest::bindings::adapter",
+    });
+}
+
+/// Bindings for the `handler` world.
+#[cfg(feature = "handler")]
+pub mod handler {
+    wit_bindgen::generate!({
+        world: "docket:plugin/handler",
+        path: "../../wit",
+        with: {
+            "docket:plugin/types@0.1.0": crate::bindings::common::docket::plugin::types,
+            "docket:plugin/log@0.1.0": crate::bindings::common::docket::plugin::log,
+            "docket:plugin/clock@0.1.0": crate::bindings::common::docket::plugin::clock,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_handler_world",
+        default_bindings_module: "docket_guest::bindings::handler",
+    });
+}

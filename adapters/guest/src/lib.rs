@@ -1,0 +1,153 @@
+//! Helper library for docket plugins: the contract types, the host imports and an HTTP
+//! client, so an adapter or handler crate contains only its own logic.
+//!
+//! An adapter (a component that causes an external side effect) implements [`Adapter`] and
+//! exports itself with [`export_adapter!`]; a handler (pure step computation) implements
+//! [`Handler`] and uses [`export_handler!`]. Both build as `cdylib` crates for
+//! `wasm32-wasip2`.
+//!
+//! ```ignore
+//! use docket_guest::{Adapter, Contract, EffectError, Receipt, Request};
+//!
+//! struct Echo;
+//!
+//! impl Adapter for Echo {
+//!     fn describe() -> Contract {
+//!         Contract::new("echo", "1.0.0").namespace("echo").idempotent(86_400)
+//!     }
+//!
+//!     fn invoke(request: Request) -> Result<Receipt, EffectError> {
+//!         docket_guest::log::info(format!("attempt {}", request.attempt));
+//!         Ok(Receipt::new(request.idempotency_key, request.input))
+//!     }
+//! }
+//!
+//! docket_guest::export_adapter!(Echo);
+//! ```
+//!
+//! Enable the crate's `adapter` or `handler` feature to match the world the plugin
+//! implements (one per plugin crate). The default `json` feature adds serde helpers.
+//!
+//! A component imports only what it calls: an adapter that never uses [`http`] or
+//! [`secrets`] does not import `wasi:http` or `docket:plugin/secrets`, so the host can
+//! load it without granting either.
+
+#[doc(hidden)]
+pub mod bindings;
+pub mod clock;
+mod contract;
+#[cfg(feature = "adapter")]
+pub mod http;
+#[cfg(feature = "json")]
+pub mod json;
+pub mod log;
+#[cfg(feature = "adapter")]
+pub mod secrets;
+#[cfg(feature = "adapter")]
+pub mod settings;
+
+pub use bindings::common::docket::plugin::types::{
+    Capabilities, CompensationSupport, Contract, EffectError, HandlerContract, HandlerError,
+    Idempotency, Json, Lookup, QuerySupport, RateLimit, Receipt, Rejection, Request,
+};
+
+/// A component that causes an external side effect (the WIT `adapter` world).
+#[cfg(feature = "adapter")]
+///
+/// Each call runs in a fresh instance, so implementations keep no state between calls;
+/// the functions are associated functions, not methods.
+pub trait Adapter {
+    /// The declared contract. Must be cheap and deterministic: the host calls it at load
+    /// time and records the answer with every attempt.
+    fn describe() -> Contract;
+
+    /// Cause the effect once. `request.idempotency_key` must reach the provider.
+    fn invoke(request: Request) -> Result<Receipt, EffectError>;
+
+    /// Look up an earlier effect by the idempotency key the host sent. The host calls it
+    /// only when the contract declares query support; the default refuses.
+    fn query(reference: String) -> Result<Lookup, EffectError> {
+        let _ = reference;
+        Err(EffectError::rejected(
+            "query_unsupported",
+            "this adapter does not support query by reference",
+        ))
+    }
+
+    /// Undo or counteract the effect named by the receipt. The host calls it only when the
+    /// contract declares compensation support; the default refuses.
+    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
+        let _ = receipt;
+        Err(EffectError::rejected(
+            "compensation_unsupported",
+            "this adapter does not support compensation",
+        ))
+    }
+}
+
+/// Pure step computation (the WIT `handler` world): the same input always gives the same
+/// output.
+#[cfg(feature = "handler")]
+pub trait Handler {
+    /// The handler's name and version.
+    fn describe() -> HandlerContract;
+
+    /// Compute the step's output (a JSON document) from its mapped input.
+    fn run(input: Json) -> Result<Json, HandlerError>;
+}
+
+#[cfg(feature = "adapter")]
+impl<T: Adapter> bindings::adapter::Guest for T {
+    fn describe() -> Contract {
+        <T as Adapter>::describe()
+    }
+
+    fn invoke(request: Request) -> Result<Receipt, EffectError> {
+        <T as Adapter>::invoke(request)
+    }
+
+    fn query(reference: String) -> Result<Lookup, EffectError> {
+        <T as Adapter>::query(reference)
+    }
+
+    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
+        <T as Adapter>::compensate(receipt)
+    }
+}
+
+#[cfg(feature = "handler")]
+impl<T: Handler> bindings::handler::Guest for T {
+    fn describe() -> HandlerContract {
+        <T as Handler>::describe()
+    }
+
+    fn run(input: Json) -> Result<Json, HandlerError> {
+        <T as Handler>::run(input)
+    }
+}
+
+/// Exports a type implementing [`Adapter`] as the component's `adapter` world.
+///
+/// Call it once, at the crate root of a `cdylib` crate: `docket_guest::export_adapter!(MyAdapter);`
+#[cfg(feature = "adapter")]
+#[macro_export]
+macro_rules! export_adapter {
+    ($ty:ident) => {
+        $crate::bindings::adapter::__export_adapter_world!(
+            $ty with_types_in $crate::bindings::adapter
+        );
+    };
+}
+
+/// Exports a type implementing [`Handler`] as the component's `handler` world.
+///
+/// Call it once, at the crate root of a `cdylib` crate: `docket_guest::export_handler!(MyHandler);`
+#[cfg(feature = "handler")]
+#[macro_export]
+macro_rules! export_handler {
+    ($ty:ident) => {
+        $crate::bindings::handler::__export_handler_world!(
+            $ty with_types_in $crate::bindings::handler
+        );
+    };
+}

@@ -1,0 +1,191 @@
+//! The `hostile` adapter: misbehaves on request so the host's sandbox tests can check that
+//! each misbehaviour ends only the attempt and that nothing outside the grant is reachable.
+//!
+//! The input `{"do": "<mode>", ...}` picks the behaviour:
+//! - `loop`: spins forever; `alloc`: allocates and touches 1 GiB; `panic`: panics;
+//! - `read-file`, `env`, `socket` (`"addr"`), `http` (`"url"`): try to reach the outside
+//!   and report what they saw in the receipt output, e.g. `{"mode":"read-file","error":...}`
+//!   (`http` returns the client's typed error instead, so a denial arrives as `not-sent`);
+//! - `leak-secret`: reads secret `api_token` and pushes it into a log line, stderr and the
+//!   error message, for the redaction tests;
+//! - `ok`: behaves, so tests can check the host still serves calls.
+
+use std::hint::black_box;
+use std::io::Write as _;
+
+use docket_guest::{Adapter, Contract, EffectError, Receipt, Request, http, log, secrets};
+use serde_json::{Value, json};
+
+/// Files a sandboxed component must not be able to read.
+const PROBED_FILES: &[&str] = &[
+    "/etc/passwd",
+    "/etc/hostname",
+    "/proc/self/environ",
+    "Cargo.toml",
+];
+
+/// Directories a sandboxed component must not be able to list.
+const PROBED_DIRS: &[&str] = &["/", "."];
+
+/// The adapter; stateless like every docket plugin.
+struct Hostile;
+
+impl Adapter for Hostile {
+    fn describe() -> Contract {
+        Contract::new("hostile", "1.0.0")
+            .namespace("hostile")
+            .secret("api_token")
+    }
+
+    fn invoke(request: Request) -> Result<Receipt, EffectError> {
+        let input: Value = request.parse_input()?;
+        let mode = input.get("do").and_then(Value::as_str).unwrap_or_default();
+        let key = request.idempotency_key.clone();
+        let output = match mode {
+            "loop" => spin(),
+            "alloc" => allocate(),
+            "panic" => panic!("hostile adapter panics on purpose (key {key})"),
+            "read-file" => read_files(),
+            "env" => environment(),
+            "socket" => connect(input.get("addr").and_then(Value::as_str)),
+            "http" => fetch(input.get("url").and_then(Value::as_str))?,
+            "leak-secret" => return Err(leak_secret()?),
+            "ok" => json!({ "mode": "ok", "attempt": request.attempt }),
+            other => {
+                return Err(EffectError::rejected(
+                    "unknown_mode",
+                    format!(
+                        "`do` is {other:?}; expected one of loop, alloc, panic, read-file, \
+                         env, socket, http, leak-secret, ok"
+                    ),
+                ));
+            }
+        };
+        Ok(Receipt::new(key, output.to_string()))
+    }
+}
+
+/// Never returns; `black_box` keeps the optimiser from proving the loop useless.
+fn spin() -> ! {
+    let mut counter: u64 = 0;
+    loop {
+        counter = black_box(counter.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 GiB and writes to every page, so the memory is really committed.
+fn allocate() -> Value {
+    const SIZE: usize = 1 << 30;
+    const PAGE: usize = 64 * 1024;
+    let mut block = vec![1u8; SIZE];
+    for offset in (0..SIZE).step_by(PAGE) {
+        block[offset] = black_box(offset as u8);
+    }
+    let checksum = block
+        .iter()
+        .step_by(PAGE)
+        .map(|&b| u64::from(b))
+        .sum::<u64>();
+    json!({ "mode": "alloc", "allocated_bytes": SIZE, "checksum": black_box(checksum) })
+}
+
+fn read_files() -> Value {
+    let files: Vec<Value> = PROBED_FILES
+        .iter()
+        .map(|path| match std::fs::read_to_string(path) {
+            Ok(content) => json!({
+                "path": path,
+                "found": true,
+                "bytes": content.len(),
+                "start": content.chars().take(80).collect::<String>(),
+            }),
+            Err(err) => json!({ "path": path, "found": false, "error": err.to_string() }),
+        })
+        .collect();
+    let dirs: Vec<Value> = PROBED_DIRS
+        .iter()
+        .map(|path| match std::fs::read_dir(path) {
+            Ok(entries) => json!({
+                "path": path,
+                "found": true,
+                "entries": entries.filter_map(Result::ok).count(),
+            }),
+            Err(err) => json!({ "path": path, "found": false, "error": err.to_string() }),
+        })
+        .collect();
+    let found = files
+        .iter()
+        .chain(&dirs)
+        .any(|probe| probe["found"] == true);
+    json!({
+        "mode": "read-file",
+        "found": found,
+        // The first probe's error, for tests that look at one path.
+        "error": files[0].get("error").cloned().unwrap_or(Value::Null),
+        "files": files,
+        "dirs": dirs,
+    })
+}
+
+fn environment() -> Value {
+    let vars: serde_json::Map<String, Value> = std::env::vars()
+        .map(|(name, value)| (name, Value::String(value)))
+        .collect();
+    json!({
+        "mode": "env",
+        "count": vars.len(),
+        "home_visible": std::env::var_os("HOME").is_some(),
+        "path_visible": std::env::var_os("PATH").is_some(),
+        "args": std::env::args().collect::<Vec<_>>(),
+        "cwd": std::env::current_dir().map(|p| p.display().to_string()).ok(),
+        "vars": vars,
+    })
+}
+
+fn connect(addr: Option<&str>) -> Value {
+    let addr = addr.unwrap_or("127.0.0.1:80");
+    match std::net::TcpStream::connect(addr) {
+        Ok(stream) => json!({
+            "mode": "socket",
+            "addr": addr,
+            "connected": true,
+            "peer": stream.peer_addr().map(|a| a.to_string()).ok(),
+        }),
+        Err(err) => json!({
+            "mode": "socket",
+            "addr": addr,
+            "connected": false,
+            "error": err.to_string(),
+        }),
+    }
+}
+
+/// A plain GET through docket-guest's client; a transport failure becomes the client's
+/// typed error (`not-sent` for a host denial).
+fn fetch(url: Option<&str>) -> Result<Value, EffectError> {
+    let url = url.ok_or_else(|| {
+        EffectError::rejected("invalid_input", "mode `http` needs a `url` string")
+    })?;
+    let response = http::Request::get(url).send()?;
+    Ok(json!({
+        "mode": "http",
+        "url": url,
+        "status": response.status,
+        "body_bytes": response.body.len(),
+    }))
+}
+
+/// Pushes the secret everywhere a plugin could: a log line, stderr, and the error.
+fn leak_secret() -> Result<EffectError, EffectError> {
+    let token = secrets::get("api_token")?;
+    log::info(format!("leaking api_token={token}"));
+    let mut stderr = std::io::stderr();
+    let _ = writeln!(stderr, "leaking api_token={token}");
+    let _ = stderr.flush();
+    Ok(EffectError::rejected(
+        "leak",
+        format!("the secret is {token}"),
+    ))
+}
+
+docket_guest::export_adapter!(Hostile);

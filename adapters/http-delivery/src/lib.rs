@@ -1,0 +1,257 @@
+//! The `http-delivery` adapter: sends a rendered document to a delivery provider that
+//! speaks the reference provider protocol (`POST /v1/deliveries`, lookup by
+//! `client_reference`, cancel), and maps every answer to the contract's typed errors.
+//!
+//! The host-derived idempotency key travels as `client_reference` on every attempt, and as
+//! the `Idempotency-Key` header in the variants that send it. Cargo features build the
+//! contract variants that `docket adapter verify` tells apart (see [`VARIANT`]).
+//!
+//! Operator settings: `base_url` (required, e.g. `http://127.0.0.1:8080`) and `timeout_ms`
+//! (optional). Secret: `provider_token`, sent as a bearer token.
+
+mod provider;
+
+use docket_guest::http::Method;
+use docket_guest::{Adapter, Contract, EffectError, Lookup, Receipt, Request, log};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::provider::Provider;
+
+#[cfg(any(
+    all(feature = "query-only", feature = "fire-and-forget"),
+    all(feature = "query-only", feature = "lying"),
+    all(feature = "fire-and-forget", feature = "lying"),
+))]
+compile_error!(
+    "features `query-only`, `fire-and-forget` and `lying` each build a different \
+     contract variant: enable at most one"
+);
+
+/// What one build of the adapter claims and how it talks to the provider.
+pub struct Variant {
+    /// The adapter name reported by `describe`.
+    pub name: &'static str,
+    /// Claims that same-key retries are deduplicated by the provider.
+    pub idempotent: bool,
+    /// Claims lookup by `client_reference`.
+    pub queryable: bool,
+    /// Claims cancel as compensation.
+    pub compensable: bool,
+    /// Sends the key as the `Idempotency-Key` header (it always goes as `client_reference`).
+    pub sends_idempotency_key: bool,
+}
+
+/// The honest adapter: every claim matches a provider running with idempotency and query on.
+#[cfg(not(any(feature = "query-only", feature = "fire-and-forget", feature = "lying")))]
+pub const VARIANT: Variant = Variant {
+    name: "http-delivery",
+    idempotent: true,
+    queryable: true,
+    compensable: true,
+    sends_idempotency_key: true,
+};
+
+/// Makes no idempotency claim: recovery goes through lookup by reference.
+#[cfg(feature = "query-only")]
+pub const VARIANT: Variant = Variant {
+    name: "http-delivery-query-only",
+    idempotent: false,
+    queryable: true,
+    compensable: true,
+    sends_idempotency_key: false,
+};
+
+/// Claims nothing: an uncertain outcome can only go to a person.
+#[cfg(feature = "fire-and-forget")]
+pub const VARIANT: Variant = Variant {
+    name: "http-delivery-fire-and-forget",
+    idempotent: false,
+    queryable: false,
+    compensable: false,
+    sends_idempotency_key: false,
+};
+
+/// Declares what the honest adapter declares but never sends `Idempotency-Key`, so its
+/// idempotency claim is false; `docket adapter verify` must catch it.
+#[cfg(feature = "lying")]
+pub const VARIANT: Variant = Variant {
+    name: "http-delivery-lying",
+    idempotent: true,
+    queryable: true,
+    compensable: true,
+    sends_idempotency_key: false,
+};
+
+/// Version reported by every variant.
+const VERSION: &str = "1.0.0";
+/// The provider's deduplication domain; shared by the variants because they talk to the
+/// same provider with the same keys.
+const NAMESPACE: &str = "reference-provider";
+/// The reference provider remembers keys for 24 h by default.
+const RETENTION_SECONDS: u64 = 86_400;
+/// How long a new delivery may stay invisible to lookups.
+const VISIBILITY_WINDOW_MS: u64 = 5_000;
+
+/// The step input: what to deliver, as produced by `render-document`.
+#[derive(Debug, Deserialize)]
+struct DeliveryInput {
+    recipient: String,
+    document: String,
+    document_digest: String,
+}
+
+/// The adapter; stateless like every docket plugin.
+struct HttpDelivery;
+
+impl Adapter for HttpDelivery {
+    fn describe() -> Contract {
+        let mut contract = Contract::new(VARIANT.name, VERSION)
+            .namespace(NAMESPACE)
+            .outbound_host("$base_url")
+            .secret(provider::TOKEN_SECRET);
+        if VARIANT.idempotent {
+            contract = contract.idempotent(RETENTION_SECONDS);
+        }
+        if VARIANT.queryable {
+            contract = contract.queryable(VISIBILITY_WINDOW_MS);
+        }
+        if VARIANT.compensable {
+            contract = contract.compensable();
+        }
+        contract
+    }
+
+    fn invoke(request: Request) -> Result<Receipt, EffectError> {
+        let input: DeliveryInput = request.parse_input()?;
+        let provider = Provider::from_host()?;
+        let key = &request.idempotency_key;
+        let body = json!({
+            "client_reference": key,
+            "recipient": input.recipient,
+            "document_digest": input.document_digest,
+            "document": input.document,
+        });
+        let mut post = provider.request(Method::Post, "/v1/deliveries").json(&body);
+        if VARIANT.sends_idempotency_key {
+            post = post.header("idempotency-key", key.as_str());
+        }
+        log::info(format!(
+            "creating delivery with key {key} (attempt {})",
+            request.attempt
+        ));
+        let response = post.send()?;
+        match response.status {
+            status @ (200 | 201) => {
+                let mut delivery = provider::delivery(&response.body).map_err(|problem| {
+                    EffectError::outcome_unknown(format!(
+                        "the provider answered HTTP {status} to the delivery but {problem}"
+                    ))
+                })?;
+                let id = provider::delivery_id(&delivery).to_string();
+                // 200 is a replay: the provider recognised the key and created nothing new.
+                delivery.insert("replayed".to_string(), Value::Bool(status == 200));
+                log::info(format!("delivery {id} for key {key} (HTTP {status})"));
+                Ok(Receipt::new(id, Value::Object(delivery).to_string()))
+            }
+            _ => Err(fail(&response, "creating the delivery")),
+        }
+    }
+
+    fn query(reference: String) -> Result<Lookup, EffectError> {
+        if !VARIANT.queryable {
+            return Err(EffectError::rejected(
+                "query_unsupported",
+                format!("{} does not declare query support", VARIANT.name),
+            ));
+        }
+        let provider = Provider::from_host()?;
+        let path = format!(
+            "/v1/deliveries?client_reference={}",
+            docket_guest::http::encode_query_component(&reference)
+        );
+        let response = provider.request(Method::Get, &path).send()?;
+        match response.status {
+            200 => {
+                let found = provider::first_listed(&response.body).map_err(|problem| {
+                    EffectError::unavailable(format!(
+                        "the provider's lookup answer was not understood: {problem}"
+                    ))
+                })?;
+                Ok(match found {
+                    Some(delivery) => {
+                        let id = provider::delivery_id(&delivery).to_string();
+                        log::info(format!("lookup of {reference}: found delivery {id}"));
+                        Lookup::Found(Receipt::new(id, Value::Object(delivery).to_string()))
+                    }
+                    None => {
+                        log::info(format!("lookup of {reference}: no delivery yet"));
+                        Lookup::Absent
+                    }
+                })
+            }
+            404 => Err(EffectError::rejected(
+                "query_unsupported",
+                "the provider answered HTTP 404 to the lookup, so it has lookups disabled; \
+                 run it with query on, or use an adapter variant that does not declare \
+                 query support",
+            )),
+            // A lookup changes nothing, so a server error is only a reason to ask again.
+            status @ 500..=599 => Err(EffectError::unavailable(format!(
+                "the provider failed the lookup with HTTP {status}"
+            ))),
+            _ => Err(fail(&response, "looking up the delivery")),
+        }
+    }
+
+    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
+        if !VARIANT.compensable {
+            return Err(EffectError::rejected(
+                "compensation_unsupported",
+                format!("{} does not declare compensation support", VARIANT.name),
+            ));
+        }
+        let id = receipt.external_reference;
+        if id.is_empty() {
+            return Err(EffectError::rejected(
+                "invalid_receipt",
+                "the receipt to compensate has no delivery id",
+            ));
+        }
+        let provider = Provider::from_host()?;
+        let path = format!(
+            "/v1/deliveries/{}/cancel",
+            docket_guest::http::encode_query_component(&id)
+        );
+        log::info(format!("cancelling delivery {id}"));
+        let response = provider.request(Method::Post, &path).send()?;
+        match response.status {
+            200 => {
+                // Cancelling is idempotent at the provider; keep its answer as the output.
+                let output = match serde_json::from_slice::<Value>(&response.body) {
+                    Ok(Value::Object(body)) => Value::Object(body),
+                    _ => {
+                        let mut body = Map::new();
+                        body.insert("id".to_string(), Value::String(id.clone()));
+                        body.insert("status".to_string(), Value::String("cancelled".into()));
+                        Value::Object(body)
+                    }
+                };
+                Ok(Receipt::new(id, output.to_string()))
+            }
+            404 => Err(EffectError::rejected(
+                "unknown_delivery",
+                format!("the provider does not know delivery `{id}` (HTTP 404)"),
+            )),
+            _ => Err(fail(&response, "cancelling the delivery")),
+        }
+    }
+}
+
+/// Logs a non-success answer and maps it to its typed error.
+fn fail(response: &docket_guest::http::Response, action: &str) -> EffectError {
+    log::warn(format!("HTTP {} while {action}", response.status));
+    provider::error_for(response, action)
+}
+
+docket_guest::export_adapter!(HttpDelivery);

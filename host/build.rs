@@ -1,0 +1,100 @@
+//! Builds the example and test plugins in `adapters/` for `wasm32-wasip2`, so that
+//! `cargo build`, `cargo test` and `docket serve` always run components built from the
+//! source next to them (no `.wasm` is committed).
+//!
+//! Guests build in their own target directory (`target/guests`) so this nested cargo never
+//! waits on the lock of the outer build. The paths of the finished components are written
+//! to `$OUT_DIR/guests.rs`, included by `docket::guests`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (output name, package, features): one component each.
+const COMPONENTS: &[(&str, &str, &str)] = &[
+    ("http-delivery", "http-delivery", ""),
+    ("http-delivery-query-only", "http-delivery", "query-only"),
+    ("http-delivery-fire-and-forget", "http-delivery", "fire-and-forget"),
+    ("http-delivery-lying", "http-delivery", "lying"),
+    ("noop", "noop", ""),
+    ("validate-document", "validate-document", ""),
+    ("render-document", "render-document", ""),
+    ("hostile", "hostile", ""),
+    ("hostile-import", "hostile-import", ""),
+];
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.parent().unwrap().to_path_buf();
+    for watched in ["adapters", "wit", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    let target_dir = root.join("target").join("guests");
+    let out_components = target_dir.join("components");
+    std::fs::create_dir_all(&out_components).unwrap();
+
+    let mut consts = String::new();
+    let mut all = String::new();
+    // Group builds by feature set: one cargo invocation for all default-feature packages.
+    let default_pkgs: Vec<&str> = COMPONENTS
+        .iter()
+        .filter(|(_, _, f)| f.is_empty())
+        .map(|(_, p, _)| *p)
+        .collect();
+    build(&root, &target_dir, &default_pkgs, "");
+    for (name, package, features) in COMPONENTS {
+        if !features.is_empty() {
+            build(&root, &target_dir, &[package], features);
+        }
+        let built = target_dir
+            .join("wasm32-wasip2")
+            .join("guest")
+            .join(format!("{}.wasm", package.replace('-', "_")));
+        let dest = out_components.join(format!("{name}.wasm"));
+        std::fs::copy(&built, &dest)
+            .unwrap_or_else(|e| panic!("copy {} -> {}: {e}", built.display(), dest.display()));
+        let ident = name.replace('-', "_").to_uppercase();
+        consts.push_str(&format!(
+            "/// The `{name}` component, built from `adapters/{package}`{}.\npub const {ident}: &str = {:?};\n",
+            if features.is_empty() {
+                String::new()
+            } else {
+                format!(" with feature `{features}`")
+            },
+            dest.display().to_string()
+        ));
+        all.push_str(&format!("    ({name:?}, {ident}),\n"));
+    }
+    consts.push_str(&format!(
+        "/// Every built component as (name, path).\npub const ALL: &[(&str, &str)] = &[\n{all}];\n"
+    ));
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs");
+    std::fs::write(out, consts).unwrap();
+}
+
+fn build(root: &Path, target_dir: &Path, packages: &[&str], features: &str) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .arg("build")
+        .arg("--quiet")
+        .args(["--target", "wasm32-wasip2", "--profile", "guest"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        // Flags meant for the host build must not leak into the guest build.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("CARGO_PRIMARY_PACKAGE");
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    if !features.is_empty() {
+        cmd.args(["--features", features]);
+    }
+    let status = cmd.status().expect("failed to run cargo for the guest components");
+    if !status.success() {
+        panic!(
+            "building guest components {packages:?} (features: {features:?}) for wasm32-wasip2 failed; \
+             if the target is missing, run `rustup target add wasm32-wasip2` (rust-toolchain.toml lists it)"
+        );
+    }
+}

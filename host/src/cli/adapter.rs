@@ -1,0 +1,266 @@
+//! `docket adapter …`: tools for adapter authors — inspect a component, invoke it once.
+
+use crate::capabilities::{Grant, HostRule, SecretSource};
+use crate::clock::SystemClock;
+use crate::contract::{EffectRequest, PluginReceipt};
+use crate::runtime::{CallEnv, CallLimits, CallReport, ComponentKind, LoadedComponent, Runtime, RuntimeConfig};
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum AdapterCommand {
+    /// Print a component's declared contract, imports and exports.
+    Inspect {
+        /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
+        component: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one call of a component and print its typed result.
+    Invoke(InvokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InvokeArgs {
+    /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
+    component: String,
+    /// The step input (adapters: `invoke`; handlers: `run`), as JSON.
+    #[arg(long, default_value = "{}")]
+    input: String,
+    /// Which export to call (handlers always `run`).
+    #[arg(long, value_enum, default_value_t = Operation::Invoke)]
+    op: Operation,
+    /// The idempotency key for `invoke`, the reference for `query`.
+    #[arg(long, default_value = "cli-key-1")]
+    key: String,
+    /// For `compensate`: the external reference of the receipt to undo.
+    #[arg(long)]
+    receipt: Option<String>,
+    /// Grant outbound HTTP to this destination (`http://host:port`); repeatable.
+    #[arg(long = "allow-host")]
+    allow_hosts: Vec<String>,
+    /// Grant a secret and give its value: `NAME=VALUE`; repeatable.
+    #[arg(long = "secret")]
+    secrets: Vec<String>,
+    /// An adapter setting: `NAME=VALUE` (e.g. `base_url=http://127.0.0.1:8090`); repeatable.
+    #[arg(long = "setting")]
+    settings: Vec<String>,
+    /// Deadline of the call.
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
+    /// Memory cap of the instance, in MiB.
+    #[arg(long, default_value_t = 128)]
+    memory_mib: usize,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Operation {
+    Invoke,
+    Query,
+    Compensate,
+}
+
+pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        AdapterCommand::Inspect { component, json } => inspect(&component, json).await,
+        AdapterCommand::Invoke(args) => invoke(args).await,
+    }
+}
+
+/// A file path as given, or the built example of that name.
+fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(given);
+    if path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(p) = crate::guests::path(given) {
+        return Ok(PathBuf::from(p));
+    }
+    let names: Vec<&str> = crate::guests::ALL.iter().map(|(n, _)| *n).collect();
+    bail!(
+        "`{given}` is neither a file nor a built example; pass a path to a .wasm component or one of: {}",
+        names.join(", ")
+    )
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("DOCKET_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components")))
+}
+
+async fn load(component: &str, memory_mib: usize) -> anyhow::Result<(Runtime, Arc<LoadedComponent>)> {
+    let path = resolve_component(component)?;
+    let runtime = Runtime::new(RuntimeConfig {
+        memory_cap_bytes: memory_mib << 20,
+        max_instances: 16,
+        cache_dir: cache_dir(),
+    })?;
+    let loaded = runtime
+        .load_file(&path)
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+    Ok((runtime, loaded))
+}
+
+async fn inspect(component: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let (_, c) = load(component, 128).await?;
+    if json {
+        let doc = serde_json::json!({
+            "digest": c.digest,
+            "size_bytes": c.size_bytes,
+            "kind": c.kind,
+            "imports": c.imports,
+            "exports": c.exports,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}@{}  ({} bytes)", c.name(), c.version(), c.size_bytes);
+    println!("digest:  {}", c.digest);
+    match &c.kind {
+        ComponentKind::Adapter { contract } => {
+            println!("world:   adapter");
+            let i = &contract.idempotency;
+            println!(
+                "  idempotency:  {}",
+                if i.supported {
+                    format!("yes — retention {} s, namespace `{}`", i.retention_seconds, i.namespace)
+                } else {
+                    "no".into()
+                }
+            );
+            println!(
+                "  query:        {}",
+                if contract.query.supported {
+                    format!("yes — visibility window {} ms", contract.query.visibility_window_ms)
+                } else {
+                    "no".into()
+                }
+            );
+            println!(
+                "  compensation: {}",
+                if contract.compensation.supported { "yes" } else { "no" }
+            );
+            println!("  outbound:     [{}]", contract.capabilities.outbound_hosts.join(", "));
+            println!("  secrets:      [{}]", contract.capabilities.secrets.join(", "));
+        }
+        ComponentKind::Handler { .. } => println!("world:   handler"),
+    }
+    println!("imports:");
+    for i in &c.imports {
+        println!("  {i}");
+    }
+    println!("exports:");
+    for e in &c.exports {
+        println!("  {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pairs(items: &[String], flag: &str) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow!("{flag} `{s}` must be NAME=VALUE"))
+        })
+        .collect()
+}
+
+async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
+    serde_json::from_str::<serde_json::Value>(&args.input).context("--input is not valid JSON")?;
+    let (runtime, component) = load(&args.component, args.memory_mib).await?;
+    let hosts = args
+        .allow_hosts
+        .iter()
+        .map(|h| h.parse::<HostRule>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let secrets = pairs(&args.secrets, "--secret")?;
+    let settings: BTreeMap<String, String> = pairs(&args.settings, "--setting")?.into_iter().collect();
+    let grant = Grant::new(hosts, secrets.iter().map(|(k, _)| k.clone()));
+    let prepared = runtime.prepare(&component, &grant, &settings)?;
+    let env = CallEnv {
+        settings: Arc::new(settings),
+        secrets: Arc::new(SecretSource::from_pairs(secrets)),
+        clock: SystemClock::new(),
+        label: format!("cli/{}", component.name()).into(),
+    };
+    let limits = CallLimits {
+        timeout: Duration::from_millis(args.timeout_ms),
+    };
+    let value = match (&component.kind, args.op) {
+        (ComponentKind::Handler { .. }, _) => {
+            let report = runtime.run_handler(&prepared, env, limits, &args.input).await;
+            print_report(report, |r| match r {
+                Ok(out) => ("ok", serde_json::from_str(&out).unwrap_or(serde_json::Value::String(out))),
+                Err(e) => ("handler_error", serde_json::to_value(e).unwrap()),
+            })
+        }
+        (ComponentKind::Adapter { .. }, Operation::Invoke) => {
+            let request = EffectRequest {
+                idempotency_key: args.key.clone(),
+                input: args.input.clone(),
+                attempt: 1,
+            };
+            let report = runtime.invoke(&prepared, env, limits, &request).await;
+            print_report(report, effect_json)
+        }
+        (ComponentKind::Adapter { .. }, Operation::Query) => {
+            let report = runtime.query(&prepared, env, limits, &args.key).await;
+            print_report(report, |r| match r {
+                Ok(l) => ("ok", serde_json::to_value(l).unwrap()),
+                Err(e) => ("effect_error", serde_json::to_value(e).unwrap()),
+            })
+        }
+        (ComponentKind::Adapter { .. }, Operation::Compensate) => {
+            let reference = args
+                .receipt
+                .clone()
+                .ok_or_else(|| anyhow!("--op compensate needs --receipt EXTERNAL_REFERENCE"))?;
+            let receipt = PluginReceipt {
+                external_reference: reference,
+                output: "{}".into(),
+            };
+            let report = runtime.compensate(&prepared, env, limits, &receipt).await;
+            print_report(report, effect_json)
+        }
+    };
+    Ok(value)
+}
+
+fn effect_json(r: Result<PluginReceipt, crate::contract::EffectError>) -> (&'static str, serde_json::Value) {
+    match r {
+        Ok(receipt) => ("ok", serde_json::to_value(receipt).unwrap()),
+        Err(e) => ("effect_error", serde_json::to_value(e).unwrap()),
+    }
+}
+
+/// Prints the call's log to stderr and its typed result as JSON to stdout.
+/// Exit code: 0 success, 1 typed plugin error, 2 the call itself failed.
+fn print_report<T>(report: CallReport<T>, render: impl FnOnce(T) -> (&'static str, serde_json::Value)) -> ExitCode {
+    for line in &report.log {
+        eprintln!("[{:?} {:?}] {}", line.source, line.level, line.message);
+    }
+    for d in &report.denials {
+        eprintln!("[host denial] {d}");
+    }
+    let (label, value, code) = match report.outcome {
+        Ok(inner) => {
+            let (label, value) = render(inner);
+            let code = if label == "ok" { 0 } else { 1 };
+            (label, value, code)
+        }
+        Err(failure) => ("call_failure", serde_json::to_value(failure).unwrap(), 2),
+    };
+    let doc = serde_json::json!({ label: value, "elapsed_ms": report.elapsed.as_millis() as u64 });
+    println!("{}", serde_json::to_string_pretty(&doc).unwrap());
+    ExitCode::from(code)
+}

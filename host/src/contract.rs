@@ -1,0 +1,154 @@
+//! What plugins declare and return, as plain host types.
+//!
+//! These mirror the records of `wit/docket.wit` one to one, so the rest of the host never
+//! sees generated bindings. They serialise as `snake_case` JSON for the CLI and the API.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// An adapter's declared contract (`describe()`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contract {
+    pub name: String,
+    pub version: String,
+    pub idempotency: IdempotencyClaim,
+    pub query: QueryClaim,
+    pub compensation: CompensationClaim,
+    pub capabilities: DeclaredCapabilities,
+}
+
+/// Whether the provider deduplicates requests by key, for how long, and in which namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyClaim {
+    pub supported: bool,
+    pub retention_seconds: u64,
+    pub namespace: String,
+}
+
+impl IdempotencyClaim {
+    /// How long the provider remembers a key.
+    pub fn retention(&self) -> Duration {
+        Duration::from_secs(self.retention_seconds)
+    }
+}
+
+/// Whether an earlier request can be looked up by its stable reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryClaim {
+    pub supported: bool,
+    pub visibility_window_ms: u64,
+}
+
+/// Whether an effect can be undone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompensationClaim {
+    pub supported: bool,
+}
+
+/// Capabilities an adapter says it needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredCapabilities {
+    /// `scheme://host:port`, `host:port`, or `$setting` naming a setting that holds a base URL.
+    pub outbound_hosts: Vec<String>,
+    pub secrets: Vec<String>,
+}
+
+/// A handler's declaration (`describe()` of the handler world).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandlerContract {
+    pub name: String,
+    pub version: String,
+}
+
+/// One side-effect request handed to an adapter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectRequest {
+    pub idempotency_key: String,
+    /// JSON text of the step's mapped input.
+    pub input: String,
+    pub attempt: u32,
+}
+
+/// An adapter's evidence that an effect happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginReceipt {
+    pub external_reference: String,
+    /// JSON text of the structured result.
+    pub output: String,
+}
+
+/// The answer of a lookup by stable reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "lookup", rename_all = "snake_case")]
+pub enum Lookup {
+    Found { receipt: PluginReceipt },
+    Absent,
+}
+
+/// Why an adapter call produced no receipt, typed by what the host does next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EffectError {
+    /// Permanent: end the step, never retry.
+    #[error("rejected ({code}): {message}")]
+    Rejected { code: String, message: String },
+    /// Block the step for credential or policy review.
+    #[error("unauthorized: {message}")]
+    Unauthorized { message: String },
+    /// Retry after the delay; nothing was created.
+    #[error("rate limited, retry after {retry_after_ms} ms: {message}")]
+    RateLimited { retry_after_ms: u64, message: String },
+    /// Retry with backoff; nothing was created.
+    #[error("unavailable: {message}")]
+    Unavailable { message: String },
+    /// The request never left: safe to retry.
+    #[error("not sent: {message}")]
+    NotSent { message: String },
+    /// The provider saw the key with another request: review, never a new key.
+    #[error("idempotency conflict: {message}")]
+    IdempotencyConflict { message: String },
+    /// The effect may have happened: recover by contract.
+    #[error("outcome unknown: {observation}")]
+    OutcomeUnknown { observation: String },
+}
+
+impl EffectError {
+    /// The `snake_case` name of the variant, as written on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EffectError::Rejected { .. } => "rejected",
+            EffectError::Unauthorized { .. } => "unauthorized",
+            EffectError::RateLimited { .. } => "rate_limited",
+            EffectError::Unavailable { .. } => "unavailable",
+            EffectError::NotSent { .. } => "not_sent",
+            EffectError::IdempotencyConflict { .. } => "idempotency_conflict",
+            EffectError::OutcomeUnknown { .. } => "outcome_unknown",
+        }
+    }
+
+    /// Applies `f` to every free-text field (used for redaction).
+    pub fn map_text(self, f: impl Fn(String) -> String) -> Self {
+        match self {
+            EffectError::Rejected { code, message } => EffectError::Rejected { code: f(code), message: f(message) },
+            EffectError::Unauthorized { message } => EffectError::Unauthorized { message: f(message) },
+            EffectError::RateLimited { retry_after_ms, message } => {
+                EffectError::RateLimited { retry_after_ms, message: f(message) }
+            }
+            EffectError::Unavailable { message } => EffectError::Unavailable { message: f(message) },
+            EffectError::NotSent { message } => EffectError::NotSent { message: f(message) },
+            EffectError::IdempotencyConflict { message } => EffectError::IdempotencyConflict { message: f(message) },
+            EffectError::OutcomeUnknown { observation } => EffectError::OutcomeUnknown { observation: f(observation) },
+        }
+    }
+}
+
+/// Why a handler produced no output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HandlerError {
+    /// The input cannot be processed; retrying cannot help.
+    #[error("invalid input: {message}")]
+    InvalidInput { message: String },
+    #[error("failed: {message}")]
+    Failed { message: String },
+}

@@ -1,0 +1,65 @@
+//! Compiled components cached on disk by content digest and engine settings.
+//!
+//! Compiling a component takes tens to hundreds of milliseconds; loading precompiled bytes
+//! takes well under one. The file name carries the engine's compatibility hash, so a host
+//! with other settings or another wasmtime never loads an artifact it cannot run.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// A directory of `<digest>-<engine hash>.cwasm` files.
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+    engine_tag: String,
+}
+
+impl DiskCache {
+    pub(crate) fn new(dir: &Path, engine: &Engine) -> Self {
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Self {
+            dir: dir.to_path_buf(),
+            engine_tag: format!("{:016x}", hasher.finish()),
+        }
+    }
+
+    fn path(&self, digest_hex: &str) -> PathBuf {
+        self.dir.join(format!("{digest_hex}-{}.cwasm", self.engine_tag))
+    }
+
+    /// The cached compilation of `digest_hex`, if there is a usable one.
+    pub(crate) fn load(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
+        let path = self.path(digest_hex);
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: the file was written by `store` below from `Component::serialize` of a
+        // component whose bytes hash to `digest_hex`, under an engine with the same
+        // compatibility hash; the cache directory belongs to this host.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "ignoring unusable compiled component: {e}");
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Writes the compilation atomically (temp file, then rename); failures only cost speed.
+    pub(crate) fn store(&self, digest_hex: &str, component: &Component) {
+        let result = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.dir)?;
+            let bytes = component.serialize().map_err(std::io::Error::other)?;
+            let path = self.path(digest_hex);
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = result {
+            tracing::warn!(dir = %self.dir.display(), "could not cache compiled component: {e}");
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Running one call: a fresh store, limits, a deadline, and a typed report.
+//!
+//! The deadline is a wall-clock `tokio` timeout; the engine's epoch makes running guest
+//! code yield every tick, so even a tight loop is cancelled on time. Whatever happens, the
+//! report carries the call's redacted log and every egress denial.
+
+use super::bindings::adapter::Adapter;
+use super::bindings::adapter::docket::plugin::types as wit;
+use super::bindings::handler::Handler;
+use super::load::{PreKind, Prepared};
+use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
+use super::Runtime;
+use crate::capabilities::{Grant, Redactor};
+use crate::contract::{EffectError, EffectRequest, HandlerError, Lookup, PluginReceipt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::{Store, Trap};
+
+/// Limits of one call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    /// Wall-clock time the call may take, instantiation included.
+    pub timeout: Duration,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Why a call ended without the plugin returning a value. Each ends only that call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CallFailure {
+    /// The call outlasted its deadline and was stopped.
+    #[error("the plugin did not finish within its {limit_ms} ms deadline and was stopped")]
+    Timeout { limit_ms: u64 },
+    /// The plugin tried to grow its memory past the cap.
+    #[error(
+        "the plugin tried to grow its memory to {requested_bytes} bytes, over the cap of {cap_bytes} bytes, and was stopped"
+    )]
+    MemoryCap { cap_bytes: usize, requested_bytes: usize },
+    /// The plugin trapped (a panic, `unreachable`, an out-of-bounds access).
+    #[error("the plugin trapped: {message}{}", panic.as_ref().map(|p| format!(" ({p})")).unwrap_or_default())]
+    Trap { message: String, panic: Option<String> },
+    /// The component could not be instantiated for this call.
+    #[error("the plugin could not be started: {message}")]
+    Instantiate { message: String },
+    /// The operation does not exist for this kind of component.
+    #[error("{message}")]
+    NotSupported { message: String },
+}
+
+/// What one call returned, with its bounded, redacted log.
+#[derive(Debug, Clone)]
+pub struct CallReport<T> {
+    pub outcome: Result<T, CallFailure>,
+    pub log: Vec<LogLine>,
+    /// Reasons for every outbound request the host refused during the call.
+    pub denials: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl<T> CallReport<T> {
+    fn not_supported(message: String) -> Self {
+        Self {
+            outcome: Err(CallFailure::NotSupported { message }),
+            log: Vec::new(),
+            denials: Vec::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+impl Runtime {
+    /// Runs `f` against a fresh instance of `pre` under `grant`, `env` and `limits`.
+    pub(crate) async fn call<R>(
+        &self,
+        pre: &PreKind,
+        grant: Arc<Grant>,
+        env: CallEnv,
+        limits: CallLimits,
+        f: impl AsyncFnOnce(&mut Store<HostState>, &PreKind) -> wasmtime::Result<R>,
+        redact: impl FnOnce(R, &Redactor) -> R,
+    ) -> CallReport<R> {
+        let started = Instant::now();
+        let state = HostState::new(env, grant, self.inner.config.memory_cap_bytes, limits.timeout);
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+
+        let result = tokio::time::timeout(limits.timeout, f(&mut store, pre)).await;
+        store.data_mut().drain_pipes();
+        let outcome = match result {
+            Err(_) => Err(CallFailure::Timeout {
+                limit_ms: limits.timeout.as_millis() as u64,
+            }),
+            Ok(Ok(value)) => Ok(redact(value, &store.data().redactor)),
+            Ok(Err(e)) => Err(classify(&e, store.data())),
+        };
+        let state = store.data_mut();
+        if let Err(failure) = &outcome {
+            let text = state.redactor.redact(&failure.to_string()).into_owned();
+            state.push_log(LogLevel::Error, LogSource::Host, &text);
+        }
+        if state.dropped_lines > 0 {
+            let n = state.dropped_lines;
+            state.log.push(LogLine {
+                level: LogLevel::Warn,
+                source: LogSource::Host,
+                message: format!("{n} further log lines were dropped"),
+            });
+        }
+        let outcome = outcome.map_err(|f| redact_failure(f, &state.redactor));
+        CallReport {
+            outcome,
+            log: std::mem::take(&mut state.log),
+            denials: state.denials(),
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Calls an adapter's `invoke` once.
+    pub async fn invoke(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        request: &EffectRequest,
+    ) -> CallReport<Result<PluginReceipt, EffectError>> {
+        if !matches!(prepared.pre, PreKind::Adapter(_)) {
+            return CallReport::not_supported(format!("{} is a handler; only adapters have `invoke`", prepared.name()));
+        }
+        let request = wit::Request {
+            idempotency_key: request.idempotency_key.clone(),
+            input: request.input.clone(),
+            attempt: request.attempt,
+        };
+        self.call(
+            &prepared.pre,
+            prepared.grant.clone(),
+            env,
+            limits,
+            async move |store, pre| {
+                let instance = adapter_instance(store, pre).await?;
+                let result = instance.call_invoke(&mut *store, &request).await?;
+                Ok(result.map(receipt_from_wit).map_err(effect_error_from_wit))
+            },
+            redact_effect,
+        )
+        .await
+    }
+
+    /// Calls an adapter's `query` for the given stable reference.
+    pub async fn query(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        reference: &str,
+    ) -> CallReport<Result<Lookup, EffectError>> {
+        if !matches!(prepared.pre, PreKind::Adapter(_)) {
+            return CallReport::not_supported(format!("{} is a handler; only adapters have `query`", prepared.name()));
+        }
+        let reference = reference.to_string();
+        self.call(
+            &prepared.pre,
+            prepared.grant.clone(),
+            env,
+            limits,
+            async move |store, pre| {
+                let instance = adapter_instance(store, pre).await?;
+                let result = instance.call_query(&mut *store, &reference).await?;
+                Ok(result
+                    .map(|l| match l {
+                        wit::Lookup::Found(r) => Lookup::Found { receipt: receipt_from_wit(r) },
+                        wit::Lookup::Absent => Lookup::Absent,
+                    })
+                    .map_err(effect_error_from_wit))
+            },
+            |r, red| match r {
+                Ok(Lookup::Found { receipt }) => Ok(Lookup::Found {
+                    receipt: redact_receipt(receipt, red),
+                }),
+                other => redact_effect_err(other, red),
+            },
+        )
+        .await
+    }
+
+    /// Calls an adapter's `compensate` for an earlier receipt.
+    pub async fn compensate(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        receipt: &PluginReceipt,
+    ) -> CallReport<Result<PluginReceipt, EffectError>> {
+        if !matches!(prepared.pre, PreKind::Adapter(_)) {
+            return CallReport::not_supported(format!(
+                "{} is a handler; only adapters have `compensate`",
+                prepared.name()
+            ));
+        }
+        let receipt = wit::Receipt {
+            external_reference: receipt.external_reference.clone(),
+            output: receipt.output.clone(),
+        };
+        self.call(
+            &prepared.pre,
+            prepared.grant.clone(),
+            env,
+            limits,
+            async move |store, pre| {
+                let instance = adapter_instance(store, pre).await?;
+                let result = instance.call_compensate(&mut *store, &receipt).await?;
+                Ok(result.map(receipt_from_wit).map_err(effect_error_from_wit))
+            },
+            redact_effect,
+        )
+        .await
+    }
+
+    /// Calls a handler's `run` on a JSON input.
+    pub async fn run_handler(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        input: &str,
+    ) -> CallReport<Result<String, HandlerError>> {
+        let PreKind::Handler(_) = &prepared.pre else {
+            return CallReport::not_supported(format!("{} is an adapter; only handlers have `run`", prepared.name()));
+        };
+        let input = input.to_string();
+        self.call(
+            &prepared.pre,
+            prepared.grant.clone(),
+            env,
+            limits,
+            async move |store, pre| {
+                let PreKind::Handler(pre) = pre else { unreachable!("checked above") };
+                let instance: Handler = pre.instantiate_async(&mut *store).await?;
+                let result = instance.call_run(&mut *store, &input).await?;
+                Ok(result.map_err(|e| match e {
+                    wit::HandlerError::InvalidInput(message) => HandlerError::InvalidInput { message },
+                    wit::HandlerError::Failed(message) => HandlerError::Failed { message },
+                }))
+            },
+            |r, red| match r {
+                Ok(out) => Ok(red.redact(&out).into_owned()),
+                Err(HandlerError::InvalidInput { message }) => Err(HandlerError::InvalidInput {
+                    message: red.redact(&message).into_owned(),
+                }),
+                Err(HandlerError::Failed { message }) => Err(HandlerError::Failed {
+                    message: red.redact(&message).into_owned(),
+                }),
+            },
+        )
+        .await
+    }
+}
+
+pub(crate) async fn adapter_instance(store: &mut Store<HostState>, pre: &PreKind) -> wasmtime::Result<Adapter> {
+    match pre {
+        PreKind::Adapter(pre) => pre.instantiate_async(&mut *store).await,
+        PreKind::Handler(_) => Err(wasmtime::format_err!("not an adapter")),
+    }
+}
+
+/// Turns a wasmtime error into the failure a caller can act on.
+fn classify(error: &wasmtime::Error, state: &HostState) -> CallFailure {
+    if let Some(requested) = state.limits.refused {
+        return CallFailure::MemoryCap {
+            cap_bytes: state.limits.memory_cap,
+            requested_bytes: requested,
+        };
+    }
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        if *trap == Trap::Interrupt {
+            return CallFailure::Timeout { limit_ms: 0 };
+        }
+        let stderr = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
+        let panic = stderr
+            .lines()
+            .skip_while(|l| !l.contains("panicked at"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        return CallFailure::Trap {
+            message: trap.to_string(),
+            panic: (!panic.is_empty()).then_some(panic),
+        };
+    }
+    CallFailure::Instantiate {
+        message: format!("{error:#}"),
+    }
+}
+
+fn redact_failure(failure: CallFailure, red: &Redactor) -> CallFailure {
+    let r = |s: String| red.redact(&s).into_owned();
+    match failure {
+        CallFailure::Trap { message, panic } => CallFailure::Trap {
+            message: r(message),
+            panic: panic.map(r),
+        },
+        CallFailure::Instantiate { message } => CallFailure::Instantiate { message: r(message) },
+        CallFailure::NotSupported { message } => CallFailure::NotSupported { message: r(message) },
+        other => other,
+    }
+}
+
+pub(crate) fn receipt_from_wit(r: wit::Receipt) -> PluginReceipt {
+    PluginReceipt {
+        external_reference: r.external_reference,
+        output: r.output,
+    }
+}
+
+pub(crate) fn effect_error_from_wit(e: wit::EffectError) -> EffectError {
+    match e {
+        wit::EffectError::Rejected(r) => EffectError::Rejected {
+            code: r.code,
+            message: r.message,
+        },
+        wit::EffectError::Unauthorized(message) => EffectError::Unauthorized { message },
+        wit::EffectError::RateLimited(r) => EffectError::RateLimited {
+            retry_after_ms: r.retry_after_ms,
+            message: r.message,
+        },
+        wit::EffectError::Unavailable(message) => EffectError::Unavailable { message },
+        wit::EffectError::NotSent(message) => EffectError::NotSent { message },
+        wit::EffectError::IdempotencyConflict(message) => EffectError::IdempotencyConflict { message },
+        wit::EffectError::OutcomeUnknown(observation) => EffectError::OutcomeUnknown { observation },
+    }
+}
+
+fn redact_receipt(r: PluginReceipt, red: &Redactor) -> PluginReceipt {
+    PluginReceipt {
+        external_reference: red.redact(&r.external_reference).into_owned(),
+        output: red.redact(&r.output).into_owned(),
+    }
+}
+
+fn redact_effect_err<T>(r: Result<T, EffectError>, red: &Redactor) -> Result<T, EffectError> {
+    r.map_err(|e| e.map_text(|s| red.redact(&s).into_owned()))
+}
+
+fn redact_effect(r: Result<PluginReceipt, EffectError>, red: &Redactor) -> Result<PluginReceipt, EffectError> {
+    redact_effect_err(r.map(|receipt| redact_receipt(receipt, red)), red)
+}

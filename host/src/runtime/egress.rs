@@ -1,0 +1,144 @@
+//! Outbound HTTP for plugins: every request is checked against the call's grant.
+//!
+//! The check runs twice: on the request's scheme, host and port before anything is
+//! resolved, and on each address the host name resolves to, before connecting. For plain
+//! HTTP the connection then goes to exactly the checked address (the `Host` header keeps the
+//! name), so a second DNS answer cannot route around the grant; for HTTPS the certificate
+//! must match the granted name. No redirect is ever followed (the plugin sees the 3xx), and
+//! every request carries explicit timeouts instead of `wasi:http`'s 600 s defaults.
+
+use crate::capabilities::{AddressDecision, Grant, Scheme, check_resolved_address};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Longest a plugin may wait to connect, whatever it asks for.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The egress policy of one call, installed as the `wasi:http` hooks of its store.
+pub(crate) struct Egress {
+    grant: Arc<Grant>,
+    /// The call's overall time limit; no single wait may be longer.
+    call_timeout: Duration,
+    /// Human-readable reasons for every refused request, reported with the call.
+    denials: Arc<Mutex<Vec<String>>>,
+    label: Arc<str>,
+}
+
+impl Egress {
+    pub(crate) fn new(grant: Arc<Grant>, call_timeout: Duration, label: Arc<str>) -> Self {
+        Self {
+            grant,
+            call_timeout,
+            denials: Arc::default(),
+            label,
+        }
+    }
+
+    pub(crate) fn denials(&self) -> Arc<Mutex<Vec<String>>> {
+        self.denials.clone()
+    }
+
+    fn deny(&self, reason: String) -> HttpError {
+        tracing::warn!(call = %self.label, "outbound request denied: {reason}");
+        self.denials.lock().unwrap().push(reason);
+        HttpError::HttpRequestDenied
+    }
+
+    fn options(&self, asked: Option<RequestOptions>) -> RequestOptions {
+        let clamp = |asked: Option<Duration>, max: Duration| asked.map_or(max, |d| d.min(max));
+        let asked = asked.unwrap_or_default();
+        RequestOptions {
+            connect_timeout: Some(clamp(asked.connect_timeout, MAX_CONNECT_TIMEOUT.min(self.call_timeout))),
+            first_byte_timeout: Some(clamp(asked.first_byte_timeout, self.call_timeout)),
+            between_bytes_timeout: Some(clamp(asked.between_bytes_timeout, self.call_timeout)),
+        }
+    }
+}
+
+type SendFuture = Box<
+    dyn Future<Output = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError>>
+        + Send,
+>;
+
+impl WasiHttpHooks for Egress {
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        let uri = request.uri().clone();
+        let scheme = match uri.scheme_str() {
+            Some("http") => Scheme::Http,
+            Some("https") => Scheme::Https,
+            other => {
+                let err = self.deny(format!("scheme {other:?} of {uri} is not http or https"));
+                return Box::new(async move { Err(err) });
+            }
+        };
+        let Some(host) = uri.host().map(str::to_string) else {
+            let err = self.deny(format!("request {uri} names no host"));
+            return Box::new(async move { Err(err) });
+        };
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        if !self.grant.allows_destination(scheme, &host, port) {
+            let granted: Vec<String> = self.grant.hosts().iter().map(ToString::to_string).collect();
+            let err = self.deny(format!(
+                "{scheme:?}://{host}:{port} is not granted to this step (granted: [{}])",
+                granted.join(", ")
+            ));
+            return Box::new(async move { Err(err) });
+        }
+        let options = self.options(options);
+        let denials = self.denials.clone();
+        let label = self.label.clone();
+        Box::new(async move {
+            let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+            let resolved: Vec<SocketAddr> =
+                match tokio::time::timeout(MAX_CONNECT_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port))).await {
+                    Ok(Ok(addrs)) => addrs.collect(),
+                    Ok(Err(e)) => {
+                        return Err(HttpError::DnsError {
+                            rcode: Some(e.to_string()),
+                            info_code: None,
+                        });
+                    }
+                    Err(_) => return Err(HttpError::DnsTimeout),
+                };
+            let mut chosen = None;
+            for addr in &resolved {
+                match check_resolved_address(&bare, addr.ip()) {
+                    AddressDecision::Allow => {
+                        chosen = Some(*addr);
+                        break;
+                    }
+                    AddressDecision::Deny(reason) => {
+                        tracing::warn!(call = %label, "outbound address refused: {reason}");
+                        denials.lock().unwrap().push(reason);
+                    }
+                }
+            }
+            let Some(addr) = chosen else {
+                return Err(HttpError::DestinationIpProhibited);
+            };
+            if scheme == Scheme::Http {
+                // Connect to the address just checked; the Host header still names the host.
+                let mut parts = uri.into_parts();
+                parts.authority = Some(
+                    addr.to_string()
+                        .parse()
+                        .map_err(|_| HttpError::HttpRequestUriInvalid)?,
+                );
+                *request.uri_mut() = http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            }
+            use http_body_util::BodyExt;
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ))
+        })
+    }
+}

@@ -1,0 +1,428 @@
+//! Loading components, telling adapters from handlers, and linking them per grant.
+//!
+//! Loading checks the bytes (a component, not a core module or garbage), compiles once
+//! (memory and disk caches by digest), and calls `describe()` in a sandbox that grants
+//! nothing. Preparing checks every import and every declared need against the effective
+//! grant, builds a linker with exactly the granted interfaces, and caches the resulting
+//! `InstancePre` per (digest, grant).
+
+use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings, types};
+use super::bindings::adapter::{Adapter, AdapterPre};
+use super::bindings::handler::HandlerPre;
+use super::call::{CallFailure, CallLimits};
+use super::state::{CallEnv, HostState};
+use super::Runtime;
+use crate::capabilities::{Grant, HostRule, ImportVerdict, SecretSource, check_import};
+use crate::clock::SystemClock;
+use crate::contract::{
+    CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim, QueryClaim,
+};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+/// How long `describe()` may take.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a component is, with its declaration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "world", rename_all = "snake_case")]
+pub enum ComponentKind {
+    Adapter { contract: Contract },
+    Handler { contract: HandlerContract },
+}
+
+/// A compiled, described component. Not yet linked to any grant.
+pub struct LoadedComponent {
+    /// `sha256:<hex>` of the component's bytes.
+    pub digest: String,
+    pub kind: ComponentKind,
+    /// Every interface or function the component imports, e.g. `wasi:io/poll@0.2.12`.
+    pub imports: Vec<String>,
+    /// Every export, e.g. `invoke`.
+    pub exports: Vec<String>,
+    pub size_bytes: usize,
+    component: Component,
+}
+
+impl LoadedComponent {
+    /// The declared name (adapter or handler).
+    pub fn name(&self) -> &str {
+        match &self.kind {
+            ComponentKind::Adapter { contract } => &contract.name,
+            ComponentKind::Handler { contract } => &contract.name,
+        }
+    }
+
+    /// The declared version.
+    pub fn version(&self) -> &str {
+        match &self.kind {
+            ComponentKind::Adapter { contract } => &contract.version,
+            ComponentKind::Handler { contract } => &contract.version,
+        }
+    }
+
+    /// The adapter contract, if this is an adapter.
+    pub fn contract(&self) -> Option<&Contract> {
+        match &self.kind {
+            ComponentKind::Adapter { contract } => Some(contract),
+            ComponentKind::Handler { .. } => None,
+        }
+    }
+}
+
+/// A linked, pre-instantiated component for one grant: ready for calls.
+pub struct Prepared {
+    pub component: Arc<LoadedComponent>,
+    pub(crate) grant: Arc<Grant>,
+    pub(crate) pre: PreKind,
+}
+
+impl Prepared {
+    /// `name@version`, for messages.
+    pub fn name(&self) -> String {
+        format!("{}@{}", self.component.name(), self.component.version())
+    }
+
+    /// The grant the component was linked under.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+}
+
+pub(crate) enum PreKind {
+    Adapter(AdapterPre<HostState>),
+    Handler(HandlerPre<HostState>),
+}
+
+/// The world a caller expects a component to implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    Adapter,
+    Handler,
+}
+
+/// Why a component cannot be loaded or run under a grant. Each says how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read `{path}`: {reason}")]
+    Read { path: String, reason: String },
+    #[error(
+        "not a WebAssembly binary ({reason}); pass the `.wasm` file built with `cargo build --target wasm32-wasip2`"
+    )]
+    InvalidBytes { reason: String },
+    #[error(
+        "this is a core WebAssembly module, not a component; build the plugin with `cargo build --target wasm32-wasip2` (which produces a component) against docket's WIT in `wit/`"
+    )]
+    CoreModule,
+    #[error("the component is invalid: {reason}")]
+    Compile { reason: String },
+    #[error(
+        "the component implements neither docket world: it exports [{exports}], but an adapter exports `describe`, `invoke`, `query` and `compensate`, and a handler `describe` and `run`; build it against `wit/docket.wit`"
+    )]
+    UnknownWorld { exports: String },
+    #[error(
+        "expected a component of the `{expected}` world, but this one implements the `{found}` world; use it as a {found} (step kind = \"{found}\") or build it against world `{expected}`"
+    )]
+    WrongWorld { expected: &'static str, found: &'static str },
+    #[error("the component's exports do not match docket's `{world}` world: {reason}; rebuild it against `wit/docket.wit`")]
+    Signature { world: &'static str, reason: String },
+    #[error("`describe()` failed: {0}")]
+    Describe(CallFailure),
+    #[error("the component imports `{import}`, which this step is not granted: {hint}")]
+    ImportNotGranted { import: String, hint: String },
+    #[error(
+        "the component imports `{import}`, which docket does not provide; a plugin may import only the WASI baseline (wasi:io, wasi:clocks, wasi:random, wasi:cli, wasi:filesystem, wasi:sockets), docket:plugin interfaces and, when granted, wasi:http/outgoing-handler"
+    )]
+    UnknownImport { import: String },
+    #[error("the adapter's contract asks for {need}, which the effective grant does not include: {hint}")]
+    ExceedsGrant { need: String, hint: String },
+}
+
+impl Runtime {
+    /// Loads a component file (see [`Runtime::load`]).
+    pub async fn load_file(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| LoadError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        self.load(&bytes).await
+    }
+
+    /// Compiles (or fetches from cache) and describes a component.
+    pub async fn load(&self, bytes: &[u8]) -> Result<Arc<LoadedComponent>, LoadError> {
+        let hex = hex::encode(Sha256::digest(bytes));
+        let digest = format!("sha256:{hex}");
+        if let Some(found) = self.inner.loaded.lock().unwrap().get(&digest) {
+            return Ok(found.clone());
+        }
+        check_header(bytes)?;
+        let engine = &self.inner.engine;
+        let cached = self.inner.disk.as_ref().and_then(|d| d.load(engine, &hex));
+        let component = match cached {
+            Some(c) => c,
+            None => {
+                let bytes = bytes.to_vec();
+                let engine = engine.clone();
+                // Compiling is CPU-bound work; keep it off the async workers.
+                let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+                    .await
+                    .map_err(|e| LoadError::Compile { reason: e.to_string() })?
+                    .map_err(|e| LoadError::Compile {
+                        reason: format!("{e:#}"),
+                    })?;
+                if let Some(disk) = &self.inner.disk {
+                    disk.store(&hex, &component);
+                }
+                component
+            }
+        };
+        let ty = component.component_type();
+        let imports: Vec<String> = ty.imports(engine).map(|(name, _)| name.to_string()).collect();
+        let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_string()).collect();
+        let has = |n: &str| exports.iter().any(|e| e == n);
+        let world = if has("invoke") {
+            World::Adapter
+        } else if has("run") {
+            World::Handler
+        } else {
+            return Err(LoadError::UnknownWorld {
+                exports: exports.join(", "),
+            });
+        };
+        // An import docket cannot provide under any grant is refused here, before anything
+        // of the component runs; grant-dependent imports are checked by `prepare`.
+        let everything = Grant::new(["0.0.0.0:1".parse::<HostRule>().expect("valid rule")], ["*".to_string()]);
+        if let Some(import) = imports
+            .iter()
+            .find(|i| check_import(i, &everything) == ImportVerdict::Unknown)
+        {
+            return Err(LoadError::UnknownImport { import: import.clone() });
+        }
+        let kind = self.describe(&component, world).await?;
+        let loaded = Arc::new(LoadedComponent {
+            digest: digest.clone(),
+            kind,
+            imports,
+            exports,
+            size_bytes: bytes.len(),
+            component,
+        });
+        self.inner.loaded.lock().unwrap().insert(digest, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Calls `describe()` with every docket interface linked but nothing granted.
+    async fn describe(&self, component: &Component, world: World) -> Result<ComponentKind, LoadError> {
+        let grant = Arc::new(Grant::none());
+        let linker = self.linker(&grant, true).map_err(|e| LoadError::Compile {
+            reason: format!("{e:#}"),
+        })?;
+        let pre = linker.instantiate_pre(component).map_err(|e| LoadError::Compile {
+            reason: format!("{e:#}"),
+        })?;
+        let pre = wrap_pre(world, pre)?;
+        let env = CallEnv {
+            settings: Arc::new(BTreeMap::new()),
+            secrets: Arc::new(SecretSource::default()),
+            clock: SystemClock::new(),
+            label: "describe".into(),
+        };
+        let limits = CallLimits {
+            timeout: DESCRIBE_TIMEOUT,
+        };
+        let report = self
+            .call(
+                &pre,
+                grant,
+                env,
+                limits,
+                async |store, pre| match pre {
+                    PreKind::Adapter(pre) => {
+                        let instance: Adapter = pre.instantiate_async(&mut *store).await?;
+                        let c = instance.call_describe(&mut *store).await?;
+                        Ok(ComponentKind::Adapter {
+                            contract: contract_from_wit(c),
+                        })
+                    }
+                    PreKind::Handler(pre) => {
+                        let instance = pre.instantiate_async(&mut *store).await?;
+                        let c = instance.call_describe(&mut *store).await?;
+                        Ok(ComponentKind::Handler {
+                            contract: HandlerContract {
+                                name: c.name,
+                                version: c.version,
+                            },
+                        })
+                    }
+                },
+                |k, _| k,
+            )
+            .await;
+        report.outcome.map_err(LoadError::Describe)
+    }
+
+    /// Links `component` under `grant`, after checking that the grant covers every import
+    /// and every need its contract declares (`settings` resolve `$setting` hosts).
+    pub fn prepare(
+        &self,
+        component: &Arc<LoadedComponent>,
+        grant: &Grant,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<Arc<Prepared>, LoadError> {
+        for import in &component.imports {
+            match check_import(import, grant) {
+                ImportVerdict::Allowed => {}
+                ImportVerdict::NotGranted(hint) => {
+                    return Err(LoadError::ImportNotGranted {
+                        import: import.clone(),
+                        hint,
+                    });
+                }
+                ImportVerdict::Unknown => return Err(LoadError::UnknownImport { import: import.clone() }),
+            }
+        }
+        if let Some(contract) = component.contract() {
+            check_declared_needs(&contract.capabilities, grant, settings)?;
+        }
+        let key = (component.digest.clone(), grant.fingerprint());
+        if let Some(found) = self.inner.prepared.lock().unwrap().get(&key) {
+            return Ok(found.clone());
+        }
+        let grant = Arc::new(grant.clone());
+        let linker = self.linker(&grant, false).map_err(|e| LoadError::Compile {
+            reason: format!("{e:#}"),
+        })?;
+        let pre = linker
+            .instantiate_pre(&component.component)
+            .map_err(|e| LoadError::Compile {
+                reason: format!("{e:#}"),
+            })?;
+        let world = match component.kind {
+            ComponentKind::Adapter { .. } => World::Adapter,
+            ComponentKind::Handler { .. } => World::Handler,
+        };
+        let prepared = Arc::new(Prepared {
+            component: component.clone(),
+            grant,
+            pre: wrap_pre(world, pre)?,
+        });
+        self.inner.prepared.lock().unwrap().insert(key, prepared.clone());
+        Ok(prepared)
+    }
+
+    /// A linker with the WASI baseline (empty context), docket's always-linked interfaces,
+    /// and — only if granted, or for `describe` — `wasi:http` and `secrets`.
+    fn linker(&self, grant: &Grant, everything: bool) -> wasmtime::Result<Linker<HostState>> {
+        let mut linker = Linker::new(&self.inner.engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        clock::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        settings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        if everything || grant.allows_secrets() {
+            secrets::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        }
+        if everything || grant.allows_http() {
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        }
+        Ok(linker)
+    }
+}
+
+fn wrap_pre(world: World, pre: wasmtime::component::InstancePre<HostState>) -> Result<PreKind, LoadError> {
+    match world {
+        World::Adapter => AdapterPre::new(pre).map(PreKind::Adapter).map_err(|e| LoadError::Signature {
+            world: "adapter",
+            reason: format!("{e:#}"),
+        }),
+        World::Handler => HandlerPre::new(pre).map(PreKind::Handler).map_err(|e| LoadError::Signature {
+            world: "handler",
+            reason: format!("{e:#}"),
+        }),
+    }
+}
+
+/// Rejects garbage and core modules before the compiler sees them.
+fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::InvalidBytes {
+            reason: "it does not start with the `\\0asm` magic number".into(),
+        });
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(LoadError::CoreModule);
+    }
+    Ok(())
+}
+
+/// Checks the adapter's declared capabilities against the grant.
+fn check_declared_needs(
+    declared: &DeclaredCapabilities,
+    grant: &Grant,
+    settings: &BTreeMap<String, String>,
+) -> Result<(), LoadError> {
+    for host in &declared.outbound_hosts {
+        let rule = if let Some(setting) = host.strip_prefix('$') {
+            let Some(url) = settings.get(setting) else {
+                return Err(LoadError::ExceedsGrant {
+                    need: format!("outbound HTTP to the host in setting `{setting}`"),
+                    hint: format!("set `{setting}` in the operator config's settings for this adapter"),
+                });
+            };
+            url.parse::<HostRule>().map_err(|e| LoadError::ExceedsGrant {
+                need: format!("outbound HTTP to `{url}` (setting `{setting}`)"),
+                hint: e.to_string(),
+            })?
+        } else {
+            host.parse::<HostRule>().map_err(|e| LoadError::ExceedsGrant {
+                need: format!("outbound HTTP to `{host}`"),
+                hint: e.to_string(),
+            })?
+        };
+        if !grant.hosts().iter().any(|g| g.covers(&rule)) {
+            return Err(LoadError::ExceedsGrant {
+                need: format!("outbound HTTP to `{rule}`"),
+                hint: format!(
+                    "request it in the step's capabilities and allow it for this adapter in the operator config (granted: [{}])",
+                    grant.hosts().iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    for secret in &declared.secrets {
+        if !grant.secrets().contains(secret) {
+            return Err(LoadError::ExceedsGrant {
+                need: format!("secret `{secret}`"),
+                hint: "request it in the step's capabilities and allow it for this adapter in the operator config".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn contract_from_wit(c: types::Contract) -> Contract {
+    Contract {
+        name: c.name,
+        version: c.version,
+        idempotency: IdempotencyClaim {
+            supported: c.idempotency.supported,
+            retention_seconds: c.idempotency.retention_seconds,
+            namespace: c.idempotency.namespace,
+        },
+        query: QueryClaim {
+            supported: c.query.supported,
+            visibility_window_ms: c.query.visibility_window_ms,
+        },
+        compensation: CompensationClaim {
+            supported: c.compensation.supported,
+        },
+        capabilities: DeclaredCapabilities {
+            outbound_hosts: c.capabilities.outbound_hosts,
+            secrets: c.capabilities.secrets,
+        },
+    }
+}

@@ -1,0 +1,137 @@
+//! The component runtime: the only module that touches wasmtime.
+//!
+//! It loads components (compiled once, cached on disk by digest), tells adapters from
+//! handlers, asks them to `describe()` themselves, refuses any whose imports or declared
+//! needs exceed the step's effective grant, and runs calls. Each call gets a fresh store
+//! with an empty WASI context, a memory cap and a deadline, instantiated from an
+//! `InstancePre` cached per (component digest, grant). A trap, panic, loop or memory bomb
+//! ends only that call, reported as a [`CallFailure`]; the runtime never touches the store
+//! of durable state — callers record what it returns.
+
+mod bindings;
+mod cache;
+mod call;
+mod egress;
+mod load;
+mod state;
+
+pub use call::{CallFailure, CallLimits, CallReport};
+pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared};
+pub use state::{CallEnv, LogLevel, LogLine, LogSource};
+
+use cache::DiskCache;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the engine's epoch advances; the granularity of call deadlines.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Settings of the runtime, fixed for the life of a host.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Most linear memory one instance may grow to, in bytes.
+    pub memory_cap_bytes: usize,
+    /// Most instances alive at once (the size of the pooling allocator).
+    pub max_instances: u32,
+    /// Where compiled components are cached; `None` disables the disk cache.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            memory_cap_bytes: 128 << 20,
+            max_instances: 256,
+            cache_dir: None,
+        }
+    }
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("could not configure the WebAssembly engine: {0}")]
+pub struct EngineError(String);
+
+/// The engine, its caches and the epoch ticker. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    config: RuntimeConfig,
+    disk: Option<DiskCache>,
+    /// Loaded components by digest.
+    loaded: Mutex<HashMap<String, Arc<LoadedComponent>>>,
+    /// Linked, pre-instantiated components by (digest, grant fingerprint).
+    prepared: Mutex<HashMap<(String, String), Arc<Prepared>>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    /// An engine with the component model, async calls, epoch deadlines and a pooling
+    /// allocator sized by `config`.
+    pub fn new(config: RuntimeConfig) -> Result<Self, EngineError> {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances * 4)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 4)
+            .max_memory_size(config.memory_cap_bytes)
+            // Rust guests have one memory and a handful of core instances per component.
+            .max_memories_per_component(4)
+            .max_core_instances_per_component(16);
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .wasm_component_model(true)
+            // Reserve only what the cap allows, so the pool's address space stays modest.
+            .memory_reservation(config.memory_cap_bytes as u64)
+            .memory_guard_size(64 << 10)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(|e| EngineError(format!("{e:#}")))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker_engine = engine.weak();
+        let ticker_stop = stop.clone();
+        std::thread::Builder::new()
+            .name("docket-epoch".into())
+            .spawn(move || {
+                while !ticker_stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match ticker_engine.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| EngineError(format!("cannot start the epoch thread: {e}")))?;
+
+        let disk = config.cache_dir.as_deref().map(|d| DiskCache::new(d, &engine));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                config,
+                disk,
+                loaded: Mutex::default(),
+                prepared: Mutex::default(),
+                stop_ticker: stop,
+            }),
+        })
+    }
+
+    /// The runtime's settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+}

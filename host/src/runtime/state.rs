@@ -1,0 +1,243 @@
+//! The per-call store state: WASI with an empty context, egress hooks, limits, and docket's
+//! host interfaces (log, clock, settings, secrets).
+//!
+//! One `HostState` lives for exactly one call; nothing a plugin does survives it.
+
+use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings};
+use super::egress::Egress;
+use crate::capabilities::{Grant, Redactor, SecretSource};
+use crate::clock::Clock;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+/// Most log lines kept per call; later lines are counted, not kept.
+const MAX_LOG_LINES: usize = 200;
+/// Longest log line kept, in bytes.
+const MAX_LOG_LINE: usize = 4096;
+/// Capacity of the captured stdout and stderr, each.
+pub(crate) const PIPE_CAPACITY: usize = 64 * 1024;
+
+/// Severity of a plugin log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// Where a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogSource {
+    /// docket's `log` interface.
+    Plugin,
+    Stdout,
+    Stderr,
+    /// The host itself (denials, limits).
+    Host,
+}
+
+/// One line of a call's bounded log, already redacted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub source: LogSource,
+    pub message: String,
+}
+
+/// Everything a call may see besides its input: settings, secrets, clock, identifiers.
+#[derive(Clone)]
+pub struct CallEnv {
+    /// Read-only operator settings for this adapter.
+    pub settings: Arc<BTreeMap<String, String>>,
+    /// The host's secret source; only names in the grant resolve.
+    pub secrets: Arc<SecretSource>,
+    pub clock: Arc<dyn Clock>,
+    /// Identifies the call in host logs (e.g. `wf_…/deliver/att_…`).
+    pub label: Arc<str>,
+}
+
+/// A memory limiter that remembers why it refused to grow.
+#[derive(Debug)]
+pub(crate) struct Limits {
+    pub(crate) memory_cap: usize,
+    /// The size a refused grow asked for.
+    pub(crate) refused: Option<usize>,
+}
+
+impl ResourceLimiter for Limits {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            self.refused = Some(desired);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The `T` of every `Store<T>`.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    egress: Egress,
+    pub(crate) limits: Limits,
+    env: CallEnv,
+    grant: Arc<Grant>,
+    pub(crate) redactor: Redactor,
+    pub(crate) log: Vec<LogLine>,
+    pub(crate) dropped_lines: usize,
+    pub(crate) stdout: MemoryOutputPipe,
+    pub(crate) stderr: MemoryOutputPipe,
+}
+
+impl HostState {
+    pub(crate) fn new(env: CallEnv, grant: Arc<Grant>, memory_cap: usize, call_timeout: std::time::Duration) -> Self {
+        let stdout = MemoryOutputPipe::new(PIPE_CAPACITY);
+        let stderr = MemoryOutputPipe::new(PIPE_CAPACITY);
+        // Deny by default: no environment, no arguments, no preopened directory, no socket
+        // address allowed, no name lookup. The baseline is importable but grants nothing.
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        let redactor = env.secrets.redactor_for(grant.secrets());
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            egress: Egress::new(grant.clone(), call_timeout, env.label.clone()),
+            limits: Limits {
+                memory_cap,
+                refused: None,
+            },
+            env,
+            grant,
+            redactor,
+            log: Vec::new(),
+            dropped_lines: 0,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub(crate) fn denials(&self) -> Vec<String> {
+        self.egress.denials().lock().unwrap().clone()
+    }
+
+    /// Records one line, redacted and bounded, and forwards it to `tracing`.
+    pub(crate) fn push_log(&mut self, level: LogLevel, source: LogSource, message: &str) {
+        let mut message = self.redactor.redact(message).into_owned();
+        if message.len() > MAX_LOG_LINE {
+            let mut cut = MAX_LOG_LINE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let label = &*self.env.label;
+        match level {
+            LogLevel::Trace => tracing::trace!(call = label, ?source, "{message}"),
+            LogLevel::Debug => tracing::debug!(call = label, ?source, "{message}"),
+            LogLevel::Info => tracing::info!(call = label, ?source, "{message}"),
+            LogLevel::Warn => tracing::warn!(call = label, ?source, "{message}"),
+            LogLevel::Error => tracing::error!(call = label, ?source, "{message}"),
+        }
+        if self.log.len() < MAX_LOG_LINES {
+            self.log.push(LogLine { level, source, message });
+        } else {
+            self.dropped_lines += 1;
+        }
+    }
+
+    /// Moves captured stdout and stderr into the log, line by line.
+    pub(crate) fn drain_pipes(&mut self) {
+        for (pipe, source, level) in [
+            (self.stdout.contents(), LogSource::Stdout, LogLevel::Info),
+            (self.stderr.contents(), LogSource::Stderr, LogLevel::Warn),
+        ] {
+            let text = String::from_utf8_lossy(&pipe).into_owned();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                self.push_log(level, source, line);
+            }
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.egress,
+        }
+    }
+}
+
+impl log::Host for HostState {
+    fn write(&mut self, level: log::Level, message: String) {
+        let level = match level {
+            log::Level::Trace => LogLevel::Trace,
+            log::Level::Debug => LogLevel::Debug,
+            log::Level::Info => LogLevel::Info,
+            log::Level::Warn => LogLevel::Warn,
+            log::Level::Error => LogLevel::Error,
+        };
+        self.push_log(level, LogSource::Plugin, &message);
+    }
+}
+
+impl clock::Host for HostState {
+    fn now_ms(&mut self) -> u64 {
+        self.env.clock.now_ms()
+    }
+}
+
+impl settings::Host for HostState {
+    fn get(&mut self, name: String) -> Option<String> {
+        self.env.settings.get(&name).cloned()
+    }
+}
+
+impl secrets::Host for HostState {
+    fn get(&mut self, name: String) -> Result<String, secrets::SecretError> {
+        if !self.grant.secrets().contains(&name) {
+            self.push_log(
+                LogLevel::Warn,
+                LogSource::Host,
+                &format!("secret `{name}` requested but not granted to this step"),
+            );
+            return Err(secrets::SecretError::NotGranted(name));
+        }
+        match self.env.secrets.get(&name) {
+            Some(value) => Ok(value.expose().to_string()),
+            None => Err(secrets::SecretError::NotFound(name)),
+        }
+    }
+}
+
+impl super::bindings::adapter::docket::plugin::types::Host for HostState {}

@@ -1,0 +1,268 @@
+//! The provider simulator: an implementation of the reference delivery protocol
+//! (`reference-provider.md`) with fault injection.
+//!
+//! It is the *world* of docket's end-to-end tests: its record of deliveries
+//! ([`ProviderSim::world`], `GET /v1/_world`) is the ground truth for "did the effect happen,
+//! and how many times". Adapter authors test against it, `docket serve` embeds it, and crash
+//! tests check its record.
+//!
+//! Layout:
+//! - `faults.rs`: [`Faults`], the settings, and the seeded dice that apply shares and counters;
+//! - `state.rs`: the world and the protocol decisions, synchronous and clock-free (callers
+//!   pass `now`), so they are tested without sockets;
+//! - `server.rs`: the axum routes and the connection loop. Connections are served with hyper
+//!   directly so that "lost response after commit" can close a connection without writing a
+//!   single HTTP byte.
+//!
+//! Faults apply to `POST /v1/deliveries` only; lookups and cancels always answer (subject to
+//! the token and the `query` switch), so tests can inspect the provider while it misbehaves.
+
+mod faults;
+mod server;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use faults::Faults;
+pub use state::{Delivery, DeliveryStatus};
+
+use state::World;
+
+/// A source of the current time, for `created_at`, key retention and eventual visibility.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Errors of the simulator's own API (fault settings); protocol answers are HTTP statuses.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The patch was valid JSON but not an object.
+    #[error(
+        "fault settings must be a JSON object such as {{\"lose\": 0.3, \"query\": false}}, \
+         got {found}"
+    )]
+    FaultsNotAnObject {
+        /// The patch as received.
+        found: String,
+    },
+    /// An unknown field or a value of the wrong type; the reason quotes the field.
+    #[error(
+        "invalid fault settings: {reason}; known fields are lose, lose_next, slow, slow_next, \
+         slow_ms, rate_limit, rate_limit_next, retry_after_s, unavailable, unavailable_next, \
+         idempotency, query, visibility_delay_ms, seed"
+    )]
+    InvalidFaults {
+        /// What serde found wrong, naming the field.
+        reason: String,
+    },
+    /// A share that is not a probability.
+    #[error("fault setting `{field}` is {value}, but a share must be a number from 0 to 1")]
+    ShareOutOfRange {
+        /// The share's field name.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+    },
+}
+
+/// How to start a simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The bearer token every protocol request must carry.
+    pub token: String,
+    /// The fault settings at start; change them later with [`ProviderSim::set_faults`].
+    pub faults: Faults,
+    /// How long an idempotency key is remembered; after that the same key creates again.
+    pub key_retention: Duration,
+}
+
+impl SimConfig {
+    /// The key retention the protocol states by default: 24 hours.
+    pub const DEFAULT_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+    /// The token of [`SimConfig::default`]; a test fixture, not a secret.
+    pub const DEFAULT_TOKEN: &str = "docket-sim-token";
+
+    /// A well-behaved provider (default [`Faults`], 24 h key retention) with this token.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            faults: Faults::default(),
+            key_retention: Self::DEFAULT_KEY_RETENTION,
+        }
+    }
+}
+
+impl Default for SimConfig {
+    /// [`SimConfig::new`] with [`SimConfig::DEFAULT_TOKEN`].
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_TOKEN)
+    }
+}
+
+/// A handle to one simulator's shared state; cloning it is cheap and every clone sees the
+/// same world.
+#[derive(Clone)]
+pub struct ProviderSim {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    token: String,
+    clock: Clock,
+    world: Mutex<World>,
+}
+
+impl fmt::Debug for ProviderSim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a credential of sorts; keep it out of logs.
+        f.debug_struct("ProviderSim")
+            .field("faults", &self.faults())
+            .field("key_retention", &self.key_retention())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderSim {
+    /// A simulator on the real clock. Shares outside 0..=1 are not rejected here (a share
+    /// above 1 always fires, below 0 never); call [`Faults::validate`] on untrusted input.
+    pub fn new(config: SimConfig) -> Self {
+        Self::with_clock(config, Arc::new(SystemTime::now))
+    }
+
+    /// A simulator whose `created_at`, key retention and visibility follow `clock`.
+    pub fn with_clock(config: SimConfig, clock: Clock) -> Self {
+        let world = World::new(config.faults, config.key_retention);
+        Self {
+            shared: Arc::new(Shared {
+                token: config.token,
+                clock,
+                world: Mutex::new(world),
+            }),
+        }
+    }
+
+    /// Serves the protocol on `listener` until this future is dropped or its task aborted;
+    /// dropping it also ends every open connection.
+    pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
+        server::serve(self, listener).await
+    }
+
+    /// Binds `addr` (port 0 picks a free port) and serves on a new tokio task.
+    pub async fn start(config: SimConfig, addr: SocketAddr) -> io::Result<RunningSim> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let sim = ProviderSim::new(config);
+        tracing::info!(
+            %addr,
+            key_retention_s = sim.key_retention().as_secs(),
+            faults = ?sim.faults(),
+            "provider simulator listening"
+        );
+        let task = tokio::spawn(sim.clone().serve(listener));
+        Ok(RunningSim { addr, sim, task })
+    }
+
+    /// Every delivery ever created, in creation order, with its current status.
+    pub fn world(&self) -> Vec<Delivery> {
+        self.lock().deliveries()
+    }
+
+    /// Merges `patch` (a JSON object naming some [`Faults`] fields) into the settings and
+    /// returns the full new settings. A patch naming `seed` restarts the share sequence.
+    /// On error nothing changes.
+    pub fn set_faults(&self, patch: Value) -> Result<Faults, SimError> {
+        let faults = self.lock().patch_faults(&patch)?;
+        tracing::info!(%patch, ?faults, "provider fault settings changed");
+        Ok(faults)
+    }
+
+    /// The current fault settings, including what is left of the `*_next` counters.
+    pub fn faults(&self) -> Faults {
+        self.lock().faults().clone()
+    }
+
+    /// How long idempotency keys are remembered.
+    pub fn key_retention(&self) -> Duration {
+        self.lock().key_retention()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, World> {
+        // Nothing panics while holding the lock with the world half-updated, so a poisoned
+        // lock still guards a consistent world.
+        self.shared
+            .world
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> SystemTime {
+        (self.shared.clock)()
+    }
+
+    /// Whether the request carries `Authorization: Bearer <token>`.
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .is_some_and(|token| token == self.shared.token)
+    }
+}
+
+/// A simulator serving on its own task; dropping it (or [`RunningSim::shutdown`]) stops the
+/// server and closes its connections.
+#[derive(Debug)]
+pub struct RunningSim {
+    addr: SocketAddr,
+    sim: ProviderSim,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl RunningSim {
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, with an unspecified bind address (`0.0.0.0`, `::`) replaced by
+    /// loopback so the URL can be dialled.
+    pub fn base_url(&self) -> String {
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("http://{addr}")
+    }
+
+    /// The handle to the served state.
+    pub fn sim(&self) -> &ProviderSim {
+        &self.sim
+    }
+
+    /// Stops the server and waits until its task has ended.
+    pub async fn shutdown(mut self) {
+        self.task.abort();
+        // The task ends cancelled (or with the accept error that ended it); either way it
+        // no longer serves, which is all a caller waits for.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for RunningSim {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

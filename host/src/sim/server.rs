@@ -1,0 +1,276 @@
+//! The HTTP side of the simulator: axum routes over [`ProviderSim`], and a connection loop
+//! that serves them with hyper.
+//!
+//! Handlers hold the world's lock only for one synchronous call into `state.rs`, never across
+//! an await. "Lost response after commit" works like this: the create handler commits, then
+//! returns a response carrying the [`LoseResponse`] marker; the per-connection service sees
+//! the marker and fails instead of answering, and hyper then closes the connection without
+//! writing anything. The caller sees a transport error, exactly like a crash between commit
+//! and answer.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::{Service, service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::ProviderSim;
+use super::state::{CreateOutcome, CreateRequest};
+
+/// Marks a response that must not be sent: the connection is closed instead.
+#[derive(Debug, Clone, Copy)]
+struct LoseResponse;
+
+/// The error the connection service returns for a [`LoseResponse`]; hyper answers a service
+/// error by closing the connection.
+#[derive(Debug, thiserror::Error)]
+#[error("response deliberately lost after commit")]
+struct LostResponse;
+
+/// The protocol's routes, with the simulator as state.
+pub(crate) fn router(sim: ProviderSim) -> Router {
+    Router::new()
+        .route("/v1/deliveries", post(create).get(lookup))
+        .route("/v1/deliveries/{id}/cancel", post(cancel))
+        .route("/v1/_world", get(world))
+        .route("/v1/_faults", post(patch_faults))
+        .with_state(sim)
+}
+
+/// Accepts connections until dropped; dropping also aborts every connection task.
+pub(crate) async fn serve(sim: ProviderSim, listener: TcpListener) -> io::Result<()> {
+    let router = router(sim);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(serve_connection(stream, peer, router.clone()));
+                }
+                // Accept errors (a reset before accept, too many open files) concern one
+                // connection or are transient; pause briefly instead of spinning or giving up.
+                Err(err) => {
+                    warn!(error = %err, "provider simulator failed to accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            // Reap finished connections so the set does not grow with every request.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, router: Router) {
+    // Answers are tiny; do not let Nagle hold them back.
+    let _ = stream.set_nodelay(true);
+    let routes = TowerToHyperService::new(router);
+    let service = service_fn(move |request: http::Request<Incoming>| {
+        let method = request.method().clone();
+        let uri = request.uri().clone();
+        let answer = routes.call(request);
+        async move {
+            let response = match answer.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            if response.extensions().get::<LoseResponse>().is_some() {
+                debug!(%method, %uri, "provider request: response dropped");
+                return Err(LostResponse);
+            }
+            debug!(%method, %uri, status = %response.status(), "provider request");
+            Ok(response)
+        }
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(err) = connection.await {
+        debug!(%peer, error = %err, "provider connection closed with an error");
+    }
+}
+
+/// Answers that are not protocol decisions of the world.
+#[derive(Debug)]
+enum ApiError {
+    Unauthorized,
+    NotFound(&'static str),
+    BadRequest(String),
+    InvalidFaults(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                json!({"error": "unauthorized", "message": "expected `Authorization: Bearer <token>` with the simulator's token"}),
+            ),
+            ApiError::NotFound(what) => (
+                StatusCode::NOT_FOUND,
+                json!({"error": "not_found", "message": what}),
+            ),
+            ApiError::BadRequest(message) => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "bad_request", "message": message}),
+            ),
+            ApiError::InvalidFaults(message) => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "invalid_faults", "message": message}),
+            ),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+fn require_token(sim: &ProviderSim, headers: &HeaderMap) -> Result<(), ApiError> {
+    if sim.authorized(headers) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// `POST /v1/deliveries`.
+async fn create(
+    State(sim): State<ProviderSim>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_token(&sim, &headers)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ApiError::BadRequest("Idempotency-Key must be visible ASCII".to_owned())
+        })?),
+    };
+    let now = sim.now();
+    let decision = sim.lock().create(
+        CreateRequest {
+            idempotency_key,
+            body: &body,
+        },
+        now,
+    );
+    let outcome = decision.outcome;
+    match &outcome {
+        CreateOutcome::Unavailable => info!("injected fault: 503 unavailable, nothing created"),
+        CreateOutcome::RateLimited { retry_after_s } => {
+            info!(retry_after_s, "injected fault: 429 rate limited, nothing created");
+        }
+        _ => {}
+    }
+    if decision.lose {
+        info!(?outcome, "injected fault: response lost after commit");
+        let mut lost = StatusCode::OK.into_response();
+        lost.extensions_mut().insert(LoseResponse);
+        return Ok(lost);
+    }
+    if let Some(delay) = decision.delay {
+        info!(
+            delay_ms = delay.as_millis(),
+            ?outcome,
+            "injected fault: slow answer"
+        );
+        tokio::time::sleep(delay).await;
+    }
+    Ok(answer(outcome))
+}
+
+fn answer(outcome: CreateOutcome) -> Response {
+    let error = |status: StatusCode, code: &str| (status, Json(json!({"error": code})));
+    match outcome {
+        CreateOutcome::Unavailable => {
+            error(StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response()
+        }
+        CreateOutcome::RateLimited { retry_after_s } => {
+            let mut response = error(StatusCode::TOO_MANY_REQUESTS, "rate_limited").into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+            response
+        }
+        CreateOutcome::BadRequest { message } => ApiError::BadRequest(message).into_response(),
+        CreateOutcome::InvalidRecipient => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, "invalid_recipient").into_response()
+        }
+        CreateOutcome::KeyReused => {
+            error(StatusCode::CONFLICT, "idempotency_key_reused").into_response()
+        }
+        CreateOutcome::Created(accepted) => (StatusCode::CREATED, Json(accepted)).into_response(),
+        CreateOutcome::Replayed(accepted) => (StatusCode::OK, Json(accepted)).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct LookupParams {
+    client_reference: Option<String>,
+}
+
+/// `GET /v1/deliveries?client_reference=<ref>`.
+async fn lookup(
+    State(sim): State<ProviderSim>,
+    headers: HeaderMap,
+    Query(params): Query<LookupParams>,
+) -> Result<Response, ApiError> {
+    require_token(&sim, &headers)?;
+    let now = sim.now();
+    // Check the switch before the parameter: with query off the endpoint does not exist.
+    let reference = params.client_reference.unwrap_or_default();
+    let found = sim
+        .lock()
+        .lookup(&reference, now)
+        .ok_or(ApiError::NotFound(
+            "the lookup endpoint is switched off (query: false)",
+        ))?;
+    if reference.is_empty() {
+        return Err(ApiError::BadRequest(
+            "expected the query parameter client_reference=<reference>".to_owned(),
+        ));
+    }
+    Ok(Json(json!({"data": found})).into_response())
+}
+
+/// `POST /v1/deliveries/{id}/cancel`.
+async fn cancel(
+    State(sim): State<ProviderSim>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    require_token(&sim, &headers)?;
+    let cancelled = sim
+        .lock()
+        .cancel(&id)
+        .ok_or(ApiError::NotFound("no delivery with this id"))?;
+    info!(id = %cancelled.id, "delivery cancelled");
+    Ok(Json(json!({"id": cancelled.id, "status": cancelled.status})).into_response())
+}
+
+/// `GET /v1/_world`: the test hook, no token.
+async fn world(State(sim): State<ProviderSim>) -> Response {
+    Json(json!({"data": sim.world()})).into_response()
+}
+
+/// `POST /v1/_faults`: the test hook, no token.
+async fn patch_faults(State(sim): State<ProviderSim>, body: Bytes) -> Result<Response, ApiError> {
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::BadRequest(format!("fault settings are not valid JSON: {err}")))?;
+    let faults = sim
+        .set_faults(patch)
+        .map_err(|err| ApiError::InvalidFaults(err.to_string()))?;
+    Ok(Json(faults).into_response())
+}

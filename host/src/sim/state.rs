@@ -1,0 +1,336 @@
+//! The simulator's world: every delivery ever created, the idempotency keys, the fault
+//! settings, and the decisions the protocol makes over them.
+//!
+//! Everything here is synchronous and takes `now` from the caller, so the protocol is tested
+//! without sockets or sleeps. The HTTP layer (`server.rs`) only parses headers, holds the lock
+//! around one call, and turns the returned decision into bytes, a delay, or a dropped
+//! connection.
+//!
+//! Invariants: deliveries are only appended, never removed (the world is the ground truth for
+//! "how many times did the effect happen"); ids are `dlv_<n>` with `n` counting from 1 in
+//! creation order; a request answered `429`, `503`, `400`, `409` or `422` creates nothing.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::SimError;
+use super::faults::{FaultState, Faults, Roll};
+
+/// One delivery as the provider records it and answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// `dlv_<n>`, numbered from 1 in creation order.
+    pub id: String,
+    /// The caller's stable reference (docket sends its external idempotency key here).
+    pub client_reference: String,
+    /// The address the document was delivered to.
+    pub recipient: String,
+    /// `sha256:<hex>` of the document, as sent by the caller.
+    pub document_digest: String,
+    /// Current status; cancelling changes it in place.
+    pub status: DeliveryStatus,
+    /// Creation time, RFC 3339 in UTC.
+    pub created_at: String,
+}
+
+/// The status of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Created and not cancelled.
+    Accepted,
+    /// Cancelled by `POST /v1/deliveries/{id}/cancel`.
+    Cancelled,
+}
+
+/// The body of a `201` (and of the `200` replay of the same key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Accepted {
+    pub id: String,
+    pub client_reference: String,
+    pub status: DeliveryStatus,
+}
+
+/// The fields of a create request the provider needs; extra fields are tolerated, as a real
+/// provider would.
+#[derive(Debug, Deserialize)]
+struct CreateBody {
+    client_reference: String,
+    recipient: String,
+    document_digest: String,
+    /// Parsed only so that a non-string document is a `400`; the provider keeps the digest.
+    #[serde(default, rename = "document")]
+    _document: Option<String>,
+}
+
+/// A create request as the HTTP layer hands it over, after the token check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CreateRequest<'a> {
+    /// The `Idempotency-Key` header, if sent.
+    pub idempotency_key: Option<&'a str>,
+    /// The raw body.
+    pub body: &'a [u8],
+}
+
+/// What the protocol answers to a create request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CreateOutcome {
+    /// `503`; nothing created.
+    Unavailable,
+    /// `429` with `Retry-After`; nothing created.
+    RateLimited { retry_after_s: u64 },
+    /// `400`: not JSON, or a required field missing or of the wrong type.
+    BadRequest { message: String },
+    /// `422 invalid_recipient`.
+    InvalidRecipient,
+    /// `409 idempotency_key_reused`.
+    KeyReused,
+    /// `201`: a new delivery.
+    Created(Accepted),
+    /// `200`: the key was already used with an equal body; nothing new was created.
+    Replayed(Accepted),
+}
+
+/// The outcome plus the transport faults to apply when answering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CreateDecision {
+    pub outcome: CreateOutcome,
+    /// Close the connection without answering (only ever set for `Created`/`Replayed`).
+    pub lose: bool,
+    /// Answer only after this delay (never set when `lose` is).
+    pub delay: Option<Duration>,
+}
+
+/// A delivery plus what the HTTP answers do not show.
+#[derive(Debug)]
+struct Record {
+    delivery: Delivery,
+    /// Lookups show the delivery from this time on (eventual visibility).
+    visible_at: SystemTime,
+}
+
+/// What is remembered under one idempotency key.
+#[derive(Debug)]
+struct KeyEntry {
+    /// The request body as parsed JSON; replays are compared with it, so key order and
+    /// whitespace do not matter.
+    body: Value,
+    answer: Accepted,
+    stored_at: SystemTime,
+}
+
+/// The whole mutable state of one simulator.
+#[derive(Debug)]
+pub(crate) struct World {
+    records: Vec<Record>,
+    keys: HashMap<String, KeyEntry>,
+    faults: FaultState,
+    key_retention: Duration,
+}
+
+impl World {
+    pub fn new(faults: Faults, key_retention: Duration) -> Self {
+        Self {
+            records: Vec::new(),
+            keys: HashMap::new(),
+            faults: FaultState::new(faults),
+            key_retention,
+        }
+    }
+
+    /// Decides and applies one create request (the state changes before the answer is sent,
+    /// which is what makes "lost response after commit" and "slow" meaningful).
+    pub fn create(&mut self, request: CreateRequest<'_>, now: SystemTime) -> CreateDecision {
+        let roll = self.faults.roll();
+        let outcome = self.create_outcome(request, now, roll);
+        let committed = matches!(
+            outcome,
+            CreateOutcome::Created(_) | CreateOutcome::Replayed(_)
+        );
+        let lose = committed && self.faults.take_lose(roll);
+        let delay = (!lose && self.faults.take_slow(roll))
+            .then(|| Duration::from_millis(self.faults.faults.slow_ms));
+        CreateDecision {
+            outcome,
+            lose,
+            delay,
+        }
+    }
+
+    fn create_outcome(
+        &mut self,
+        request: CreateRequest<'_>,
+        now: SystemTime,
+        roll: Roll,
+    ) -> CreateOutcome {
+        // Infrastructure faults come before any processing: the request never reached the
+        // part of the provider that creates things.
+        if self.faults.take_unavailable(roll) {
+            return CreateOutcome::Unavailable;
+        }
+        if self.faults.take_rate_limit(roll) {
+            return CreateOutcome::RateLimited {
+                retry_after_s: self.faults.faults.retry_after_s,
+            };
+        }
+        let body: Value = match serde_json::from_slice(request.body) {
+            Ok(body) => body,
+            Err(err) => {
+                return CreateOutcome::BadRequest {
+                    message: format!("request body is not valid JSON: {err}"),
+                };
+            }
+        };
+        let fields: CreateBody = match serde_json::from_value(body.clone()) {
+            Ok(fields) => fields,
+            Err(err) => {
+                return CreateOutcome::BadRequest {
+                    message: format!(
+                        "request body does not match {{\"client_reference\", \"recipient\", \
+                         \"document_digest\", \"document\"}}: {err}"
+                    ),
+                };
+            }
+        };
+        if !valid_recipient(&fields.recipient) {
+            return CreateOutcome::InvalidRecipient;
+        }
+        let key = request
+            .idempotency_key
+            .filter(|_| self.faults.faults.idempotency);
+        if let Some(key) = key
+            && let Some(entry) = self.keys.get(key)
+            && !self.expired(entry, now)
+        {
+            return if entry.body == body {
+                CreateOutcome::Replayed(entry.answer.clone())
+            } else {
+                CreateOutcome::KeyReused
+            };
+        }
+        let answer = self.append(fields, now);
+        if let Some(key) = key {
+            // Also replaces an expired entry: after retention the key is free again.
+            self.keys.insert(
+                key.to_owned(),
+                KeyEntry {
+                    body,
+                    answer: answer.clone(),
+                    stored_at: now,
+                },
+            );
+        }
+        CreateOutcome::Created(answer)
+    }
+
+    fn expired(&self, entry: &KeyEntry, now: SystemTime) -> bool {
+        // A clock that went backwards keeps the key rather than freeing it early.
+        now.duration_since(entry.stored_at)
+            .is_ok_and(|age| age >= self.key_retention)
+    }
+
+    fn append(&mut self, fields: CreateBody, now: SystemTime) -> Accepted {
+        let id = format!("dlv_{}", self.records.len() + 1);
+        let delivery = Delivery {
+            id: id.clone(),
+            client_reference: fields.client_reference,
+            recipient: fields.recipient,
+            document_digest: fields.document_digest,
+            status: DeliveryStatus::Accepted,
+            created_at: rfc3339(now),
+        };
+        let visible_at = now + Duration::from_millis(self.faults.faults.visibility_delay_ms);
+        let answer = Accepted {
+            id,
+            client_reference: delivery.client_reference.clone(),
+            status: delivery.status,
+        };
+        self.records.push(Record {
+            delivery,
+            visible_at,
+        });
+        answer
+    }
+
+    /// The lookup endpoint: `None` when query is off (the endpoint answers `404`), else the
+    /// deliveries with this reference that are visible at `now`, in creation order.
+    pub fn lookup(&self, client_reference: &str, now: SystemTime) -> Option<Vec<Delivery>> {
+        if !self.faults.faults.query {
+            return None;
+        }
+        let found = self
+            .records
+            .iter()
+            .filter(|r| r.delivery.client_reference == client_reference && r.visible_at <= now)
+            .map(|r| r.delivery.clone())
+            .collect();
+        Some(found)
+    }
+
+    /// Cancels a delivery; cancelling again changes nothing. `None` for an unknown id.
+    pub fn cancel(&mut self, id: &str) -> Option<Delivery> {
+        let record = self.records.iter_mut().find(|r| r.delivery.id == id)?;
+        record.delivery.status = DeliveryStatus::Cancelled;
+        Some(record.delivery.clone())
+    }
+
+    /// Every delivery ever created, in creation order, with its current status, visible or not.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.records.iter().map(|r| r.delivery.clone()).collect()
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.faults.faults
+    }
+
+    pub fn patch_faults(&mut self, patch: &Value) -> Result<Faults, SimError> {
+        self.faults.patch(patch)
+    }
+
+    pub fn key_retention(&self) -> Duration {
+        self.key_retention
+    }
+}
+
+/// The provider's notion of a deliverable address; anything else is a permanent `422`.
+fn valid_recipient(recipient: &str) -> bool {
+    !recipient.trim().is_empty() && recipient.contains('@')
+}
+
+/// Formats a time as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`.
+pub(crate) fn rfc3339(time: SystemTime) -> String {
+    // Times before 1970 do not occur with a real or test clock; clamp rather than panic.
+    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since_epoch.as_secs();
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let rem = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`, restricted to dates after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,185 @@
+//! Protocol decisions of [`World`] without sockets: a fixed clock, plain calls.
+
+use super::*;
+use serde_json::json;
+
+const T0: Duration = Duration::from_secs(1_700_000_000);
+
+fn at(offset_ms: u64) -> SystemTime {
+    UNIX_EPOCH + T0 + Duration::from_millis(offset_ms)
+}
+
+fn world(faults: Faults) -> World {
+    World::new(faults, Duration::from_secs(24 * 3600))
+}
+
+fn body(reference: &str, recipient: &str) -> Vec<u8> {
+    json!({
+        "client_reference": reference,
+        "recipient": recipient,
+        "document_digest": "sha256:00",
+        "document": "hello",
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn post(world: &mut World, key: Option<&str>, body: &[u8], now: SystemTime) -> CreateDecision {
+    world.create(
+        CreateRequest {
+            idempotency_key: key,
+            body,
+        },
+        now,
+    )
+}
+
+#[test]
+fn create_then_replay_then_conflict() {
+    let mut w = world(Faults::default());
+    let first = post(&mut w, Some("k1"), &body("r1", "a@b"), at(0));
+    let CreateOutcome::Created(accepted) = first.outcome else {
+        panic!("expected created, got {first:?}");
+    };
+    assert_eq!(accepted.id, "dlv_1");
+    // Same body with keys in another order and other whitespace is a replay.
+    let reordered = br#"{ "document": "hello", "document_digest": "sha256:00",
+        "recipient": "a@b", "client_reference": "r1" }"#;
+    let replay = post(&mut w, Some("k1"), reordered, at(1));
+    assert_eq!(replay.outcome, CreateOutcome::Replayed(accepted));
+    let conflict = post(&mut w, Some("k1"), &body("r1", "c@d"), at(2));
+    assert_eq!(conflict.outcome, CreateOutcome::KeyReused);
+    assert_eq!(w.deliveries().len(), 1);
+}
+
+#[test]
+fn bad_bodies_and_recipients_create_nothing() {
+    let mut w = world(Faults::default());
+    for recipient in ["", "nobody", "   "] {
+        let d = post(&mut w, Some(recipient), &body("r", recipient), at(0));
+        assert_eq!(d.outcome, CreateOutcome::InvalidRecipient);
+    }
+    let d = post(&mut w, None, b"{not json", at(0));
+    assert!(matches!(d.outcome, CreateOutcome::BadRequest { .. }), "{d:?}");
+    let d = post(&mut w, None, br#"{"recipient": "a@b"}"#, at(0));
+    let CreateOutcome::BadRequest { message } = d.outcome else {
+        panic!("expected bad request, got {d:?}");
+    };
+    assert!(message.contains("client_reference"), "{message}");
+    assert!(w.deliveries().is_empty());
+}
+
+#[test]
+fn key_expires_after_retention() {
+    let mut w = World::new(Faults::default(), Duration::from_secs(10));
+    post(&mut w, Some("k"), &body("r", "a@b"), at(0));
+    let again = post(&mut w, Some("k"), &body("r", "a@b"), at(9_999));
+    assert!(matches!(again.outcome, CreateOutcome::Replayed(_)));
+    let later = post(&mut w, Some("k"), &body("r", "a@b"), at(10_000));
+    assert!(matches!(later.outcome, CreateOutcome::Created(_)));
+    assert_eq!(w.deliveries().len(), 2);
+}
+
+#[test]
+fn idempotency_off_ignores_the_key() {
+    let mut w = world(Faults {
+        idempotency: false,
+        ..Faults::default()
+    });
+    post(&mut w, Some("k"), &body("r", "a@b"), at(0));
+    let second = post(&mut w, Some("k"), &body("r", "a@b"), at(1));
+    assert!(matches!(second.outcome, CreateOutcome::Created(_)));
+    assert_eq!(w.deliveries().len(), 2);
+}
+
+#[test]
+fn infrastructure_faults_create_nothing_and_count_down() {
+    let mut w = world(Faults {
+        unavailable_next: 1,
+        rate_limit_next: 1,
+        retry_after_s: 7,
+        ..Faults::default()
+    });
+    let b = body("r", "a@b");
+    assert_eq!(post(&mut w, None, &b, at(0)).outcome, CreateOutcome::Unavailable);
+    assert_eq!(
+        post(&mut w, None, &b, at(0)).outcome,
+        CreateOutcome::RateLimited { retry_after_s: 7 }
+    );
+    assert!(w.deliveries().is_empty());
+    assert!(matches!(
+        post(&mut w, None, &b, at(0)).outcome,
+        CreateOutcome::Created(_)
+    ));
+}
+
+#[test]
+fn lose_applies_only_to_committed_requests() {
+    let mut w = world(Faults {
+        lose_next: 1,
+        ..Faults::default()
+    });
+    // A rejected request does not use up the pending lost response.
+    let rejected = post(&mut w, None, &body("r", "nobody"), at(0));
+    assert!(!rejected.lose);
+    let lost = post(&mut w, None, &body("r", "a@b"), at(0));
+    assert!(lost.lose && matches!(lost.outcome, CreateOutcome::Created(_)));
+    let next = post(&mut w, None, &body("r", "a@b"), at(0));
+    assert!(!next.lose);
+    assert_eq!(w.faults().lose_next, 0);
+    assert_eq!(w.deliveries().len(), 2);
+}
+
+#[test]
+fn slow_commits_first_and_delays_the_answer() {
+    let mut w = world(Faults {
+        slow_next: 1,
+        slow_ms: 250,
+        ..Faults::default()
+    });
+    let d = post(&mut w, None, &body("r", "a@b"), at(0));
+    assert_eq!(d.delay, Some(Duration::from_millis(250)));
+    assert_eq!(w.deliveries().len(), 1);
+}
+
+#[test]
+fn lookup_respects_visibility_and_query_switch() {
+    let mut w = world(Faults {
+        visibility_delay_ms: 300,
+        ..Faults::default()
+    });
+    post(&mut w, None, &body("r", "a@b"), at(0));
+    post(&mut w, None, &body("other", "a@b"), at(0));
+    assert_eq!(w.lookup("r", at(299)), Some(vec![]));
+    let found = w.lookup("r", at(300)).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].client_reference, "r");
+    w.patch_faults(&json!({"query": false})).unwrap();
+    assert_eq!(w.lookup("r", at(300)), None);
+}
+
+#[test]
+fn cancel_is_idempotent_and_shows_in_the_world() {
+    let mut w = world(Faults::default());
+    post(&mut w, None, &body("r", "a@b"), at(0));
+    let once = w.cancel("dlv_1").unwrap();
+    let twice = w.cancel("dlv_1").unwrap();
+    assert_eq!(once, twice);
+    assert_eq!(once.status, DeliveryStatus::Cancelled);
+    assert_eq!(w.deliveries()[0].status, DeliveryStatus::Cancelled);
+    assert!(w.cancel("dlv_2").is_none());
+}
+
+#[test]
+fn rfc3339_formats_utc() {
+    assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339(at(123)), "2023-11-14T22:13:20.123Z");
+    assert_eq!(
+        rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+        "2000-02-29T00:00:00.000Z"
+    );
+    assert_eq!(
+        rfc3339(UNIX_EPOCH + Duration::from_secs(4_102_444_799)),
+        "2099-12-31T23:59:59.000Z"
+    );
+}

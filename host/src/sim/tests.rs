@@ -1,0 +1,420 @@
+//! The simulator over real loopback HTTP with a real client: every protocol answer and every
+//! fault mode as a caller (an adapter) sees it.
+
+use std::time::Duration;
+
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+
+use super::*;
+
+const TOKEN: &str = "test-token";
+
+async fn start(faults: Faults) -> (RunningSim, Client) {
+    let config = SimConfig {
+        faults,
+        ..SimConfig::new(TOKEN)
+    };
+    let running = ProviderSim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("bind a loopback port");
+    (running, Client::new())
+}
+
+fn delivery(reference: &str, recipient: &str) -> Value {
+    json!({
+        "client_reference": reference,
+        "recipient": recipient,
+        "document_digest": "sha256:ab12",
+        "document": "hello",
+    })
+}
+
+async fn post_raw(
+    client: &Client,
+    sim: &RunningSim,
+    key: Option<&str>,
+    body: String,
+) -> reqwest::Result<reqwest::Response> {
+    let mut request = client
+        .post(format!("{}/v1/deliveries", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.send().await
+}
+
+async fn post(
+    client: &Client,
+    sim: &RunningSim,
+    key: Option<&str>,
+    body: &Value,
+) -> reqwest::Result<reqwest::Response> {
+    post_raw(client, sim, key, body.to_string()).await
+}
+
+async fn lookup(client: &Client, sim: &RunningSim, reference: &str) -> reqwest::Response {
+    client
+        .get(format!("{}/v1/deliveries", sim.base_url()))
+        .query(&[("client_reference", reference)])
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn cancel(client: &Client, sim: &RunningSim, id: &str) -> reqwest::Response {
+    client
+        .post(format!("{}/v1/deliveries/{id}/cancel", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn world(client: &Client, sim: &RunningSim) -> Vec<Value> {
+    let body: Value = client
+        .get(format!("{}/v1/_world", sim.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["data"].as_array().unwrap().clone()
+}
+
+async fn patch(client: &Client, sim: &RunningSim, patch: &str) -> reqwest::Response {
+    client
+        .post(format!("{}/v1/_faults", sim.base_url()))
+        .body(patch.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn create_replay_and_conflict() {
+    let (sim, client) = start(Faults::default()).await;
+    let body = delivery("ref-1", "a@example.com");
+    let created = post(&client, &sim, Some("key-1"), &body).await.unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(
+        created,
+        json!({"id": "dlv_1", "client_reference": "ref-1", "status": "accepted"})
+    );
+
+    // The same body with its keys in another order is a replay, not a conflict.
+    let reordered = r#"{"document":"hello","document_digest":"sha256:ab12",
+        "recipient":"a@example.com","client_reference":"ref-1"}"#;
+    let replay = post_raw(&client, &sim, Some("key-1"), reordered.to_owned())
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(replay.json::<Value>().await.unwrap(), created);
+
+    let other = delivery("ref-1", "b@example.com");
+    let conflict = post(&client, &sim, Some("key-1"), &other).await.unwrap();
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        conflict.json::<Value>().await.unwrap(),
+        json!({"error": "idempotency_key_reused"})
+    );
+
+    let world = world(&client, &sim).await;
+    assert_eq!(world.len(), 1);
+    assert_eq!(world[0]["status"], "accepted");
+    assert!(world[0]["created_at"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn invalid_recipient_is_422_and_malformed_json_is_400() {
+    let (sim, client) = start(Faults::default()).await;
+    for recipient in ["", "no-at-sign"] {
+        let answer = post(&client, &sim, Some(recipient), &delivery("r", recipient))
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            answer.json::<Value>().await.unwrap(),
+            json!({"error": "invalid_recipient"})
+        );
+    }
+    let answer = post_raw(&client, &sim, None, "{\"client_reference\":".to_owned())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+    assert!(world(&client, &sim).await.is_empty());
+}
+
+#[tokio::test]
+async fn wrong_or_missing_token_is_401() {
+    let (sim, client) = start(Faults::default()).await;
+    let url = format!("{}/v1/deliveries", sim.base_url());
+    let body = delivery("r", "a@b.c").to_string();
+    let missing = client.post(&url).body(body.clone()).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    let wrong = client
+        .post(&url)
+        .bearer_auth("nope")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let lookup = client
+        .get(format!("{url}?client_reference=r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lookup.status(), StatusCode::UNAUTHORIZED);
+    let cancel = client
+        .post(format!("{url}/dlv_1/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::UNAUTHORIZED);
+    assert!(world(&client, &sim).await.is_empty());
+}
+
+#[tokio::test]
+async fn rate_limit_is_429_with_retry_after_and_creates_nothing() {
+    let (sim, client) = start(Faults {
+        rate_limit_next: 1,
+        retry_after_s: 3,
+        ..Faults::default()
+    })
+    .await;
+    let body = delivery("r", "a@b.c");
+    let limited = post(&client, &sim, Some("k"), &body).await.unwrap();
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.headers()["retry-after"], "3");
+    assert!(world(&client, &sim).await.is_empty());
+    // Nothing was remembered under the key either: the retry creates.
+    let retry = post(&client, &sim, Some("k"), &body).await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn unavailable_is_503_and_creates_nothing() {
+    let (sim, client) = start(Faults {
+        unavailable: 1.0,
+        ..Faults::default()
+    })
+    .await;
+    let answer = post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(world(&client, &sim).await.is_empty());
+}
+
+#[tokio::test]
+async fn lost_response_is_a_transport_error_after_commit() {
+    let (sim, client) = start(Faults {
+        lose: 1.0,
+        ..Faults::default()
+    })
+    .await;
+    let err = post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .expect_err("the connection must close without an answer");
+    eprintln!("LOST: {err:?}");
+    assert!(err.status().is_none() && !err.is_timeout(), "{err:?}");
+    let world = world(&client, &sim).await;
+    assert_eq!(world.len(), 1);
+    assert_eq!(world[0]["client_reference"], "r");
+}
+
+#[tokio::test]
+async fn lose_next_affects_exactly_one_request() {
+    let (sim, client) = start(Faults::default()).await;
+    let settings = patch(&client, &sim, r#"{"lose_next": 1}"#).await;
+    assert_eq!(settings.json::<Value>().await.unwrap()["lose_next"], 1);
+    let body = delivery("r", "a@b.c");
+    assert!(post(&client, &sim, Some("k"), &body).await.is_err());
+    // The retry under the same key replays the committed delivery.
+    let retry = post(&client, &sim, Some("k"), &body).await.unwrap();
+    assert_eq!(retry.status(), StatusCode::OK);
+    let next = post(&client, &sim, Some("k2"), &body).await.unwrap();
+    assert_eq!(next.status(), StatusCode::CREATED);
+    assert_eq!(world(&client, &sim).await.len(), 2);
+    assert_eq!(sim.sim().faults().lose_next, 0);
+}
+
+#[tokio::test]
+async fn slow_answer_outlasts_the_caller_but_commits() {
+    let (sim, client) = start(Faults {
+        slow_next: 1,
+        slow_ms: 2_000,
+        ..Faults::default()
+    })
+    .await;
+    let err = client
+        .post(format!("{}/v1/deliveries", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .json(&delivery("r", "a@b.c"))
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await
+        .expect_err("the answer comes after the client's timeout");
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(world(&client, &sim).await.len(), 1);
+}
+
+#[tokio::test]
+async fn idempotency_off_creates_every_time() {
+    let (sim, client) = start(Faults::default()).await;
+    patch(&client, &sim, r#"{"idempotency": false}"#).await;
+    let body = delivery("r", "a@b.c");
+    for _ in 0..2 {
+        let answer = post(&client, &sim, Some("same-key"), &body).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::CREATED);
+    }
+    let world = world(&client, &sim).await;
+    assert_eq!(world.len(), 2);
+    assert_eq!(world[0]["id"], "dlv_1");
+    assert_eq!(world[1]["id"], "dlv_2");
+}
+
+#[tokio::test]
+async fn query_off_is_404() {
+    let (sim, client) = start(Faults {
+        query: false,
+        ..Faults::default()
+    })
+    .await;
+    post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .unwrap();
+    assert_eq!(
+        lookup(&client, &sim, "r").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    patch(&client, &sim, r#"{"query": true}"#).await;
+    let found: Value = lookup(&client, &sim, "r").await.json().await.unwrap();
+    assert_eq!(found["data"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn visibility_delay_hides_then_shows() {
+    let (sim, client) = start(Faults {
+        visibility_delay_ms: 300,
+        ..Faults::default()
+    })
+    .await;
+    post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .unwrap();
+    let early = lookup(&client, &sim, "r").await;
+    assert_eq!(early.status(), StatusCode::OK);
+    assert_eq!(early.json::<Value>().await.unwrap(), json!({"data": []}));
+    // The world shows it at once; only lookups lag.
+    assert_eq!(world(&client, &sim).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let late: Value = lookup(&client, &sim, "r").await.json().await.unwrap();
+    let data = late["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0]["id"], "dlv_1");
+    assert_eq!(data[0]["recipient"], "a@b.c");
+    assert_eq!(data[0]["document_digest"], "sha256:ab12");
+}
+
+#[tokio::test]
+async fn cancel_twice_gives_the_same_answer() {
+    let (sim, client) = start(Faults::default()).await;
+    post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let answer = cancel(&client, &sim, "dlv_1").await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(
+            answer.json::<Value>().await.unwrap(),
+            json!({"id": "dlv_1", "status": "cancelled"})
+        );
+    }
+    assert_eq!(
+        cancel(&client, &sim, "dlv_9").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(world(&client, &sim).await[0]["status"], "cancelled");
+    assert_eq!(sim.sim().world()[0].status, DeliveryStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn faults_patch_answers_settings_and_names_a_bad_field() {
+    let (sim, client) = start(Faults::default()).await;
+    let answer = patch(&client, &sim, r#"{"lose": 0.25, "query": false}"#).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let settings: Faults = answer.json().await.unwrap();
+    assert_eq!(
+        settings,
+        Faults {
+            lose: 0.25,
+            query: false,
+            ..Faults::default()
+        }
+    );
+
+    let typo = patch(&client, &sim, r#"{"loose": 1}"#).await;
+    assert_eq!(typo.status(), StatusCode::BAD_REQUEST);
+    let message = typo.json::<Value>().await.unwrap()["message"].to_string();
+    assert!(message.contains("loose"), "{message}");
+    let range = patch(&client, &sim, r#"{"lose": 2}"#).await;
+    assert_eq!(range.status(), StatusCode::BAD_REQUEST);
+    let garbage = patch(&client, &sim, "{lose").await;
+    assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
+    // Refused patches change nothing.
+    assert_eq!(sim.sim().faults(), settings);
+}
+
+/// Outcome pattern of `n` creates: `true` where the response was lost.
+async fn lost_pattern(client: &Client, sim: &RunningSim, run: &str, n: usize) -> Vec<bool> {
+    let mut pattern = Vec::new();
+    for i in 0..n {
+        let key = format!("{run}-{i}");
+        let answer = post(client, sim, Some(&key), &delivery(&key, "a@b.c")).await;
+        pattern.push(answer.is_err());
+    }
+    pattern
+}
+
+#[tokio::test]
+async fn seeded_shares_repeat() {
+    let faults = Faults {
+        lose: 0.5,
+        seed: 7,
+        ..Faults::default()
+    };
+    let (first_sim, client) = start(faults.clone()).await;
+    let first = lost_pattern(&client, &first_sim, "a", 16).await;
+    assert!(first.contains(&true) && first.contains(&false), "{first:?}");
+
+    // Reseeding the same simulator repeats the sequence...
+    patch(&client, &first_sim, r#"{"seed": 7}"#).await;
+    let again = lost_pattern(&client, &first_sim, "b", 16).await;
+    assert_eq!(first, again);
+
+    // ...and so does a fresh simulator with the same settings.
+    let (second_sim, client) = start(faults).await;
+    let fresh = lost_pattern(&client, &second_sim, "c", 16).await;
+    assert_eq!(first, fresh);
+
+    // Every request committed, lost or not.
+    assert_eq!(world(&client, &first_sim).await.len(), 32);
+}
+
+#[tokio::test]
+async fn shutdown_stops_serving() {
+    let (sim, client) = start(Faults::default()).await;
+    let url = format!("{}/v1/_world", sim.base_url());
+    assert!(client.get(&url).send().await.is_ok());
+    sim.shutdown().await;
+    // A fresh client, so no pooled connection outlives the server in the check.
+    assert!(Client::new().get(&url).send().await.is_err());
+}
