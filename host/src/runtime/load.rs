@@ -65,6 +65,27 @@ impl LoadedComponent {
         }
     }
 
+    /// The world this component implements.
+    pub fn world(&self) -> World {
+        match self.kind {
+            ComponentKind::Adapter { .. } => World::Adapter,
+            ComponentKind::Handler { .. } => World::Handler,
+        }
+    }
+
+    /// Fails with a clear message unless the component implements `expected`.
+    pub fn expect_world(&self, expected: World) -> Result<(), LoadError> {
+        let found = self.world();
+        if found == expected {
+            Ok(())
+        } else {
+            Err(LoadError::WrongWorld {
+                expected: expected.name(),
+                found: found.name(),
+            })
+        }
+    }
+
     /// The adapter contract, if this is an adapter.
     pub fn contract(&self) -> Option<&Contract> {
         match &self.kind {
@@ -98,11 +119,21 @@ pub(crate) enum PreKind {
     Handler(HandlerPre<HostState>),
 }
 
-/// The world a caller expects a component to implement.
+/// The two docket worlds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum World {
     Adapter,
     Handler,
+}
+
+impl World {
+    /// The world's name in `wit/docket.wit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            World::Adapter => "adapter",
+            World::Handler => "handler",
+        }
+    }
 }
 
 /// Why a component cannot be loaded or run under a grant. Each says how to fix it.
@@ -301,10 +332,7 @@ impl Runtime {
             .map_err(|e| LoadError::Compile {
                 reason: format!("{e:#}"),
             })?;
-        let world = match component.kind {
-            ComponentKind::Adapter { .. } => World::Adapter,
-            ComponentKind::Handler { .. } => World::Handler,
-        };
+        let world = component.world();
         let prepared = Arc::new(Prepared {
             component: component.clone(),
             grant,

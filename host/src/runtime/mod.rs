@@ -16,7 +16,7 @@ mod load;
 mod state;
 
 pub use call::{CallFailure, CallLimits, CallReport};
-pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared};
+pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared, World};
 pub use state::{CallEnv, LogLevel, LogLine, LogSource};
 
 use cache::DiskCache;

@@ -82,6 +82,8 @@ impl Default for Faults {
 impl Faults {
     /// Returns these settings with `patch` (a JSON object of some fields) merged in.
     ///
+    /// # Errors
+    ///
     /// Fails, leaving nothing changed, when the patch is not an object, names an unknown
     /// field, has a value of the wrong type, or puts a share outside 0..=1.
     pub fn patched(&self, patch: &Value) -> Result<Faults, SimError> {
@@ -90,23 +92,27 @@ impl Faults {
                 found: patch.to_string(),
             });
         };
-        let mut merged = match serde_json::to_value(self) {
-            Ok(Value::Object(map)) => map,
-            // A struct of plain fields always serializes to an object.
-            _ => unreachable!("Faults serializes to a JSON object"),
+        // A struct of plain fields always serializes to an object.
+        let Ok(Value::Object(mut merged)) = serde_json::to_value(self) else {
+            unreachable!("Faults serializes to a JSON object")
         };
         for (name, value) in fields {
             merged.insert(name.clone(), value.clone());
         }
-        let faults: Faults = serde_json::from_value(Value::Object(merged))
-            .map_err(|err| SimError::InvalidFaults {
+        let faults: Faults = serde_json::from_value(Value::Object(merged)).map_err(|err| {
+            SimError::InvalidFaults {
                 reason: err.to_string(),
-            })?;
+            }
+        })?;
         faults.validate()?;
         Ok(faults)
     }
 
     /// Checks what the types alone cannot: every share is a number in 0..=1.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::ShareOutOfRange`] naming the first share outside 0..=1.
     pub fn validate(&self) -> Result<(), SimError> {
         let shares = [
             ("lose", self.lose),
@@ -230,9 +236,15 @@ mod tests {
 
     #[test]
     fn patch_refuses_wrong_types_and_out_of_range_shares() {
-        assert!(Faults::default().patched(&json!({"lose_next": -1})).is_err());
+        assert!(
+            Faults::default()
+                .patched(&json!({"lose_next": -1}))
+                .is_err()
+        );
         assert!(Faults::default().patched(&json!({"query": "no"})).is_err());
-        let err = Faults::default().patched(&json!({"lose": 1.5})).unwrap_err();
+        let err = Faults::default()
+            .patched(&json!({"lose": 1.5}))
+            .unwrap_err();
         assert!(err.to_string().contains("lose"), "{err}");
         assert!(Faults::default().patched(&json!([1])).is_err());
     }

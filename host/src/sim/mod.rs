@@ -153,23 +153,39 @@ impl ProviderSim {
 
     /// Serves the protocol on `listener` until this future is dropped or its task aborted;
     /// dropping it also ends every open connection.
+    ///
+    /// # Errors
+    ///
+    /// None in practice: failed accepts are logged and retried, so this only ends by being
+    /// dropped. The `Result` leaves room for fatal listener errors.
     pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
         server::serve(self, listener).await
     }
 
     /// Binds `addr` (port 0 picks a free port) and serves on a new tokio task.
+    ///
+    /// # Errors
+    ///
+    /// The bind error, e.g. when the port is taken.
     pub async fn start(config: SimConfig, addr: SocketAddr) -> io::Result<RunningSim> {
+        ProviderSim::new(config).spawn(addr).await
+    }
+
+    /// Like [`ProviderSim::start`] for an existing handle, e.g. one made
+    /// [`with_clock`](ProviderSim::with_clock) or with faults already set.
+    ///
+    /// # Errors
+    ///
+    /// The bind error, e.g. when the port is taken.
+    pub async fn spawn(self, addr: SocketAddr) -> io::Result<RunningSim> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let sim = ProviderSim::new(config);
-        tracing::info!(
-            %addr,
-            key_retention_s = sim.key_retention().as_secs(),
-            faults = ?sim.faults(),
-            "provider simulator listening"
-        );
-        let task = tokio::spawn(sim.clone().serve(listener));
-        Ok(RunningSim { addr, sim, task })
+        let task = tokio::spawn(self.clone().serve(listener));
+        Ok(RunningSim {
+            addr,
+            sim: self,
+            task,
+        })
     }
 
     /// Every delivery ever created, in creation order, with its current status.
@@ -179,7 +195,10 @@ impl ProviderSim {
 
     /// Merges `patch` (a JSON object naming some [`Faults`] fields) into the settings and
     /// returns the full new settings. A patch naming `seed` restarts the share sequence.
-    /// On error nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Faults::patched`]; on error nothing changes.
     pub fn set_faults(&self, patch: Value) -> Result<Faults, SimError> {
         let faults = self.lock().patch_faults(&patch)?;
         tracing::info!(%patch, ?faults, "provider fault settings changed");

@@ -54,6 +54,13 @@ pub(crate) fn router(sim: ProviderSim) -> Router {
 
 /// Accepts connections until dropped; dropping also aborts every connection task.
 pub(crate) async fn serve(sim: ProviderSim, listener: TcpListener) -> io::Result<()> {
+    // The protocol has the provider state its key retention at start.
+    info!(
+        addr = %listener.local_addr()?,
+        key_retention_s = sim.key_retention().as_secs(),
+        faults = ?sim.faults(),
+        "provider simulator listening"
+    );
     let router = router(sim);
     let mut connections = JoinSet::new();
     loop {
@@ -78,11 +85,11 @@ pub(crate) async fn serve(sim: ProviderSim, listener: TcpListener) -> io::Result
 async fn serve_connection(stream: TcpStream, peer: SocketAddr, router: Router) {
     // Answers are tiny; do not let Nagle hold them back.
     let _ = stream.set_nodelay(true);
-    let routes = TowerToHyperService::new(router);
+    let app = TowerToHyperService::new(router);
     let service = service_fn(move |request: http::Request<Incoming>| {
         let method = request.method().clone();
         let uri = request.uri().clone();
-        let answer = routes.call(request);
+        let answer = app.call(request);
         async move {
             let response = match answer.await {
                 Ok(response) => response,
@@ -170,7 +177,10 @@ async fn create(
     match &outcome {
         CreateOutcome::Unavailable => info!("injected fault: 503 unavailable, nothing created"),
         CreateOutcome::RateLimited { retry_after_s } => {
-            info!(retry_after_s, "injected fault: 429 rate limited, nothing created");
+            info!(
+                retry_after_s,
+                "injected fault: 429 rate limited, nothing created"
+            );
         }
         _ => {}
     }

@@ -60,7 +60,10 @@ fn bad_bodies_and_recipients_create_nothing() {
         assert_eq!(d.outcome, CreateOutcome::InvalidRecipient);
     }
     let d = post(&mut w, None, b"{not json", at(0));
-    assert!(matches!(d.outcome, CreateOutcome::BadRequest { .. }), "{d:?}");
+    assert!(
+        matches!(d.outcome, CreateOutcome::BadRequest { .. }),
+        "{d:?}"
+    );
     let d = post(&mut w, None, br#"{"recipient": "a@b"}"#, at(0));
     let CreateOutcome::BadRequest { message } = d.outcome else {
         panic!("expected bad request, got {d:?}");
@@ -101,7 +104,10 @@ fn infrastructure_faults_create_nothing_and_count_down() {
         ..Faults::default()
     });
     let b = body("r", "a@b");
-    assert_eq!(post(&mut w, None, &b, at(0)).outcome, CreateOutcome::Unavailable);
+    assert_eq!(
+        post(&mut w, None, &b, at(0)).outcome,
+        CreateOutcome::Unavailable
+    );
     assert_eq!(
         post(&mut w, None, &b, at(0)).outcome,
         CreateOutcome::RateLimited { retry_after_s: 7 }

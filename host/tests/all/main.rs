@@ -1,0 +1,11 @@
+//! docket's integration tests, one binary, grouped by layer.
+//!
+//! Every test here runs real components built from `adapters/` by the build script, real
+//! HTTP on loopback and real processes; nothing is mocked.
+
+mod common;
+mod runtime_contracts;
+mod runtime_http_delivery;
+mod runtime_load;
+mod runtime_sandbox;
+mod runtime_secrets;
