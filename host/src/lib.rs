@@ -15,8 +15,11 @@ pub mod capabilities;
 pub mod cli;
 pub mod clock;
 pub mod contract;
+pub mod intent;
 pub mod runtime;
 pub mod sim;
+pub mod store;
+pub mod workflow;
 
 /// Paths of the example and test components, built from `adapters/` by the build script.
 pub mod guests {

@@ -52,10 +52,10 @@ pub use bindings::common::docket::plugin::types::{
 };
 
 /// A component that causes an external side effect (the WIT `adapter` world).
-#[cfg(feature = "adapter")]
 ///
-/// Each call runs in a fresh instance, so implementations keep no state between calls;
-/// the functions are associated functions, not methods.
+/// The functions take no `self`: the host may give every call a fresh instance, so an
+/// adapter keeps no state between calls.
+#[cfg(feature = "adapter")]
 pub trait Adapter {
     /// The declared contract. Must be cheap and deterministic: the host calls it at load
     /// time and records the answer with every attempt.

@@ -96,14 +96,17 @@ impl Faults {
         let Ok(Value::Object(mut merged)) = serde_json::to_value(self) else {
             unreachable!("Faults serializes to a JSON object")
         };
+        let mut faults = self.clone();
+        // One field at a time, because serde's type errors do not say which field failed.
         for (name, value) in fields {
             merged.insert(name.clone(), value.clone());
+            faults = serde_json::from_value(Value::Object(merged.clone())).map_err(|err| {
+                SimError::InvalidFaults {
+                    field: name.clone(),
+                    reason: err.to_string(),
+                }
+            })?;
         }
-        let faults: Faults = serde_json::from_value(Value::Object(merged)).map_err(|err| {
-            SimError::InvalidFaults {
-                reason: err.to_string(),
-            }
-        })?;
         faults.validate()?;
         Ok(faults)
     }
@@ -241,7 +244,10 @@ mod tests {
                 .patched(&json!({"lose_next": -1}))
                 .is_err()
         );
-        assert!(Faults::default().patched(&json!({"query": "no"})).is_err());
+        let err = Faults::default()
+            .patched(&json!({"query": "no"}))
+            .unwrap_err();
+        assert!(err.to_string().contains("`query`"), "{err}");
         let err = Faults::default()
             .patched(&json!({"lose": 1.5}))
             .unwrap_err();

@@ -54,14 +54,12 @@ pub enum SimError {
         /// The patch as received.
         found: String,
     },
-    /// An unknown field or a value of the wrong type; the reason quotes the field.
-    #[error(
-        "invalid fault settings: {reason}; known fields are lose, lose_next, slow, slow_next, \
-         slow_ms, rate_limit, rate_limit_next, retry_after_s, unavailable, unavailable_next, \
-         idempotency, query, visibility_delay_ms, seed"
-    )]
+    /// An unknown field or a value of the wrong type.
+    #[error("invalid fault setting `{field}`: {reason}")]
     InvalidFaults {
-        /// What serde found wrong, naming the field.
+        /// The field as named in the patch.
+        field: String,
+        /// What was wrong with it; for an unknown field this lists the known ones.
         reason: String,
     },
     /// A share that is not a probability.

@@ -434,3 +434,43 @@ async fn shutdown_stops_serving() {
     // A fresh client, so no pooled connection outlives the server in the check.
     assert!(Client::new().get(&url).send().await.is_err());
 }
+
+#[tokio::test]
+async fn injected_clock_drives_created_at_and_key_retention() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::UNIX_EPOCH;
+
+    let secs = Arc::new(AtomicU64::new(1_700_000_000));
+    let clock_secs = Arc::clone(&secs);
+    let clock: Clock =
+        Arc::new(move || UNIX_EPOCH + Duration::from_secs(clock_secs.load(Ordering::SeqCst)));
+    let config = SimConfig {
+        key_retention: Duration::from_secs(60),
+        ..SimConfig::new(TOKEN)
+    };
+    let sim = ProviderSim::with_clock(config, clock)
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let client = Client::new();
+    let body = delivery("r", "a@b.c");
+    assert_eq!(
+        post(&client, &sim, Some("k"), &body)
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(sim.sim().world()[0].created_at, "2023-11-14T22:13:20.000Z");
+    // After the retention the key is forgotten and the same request creates again.
+    secs.fetch_add(60, Ordering::SeqCst);
+    assert_eq!(
+        post(&client, &sim, Some("k"), &body)
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(sim.sim().world().len(), 2);
+}

@@ -3,6 +3,7 @@
 //! Every test here runs real components built from `adapters/` by the build script, real
 //! HTTP on loopback and real processes; nothing is mocked.
 
+mod cli_adapter;
 mod common;
 mod runtime_contracts;
 mod runtime_http_delivery;

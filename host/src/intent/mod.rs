@@ -1,0 +1,97 @@
+//! The durable-intent domain: identities, states and records, with no I/O.
+//!
+//! One client action with an idempotency key is one **workflow** (the intent); each node of
+//! its definition is a **step** with one identity across all its **attempts**; a
+//! **receipt** is the evidence that closed a step. The store persists these types; the
+//! scheduler moves them between states; the API projects them. Every enumeration is written
+//! `snake_case` on the wire and in the database.
+
+mod ids;
+mod json;
+mod states;
+
+pub use ids::{AttemptId, ReceiptId, WorkflowId, new_lease_token};
+pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
+pub use states::{AttemptOutcome, EventKind, EvidenceKind, StepState, Trigger, WorkflowState};
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch, UTC: the unit of every stored time.
+pub type Millis = u64;
+
+/// Who made a request, from the token that authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Subject(pub String);
+
+/// One entry of a workflow's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    pub seq: u64,
+    pub at: Millis,
+    pub kind: EventKind,
+    pub step: Option<String>,
+    pub attempt_id: Option<String>,
+    pub text: String,
+    pub data: serde_json::Value,
+}
+
+/// A timeline entry to append (the store assigns `seq`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub kind: EventKind,
+    pub step: Option<String>,
+    pub attempt_id: Option<String>,
+    pub text: String,
+    pub data: serde_json::Value,
+}
+
+impl NewEvent {
+    /// A workflow-level event.
+    pub fn workflow(kind: EventKind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            step: None,
+            attempt_id: None,
+            text: text.into(),
+            data: serde_json::Value::Null,
+        }
+    }
+
+    /// A step-level event, optionally tied to an attempt.
+    pub fn step(kind: EventKind, step: &str, attempt: Option<&AttemptId>, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            step: Some(step.to_string()),
+            attempt_id: attempt.map(|a| a.0.clone()),
+            text: text.into(),
+            data: serde_json::Value::Null,
+        }
+    }
+
+    /// Attaches structured data.
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = data;
+        self
+    }
+}
+
+/// Evidence that a step completed, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub receipt_id: ReceiptId,
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    pub attempt_id: Option<AttemptId>,
+    pub evidence_kind: EvidenceKind,
+    pub component: String,
+    pub component_version: String,
+    pub component_digest: String,
+    pub input_digest: String,
+    pub external_reference: Option<String>,
+    pub output: serde_json::Value,
+    pub recorded_at: Millis,
+    /// Manual receipts only: who resolved, on what evidence, why.
+    pub author: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Option<String>,
+}

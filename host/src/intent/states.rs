@@ -1,0 +1,204 @@
+//! State enumerations and the rule that derives a workflow's state from its steps.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// An unknown enumeration value read from storage or the wire.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a valid {what}; expected one of: {expected}")]
+pub struct UnknownVariant {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+macro_rules! snake_enum {
+    ($(#[$doc:meta])* $name:ident, $what:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The `snake_case` name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownVariant;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownVariant {
+                        what: $what,
+                        value: s.to_string(),
+                        expected: concat!($($text, " "),+),
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+snake_enum!(
+    /// The state of a whole workflow, derived from its steps ([`WorkflowState::derive`]).
+    WorkflowState, "workflow state" {
+        Running = "running",
+        NeedsReview = "needs_review",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+);
+
+snake_enum!(
+    /// The state of one step.
+    StepState, "step state" {
+        /// Waiting for dependencies.
+        Pending = "pending",
+        /// May be claimed (at or after its `ready_at`).
+        Ready = "ready",
+        /// Claimed under a lease.
+        Running = "running",
+        Succeeded = "succeeded",
+        /// Will be ready again after a backoff.
+        FailedRetryable = "failed_retryable",
+        FailedTerminal = "failed_terminal",
+        /// The effect may have happened; recovery by contract or a person decides.
+        OutcomeUnknown = "outcome_unknown",
+        WaitingForReview = "waiting_for_review",
+        /// Stopped by policy or budget.
+        Blocked = "blocked",
+        Compensating = "compensating",
+        Compensated = "compensated",
+        Cancelled = "cancelled",
+    }
+);
+
+snake_enum!(
+    /// What one attempt came to.
+    AttemptOutcome, "attempt outcome" {
+        InProgress = "in_progress",
+        Accepted = "accepted",
+        Rejected = "rejected",
+        TimedOut = "timed_out",
+        TransportFailed = "transport_failed",
+        LookupFound = "lookup_found",
+        LookupAbsent = "lookup_absent",
+        Interrupted = "interrupted",
+        Trapped = "trapped",
+        BudgetExceeded = "budget_exceeded",
+    }
+);
+
+snake_enum!(
+    /// Why an attempt was started.
+    Trigger, "attempt trigger" {
+        Initial = "initial",
+        Retry = "retry",
+        RecoveryQuery = "recovery_query",
+        ManualRetry = "manual_retry",
+        Compensation = "compensation",
+    }
+);
+
+snake_enum!(
+    /// What a timeline entry is: something seen, something done, or something decided.
+    EventKind, "event kind" {
+        Observation = "observation",
+        Action = "action",
+        Conclusion = "conclusion",
+    }
+);
+
+snake_enum!(
+    /// What closed a step: the adapter's answer, a lookup, or a person.
+    EvidenceKind, "evidence kind" {
+        Response = "response",
+        Query = "query",
+        Manual = "manual",
+    }
+);
+
+impl StepState {
+    /// A state a person has to look at.
+    pub fn needs_review(self) -> bool {
+        matches!(self, StepState::OutcomeUnknown | StepState::WaitingForReview | StepState::Blocked)
+    }
+
+    /// A state nothing automatic will leave.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            StepState::Succeeded | StepState::FailedTerminal | StepState::Compensated | StepState::Cancelled
+        )
+    }
+}
+
+impl WorkflowState {
+    /// The workflow's state from its steps, in the order the API defines: cancelled, failed,
+    /// needs review, completed, running.
+    pub fn derive(cancelled: bool, steps: impl IntoIterator<Item = StepState>) -> WorkflowState {
+        if cancelled {
+            return WorkflowState::Cancelled;
+        }
+        let steps: Vec<StepState> = steps.into_iter().collect();
+        if steps.contains(&StepState::FailedTerminal) {
+            return WorkflowState::Failed;
+        }
+        if steps.iter().any(|s| s.needs_review()) {
+            return WorkflowState::NeedsReview;
+        }
+        if !steps.is_empty() && steps.iter().all(|s| *s == StepState::Succeeded) {
+            return WorkflowState::Completed;
+        }
+        WorkflowState::Running
+    }
+
+    /// Whether the workflow has ended (its key's retention starts counting).
+    pub fn is_ended(self) -> bool {
+        matches!(self, WorkflowState::Completed | WorkflowState::Failed | WorkflowState::Cancelled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use StepState::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in StepState::ALL {
+            assert_eq!(s.as_str().parse::<StepState>().unwrap(), *s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        let err = "done".parse::<WorkflowState>().unwrap_err();
+        assert!(err.to_string().contains("`done`") && err.to_string().contains("needs_review"));
+    }
+
+    #[test]
+    fn workflow_state_follows_the_api_order() {
+        assert_eq!(WorkflowState::derive(true, [Succeeded]), WorkflowState::Cancelled);
+        assert_eq!(WorkflowState::derive(false, [FailedTerminal, OutcomeUnknown]), WorkflowState::Failed);
+        assert_eq!(WorkflowState::derive(false, [Succeeded, OutcomeUnknown]), WorkflowState::NeedsReview);
+        assert_eq!(WorkflowState::derive(false, [Succeeded, Blocked]), WorkflowState::NeedsReview);
+        assert_eq!(WorkflowState::derive(false, [Succeeded, Succeeded]), WorkflowState::Completed);
+        assert_eq!(WorkflowState::derive(false, [Succeeded, Running, Pending]), WorkflowState::Running);
+    }
+}

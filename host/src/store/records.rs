@@ -1,0 +1,305 @@
+//! Request and record types of the store traits (plain data, no sqlx).
+
+use crate::intent::{
+    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Subject,
+    Trigger, WorkflowId, WorkflowState,
+};
+use serde::{Deserialize, Serialize};
+
+/// A definition to deploy.
+#[derive(Debug, Clone)]
+pub struct NewDefinition {
+    pub name: String,
+    pub version: u32,
+    /// `sha256:<hex>` of `source`.
+    pub digest: String,
+    /// The TOML text, the truth from which the definition is parsed again.
+    pub source: String,
+    pub deployed_at: Millis,
+}
+
+/// What deploying did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployOutcome {
+    Deployed,
+    /// The same content was already deployed under this version.
+    Unchanged,
+}
+
+/// A deployed definition version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDefinition {
+    pub name: String,
+    pub version: u32,
+    pub digest: String,
+    pub source: String,
+    pub deployed_at: Millis,
+}
+
+/// The scope of a client idempotency key: (subject, command type, key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyScope {
+    pub subject: Subject,
+    /// The definition name (command type).
+    pub workflow: String,
+    pub key: String,
+}
+
+/// A key in scope and what it points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub workflow_id: WorkflowId,
+    /// Digest of the canonical input first submitted under the key.
+    pub input_digest: String,
+    /// When the key may be reused; `None` while the workflow has not ended.
+    pub expires_at: Option<Millis>,
+}
+
+/// A step of a new workflow.
+#[derive(Debug, Clone)]
+pub struct NewStep {
+    pub id: String,
+    pub depends_on: Vec<String>,
+}
+
+/// Everything an intent is created with, committed in one transaction.
+#[derive(Debug, Clone)]
+pub struct AdmitRequest {
+    pub workflow_id: WorkflowId,
+    pub scope: KeyScope,
+    pub definition_version: u32,
+    pub input: CanonicalInput,
+    pub steps: Vec<NewStep>,
+    pub now: Millis,
+    /// The workflow's deadline.
+    pub deadline_at: Millis,
+    /// How long the key stays reserved after the workflow ends.
+    pub key_retention_ms: u64,
+    /// The first timeline events ("request recorded", the first scheduling event).
+    pub events: Vec<NewEvent>,
+}
+
+/// The answer of an admission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdmitOutcome {
+    Created(WorkflowRecord),
+    /// The key was already known with the same canonical input.
+    Replayed(WorkflowRecord),
+    /// The key was already known with another input; nothing changed.
+    Conflict { workflow_id: WorkflowId },
+}
+
+/// A workflow as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowRecord {
+    pub workflow_id: WorkflowId,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub subject: Subject,
+    pub idempotency_key: String,
+    /// RFC 8785 text of the input.
+    pub input: String,
+    pub input_digest: String,
+    pub state: WorkflowState,
+    pub created_at: Millis,
+    pub ended_at: Option<Millis>,
+    pub deadline_at: Millis,
+    pub attempts_used: u32,
+    pub external_calls_used: u32,
+    pub runtime_used_ms: u64,
+}
+
+/// A step as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    pub state: StepState,
+    pub attempts: u32,
+    /// When a `ready` or `failed_retryable` step may be claimed.
+    pub ready_at: Option<Millis>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<Millis>,
+    pub receipt_id: Option<ReceiptId>,
+    /// The latest human-readable reason for the state (error, review reason).
+    pub note: Option<String>,
+    pub escalated: Option<serde_json::Value>,
+}
+
+/// One attempt as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub attempt_id: AttemptId,
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    pub number: u32,
+    pub trigger: Trigger,
+    pub lease_owner: String,
+    pub component: Option<String>,
+    pub component_version: Option<String>,
+    pub component_digest: Option<String>,
+    pub input_digest: Option<String>,
+    /// The external request identity (idempotency key) recorded at checkpoint 3.
+    pub request_identity: Option<String>,
+    pub checkpoint: u8,
+    pub observation: Option<String>,
+    pub outcome: AttemptOutcome,
+    pub started_at: Millis,
+    pub finished_at: Option<Millis>,
+    /// The attempt's bounded, redacted log lines.
+    pub log: serde_json::Value,
+}
+
+/// Filter and page of a workflow list.
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowFilter {
+    pub subject: Option<Subject>,
+    pub state: Option<WorkflowState>,
+    pub workflow: Option<String>,
+    /// Only workflows created before this (created_at, id) position: the cursor.
+    pub before: Option<(Millis, WorkflowId)>,
+    pub limit: u32,
+}
+
+/// A claim of ready steps for one worker.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The host identity recorded as lease owner.
+    pub owner: String,
+    pub now: Millis,
+    pub lease_ms: u64,
+    pub limit: u32,
+}
+
+/// Proof of a held lease, presented by every fenced write.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    pub lease_token: String,
+}
+
+/// A claimed step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub fence: Fence,
+    pub attempt_id: AttemptId,
+    /// 1 for the step's first attempt.
+    pub attempt_number: u32,
+    pub trigger: Trigger,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub lease_expires_at: Millis,
+    pub deadline_at: Millis,
+    pub attempts_used: u32,
+    pub external_calls_used: u32,
+    pub runtime_used_ms: u64,
+}
+
+/// A lease renewal.
+#[derive(Debug, Clone)]
+pub struct RenewRequest {
+    pub fence: Fence,
+    pub now: Millis,
+    pub lease_ms: u64,
+}
+
+/// What an attempt learned by a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptFacts {
+    pub component: Option<String>,
+    pub component_version: Option<String>,
+    pub component_digest: Option<String>,
+    pub input_digest: Option<String>,
+    pub request_identity: Option<String>,
+    pub observation: Option<String>,
+    pub outcome: Option<AttemptOutcome>,
+}
+
+/// A checkpoint write.
+#[derive(Debug, Clone)]
+pub struct CheckpointRequest {
+    pub fence: Fence,
+    pub attempt_id: AttemptId,
+    pub checkpoint: u8,
+    pub facts: AttemptFacts,
+    /// Counts one external call against the workflow's budget (at checkpoint 3).
+    pub external_call: bool,
+    pub events: Vec<NewEvent>,
+    pub now: Millis,
+}
+
+/// The step's state after an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepTransition {
+    /// A receipt closes the step; dependents whose dependencies all succeeded become ready.
+    Succeeded(NewReceipt),
+    /// Claimable again at `ready_at` (the backoff).
+    Retry { ready_at: Millis, next_trigger: Trigger },
+    /// Nothing automatic will run it again.
+    Terminal(StepState),
+}
+
+/// A receipt to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewReceipt {
+    pub receipt_id: ReceiptId,
+    pub evidence_kind: EvidenceKind,
+    pub component: String,
+    pub component_version: String,
+    pub component_digest: String,
+    pub input_digest: String,
+    pub external_reference: Option<String>,
+    pub output: serde_json::Value,
+    pub author: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Option<String>,
+}
+
+/// The end of an attempt.
+#[derive(Debug, Clone)]
+pub struct FinishRequest {
+    pub fence: Fence,
+    pub attempt_id: AttemptId,
+    /// The checkpoint the attempt ends at (6 when a receipt is recorded).
+    pub checkpoint: u8,
+    pub facts: AttemptFacts,
+    pub transition: StepTransition,
+    /// A short reason kept on the step (shown as its note).
+    pub note: Option<String>,
+    pub log: serde_json::Value,
+    pub runtime_ms: u64,
+    pub events: Vec<NewEvent>,
+    pub now: Millis,
+    /// Recovery only: finish only if the lease expired before this time, so a lease that
+    /// was renewed meanwhile is never taken over.
+    pub expired_before: Option<Millis>,
+}
+
+/// What finishing changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishOutcome {
+    pub workflow_state: WorkflowState,
+    /// Steps that became ready because this one succeeded.
+    pub released: Vec<String>,
+}
+
+/// Inputs of a claimed step's mapping.
+#[derive(Debug, Clone)]
+pub struct StepContext {
+    /// The workflow input (canonical JSON).
+    pub input: serde_json::Value,
+    /// Receipts by step id.
+    pub receipts: Vec<crate::intent::Receipt>,
+}
+
+/// A lease that ran out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpiredLease {
+    pub fence: Fence,
+    pub lease_owner: String,
+    pub lease_expires_at: Millis,
+    /// The step's latest attempt and the checkpoint it reached.
+    pub attempt_id: Option<AttemptId>,
+    pub checkpoint: u8,
+}

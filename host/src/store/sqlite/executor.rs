@@ -1,0 +1,432 @@
+//! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
+
+use super::read::{parse, receipts_on, workflow_on};
+use super::{SqliteStore, append_events};
+use crate::intent::{
+    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId, WorkflowState,
+    new_lease_token,
+};
+use crate::store::{
+    AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence, FinishOutcome,
+    FinishRequest, RenewRequest, StepContext, StepTransition, StoreError, StoreResult,
+};
+use sqlx::{Row, SqliteConnection};
+
+/// Fails with [`StoreError::LeaseLost`] unless the fence's lease is still held.
+async fn check_fence(conn: &mut SqliteConnection, fence: &Fence, expired_before: Option<Millis>) -> StoreResult<()> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM steps WHERE workflow_id = ? AND step = ? AND lease_token = ? AND state = 'running'
+           AND (?4 IS NULL OR lease_expires_at < ?4)",
+    )
+    .bind(fence.workflow_id.as_str())
+    .bind(&fence.step)
+    .bind(&fence.lease_token)
+    .bind(expired_before.map(|v| v as i64))
+    .fetch_optional(&mut *conn)
+    .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(StoreError::LeaseLost {
+            workflow_id: fence.workflow_id.clone(),
+            step: fence.step.clone(),
+        }),
+    }
+}
+
+/// Queues a notification of a meaningful transition, in the caller's transaction.
+pub(crate) async fn outbox(conn: &mut SqliteConnection, id: &WorkflowId, event: &str, now: Millis) -> StoreResult<()> {
+    sqlx::query("INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES (?, ?, ?, ?)")
+        .bind(id.as_str())
+        .bind(event)
+        .bind(serde_json::json!({ "workflow_id": id, "event": event }).to_string())
+        .bind(now as i64)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+async fn apply_facts(
+    conn: &mut SqliteConnection,
+    attempt: &AttemptId,
+    checkpoint: u8,
+    facts: &AttemptFacts,
+    finished_at: Option<Millis>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE attempts SET checkpoint = MAX(checkpoint, ?),
+             component = COALESCE(?, component), component_version = COALESCE(?, component_version),
+             component_digest = COALESCE(?, component_digest), input_digest = COALESCE(?, input_digest),
+             request_identity = COALESCE(?, request_identity), observation = COALESCE(?, observation),
+             outcome = COALESCE(?, outcome), finished_at = COALESCE(?, finished_at)
+         WHERE attempt_id = ?",
+    )
+    .bind(checkpoint as i64)
+    .bind(facts.component.as_deref())
+    .bind(facts.component_version.as_deref())
+    .bind(facts.component_digest.as_deref())
+    .bind(facts.input_digest.as_deref())
+    .bind(facts.request_identity.as_deref())
+    .bind(facts.observation.as_deref())
+    .bind(facts.outcome.map(AttemptOutcome::as_str))
+    .bind(finished_at.map(|v| v as i64))
+    .bind(attempt.as_str())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
+/// key's retention, tells the timeline and queues a notification.
+async fn recompute_state(conn: &mut SqliteConnection, id: &WorkflowId, now: Millis) -> StoreResult<WorkflowState> {
+    let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = ?")
+        .bind(id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let steps = states.iter().map(|s| parse::<StepState>(s)).collect::<StoreResult<Vec<_>>>()?;
+    let current: String = sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = ?")
+        .bind(id.as_str())
+        .fetch_one(&mut *conn)
+        .await?;
+    let current = parse::<WorkflowState>(&current)?;
+    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
+    if next == current {
+        return Ok(next);
+    }
+    let ended = next.is_ended().then_some(now as i64);
+    sqlx::query("UPDATE workflows SET state = ?, ended_at = COALESCE(?, ended_at) WHERE workflow_id = ?")
+        .bind(next.as_str())
+        .bind(ended)
+        .bind(id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    if next.is_ended() {
+        sqlx::query(
+            "UPDATE intent_keys SET expires_at = ?1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = ?2)
+             WHERE workflow_id = ?2",
+        )
+        .bind(now as i64)
+        .bind(id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    let text = match next {
+        WorkflowState::Completed => "Workflow completed: every step has a receipt",
+        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
+        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
+        WorkflowState::Running => "Workflow running again",
+        WorkflowState::Cancelled => "Workflow cancelled",
+    };
+    append_events(
+        conn,
+        id,
+        now,
+        &[NewEvent::workflow(EventKind::Conclusion, text)
+            .with_data(serde_json::json!({"from": current, "to": next}))],
+    )
+    .await?;
+    if next != WorkflowState::Running {
+        outbox(conn, id, next.as_str(), now).await?;
+    }
+    Ok(next)
+}
+
+impl ExecutorStore for SqliteStore {
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let candidates = sqlx::query(
+                        "SELECT workflow_id, step FROM steps
+                         WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?
+                         ORDER BY ready_at LIMIT ?",
+                    )
+                    .bind(req.now as i64)
+                    .bind(req.limit as i64)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                    let expires = req.now + req.lease_ms;
+                    let mut claimed = Vec::with_capacity(candidates.len());
+                    for c in candidates {
+                        let workflow_id = WorkflowId(c.get("workflow_id"));
+                        let step: String = c.get("step");
+                        let token = new_lease_token();
+                        let row = sqlx::query(
+                            "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?,
+                                 lease_token = ?, lease_expires_at = ?, note = NULL
+                             WHERE workflow_id = ? AND step = ? RETURNING attempts, next_trigger",
+                        )
+                        .bind(&req.owner)
+                        .bind(&token)
+                        .bind(expires as i64)
+                        .bind(workflow_id.as_str())
+                        .bind(&step)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                        let number = row.get::<i64, _>("attempts") as u32;
+                        let trigger: Trigger = parse(row.get("next_trigger"))?;
+                        let wf = sqlx::query(
+                            "UPDATE workflows SET attempts_used = attempts_used + 1 WHERE workflow_id = ?
+                             RETURNING workflow, definition_version, deadline_at, attempts_used,
+                                       external_calls_used, runtime_used_ms",
+                        )
+                        .bind(workflow_id.as_str())
+                        .fetch_one(&mut *conn)
+                        .await?;
+                        let attempt_id = AttemptId::new(req.now);
+                        sqlx::query(
+                            "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
+                                 checkpoint, outcome, started_at)
+                             VALUES (?, ?, ?, ?, ?, ?, 1, 'in_progress', ?)",
+                        )
+                        .bind(attempt_id.as_str())
+                        .bind(workflow_id.as_str())
+                        .bind(&step)
+                        .bind(number as i64)
+                        .bind(trigger.as_str())
+                        .bind(&req.owner)
+                        .bind(req.now as i64)
+                        .execute(&mut *conn)
+                        .await?;
+                        let event = NewEvent::step(
+                            EventKind::Action,
+                            &step,
+                            Some(&attempt_id),
+                            format!("Attempt {number} started ({trigger}) by {}", req.owner),
+                        );
+                        append_events(conn, &workflow_id, req.now, &[event]).await?;
+                        claimed.push(Claimed {
+                            fence: Fence {
+                                workflow_id,
+                                step,
+                                lease_token: token,
+                            },
+                            attempt_id,
+                            attempt_number: number,
+                            trigger,
+                            workflow: wf.get("workflow"),
+                            definition_version: wf.get::<i64, _>("definition_version") as u32,
+                            lease_expires_at: expires,
+                            deadline_at: wf.get::<i64, _>("deadline_at") as u64,
+                            attempts_used: wf.get::<i64, _>("attempts_used") as u32,
+                            external_calls_used: wf.get::<i64, _>("external_calls_used") as u32,
+                            runtime_used_ms: wf.get::<i64, _>("runtime_used_ms") as u64,
+                        });
+                    }
+                    Ok(claimed)
+                })
+            })
+            .await
+    }
+
+    async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let done = sqlx::query(
+                        "UPDATE steps SET lease_expires_at = ?
+                         WHERE workflow_id = ? AND step = ? AND lease_token = ? AND state = 'running'",
+                    )
+                    .bind((req.now + req.lease_ms) as i64)
+                    .bind(req.fence.workflow_id.as_str())
+                    .bind(&req.fence.step)
+                    .bind(&req.fence.lease_token)
+                    .execute(&mut *conn)
+                    .await?;
+                    if done.rows_affected() == 0 {
+                        return Err(StoreError::LeaseLost {
+                            workflow_id: req.fence.workflow_id,
+                            step: req.fence.step,
+                        });
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn checkpoint(&self, req: CheckpointRequest) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    check_fence(conn, &req.fence, None).await?;
+                    apply_facts(conn, &req.attempt_id, req.checkpoint, &req.facts, None).await?;
+                    if req.external_call {
+                        sqlx::query(
+                            "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = ?",
+                        )
+                        .bind(req.fence.workflow_id.as_str())
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
+                })
+            })
+            .await
+    }
+
+    async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
+        self.writer
+            .write(move |conn| {
+                Box::pin(async move {
+                    let FinishRequest {
+                        fence,
+                        attempt_id,
+                        checkpoint,
+                        facts,
+                        transition,
+                        note,
+                        log,
+                        runtime_ms,
+                        events,
+                        now,
+                        expired_before,
+                    } = req;
+                    check_fence(conn, &fence, expired_before).await?;
+                    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now)).await?;
+                    sqlx::query("UPDATE attempts SET log = ? WHERE attempt_id = ?")
+                        .bind(log.to_string())
+                        .bind(attempt_id.as_str())
+                        .execute(&mut *conn)
+                        .await?;
+                    let id = fence.workflow_id.as_str();
+                    let mut released = Vec::new();
+                    match &transition {
+                        StepTransition::Succeeded(r) => {
+                            sqlx::query(
+                                "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
+                                     component, component_version, component_digest, input_digest,
+                                     external_reference, output, recorded_at, author, reason, evidence)
+                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            )
+                            .bind(r.receipt_id.as_str())
+                            .bind(id)
+                            .bind(&fence.step)
+                            .bind(attempt_id.as_str())
+                            .bind(r.evidence_kind.as_str())
+                            .bind(&r.component)
+                            .bind(&r.component_version)
+                            .bind(&r.component_digest)
+                            .bind(&r.input_digest)
+                            .bind(r.external_reference.as_deref())
+                            .bind(r.output.to_string())
+                            .bind(now as i64)
+                            .bind(r.author.as_deref())
+                            .bind(r.reason.as_deref())
+                            .bind(r.evidence.as_deref())
+                            .execute(&mut *conn)
+                            .await?;
+                            sqlx::query(
+                                "UPDATE steps SET state = 'succeeded', receipt_id = ?, note = ?, ready_at = NULL,
+                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                                 WHERE workflow_id = ? AND step = ?",
+                            )
+                            .bind(r.receipt_id.as_str())
+                            .bind(note.as_deref())
+                            .bind(id)
+                            .bind(&fence.step)
+                            .execute(&mut *conn)
+                            .await?;
+                            released = sqlx::query_scalar(
+                                "UPDATE steps SET state = 'ready', ready_at = ?1
+                                 WHERE workflow_id = ?2 AND state = 'pending' AND NOT EXISTS (
+                                     SELECT 1 FROM step_deps d JOIN steps s2
+                                       ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
+                                     WHERE d.workflow_id = steps.workflow_id AND d.step = steps.step
+                                       AND s2.state != 'succeeded')
+                                 RETURNING step",
+                            )
+                            .bind(now as i64)
+                            .bind(id)
+                            .fetch_all(&mut *conn)
+                            .await?;
+                        }
+                        StepTransition::Retry { ready_at, next_trigger } => {
+                            sqlx::query(
+                                "UPDATE steps SET state = 'failed_retryable', ready_at = ?, next_trigger = ?, note = ?,
+                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                                 WHERE workflow_id = ? AND step = ?",
+                            )
+                            .bind(*ready_at as i64)
+                            .bind(next_trigger.as_str())
+                            .bind(note.as_deref())
+                            .bind(id)
+                            .bind(&fence.step)
+                            .execute(&mut *conn)
+                            .await?;
+                        }
+                        StepTransition::Terminal(state) => {
+                            sqlx::query(
+                                "UPDATE steps SET state = ?, ready_at = NULL, note = ?,
+                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                                 WHERE workflow_id = ? AND step = ?",
+                            )
+                            .bind(state.as_str())
+                            .bind(note.as_deref())
+                            .bind(id)
+                            .bind(&fence.step)
+                            .execute(&mut *conn)
+                            .await?;
+                        }
+                    }
+                    sqlx::query("UPDATE workflows SET runtime_used_ms = runtime_used_ms + ? WHERE workflow_id = ?")
+                        .bind(runtime_ms as i64)
+                        .bind(id)
+                        .execute(&mut *conn)
+                        .await?;
+                    append_events(conn, &fence.workflow_id, now, &events).await?;
+                    if !released.is_empty() {
+                        let text = format!("Released {} after its dependencies succeeded", released.join(", "));
+                        append_events(conn, &fence.workflow_id, now, &[NewEvent::workflow(EventKind::Action, text)])
+                            .await?;
+                    }
+                    let workflow_state = recompute_state(conn, &fence.workflow_id, now).await?;
+                    Ok(FinishOutcome {
+                        workflow_state,
+                        released,
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn step_context(&self, id: &WorkflowId) -> StoreResult<StepContext> {
+        let mut conn = self.read.acquire().await?;
+        let wf = workflow_on(&mut conn, id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
+        let input = serde_json::from_str(&wf.input).map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
+        Ok(StepContext {
+            input,
+            receipts: receipts_on(&mut conn, id).await?,
+        })
+    }
+
+    async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
+        let rows = sqlx::query(
+            "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at,
+                    a.attempt_id, a.checkpoint
+             FROM steps s LEFT JOIN attempts a
+               ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
+             WHERE s.state = 'running' AND s.lease_expires_at < ?
+             ORDER BY s.lease_expires_at LIMIT ?",
+        )
+        .bind(now as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ExpiredLease {
+                fence: Fence {
+                    workflow_id: WorkflowId(r.get("workflow_id")),
+                    step: r.get("step"),
+                    lease_token: r.get::<Option<String>, _>("lease_token").unwrap_or_default(),
+                },
+                lease_owner: r.get::<Option<String>, _>("lease_owner").unwrap_or_default(),
+                lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").unwrap_or(0) as u64,
+                attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
+                checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
+            })
+            .collect())
+    }
+}

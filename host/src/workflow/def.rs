@@ -1,0 +1,312 @@
+//! The validated definition types and the questions the host asks of them.
+//!
+//! A [`WorkflowDef`] only comes out of [`super::parse`] / [`super::check`] after every
+//! check passed, so its invariants hold: step ids are unique, `after` names existing
+//! steps and forms no cycle, every reference reads the input or a (transitive)
+//! dependency's declared output, durations are positive and the input schema compiles.
+//! The types serialise (serde) so the host can store a parsed definition as JSON next to
+//! its source text; the source text stays the truth and is what gets re-parsed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::mapping::InputMapping;
+use super::retry::RetryPolicy;
+use super::values::{StepId, WorkflowName, duration_text};
+
+/// The first milestone of every workflow, reached when the intent is admitted.
+pub const REQUEST_RECORDED: &str = "Request recorded";
+/// The last milestone of every workflow, reached when it completes.
+pub const COMPLETION_RECORDED: &str = "Completion recorded";
+
+/// One deployed-able version of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowDef {
+    /// The workflow's name; the API's command type.
+    pub name: WorkflowName,
+    /// The definition version (from 1). A running workflow keeps the version it began with.
+    pub version: u32,
+    /// What the workflow does, for people.
+    pub description: String,
+    /// The whole workflow's deadline, from admission.
+    #[serde(with = "duration_text")]
+    pub deadline: Duration,
+    /// Limits over all steps.
+    pub budget: Budget,
+    /// The JSON Schema (draft 2020-12) the input must satisfy at admission.
+    pub input_schema: serde_json::Value,
+    /// The steps, in definition order.
+    pub steps: Vec<StepDef>,
+    /// `sha256:<hex>` of the source file's bytes; tells two texts of one version apart.
+    pub source_digest: String,
+}
+
+/// Limits over a whole workflow. Defaults: 20 attempts, 10 minutes of attempt time and
+/// 10 external calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Attempts over all steps.
+    pub max_attempts: u32,
+    /// Summed wall time of all attempts.
+    #[serde(with = "duration_text")]
+    pub max_runtime: Duration,
+    /// Adapter invocations over all steps (recovery queries draw on a separate reserve).
+    pub max_external_calls: u32,
+}
+
+impl Budget {
+    /// Attempts when `[budget]` does not say.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
+    /// Runtime when `[budget]` does not say.
+    pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(600);
+    /// External calls when `[budget]` does not say.
+    pub const DEFAULT_MAX_EXTERNAL_CALLS: u32 = 10;
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self {
+            max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            max_runtime: Self::DEFAULT_MAX_RUNTIME,
+            max_external_calls: Self::DEFAULT_MAX_EXTERNAL_CALLS,
+        }
+    }
+}
+
+/// What runs a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// A pure handler component: no side effects, no capabilities.
+    Handler,
+    /// An adapter component: causes an external side effect under granted capabilities.
+    Adapter,
+}
+
+impl StepKind {
+    /// The kind as written in TOML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Handler => "handler",
+            StepKind::Adapter => "adapter",
+        }
+    }
+}
+
+/// When a step's effect is undone (the semantics arrive with compensation support).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompensationTrigger {
+    /// A later step ended the workflow without completion.
+    WorkflowFailed,
+    /// The workflow was cancelled by a cancellation intent.
+    WorkflowCancelled,
+    /// Either of the above.
+    WorkflowNotCompleted,
+}
+
+/// A step's compensation: when the adapter's `compensate` is called for its effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compensation {
+    /// The trigger.
+    pub on: CompensationTrigger,
+}
+
+/// Capabilities a step asks for. The effective grant is the intersection with what the
+/// operator's config allows for the component.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestedCapabilities {
+    /// `scheme://host:port`, `host:port`, or `$setting` (the host of the URL in that
+    /// adapter setting, e.g. `$base_url`).
+    pub outbound_hosts: Vec<String>,
+    /// Secret names the component may resolve.
+    pub secrets: Vec<String>,
+}
+
+/// One step of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepDef {
+    /// Stable id; attempts, receipts and idempotency keys derive from it.
+    pub id: StepId,
+    /// Display label; may change between versions.
+    pub label: String,
+    /// Handler or adapter.
+    pub kind: StepKind,
+    /// The component's name.
+    pub component: String,
+    /// Which component versions may run this step.
+    pub version_req: semver::VersionReq,
+    /// Steps whose receipts must be committed before this one starts.
+    pub after: Vec<StepId>,
+    /// How the step's input is built.
+    pub input: InputMapping,
+    /// Receipt output fields later steps may read by name.
+    pub outputs: Vec<String>,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
+    /// The limit on one attempt's wall time.
+    #[serde(with = "duration_text")]
+    pub timeout: Duration,
+    /// Capabilities requested (adapters only; empty for handlers).
+    pub capabilities: RequestedCapabilities,
+    /// The user-facing milestone reached when this step's receipt commits.
+    pub milestone: Option<String>,
+    /// How the step's effect is undone (adapters only).
+    pub compensation: Option<Compensation>,
+}
+
+impl WorkflowDef {
+    /// The milestones a person sees, in order: [`REQUEST_RECORDED`], each step's
+    /// milestone in definition order (each once), then [`COMPLETION_RECORDED`].
+    pub fn milestones(&self) -> Vec<String> {
+        let mut out = vec![REQUEST_RECORDED.to_string()];
+        for milestone in self.steps.iter().filter_map(|s| s.milestone.as_ref()) {
+            if !out.contains(milestone) {
+                out.push(milestone.clone());
+            }
+        }
+        out.push(COMPLETION_RECORDED.to_string());
+        out
+    }
+
+    /// The step with this id.
+    pub fn step(&self, id: &str) -> Option<&StepDef> {
+        self.steps.iter().find(|s| s.id.as_str() == id)
+    }
+
+    /// The steps no other step must precede: the ones ready at admission.
+    pub fn initial_steps(&self) -> impl Iterator<Item = &StepDef> {
+        self.steps.iter().filter(|s| s.after.is_empty())
+    }
+
+    /// The steps that list `id` in `after`.
+    pub fn dependents<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a StepDef> + 'a {
+        self.steps
+            .iter()
+            .filter(move |s| s.after.iter().any(|a| a.as_str() == id))
+    }
+
+    /// All steps, each after its dependencies; ties keep definition order.
+    pub fn topological_order(&self) -> Vec<&StepDef> {
+        topological_order(&self.steps)
+    }
+}
+
+impl StepDef {
+    /// Whether every dependency has succeeded, by `succeeded(step id)`.
+    pub fn is_ready(&self, succeeded: impl Fn(&str) -> bool) -> bool {
+        self.after.iter().all(|a| succeeded(a.as_str()))
+    }
+}
+
+/// Kahn's algorithm over `after`, lowest definition index first. Steps on a cycle (only
+/// possible for unvalidated input) are left out.
+pub(super) fn topological_order(steps: &[StepDef]) -> Vec<&StepDef> {
+    let index: BTreeMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    let mut waiting: Vec<usize> = steps
+        .iter()
+        .map(|s| s.after.iter().filter(|a| index.contains_key(a.as_str())).count())
+        .collect();
+    let mut done = vec![false; steps.len()];
+    let mut out = Vec::with_capacity(steps.len());
+    while let Some(next) = (0..steps.len()).find(|&i| !done[i] && waiting[i] == 0) {
+        done[next] = true;
+        out.push(&steps[next]);
+        for (i, step) in steps.iter().enumerate() {
+            let edges = step.after.iter().filter(|a| a.as_str() == steps[next].id.as_str());
+            waiting[i] -= edges.count();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(id: &str, after: &[&str], milestone: Option<&str>) -> StepDef {
+        StepDef {
+            id: StepId::new(id).unwrap(),
+            label: id.to_string(),
+            kind: StepKind::Handler,
+            component: "c".to_string(),
+            version_req: semver::VersionReq::STAR,
+            after: after.iter().map(|a| StepId::new(*a).unwrap()).collect(),
+            input: InputMapping::default(),
+            outputs: Vec::new(),
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(1),
+            capabilities: RequestedCapabilities::default(),
+            milestone: milestone.map(str::to_string),
+            compensation: None,
+        }
+    }
+
+    fn def(steps: Vec<StepDef>) -> WorkflowDef {
+        WorkflowDef {
+            name: WorkflowName::new("w").unwrap(),
+            version: 1,
+            description: String::new(),
+            deadline: Duration::from_secs(60),
+            budget: Budget::default(),
+            input_schema: serde_json::json!({}),
+            steps,
+            source_digest: "sha256:00".to_string(),
+        }
+    }
+
+    #[test]
+    fn milestones_wrap_step_milestones_once() {
+        let d = def(vec![
+            step("a", &[], Some("Input validated")),
+            step("b", &["a"], None),
+            step("c", &["b"], Some("Input validated")),
+            step("d", &["c"], Some("Delivery verified")),
+        ]);
+        assert_eq!(
+            d.milestones(),
+            [
+                REQUEST_RECORDED,
+                "Input validated",
+                "Delivery verified",
+                COMPLETION_RECORDED
+            ]
+        );
+    }
+
+    #[test]
+    fn orders_steps_after_their_dependencies() {
+        let d = def(vec![
+            step("late", &["mid", "early"], None),
+            step("mid", &["early"], None),
+            step("early", &[], None),
+            step("side", &[], None),
+        ]);
+        let order: Vec<&str> = d.topological_order().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(order, ["early", "mid", "late", "side"]);
+        assert_eq!(d.initial_steps().count(), 2);
+        let dependents: Vec<&str> = d.dependents("early").map(|s| s.id.as_str()).collect();
+        assert_eq!(dependents, ["late", "mid"]);
+        let late = d.step("late").unwrap();
+        assert!(!late.is_ready(|id| id == "early"));
+        assert!(late.is_ready(|id| id == "early" || id == "mid"));
+    }
+
+    #[test]
+    fn leaves_cycles_out_of_the_order() {
+        let steps = vec![step("a", &["b"], None), step("b", &["a"], None), step("c", &[], None)];
+        let order: Vec<&str> = topological_order(&steps).iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(order, ["c"]);
+    }
+}

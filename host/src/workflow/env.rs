@@ -1,0 +1,239 @@
+//! Checks against the host's world: which components exist in which versions and
+//! worlds, and what the operator's config allows each adapter.
+//!
+//! [`CheckEnv`] is what the host (or `docket workflow check` with a config) provides;
+//! [`StaticEnv`] is a plain in-memory implementation for tests and tools.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use semver::Version;
+
+use super::StepKind;
+use super::diagnostics::{Diagnostic, closest, list};
+use super::raw::StepToml;
+
+/// The world a component was built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ComponentWorld {
+    /// Causes external side effects (`invoke`, `query`, `compensate`).
+    Adapter,
+    /// Pure step computation (`run`).
+    Handler,
+}
+
+impl ComponentWorld {
+    /// The step kind that may use a component of this world.
+    pub fn step_kind(self) -> StepKind {
+        match self {
+            ComponentWorld::Adapter => StepKind::Adapter,
+            ComponentWorld::Handler => StepKind::Handler,
+        }
+    }
+}
+
+/// What a definition is checked against beyond its own file.
+pub trait CheckEnv {
+    /// Names of all known components (for "did you mean" and listing).
+    fn components(&self) -> Vec<String>;
+    /// The known versions of `component` and each one's world; empty if unknown.
+    fn versions(&self, component: &str) -> Vec<(Version, ComponentWorld)>;
+    /// Whether the operator's config allows `component` the outbound host `host`, as
+    /// written in the definition (`scheme://host:port`, `host:port` or `$setting`).
+    fn allows_host(&self, component: &str, host: &str) -> bool;
+    /// Whether the operator's config allows `component` the secret `secret`.
+    fn allows_secret(&self, component: &str, secret: &str) -> bool;
+}
+
+/// An in-memory [`CheckEnv`]: listed components and exact-match allowances.
+#[derive(Debug, Clone, Default)]
+pub struct StaticEnv {
+    components: BTreeMap<String, Vec<(Version, ComponentWorld)>>,
+    hosts: BTreeMap<String, BTreeSet<String>>,
+    secrets: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl StaticEnv {
+    /// An environment that knows nothing and allows nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a component version.
+    pub fn component(mut self, name: &str, version: Version, world: ComponentWorld) -> Self {
+        self.components
+            .entry(name.to_string())
+            .or_default()
+            .push((version, world));
+        self
+    }
+
+    /// Allows `component` the outbound host `host` (matched exactly).
+    pub fn allow_host(mut self, component: &str, host: &str) -> Self {
+        self.hosts
+            .entry(component.to_string())
+            .or_default()
+            .insert(host.to_string());
+        self
+    }
+
+    /// Allows `component` the secret `secret`.
+    pub fn allow_secret(mut self, component: &str, secret: &str) -> Self {
+        self.secrets
+            .entry(component.to_string())
+            .or_default()
+            .insert(secret.to_string());
+        self
+    }
+}
+
+impl CheckEnv for StaticEnv {
+    fn components(&self) -> Vec<String> {
+        self.components.keys().cloned().collect()
+    }
+
+    fn versions(&self, component: &str) -> Vec<(Version, ComponentWorld)> {
+        self.components.get(component).cloned().unwrap_or_default()
+    }
+
+    fn allows_host(&self, component: &str, host: &str) -> bool {
+        self.hosts.get(component).is_some_and(|h| h.contains(host))
+    }
+
+    fn allows_secret(&self, component: &str, secret: &str) -> bool {
+        self.secrets.get(component).is_some_and(|s| s.contains(secret))
+    }
+}
+
+/// Checks each step's component, version requirement and capabilities against `env`.
+pub(super) fn check_steps(steps: &[StepToml], env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    for step in steps {
+        check_component(step, env, diags);
+        check_capabilities(step, env, diags);
+    }
+}
+
+fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    let id = step.id.get_ref();
+    let name = step.component.get_ref().as_str();
+    let kind = *step.kind.get_ref();
+    let versions = env.versions(name);
+    if versions.is_empty() {
+        let known = env.components();
+        let help = match closest(name, known.iter().map(String::as_str)) {
+            Some(near) => format!("did you mean `{near}`? The known components are {}", list(&known)),
+            None => format!("the known components are {}; deploy `{name}` first, or fix the name", list(&known)),
+        };
+        diags.push(
+            Diagnostic::new(format!("step `{id}` uses unknown component `{name}`"))
+                .at(step.component.span())
+                .help(help),
+        );
+        return;
+    }
+    let mut matching: Vec<&Version> = versions
+        .iter()
+        .filter(|(_, world)| world.step_kind() == kind)
+        .map(|(v, _)| v)
+        .collect();
+    if matching.is_empty() {
+        let other = match kind {
+            StepKind::Handler => StepKind::Adapter,
+            StepKind::Adapter => StepKind::Handler,
+        };
+        diags.push(
+            Diagnostic::new(format!(
+                "step `{id}` is a {} step, but `{name}` is {} component",
+                kind.as_str(),
+                article(other)
+            ))
+            .at(step.kind.span())
+            .help(format!(
+                "set kind = \"{}\", or use {} component",
+                other.as_str(),
+                article(kind)
+            )),
+        );
+        return;
+    }
+    let req = &step.version.get_ref().0;
+    if !matching.iter().any(|v| req.matches(v)) {
+        matching.sort();
+        matching.dedup();
+        let newest = matching.last().map(|v| format!("\"^{v}\"")).unwrap_or_default();
+        diags.push(
+            Diagnostic::new(format!(
+                "no version of `{name}` satisfies `{req}`; available: {}",
+                matching.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+            ))
+            .at(step.version.span())
+            .help(format!(
+                "change the requirement to match a deployed version, e.g. version = {newest}, or deploy a matching version of `{name}`"
+            )),
+        );
+    }
+}
+
+fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    let Some(caps) = &step.capabilities else { return };
+    if *step.kind.get_ref() != StepKind::Adapter {
+        return; // A handler's request is refused by the file checks.
+    }
+    let name = step.component.get_ref();
+    for host in &caps.outbound_hosts {
+        let host_text = host.get_ref();
+        if !env.allows_host(name, host_text) {
+            diags.push(
+                Diagnostic::new(format!(
+                    "the operator config does not allow outbound host `{host_text}` for `{name}`"
+                ))
+                .at(host.span())
+                .help(format!(
+                    "remove it from `outbound_hosts`, or ask the operator to allow it for `{name}` in the host config"
+                )),
+            );
+        }
+    }
+    for secret in &caps.secrets {
+        let secret_name = secret.get_ref();
+        if !env.allows_secret(name, secret_name) {
+            diags.push(
+                Diagnostic::new(format!(
+                    "the operator config does not allow secret `{secret_name}` for `{name}`"
+                ))
+                .at(secret.span())
+                .help(format!(
+                    "remove it from `secrets`, or ask the operator to allow it for `{name}` in the host config"
+                )),
+            );
+        }
+    }
+}
+
+fn article(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Adapter => "an adapter",
+        StepKind::Handler => "a handler",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_env_answers_exactly() {
+        let env = StaticEnv::new()
+            .component("http-delivery", Version::new(1, 0, 0), ComponentWorld::Adapter)
+            .component("http-delivery", Version::new(1, 1, 0), ComponentWorld::Adapter)
+            .allow_host("http-delivery", "$base_url")
+            .allow_secret("http-delivery", "provider_token");
+        assert_eq!(env.components(), ["http-delivery"]);
+        assert_eq!(env.versions("http-delivery").len(), 2);
+        assert!(env.versions("nope").is_empty());
+        assert!(env.allows_host("http-delivery", "$base_url"));
+        assert!(!env.allows_host("http-delivery", "evil.example:443"));
+        assert!(!env.allows_host("other", "$base_url"));
+        assert!(env.allows_secret("http-delivery", "provider_token"));
+        assert!(!env.allows_secret("http-delivery", "root_password"));
+    }
+}

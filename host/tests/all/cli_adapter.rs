@@ -1,0 +1,115 @@
+//! `docket adapter inspect` and `docket adapter invoke`, run as real processes.
+
+use docket::sim::{ProviderSim, SimConfig};
+use std::process::{Command, Output};
+
+fn docket(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(args)
+        .env("DOCKET_CACHE_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-component-cache"))
+        .output()
+        .expect("run docket")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn inspect_prints_contract_imports_and_exports() {
+    let out = docket(&["adapter", "inspect", "http-delivery"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    for want in [
+        "http-delivery@1.0.0",
+        "digest:  sha256:",
+        "idempotency:  yes — retention 86400 s, namespace `reference-provider`",
+        "query:        yes",
+        "wasi:http/outgoing-handler@0.2.12",
+        "docket:plugin/secrets@0.1.0",
+        "invoke",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+
+    let out = docket(&["adapter", "inspect", "--json", "render-document"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["kind"]["world"], "handler");
+    assert_eq!(doc["kind"]["contract"]["name"], "render-document");
+}
+
+#[test]
+fn inspect_refuses_a_forbidden_import_by_name() {
+    let out = docket(&["adapter", "inspect", "hostile-import"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("evil:spy/exfiltrate"), "{stderr}");
+}
+
+#[test]
+fn inspect_explains_a_wrong_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.wasm");
+    std::fs::write(&path, "not wasm").unwrap();
+    let out = docket(&["adapter", "inspect", path.to_str().unwrap()]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("not a WebAssembly binary"), "{stderr}");
+    let out = docket(&["adapter", "inspect", "no-such-thing"]);
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("neither a file nor a built example"), "{stderr}");
+}
+
+#[test]
+fn invoke_runs_a_handler_and_prints_its_output() {
+    let out = docket(&[
+        "adapter",
+        "invoke",
+        "render-document",
+        "--input",
+        r#"{"title": "Hi", "recipient": "a@example.com", "body": "Text"}"#,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(doc["ok"]["document_digest"].as_str().unwrap().starts_with("sha256:"), "{doc}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invoke_delivers_through_a_granted_host_with_a_secret() {
+    let sim = ProviderSim::start(SimConfig::new("cli-token"), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let base = sim.base_url();
+    let args = [
+        "adapter",
+        "invoke",
+        "http-delivery",
+        "--key",
+        "cli-1",
+        "--input",
+        r#"{"recipient": "a@example.com", "document": "Hi", "document_digest": "sha256:00"}"#,
+        "--setting",
+        &format!("base_url={base}"),
+        "--allow-host",
+        &base,
+        "--secret",
+        "provider_token=cli-token",
+    ];
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        docket(&refs)
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("\"external_reference\": \"dlv_1\""), "{stdout}");
+    assert!(!stdout.contains("cli-token") && !stderr.contains("cli-token"), "secret printed");
+    assert_eq!(sim.sim().world().len(), 1);
+
+    // Without --allow-host the component is refused before it runs, naming the import.
+    let out = docket(&["adapter", "invoke", "http-delivery", "--secret", "provider_token=x"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("wasi:http/"), "{stderr}");
+}

@@ -1,0 +1,97 @@
+//! Golden tests of workflow definition errors: each `tests/ui/<name>.toml` is checked
+//! against a fixed environment and its rendered diagnostics must equal `<name>.err`
+//! exactly. Run with `DOCKET_BLESS=1` to rewrite the `.err` files after an intended
+//! change of wording, then review the diff.
+//!
+//! Also checks that the shipped `workflows/*.toml` definitions are clean.
+
+use std::path::{Path, PathBuf};
+
+use docket::workflow::{self, ComponentWorld, StaticEnv};
+use semver::Version;
+
+/// The components and operator allowances every golden file is checked against.
+fn env() -> StaticEnv {
+    StaticEnv::new()
+        .component("validate-document", Version::new(1, 0, 0), ComponentWorld::Handler)
+        .component("render-document", Version::new(1, 0, 0), ComponentWorld::Handler)
+        .component("http-delivery", Version::new(1, 0, 0), ComponentWorld::Adapter)
+        .allow_host("http-delivery", "$base_url")
+        .allow_secret("http-delivery", "provider_token")
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Files in `dir` with extension `ext`, sorted.
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn definition_errors_match_golden_files() {
+    let bless = std::env::var("DOCKET_BLESS").is_ok_and(|v| v == "1");
+    let dir = manifest_dir().join("tests/ui");
+    let cases = files(&dir, "toml");
+    assert!(!cases.is_empty(), "no golden cases in {}", dir.display());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let shown = format!("tests/ui/{name}");
+        let source = std::fs::read_to_string(case).unwrap();
+        let actual = match workflow::check(&shown, &source, &env()) {
+            Ok(_) => {
+                failures.push(format!("{shown}: expected errors, but it checked clean"));
+                continue;
+            }
+            Err(diags) => diags.to_string(),
+        };
+        let golden = case.with_extension("err");
+        if bless {
+            std::fs::write(&golden, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        if actual != expected {
+            failures.push(format!(
+                "{shown}: diagnostics differ from {}\n--- expected\n{expected}--- actual\n{actual}",
+                golden.file_name().unwrap().to_string_lossy()
+            ));
+        }
+    }
+    // Every golden file must belong to a case, so stale ones do not linger.
+    for golden in files(&dir, "err") {
+        if !golden.with_extension("toml").exists() {
+            failures.push(format!("{} has no .toml case", golden.display()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\n(set DOCKET_BLESS=1 to accept the new output)",
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn shipped_definitions_check_clean() {
+    let dir = manifest_dir().join("../workflows");
+    let shipped = files(&dir, "toml");
+    assert!(
+        shipped.iter().any(|p| p.ends_with("document-delivery.toml")),
+        "workflows/document-delivery.toml is missing"
+    );
+    for path in shipped {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let shown = format!("workflows/{}", path.file_name().unwrap().to_string_lossy());
+        if let Err(diags) = workflow::check(&shown, &source, &env()) {
+            panic!("{diags}");
+        }
+    }
+}

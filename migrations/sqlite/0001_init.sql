@@ -1,0 +1,139 @@
+-- docket's durable state (SQLite). Times are milliseconds since the Unix epoch, UTC.
+-- migrations/postgres mirrors this file version for version.
+
+-- Deployed workflow definitions: a version never changes once deployed.
+CREATE TABLE definitions (
+    name        TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    digest      TEXT    NOT NULL,
+    source      TEXT    NOT NULL,
+    deployed_at INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+);
+
+-- One row per intent (= workflow).
+CREATE TABLE workflows (
+    workflow_id         TEXT    PRIMARY KEY,
+    workflow            TEXT    NOT NULL,
+    definition_version  INTEGER NOT NULL,
+    subject             TEXT    NOT NULL,
+    idempotency_key     TEXT    NOT NULL,
+    input               TEXT    NOT NULL,
+    input_digest        TEXT    NOT NULL,
+    state               TEXT    NOT NULL,
+    created_at          INTEGER NOT NULL,
+    ended_at            INTEGER,
+    deadline_at         INTEGER NOT NULL,
+    key_retention_ms    INTEGER NOT NULL,
+    attempts_used       INTEGER NOT NULL DEFAULT 0,
+    external_calls_used INTEGER NOT NULL DEFAULT 0,
+    runtime_used_ms     INTEGER NOT NULL DEFAULT 0,
+    next_seq            INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX workflows_by_age ON workflows (created_at DESC, workflow_id DESC);
+CREATE INDEX workflows_by_subject ON workflows (subject, created_at DESC);
+CREATE INDEX workflows_by_state ON workflows (state, created_at DESC);
+
+-- Client idempotency keys in scope (subject, command type, key). A row outlives its
+-- workflow's end by the retention; an expired row is replaced by the next submission.
+CREATE TABLE intent_keys (
+    subject       TEXT NOT NULL,
+    workflow      TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    workflow_id   TEXT NOT NULL REFERENCES workflows (workflow_id),
+    input_digest  TEXT NOT NULL,
+    expires_at    INTEGER,
+    PRIMARY KEY (subject, workflow, key)
+);
+
+-- Steps, with their lease (owner, token, expiry) while running.
+CREATE TABLE steps (
+    workflow_id      TEXT    NOT NULL REFERENCES workflows (workflow_id),
+    step             TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    ready_at         INTEGER,
+    next_trigger     TEXT    NOT NULL DEFAULT 'initial',
+    lease_owner      TEXT,
+    lease_token      TEXT,
+    lease_expires_at INTEGER,
+    receipt_id       TEXT,
+    note             TEXT,
+    escalated        TEXT,
+    PRIMARY KEY (workflow_id, step)
+);
+CREATE INDEX steps_claimable ON steps (ready_at) WHERE state IN ('ready', 'failed_retryable');
+CREATE INDEX steps_leased ON steps (lease_expires_at) WHERE state = 'running';
+
+CREATE TABLE step_deps (
+    workflow_id TEXT NOT NULL,
+    step        TEXT NOT NULL,
+    depends_on  TEXT NOT NULL,
+    PRIMARY KEY (workflow_id, step, depends_on)
+);
+
+-- Attempts append; they never overwrite each other.
+CREATE TABLE attempts (
+    attempt_id        TEXT    PRIMARY KEY,
+    workflow_id       TEXT    NOT NULL,
+    step              TEXT    NOT NULL,
+    number            INTEGER NOT NULL,
+    trigger           TEXT    NOT NULL,
+    lease_owner       TEXT    NOT NULL,
+    component         TEXT,
+    component_version TEXT,
+    component_digest  TEXT,
+    input_digest      TEXT,
+    request_identity  TEXT,
+    checkpoint        INTEGER NOT NULL,
+    observation       TEXT,
+    outcome           TEXT    NOT NULL,
+    started_at        INTEGER NOT NULL,
+    finished_at       INTEGER,
+    log               TEXT    NOT NULL DEFAULT '[]',
+    UNIQUE (workflow_id, step, number)
+);
+
+CREATE TABLE receipts (
+    receipt_id         TEXT    PRIMARY KEY,
+    workflow_id        TEXT    NOT NULL,
+    step               TEXT    NOT NULL,
+    attempt_id         TEXT,
+    evidence_kind      TEXT    NOT NULL,
+    component          TEXT    NOT NULL,
+    component_version  TEXT    NOT NULL,
+    component_digest   TEXT    NOT NULL,
+    input_digest       TEXT    NOT NULL,
+    external_reference TEXT,
+    output             TEXT    NOT NULL,
+    recorded_at        INTEGER NOT NULL,
+    author             TEXT,
+    reason             TEXT,
+    evidence           TEXT
+);
+CREATE INDEX receipts_by_workflow ON receipts (workflow_id);
+
+-- One story per intent: observations, actions and conclusions, in order.
+CREATE TABLE timeline (
+    workflow_id TEXT    NOT NULL,
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    kind        TEXT    NOT NULL,
+    step        TEXT,
+    attempt_id  TEXT,
+    text        TEXT    NOT NULL,
+    data        TEXT    NOT NULL DEFAULT 'null',
+    PRIMARY KEY (workflow_id, seq)
+);
+
+-- Notifications of meaningful transitions, written in the same transaction as the
+-- transition and delivered after commit.
+CREATE TABLE outbox (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id  TEXT    NOT NULL,
+    event        TEXT    NOT NULL,
+    payload      TEXT    NOT NULL,
+    created_at   INTEGER NOT NULL,
+    delivered_at INTEGER
+);
+CREATE INDEX outbox_pending ON outbox (id) WHERE delivered_at IS NULL;
