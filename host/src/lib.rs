@@ -11,12 +11,15 @@
 //!   with fault injection, used by tests, `docket serve` and `docket adapter verify`.
 //! - [`cli`]: clap commands; the only place `anyhow` is used.
 
+pub mod api;
 pub mod capabilities;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod contract;
 pub mod intent;
 pub mod runtime;
+pub mod scheduler;
 pub mod sim;
 pub mod store;
 pub mod workflow;

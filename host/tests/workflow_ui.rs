@@ -13,9 +13,21 @@ use semver::Version;
 /// The components and operator allowances every golden file is checked against.
 fn env() -> StaticEnv {
     StaticEnv::new()
-        .component("validate-document", Version::new(1, 0, 0), ComponentWorld::Handler)
-        .component("render-document", Version::new(1, 0, 0), ComponentWorld::Handler)
-        .component("http-delivery", Version::new(1, 0, 0), ComponentWorld::Adapter)
+        .component(
+            "validate-document",
+            Version::new(1, 0, 0),
+            ComponentWorld::Handler,
+        )
+        .component(
+            "render-document",
+            Version::new(1, 0, 0),
+            ComponentWorld::Handler,
+        )
+        .component(
+            "http-delivery",
+            Version::new(1, 0, 0),
+            ComponentWorld::Adapter,
+        )
         .allow_host("http-delivery", "$base_url")
         .allow_secret("http-delivery", "provider_token")
 }
@@ -84,7 +96,9 @@ fn shipped_definitions_check_clean() {
     let dir = manifest_dir().join("../workflows");
     let shipped = files(&dir, "toml");
     assert!(
-        shipped.iter().any(|p| p.ends_with("document-delivery.toml")),
+        shipped
+            .iter()
+            .any(|p| p.ends_with("document-delivery.toml")),
         "workflows/document-delivery.toml is missing"
     );
     for path in shipped {

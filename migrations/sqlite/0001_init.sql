@@ -54,6 +54,8 @@ CREATE TABLE steps (
     attempts         INTEGER NOT NULL DEFAULT 0,
     ready_at         INTEGER,
     next_trigger     TEXT    NOT NULL DEFAULT 'initial',
+    -- When the step's effect first became uncertain (outcome unknown); drives recovery windows.
+    uncertain_since  INTEGER,
     lease_owner      TEXT,
     lease_token      TEXT,
     lease_expires_at INTEGER,

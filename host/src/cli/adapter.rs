@@ -89,7 +89,7 @@ fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
-fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("DOCKET_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components")))

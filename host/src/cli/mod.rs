@@ -4,6 +4,9 @@
 //! turns their typed errors into messages and exit codes.
 
 mod adapter;
+mod client;
+pub mod serve;
+mod workflow;
 
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
@@ -22,6 +25,37 @@ enum Command {
     /// Work with adapter and handler components: inspect, invoke.
     #[command(subcommand)]
     Adapter(adapter::AdapterCommand),
+    /// Run the host: API, scheduler, store (SQLite by default) and components.
+    Serve(serve::ServeArgs),
+    /// Submit an intent to a running host.
+    Submit {
+        /// The workflow definition name.
+        #[arg(long)]
+        workflow: String,
+        /// The client idempotency key: the same key and input give the same workflow.
+        #[arg(long)]
+        key: String,
+        /// The workflow input as JSON.
+        #[arg(long)]
+        input: String,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Show a workflow's projection.
+    Status {
+        workflow_id: String,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Show a workflow's timeline.
+    Timeline {
+        workflow_id: String,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Check or deploy workflow definitions.
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
     /// Run the provider simulator: the reference delivery protocol with fault injection.
     SimProvider {
         /// Address to listen on.
@@ -33,6 +67,25 @@ enum Command {
         /// Initial fault settings as JSON, e.g. '{"lose": 0.3, "seed": 7}'.
         #[arg(long)]
         faults: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkflowCommand {
+    /// Validate definition files without a host (errors point at file:line:col).
+    Check {
+        files: Vec<std::path::PathBuf>,
+        /// Host configuration whose allowances and components to check against.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
+    /// Deploy definition files into the database.
+    Deploy {
+        files: Vec<std::path::PathBuf>,
+        #[arg(long, default_value = ".docket/docket.db")]
+        db: String,
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
     },
 }
 
@@ -49,6 +102,19 @@ pub fn run() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Adapter(cmd) => adapter::run(cmd).await,
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Submit {
+                workflow,
+                key,
+                input,
+                server,
+            } => client::submit(&server, &workflow, &key, &input).await,
+            Command::Status { workflow_id, server } => client::status(&server, &workflow_id).await,
+            Command::Timeline { workflow_id, server } => client::timeline(&server, &workflow_id).await,
+            Command::Workflow(WorkflowCommand::Check { files, config }) => workflow::check(&files, config.as_deref()).await,
+            Command::Workflow(WorkflowCommand::Deploy { files, db, config }) => {
+                workflow::deploy(&files, &db, config.as_deref()).await
+            }
             Command::SimProvider { listen, token, faults } => sim_provider(listen, token, faults).await,
         }
     });

@@ -73,3 +73,36 @@ mod tests {
         assert_ne!(WorkflowId::new(5), WorkflowId::new(5));
     }
 }
+
+/// The external idempotency key of one logical effect: derived from (workflow id, step id,
+/// adapter idempotency namespace) only, so every attempt and every worker sends the same
+/// key, and two adapter versions with the same namespace do too.
+pub fn external_idempotency_key(workflow_id: &WorkflowId, step: &str, namespace: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [workflow_id.as_str(), step, namespace] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    format!("dk-{}", &hex::encode(h.finalize())[..40])
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn the_external_key_depends_on_workflow_step_and_namespace_only() {
+        let wf = WorkflowId("wf_1".into());
+        let k = external_idempotency_key(&wf, "deliver", "ns");
+        assert_eq!(k, external_idempotency_key(&wf, "deliver", "ns"));
+        assert_ne!(k, external_idempotency_key(&wf, "deliver", "other"));
+        assert_ne!(k, external_idempotency_key(&wf, "render", "ns"));
+        assert_ne!(k, external_idempotency_key(&WorkflowId("wf_2".into()), "deliver", "ns"));
+        // Parts are length-prefixed, so shifting text between them changes the key.
+        assert_ne!(
+            external_idempotency_key(&WorkflowId("a".into()), "bc", "d"),
+            external_idempotency_key(&WorkflowId("ab".into()), "c", "d")
+        );
+    }
+}

@@ -194,6 +194,8 @@ pub struct Claimed {
     pub attempts_used: u32,
     pub external_calls_used: u32,
     pub runtime_used_ms: u64,
+    /// When the step's effect first became uncertain, if it did.
+    pub uncertain_since: Option<Millis>,
 }
 
 /// A lease renewal.
@@ -234,8 +236,13 @@ pub struct CheckpointRequest {
 pub enum StepTransition {
     /// A receipt closes the step; dependents whose dependencies all succeeded become ready.
     Succeeded(NewReceipt),
-    /// Claimable again at `ready_at` (the backoff).
-    Retry { ready_at: Millis, next_trigger: Trigger },
+    /// Claimable again at `ready_at` (the backoff). `uncertain_since` marks (once) when
+    /// the step's effect became uncertain.
+    Retry {
+        ready_at: Millis,
+        next_trigger: Trigger,
+        uncertain_since: Option<Millis>,
+    },
     /// Nothing automatic will run it again.
     Terminal(StepState),
 }
@@ -302,4 +309,13 @@ pub struct ExpiredLease {
     /// The step's latest attempt and the checkpoint it reached.
     pub attempt_id: Option<AttemptId>,
     pub checkpoint: u8,
+    pub attempt_number: u32,
+    pub attempt_started_at: Millis,
+    pub trigger: Trigger,
+    /// The component that attempt ran (recorded at checkpoint 2).
+    pub component: Option<String>,
+    pub component_version: Option<String>,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub uncertain_since: Option<Millis>,
 }

@@ -216,7 +216,12 @@ pub(super) fn topological_order(steps: &[StepDef]) -> Vec<&StepDef> {
         .collect();
     let mut waiting: Vec<usize> = steps
         .iter()
-        .map(|s| s.after.iter().filter(|a| index.contains_key(a.as_str())).count())
+        .map(|s| {
+            s.after
+                .iter()
+                .filter(|a| index.contains_key(a.as_str()))
+                .count()
+        })
         .collect();
     let mut done = vec![false; steps.len()];
     let mut out = Vec::with_capacity(steps.len());
@@ -224,7 +229,10 @@ pub(super) fn topological_order(steps: &[StepDef]) -> Vec<&StepDef> {
         done[next] = true;
         out.push(&steps[next]);
         for (i, step) in steps.iter().enumerate() {
-            let edges = step.after.iter().filter(|a| a.as_str() == steps[next].id.as_str());
+            let edges = step
+                .after
+                .iter()
+                .filter(|a| a.as_str() == steps[next].id.as_str());
             waiting[i] -= edges.count();
         }
     }
@@ -293,7 +301,11 @@ mod tests {
             step("early", &[], None),
             step("side", &[], None),
         ]);
-        let order: Vec<&str> = d.topological_order().iter().map(|s| s.id.as_str()).collect();
+        let order: Vec<&str> = d
+            .topological_order()
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect();
         assert_eq!(order, ["early", "mid", "late", "side"]);
         assert_eq!(d.initial_steps().count(), 2);
         let dependents: Vec<&str> = d.dependents("early").map(|s| s.id.as_str()).collect();
@@ -305,8 +317,15 @@ mod tests {
 
     #[test]
     fn leaves_cycles_out_of_the_order() {
-        let steps = vec![step("a", &["b"], None), step("b", &["a"], None), step("c", &[], None)];
-        let order: Vec<&str> = topological_order(&steps).iter().map(|s| s.id.as_str()).collect();
+        let steps = vec![
+            step("a", &["b"], None),
+            step("b", &["a"], None),
+            step("c", &[], None),
+        ];
+        let order: Vec<&str> = topological_order(&steps)
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect();
         assert_eq!(order, ["c"]);
     }
 }

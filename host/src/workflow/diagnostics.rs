@@ -190,7 +190,9 @@ pub(super) fn line_col(source: &str, offset: usize) -> (usize, usize) {
 fn line_text(source: &str, offset: usize) -> &str {
     let offset = floor_char_boundary(source, offset);
     let start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let end = source[offset..].find('\n').map_or(source.len(), |i| offset + i);
+    let end = source[offset..]
+        .find('\n')
+        .map_or(source.len(), |i| offset + i);
     source[start..end].trim_end_matches('\r')
 }
 
@@ -236,10 +238,12 @@ fn shape_help(message: &str) -> Option<String> {
     }
     if let Some(variant) = quoted_after(message, "unknown variant `") {
         let expected = expected_names(message);
-        return Some(match closest(variant, expected.iter().map(String::as_str)) {
-            Some(near) => format!("did you mean `{near}`?"),
-            None => "use one of the values listed above".to_string(),
-        });
+        return Some(
+            match closest(variant, expected.iter().map(String::as_str)) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => "use one of the values listed above".to_string(),
+            },
+        );
     }
     if let Some(field) = quoted_after(message, "missing field `") {
         return Some(format!("add `{field} = ...` to this table"));
@@ -319,22 +323,31 @@ pub(super) fn closest<'a>(
         .map(|(_, c)| c)
 }
 
-/// Levenshtein distance in characters.
+/// Edit distance in characters, counting a swap of two neighbours as one edit (the
+/// commonest typo).
 fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// `a`, `b` and `c` — for listing names in a message.
@@ -391,6 +404,7 @@ mod tests {
         assert_eq!(closest("retyr", ["retry", "label"]), Some("retry"));
         assert_eq!(closest("zzz", ["retry", "label"]), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("lable", "label"), 1);
     }
 
     #[test]
@@ -399,7 +413,11 @@ mod tests {
         assert_eq!(help, "did you mean `label`? Otherwise remove `lable`");
         let help = shape_help("unknown variant `adaptor`, expected `handler` or `adapter`");
         assert_eq!(help.unwrap(), "did you mean `adapter`?");
-        assert!(shape_help("missing field `kind`").unwrap().contains("kind = "));
+        assert!(
+            shape_help("missing field `kind`")
+                .unwrap()
+                .contains("kind = ")
+        );
         assert_eq!(list(["a", "b", "c"]), "`a`, `b` and `c`");
     }
 }

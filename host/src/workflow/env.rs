@@ -11,6 +11,7 @@ use semver::Version;
 use super::StepKind;
 use super::diagnostics::{Diagnostic, closest, list};
 use super::raw::StepToml;
+use super::step::host_problem;
 
 /// The world a component was built against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,19 +101,24 @@ impl CheckEnv for StaticEnv {
     }
 
     fn allows_secret(&self, component: &str, secret: &str) -> bool {
-        self.secrets.get(component).is_some_and(|s| s.contains(secret))
+        self.secrets
+            .get(component)
+            .is_some_and(|s| s.contains(secret))
     }
 }
 
 /// Checks each step's component, version requirement and capabilities against `env`.
 pub(super) fn check_steps(steps: &[StepToml], env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
     for step in steps {
-        check_component(step, env, diags);
-        check_capabilities(step, env, diags);
+        // Allowances are per component, so they mean nothing for an unknown one.
+        if check_component(step, env, diags) {
+            check_capabilities(step, env, diags);
+        }
     }
 }
 
-fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+/// Reports problems with the step's component; false when the component is unknown.
+fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) -> bool {
     let id = step.id.get_ref();
     let name = step.component.get_ref().as_str();
     let kind = *step.kind.get_ref();
@@ -120,15 +126,21 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
     if versions.is_empty() {
         let known = env.components();
         let help = match closest(name, known.iter().map(String::as_str)) {
-            Some(near) => format!("did you mean `{near}`? The known components are {}", list(&known)),
-            None => format!("the known components are {}; deploy `{name}` first, or fix the name", list(&known)),
+            Some(near) => format!(
+                "did you mean `{near}`? The known components are {}",
+                list(&known)
+            ),
+            None => format!(
+                "the known components are {}; deploy `{name}` first, or fix the name",
+                list(&known)
+            ),
         };
         diags.push(
             Diagnostic::new(format!("step `{id}` uses unknown component `{name}`"))
                 .at(step.component.span())
                 .help(help),
         );
-        return;
+        return false;
     }
     let mut matching: Vec<&Version> = versions
         .iter()
@@ -142,8 +154,8 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
         };
         diags.push(
             Diagnostic::new(format!(
-                "step `{id}` is a {} step, but `{name}` is {} component",
-                kind.as_str(),
+                "step `{id}` is {} step, but `{name}` is {} component",
+                article(kind),
                 article(other)
             ))
             .at(step.kind.span())
@@ -153,13 +165,16 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
                 article(kind)
             )),
         );
-        return;
+        return true;
     }
     let req = &step.version.get_ref().0;
     if !matching.iter().any(|v| req.matches(v)) {
         matching.sort();
         matching.dedup();
-        let newest = matching.last().map(|v| format!("\"^{v}\"")).unwrap_or_default();
+        let newest = matching.last().map_or_else(String::new, |v| match v.major {
+            0 => format!("\"={v}\""),
+            major => format!("\"^{major}\""),
+        });
         diags.push(
             Diagnostic::new(format!(
                 "no version of `{name}` satisfies `{req}`; available: {}",
@@ -171,17 +186,21 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
             )),
         );
     }
+    true
 }
 
 fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
-    let Some(caps) = &step.capabilities else { return };
+    let Some(caps) = &step.capabilities else {
+        return;
+    };
     if *step.kind.get_ref() != StepKind::Adapter {
         return; // A handler's request is refused by the file checks.
     }
     let name = step.component.get_ref();
     for host in &caps.outbound_hosts {
         let host_text = host.get_ref();
-        if !env.allows_host(name, host_text) {
+        // A malformed entry is reported by the file checks; asking about it adds nothing.
+        if host_problem(host_text).is_none() && !env.allows_host(name, host_text) {
             diags.push(
                 Diagnostic::new(format!(
                     "the operator config does not allow outbound host `{host_text}` for `{name}`"
@@ -223,8 +242,16 @@ mod tests {
     #[test]
     fn static_env_answers_exactly() {
         let env = StaticEnv::new()
-            .component("http-delivery", Version::new(1, 0, 0), ComponentWorld::Adapter)
-            .component("http-delivery", Version::new(1, 1, 0), ComponentWorld::Adapter)
+            .component(
+                "http-delivery",
+                Version::new(1, 0, 0),
+                ComponentWorld::Adapter,
+            )
+            .component(
+                "http-delivery",
+                Version::new(1, 1, 0),
+                ComponentWorld::Adapter,
+            )
             .allow_host("http-delivery", "$base_url")
             .allow_secret("http-delivery", "provider_token");
         assert_eq!(env.components(), ["http-delivery"]);

@@ -12,13 +12,20 @@ use super::raw::StepToml;
 pub(super) struct Graph {
     /// For each step, the indices of the steps in its `after`, each once, in order.
     deps: Vec<Vec<usize>>,
+    /// For each step, whether its `after` names an unknown step.
+    incomplete: Vec<bool>,
 }
 
 impl Graph {
     /// Builds the graph, reporting unknown, self and repeated `after` entries and every
     /// cycle. `index` maps each step id to its first definition index.
-    pub fn build(steps: &[StepToml], index: &BTreeMap<&str, usize>, diags: &mut Vec<Diagnostic>) -> Self {
+    pub fn build(
+        steps: &[StepToml],
+        index: &BTreeMap<&str, usize>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Self {
         let mut deps = Vec::with_capacity(steps.len());
+        let mut incomplete = vec![false; steps.len()];
         for (i, step) in steps.iter().enumerate() {
             let id = step.id.get_ref().as_str();
             let mut mine: Vec<usize> = Vec::new();
@@ -26,20 +33,25 @@ impl Graph {
                 let name = entry.get_ref().as_str();
                 match index.get(name) {
                     None => {
+                        incomplete[i] = true;
                         let help = match closest(name, index.keys().copied()) {
                             Some(near) => format!("did you mean `{near}`?"),
                             None => format!("the steps are {}", list(index.keys())),
                         };
                         diags.push(
-                            Diagnostic::new(format!("step `{id}` runs after unknown step `{name}`"))
-                                .at(entry.span())
-                                .help(help),
+                            Diagnostic::new(format!(
+                                "step `{id}` runs after unknown step `{name}`"
+                            ))
+                            .at(entry.span())
+                            .help(help),
                         );
                     }
                     Some(&j) if j == i => diags.push(
                         Diagnostic::new(format!("step `{id}` lists itself in `after`"))
                             .at(entry.span())
-                            .help(format!("remove `{id}` from its own `after`; a step cannot wait for itself")),
+                            .help(format!(
+                                "remove `{id}` from its own `after`; a step cannot wait for itself"
+                            )),
                     ),
                     Some(&j) if mine.contains(&j) => diags.push(
                         Diagnostic::new(format!("step `{id}` lists `{name}` in `after` twice"))
@@ -51,9 +63,15 @@ impl Graph {
             }
             deps.push(mine);
         }
-        let graph = Self { deps };
+        let graph = Self { deps, incomplete };
         graph.report_cycles(steps, diags);
         graph
+    }
+
+    /// Whether step `i`, or a step it runs after, names an unknown step in `after`; its
+    /// dependencies are then not fully known.
+    pub fn is_incomplete(&self, i: usize) -> bool {
+        self.incomplete[i] || self.ancestors(i).iter().any(|&j| self.incomplete[j])
     }
 
     /// Every step that must finish before step `i` may start (transitively).
@@ -87,7 +105,13 @@ impl Graph {
 
     /// Depth-first search along `after`; calls `found` with the stack slice of each cycle
     /// met through a back edge (each step depends on the next, the last on the first).
-    fn visit(&self, i: usize, state: &mut [Visit], stack: &mut Vec<usize>, found: &mut dyn FnMut(&[usize])) {
+    fn visit(
+        &self,
+        i: usize,
+        state: &mut [Visit],
+        stack: &mut Vec<usize>,
+        found: &mut dyn FnMut(&[usize]),
+    ) {
         match state[i] {
             Visit::Done => return,
             Visit::OnStack => {

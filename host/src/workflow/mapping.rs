@@ -174,7 +174,9 @@ pub enum MappingError {
         step: String,
     },
     /// The receipt has no external reference.
-    #[error("input mapping reads `{reference}`, but the receipt of step `{step}` has no external reference")]
+    #[error(
+        "input mapping reads `{reference}`, but the receipt of step `{step}` has no external reference"
+    )]
     NoExternalReference {
         /// The reference as written.
         reference: String,
@@ -230,7 +232,10 @@ impl InputMapping {
         let mut out = BTreeMap::new();
         for (key, value) in fields {
             path.push(Seg::Key(key.clone()));
-            out.insert(key.clone(), template(value, &mut path, &mut refs, &mut errors));
+            out.insert(
+                key.clone(),
+                template(value, &mut path, &mut refs, &mut errors),
+            );
             path.pop();
         }
         (Self { fields: out }, refs, errors)
@@ -324,7 +329,9 @@ fn template(
     errors: &mut Vec<Located<ReferenceError>>,
 ) -> Template {
     match value {
-        Value::String(text) if text.starts_with("$$") => Template::Literal(Value::String(text[1..].to_string())),
+        Value::String(text) if text.starts_with("$$") => {
+            Template::Literal(Value::String(text[1..].to_string()))
+        }
         Value::String(text) if text.starts_with('$') => match Reference::parse(text) {
             Ok(r) => {
                 refs.push((path.clone(), r.clone()));
@@ -517,7 +524,10 @@ mod tests {
             }
         );
         let err = m.resolve(&json!({}), |_| None).unwrap_err();
-        assert!(err.to_string().contains("no value at `$input.meta`"), "{err}");
+        assert!(
+            err.to_string().contains("no value at `$input.meta`"),
+            "{err}"
+        );
 
         let m = mapping(json!({"d": "$steps.render.output.document"}));
         let err = m.resolve(&json!({}), |_| None).unwrap_err();
@@ -541,6 +551,11 @@ mod tests {
         assert_eq!(serde_json::from_str::<InputMapping>(&stored).unwrap(), m);
         assert!(InputMapping::from_value(&json!({"a": "$nope"})).is_err());
         assert!(InputMapping::from_value(&json!([1])).is_err());
-        assert!(InputMapping::default().resolve(&json!(null), |_| None).unwrap() == json!({}));
+        assert!(
+            InputMapping::default()
+                .resolve(&json!(null), |_| None)
+                .unwrap()
+                == json!({})
+        );
     }
 }

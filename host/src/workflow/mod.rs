@@ -68,9 +68,11 @@ mod env;
 mod graph;
 mod mapping;
 mod raw;
+mod references;
 mod retry;
 mod schema;
 mod spans;
+mod step;
 mod validate;
 mod values;
 
@@ -101,7 +103,11 @@ pub fn parse(file_name: &str, source: &str) -> Result<WorkflowDef, Diagnostics> 
 /// Like [`parse`], and also checks each step against `env`: the component exists, is of
 /// the step's kind, has a version satisfying the requirement, and the operator allows the
 /// capabilities requested. Problems of both kinds are reported together.
-pub fn check(file_name: &str, source: &str, env: &dyn CheckEnv) -> Result<WorkflowDef, Diagnostics> {
+pub fn check(
+    file_name: &str,
+    source: &str,
+    env: &dyn CheckEnv,
+) -> Result<WorkflowDef, Diagnostics> {
     load(file_name, source, Some(env))
 }
 
@@ -110,10 +116,20 @@ pub fn source_digest(source: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(source.as_bytes())))
 }
 
-fn load(file_name: &str, source: &str, env: Option<&dyn CheckEnv>) -> Result<WorkflowDef, Diagnostics> {
+fn load(
+    file_name: &str,
+    source: &str,
+    env: Option<&dyn CheckEnv>,
+) -> Result<WorkflowDef, Diagnostics> {
     let fail = |items| Diagnostics::new(file_name, source, items);
-    let tree = SourceTree::parse(source)
-        .map_err(|errors| fail(errors.iter().map(|e| diagnostics::from_toml(e, true)).collect()))?;
+    let tree = SourceTree::parse(source).map_err(|errors| {
+        fail(
+            errors
+                .iter()
+                .map(|e| diagnostics::from_toml(e, true))
+                .collect(),
+        )
+    })?;
     let raw: WorkflowToml =
         toml::from_str(source).map_err(|e| fail(vec![diagnostics::from_toml(&e, false)]))?;
     let mut ctx = Ctx {

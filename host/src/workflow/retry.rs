@@ -58,7 +58,12 @@ impl RetryPolicy {
     /// stays pure). Jitter only shortens, so `max_backoff` remains a true cap. A provider's
     /// `retry_after` is a floor: the result is never shorter than it, even above
     /// `max_backoff`, because retrying earlier would only be refused again.
-    pub fn backoff(&self, attempt: u32, retry_after: Option<Duration>, jitter_sample: f64) -> Duration {
+    pub fn backoff(
+        &self,
+        attempt: u32,
+        retry_after: Option<Duration>,
+        jitter_sample: f64,
+    ) -> Duration {
         let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
         let grown = self.initial_backoff.as_secs_f64() * self.multiplier.max(1.0).powi(exponent);
         let capped = grown.min(self.max_backoff.as_secs_f64());
@@ -122,7 +127,10 @@ mod tests {
         assert_eq!(policy.backoff(20, None, 1.0), Duration::from_secs(15));
         // Out-of-range samples are clamped rather than trusted.
         assert_eq!(policy.backoff(1, None, 7.0), Duration::from_millis(100));
-        assert_eq!(policy.backoff(1, None, f64::NAN), Duration::from_millis(200));
+        assert_eq!(
+            policy.backoff(1, None, f64::NAN),
+            Duration::from_millis(200)
+        );
     }
 
     #[test]

@@ -62,7 +62,9 @@ impl InputValidator {
             };
             match err.kind() {
                 jsonschema::error::ValidationErrorKind::Required { property } => {
-                    let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
+                    let name = property
+                        .as_str()
+                        .map_or_else(|| property.to_string(), str::to_string);
                     errors.push(InputError {
                         pointer: format!("{at}/{}", escape(&name)),
                         message: format!("`{name}` is required"),
@@ -75,7 +77,10 @@ impl InputValidator {
                         message: format!("`{name}` is not an allowed field"),
                     }));
                 }
-                _ => errors.push(InputError { pointer: at, message }),
+                _ => errors.push(InputError {
+                    pointer: at,
+                    message,
+                }),
             }
         }
         if errors.is_empty() {

@@ -114,7 +114,9 @@ pub(super) fn toml_to_json(value: &toml::Value) -> Result<serde_json::Value, Str
             .ok_or_else(|| format!("`{f}` cannot be represented in JSON"))?,
         toml::Value::Boolean(b) => J::Bool(*b),
         toml::Value::Datetime(d) => J::String(d.to_string()),
-        toml::Value::Array(items) => J::Array(items.iter().map(toml_to_json).collect::<Result<_, _>>()?),
+        toml::Value::Array(items) => {
+            J::Array(items.iter().map(toml_to_json).collect::<Result<_, _>>()?)
+        }
         toml::Value::Table(t) => J::Object(
             t.iter()
                 .map(|(k, v)| Ok((k.clone(), toml_to_json(v)?)))

@@ -13,9 +13,21 @@ const DOCUMENT_DELIVERY: &str = include_str!("../../../workflows/document-delive
 
 fn env() -> StaticEnv {
     StaticEnv::new()
-        .component("validate-document", Version::new(1, 0, 0), ComponentWorld::Handler)
-        .component("render-document", Version::new(1, 0, 0), ComponentWorld::Handler)
-        .component("http-delivery", Version::new(1, 0, 0), ComponentWorld::Adapter)
+        .component(
+            "validate-document",
+            Version::new(1, 0, 0),
+            ComponentWorld::Handler,
+        )
+        .component(
+            "render-document",
+            Version::new(1, 0, 0),
+            ComponentWorld::Handler,
+        )
+        .component(
+            "http-delivery",
+            Version::new(1, 0, 0),
+            ComponentWorld::Adapter,
+        )
         .allow_host("http-delivery", "$base_url")
         .allow_secret("http-delivery", "provider_token")
 }
@@ -61,7 +73,11 @@ fn parses_the_shipped_definition() {
             "Completion recorded"
         ]
     );
-    let order: Vec<&str> = def.topological_order().iter().map(|s| s.id.as_str()).collect();
+    let order: Vec<&str> = def
+        .topological_order()
+        .iter()
+        .map(|s| s.id.as_str())
+        .collect();
     assert_eq!(order, ["validate", "render", "deliver"]);
 
     let deliver = def.step("deliver").unwrap();
@@ -80,7 +96,12 @@ fn the_shipped_mappings_chain_the_handlers() {
     let input = json!({"title": " Hello ", "recipient": "a@example.com", "body": "World"});
     assert_eq!(def.validate_input(&input), Ok(()));
 
-    let validate = def.step("validate").unwrap().input.resolve(&input, |_| None).unwrap();
+    let validate = def
+        .step("validate")
+        .unwrap()
+        .input
+        .resolve(&input, |_| None)
+        .unwrap();
     assert_eq!(validate, input);
 
     let validated = ReceiptView {
@@ -96,9 +117,22 @@ fn the_shipped_mappings_chain_the_handlers() {
         "render" => Some(rendered.clone()),
         _ => None,
     };
-    let render_input = def.step("render").unwrap().input.resolve(&input, receipts).unwrap();
-    assert_eq!(render_input, json!({"title": "Hello", "recipient": "a@example.com", "body": "World"}));
-    let deliver_input = def.step("deliver").unwrap().input.resolve(&input, receipts).unwrap();
+    let render_input = def
+        .step("render")
+        .unwrap()
+        .input
+        .resolve(&input, receipts)
+        .unwrap();
+    assert_eq!(
+        render_input,
+        json!({"title": "Hello", "recipient": "a@example.com", "body": "World"})
+    );
+    let deliver_input = def
+        .step("deliver")
+        .unwrap()
+        .input
+        .resolve(&input, receipts)
+        .unwrap();
     assert_eq!(deliver_input, rendered.output);
 }
 
@@ -117,7 +151,10 @@ fn stores_and_reloads_as_json() {
     let def = parse_ok(DOCUMENT_DELIVERY);
     let stored = serde_json::to_value(&def).unwrap();
     assert_eq!(stored["deadline"], "1h");
-    assert_eq!(stored["steps"][2]["input"]["document"], "$steps.render.output.document");
+    assert_eq!(
+        stored["steps"][2]["input"]["document"],
+        "$steps.render.output.document"
+    );
     assert_eq!(stored["steps"][0]["version_req"], "^1");
     let reloaded: WorkflowDef = serde_json::from_value(stored).unwrap();
     assert_eq!(reloaded, def);
@@ -146,10 +183,18 @@ fn collects_several_problems() {
         STEP.replace("\"a\"", "\"b\"")
     ));
     let messages: Vec<String> = errors(&source).into_iter().map(|d| d.message).collect();
-    assert!(messages.iter().any(|m| m.contains("timeout is zero")), "{messages:#?}");
-    assert!(messages.iter().any(|m| m.contains("jitter")), "{messages:#?}");
     assert!(
-        messages.iter().any(|m| m.contains("but does not run after `a`")),
+        messages.iter().any(|m| m.contains("timeout is zero")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("jitter")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("but does not run after `a`")),
         "{messages:#?}"
     );
     assert_eq!(messages.len(), 3, "{messages:#?}");
@@ -159,14 +204,23 @@ fn collects_several_problems() {
 fn reports_every_syntax_error() {
     let diags = parse("f.toml", "name = \nversion = = 1\n").unwrap_err();
     assert!(diags.len() >= 2, "{diags}");
-    assert!(diags.items()[0].message.starts_with("invalid TOML"), "{diags}");
+    assert!(
+        diags.items()[0].message.starts_with("invalid TOML"),
+        "{diags}"
+    );
 }
 
 #[test]
 fn checks_the_budget_against_the_steps() {
-    let source = minimal(&format!("[budget]\nmax_attempts = 1\n{STEP}{}", STEP.replace("\"a\"", "\"b\"")));
+    let source = minimal(&format!(
+        "[budget]\nmax_attempts = 1\n{STEP}{}",
+        STEP.replace("\"a\"", "\"b\"")
+    ));
     let messages: Vec<String> = errors(&source).into_iter().map(|d| d.message).collect();
-    assert_eq!(messages, ["budget `max_attempts` is 1, but the workflow has 2 steps"]);
+    assert_eq!(
+        messages,
+        ["budget `max_attempts` is 1, but the workflow has 2 steps"]
+    );
 }
 
 #[test]

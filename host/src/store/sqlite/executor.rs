@@ -153,7 +153,7 @@ impl ExecutorStore for SqliteStore {
                         let row = sqlx::query(
                             "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?,
                                  lease_token = ?, lease_expires_at = ?, note = NULL
-                             WHERE workflow_id = ? AND step = ? RETURNING attempts, next_trigger",
+                             WHERE workflow_id = ? AND step = ? RETURNING attempts, next_trigger, uncertain_since",
                         )
                         .bind(&req.owner)
                         .bind(&token)
@@ -164,6 +164,7 @@ impl ExecutorStore for SqliteStore {
                         .await?;
                         let number = row.get::<i64, _>("attempts") as u32;
                         let trigger: Trigger = parse(row.get("next_trigger"))?;
+                        let uncertain_since = row.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64);
                         let wf = sqlx::query(
                             "UPDATE workflows SET attempts_used = attempts_used + 1 WHERE workflow_id = ?
                              RETURNING workflow, definition_version, deadline_at, attempts_used,
@@ -210,6 +211,7 @@ impl ExecutorStore for SqliteStore {
                             attempts_used: wf.get::<i64, _>("attempts_used") as u32,
                             external_calls_used: wf.get::<i64, _>("external_calls_used") as u32,
                             runtime_used_ms: wf.get::<i64, _>("runtime_used_ms") as u64,
+                            uncertain_since,
                         });
                     }
                     Ok(claimed)
@@ -317,6 +319,7 @@ impl ExecutorStore for SqliteStore {
                             .await?;
                             sqlx::query(
                                 "UPDATE steps SET state = 'succeeded', receipt_id = ?, note = ?, ready_at = NULL,
+                                     uncertain_since = NULL,
                                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                                  WHERE workflow_id = ? AND step = ?",
                             )
@@ -340,14 +343,20 @@ impl ExecutorStore for SqliteStore {
                             .fetch_all(&mut *conn)
                             .await?;
                         }
-                        StepTransition::Retry { ready_at, next_trigger } => {
+                        StepTransition::Retry {
+                            ready_at,
+                            next_trigger,
+                            uncertain_since,
+                        } => {
                             sqlx::query(
-                                "UPDATE steps SET state = 'failed_retryable', ready_at = ?, next_trigger = ?, note = ?,
+                                "UPDATE steps SET state = 'failed_retryable', ready_at = ?, next_trigger = ?,
+                                     uncertain_since = COALESCE(uncertain_since, ?), note = ?,
                                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                                  WHERE workflow_id = ? AND step = ?",
                             )
                             .bind(*ready_at as i64)
                             .bind(next_trigger.as_str())
+                            .bind(uncertain_since.map(|v| v as i64))
                             .bind(note.as_deref())
                             .bind(id)
                             .bind(&fence.step)
@@ -403,9 +412,11 @@ impl ExecutorStore for SqliteStore {
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
         let rows = sqlx::query(
-            "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at,
-                    a.attempt_id, a.checkpoint
-             FROM steps s LEFT JOIN attempts a
+            "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
+                    s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
+                    a.component, a.component_version, w.workflow, w.definition_version
+             FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
+             LEFT JOIN attempts a
                ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
              WHERE s.state = 'running' AND s.lease_expires_at < ?
              ORDER BY s.lease_expires_at LIMIT ?",
@@ -414,9 +425,10 @@ impl ExecutorStore for SqliteStore {
         .bind(limit as i64)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| ExpiredLease {
+        rows.iter()
+            .map(|r| {
+                let trigger: Option<String> = r.get("trigger");
+                Ok(ExpiredLease {
                 fence: Fence {
                     workflow_id: WorkflowId(r.get("workflow_id")),
                     step: r.get("step"),
@@ -426,7 +438,16 @@ impl ExecutorStore for SqliteStore {
                 lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").unwrap_or(0) as u64,
                 attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
                 checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
+                attempt_number: r.get::<i64, _>("attempts") as u32,
+                attempt_started_at: r.get::<Option<i64>, _>("started_at").unwrap_or(0) as u64,
+                trigger: parse(trigger.as_deref().unwrap_or("initial"))?,
+                component: r.get("component"),
+                component_version: r.get("component_version"),
+                workflow: r.get("workflow"),
+                definition_version: r.get::<i64, _>("definition_version") as u32,
+                uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64),
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -1,0 +1,55 @@
+//! Test controls: `POST /v1/_test/clock` moves the host's clock forward.
+//!
+//! The route exists only when the host runs with test controls (the router does not add
+//! it otherwise, so it answers `404`). Leases, backoff, key retention and deadlines all
+//! read the same clock, so tests move time instead of sleeping. Advancing is not
+//! idempotent and does not use an `Idempotency-Key`: it is a test instrument, not a
+//! business request.
+
+use super::auth::{Caller, Role};
+use super::error::{ApiError, ApiResult, ErrorCode, quote};
+use super::time::rfc3339;
+use super::{ApiStore, Ctx};
+use crate::clock::Clock;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+const SHAPE: &str = r#"send {"advance_ms": <milliseconds, a whole number ≥ 0>}"#;
+
+/// `POST /v1/_test/clock` `{"advance_ms": N}` → `{"now": "<RFC 3339>", "now_ms": N}`.
+pub(super) async fn advance_clock<S: ApiStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    if caller.role != Role::Operator {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "moving the clock needs the `operator` role; use an operator's token",
+        ));
+    }
+    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {e}; {SHAPE}"),
+        )
+    })?;
+    let advance = value
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get("advance_ms"))
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the body is `{}`; {SHAPE}", quote(&value.to_string())),
+            )
+        })?;
+    ctx.clock.advance(advance);
+    // Timers may have come due: let the scheduler look now.
+    ctx.wake.notify_one();
+    let now = ctx.clock.now_ms();
+    Ok(Json(json!({"now": rfc3339(now), "now_ms": now})))
+}

@@ -1,0 +1,569 @@
+//! Admission: `POST /v1/intents` and `GET /v1/intents/{key}`.
+//!
+//! One client key in scope (subject, workflow, key) is one workflow. The checks run in the
+//! order API.md fixes — auth, key syntax, body syntax, key lookup, definition, schema —
+//! and the commit itself re-checks the key inside its transaction, so concurrent
+//! submissions of one key yield one `201` and replays of it.
+
+use super::auth::Caller;
+use super::error::{ApiError, ApiResult, ErrorCode, quote};
+use super::projection::IntentView;
+use super::{ApiStore, Ctx};
+use crate::clock::Clock;
+use crate::intent::{CanonicalInput, EventKind, NewEvent, WorkflowId, canonicalize};
+use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewStep, WorkflowRecord};
+use crate::workflow::WorkflowDef;
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+/// The longest idempotency key accepted.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The header carrying the client's key.
+const KEY_HEADER: &str = "idempotency-key";
+
+/// After refusing an oversized body, read and discard up to this much more of it, so the
+/// client receives the `413` instead of a reset connection.
+const DRAIN_CAP: usize = 8 << 20;
+
+const KEY_RULE: &str = "keys are 1–255 visible ASCII characters (0x21–0x7E: no spaces or control \
+                        characters), optionally sent as a quoted string; a UUID is a good key";
+
+/// The key named by an `Idempotency-Key` value (or a path segment): 1–255 characters
+/// 0x21–0x7E. A value sent as a quoted string (`"abc"`, with `\"` and `\\` escapes, the
+/// IETF draft's form) is unquoted first, so `"abc"` and `abc` are the same key. `Err`
+/// says what is wrong, quoting the value.
+pub fn parse_idempotency_key(raw: &[u8]) -> Result<String, String> {
+    let shown = quote(&String::from_utf8_lossy(raw));
+    let key = if raw.first() == Some(&b'"') {
+        unquote(raw).ok_or_else(|| {
+            format!(
+                "the key `{shown}` starts with `\"` but is not a well-formed quoted string (a closing `\"`, \
+                 inner `\"` and `\\` escaped with `\\`); {KEY_RULE}"
+            )
+        })?
+    } else {
+        raw.to_vec()
+    };
+    if key.is_empty() {
+        return Err(format!("the key is empty; {KEY_RULE}"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "the key `{shown}` is {} characters long; {KEY_RULE}",
+            key.len()
+        ));
+    }
+    if let Some(pos) = key.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        let bad = match key[pos] {
+            b @ 0..=0x7f => format!("{:?}", b as char),
+            b => format!("the byte 0x{b:02X}"),
+        };
+        return Err(format!(
+            "the key `{shown}` contains {bad} at position {}; {KEY_RULE}",
+            pos + 1
+        ));
+    }
+    // Every byte is visible ASCII, so this is valid UTF-8.
+    Ok(String::from_utf8(key).unwrap_or_default())
+}
+
+/// The content of an RFC 8941 string: `"` … `"` with `\"` and `\\` escapes.
+fn unquote(raw: &[u8]) -> Option<Vec<u8>> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(e),
+                _ => return None,
+            },
+            b'"' => return None,
+            _ => out.push(b),
+        }
+    }
+    Some(out)
+}
+
+/// The key of a `POST`: exactly one `Idempotency-Key` header, well formed.
+fn key_from_headers(headers: &HeaderMap) -> ApiResult<String> {
+    let mut values = headers.get_all(KEY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Err(ApiError::new(
+            ErrorCode::MissingParameter,
+            format!(
+                "this POST has no `Idempotency-Key` header; send one naming this request, the same \
+                 one on every retry of it ({KEY_RULE})"
+            ),
+        )
+        .with_details(vec![json!({"parameter": "Idempotency-Key"})]));
+    };
+    if values.next().is_some() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidKey,
+            "the request has more than one `Idempotency-Key` header; send exactly one",
+        ));
+    }
+    parse_idempotency_key(value.as_bytes()).map_err(|m| ApiError::new(ErrorCode::InvalidKey, m))
+}
+
+/// Reads the body, refusing more than `limit` bytes with `413`.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<Bytes> {
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the body is larger than this host's limit of {limit} bytes; send a smaller input"
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > (limit + DRAIN_CAP) as u64) {
+        return Err(too_large());
+    }
+    let mut body = body;
+    let mut buf = Vec::new();
+    let mut over = declared.is_some_and(|n| n > limit as u64);
+    let mut drained = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the request body could not be read ({e}); send it again"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if over {
+            drained += data.len();
+            if drained > DRAIN_CAP {
+                break;
+            }
+        } else if buf.len() + data.len() > limit {
+            over = true;
+            buf = Vec::new();
+        } else {
+            buf.extend_from_slice(&data);
+        }
+    }
+    if over {
+        Err(too_large())
+    } else {
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// A parsed `POST /v1/intents` body.
+#[derive(Debug, Clone, PartialEq)]
+struct Submission {
+    workflow: String,
+    input: Value,
+}
+
+const BODY_SHAPE: &str = r#"send {"workflow": "<definition name>", "input": {…}}"#;
+
+fn shape_error(message: String, pointer: &str) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, message)
+        .with_details(vec![json!({"pointer": pointer})])
+}
+
+/// The body as JSON of the right shape; any `Content-Type` is accepted.
+fn parse_submission(bytes: &[u8]) -> ApiResult<Submission> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is empty; {BODY_SHAPE}"),
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {e}; {BODY_SHAPE}"),
+        )
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(shape_error(
+            format!(
+                "the body is a JSON {}, not an object; {BODY_SHAPE}",
+                json_type(&value)
+            ),
+            "",
+        ));
+    };
+    if let Some(unknown) = fields.keys().find(|k| *k != "workflow" && *k != "input") {
+        return Err(shape_error(
+            format!(
+                "the body has an unknown field `{}`; it has only `workflow` and `input`: {BODY_SHAPE}",
+                quote(unknown)
+            ),
+            &format!("/{}", unknown.replace('~', "~0").replace('/', "~1")),
+        ));
+    }
+    let workflow = match fields.remove("workflow") {
+        Some(Value::String(name)) if !name.is_empty() => name,
+        Some(other) => {
+            return Err(shape_error(
+                format!(
+                    "`workflow` is {}, but it must be the name of a deployed definition as a non-empty \
+                     string; {BODY_SHAPE}",
+                    describe(&other)
+                ),
+                "/workflow",
+            ));
+        }
+        None => {
+            return Err(shape_error(
+                format!("the body has no `workflow`; {BODY_SHAPE}"),
+                "/workflow",
+            ));
+        }
+    };
+    let input = match fields.remove("input") {
+        Some(input @ Value::Object(_)) => input,
+        Some(other) => {
+            return Err(shape_error(
+                format!(
+                    "`input` is {}, but it must be a JSON object; {BODY_SHAPE}",
+                    describe(&other)
+                ),
+                "/input",
+            ));
+        }
+        None => {
+            return Err(shape_error(
+                format!("the body has no `input`; {BODY_SHAPE}"),
+                "/input",
+            ));
+        }
+    };
+    Ok(Submission { workflow, input })
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// "an empty string", "the number 5", "an array", ….
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(s) if s.is_empty() => "an empty string".to_string(),
+        Value::String(s) => format!("the string `{}`", quote(s)),
+        Value::Number(n) => format!("the number {n}"),
+        Value::Bool(b) => format!("`{b}`"),
+        Value::Null => "`null`".to_string(),
+        Value::Array(_) => "an array".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+/// The `200`/`201` answer with its `Location`.
+fn intent_response(
+    status: StatusCode,
+    record: &WorkflowRecord,
+    replayed: bool,
+) -> ApiResult<Response> {
+    let location = HeaderValue::from_str(&format!("/v1/workflows/{}", record.workflow_id))
+        .map_err(ApiError::internal)?;
+    let mut response = (status, Json(IntentView::new(record, Some(replayed)))).into_response();
+    response.headers_mut().insert(header::LOCATION, location);
+    Ok(response)
+}
+
+fn conflict(scope: &KeyScope, workflow_id: &WorkflowId) -> ApiError {
+    ApiError::new(
+        ErrorCode::KeyConflict,
+        format!(
+            "the Idempotency-Key `{}` was already used for a `{}` request with a different input \
+             (workflow {workflow_id}); nothing was changed. Resend the original input to get that \
+             workflow, or use a new key for a new request",
+            quote(&scope.key),
+            quote(&scope.workflow)
+        ),
+    )
+    .with_details(vec![json!({"workflow_id": workflow_id})])
+}
+
+/// The timeline's first entries: the request, then what was scheduled.
+fn admission_events(def: &WorkflowDef, scope: &KeyScope, input: &CanonicalInput) -> Vec<NewEvent> {
+    let recorded = NewEvent::workflow(
+        EventKind::Observation,
+        format!(
+            "Request recorded: {} v{} for {} (input {})",
+            def.name, def.version, scope.subject.0, input.digest
+        ),
+    )
+    .with_data(json!({
+        "subject": scope.subject.0,
+        "idempotency_key": scope.key,
+        "definition_version": def.version,
+        "input_digest": input.digest,
+    }));
+    let first: Vec<_> = def.initial_steps().collect();
+    let mut events = vec![recorded];
+    if !first.is_empty() {
+        let labels: Vec<&str> = first.iter().map(|s| s.label.as_str()).collect();
+        let ids: Vec<&str> = first.iter().map(|s| s.id.as_str()).collect();
+        events.push(
+            NewEvent::workflow(
+                EventKind::Action,
+                format!("Scheduled {}", labels.join(", ")),
+            )
+            .with_data(json!({"steps": ids})),
+        );
+    }
+    events
+}
+
+/// `POST /v1/intents`.
+pub(super) async fn submit<S: ApiStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let key = key_from_headers(&headers)?;
+    let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
+    let Submission { workflow, input } = parse_submission(&bytes)?;
+    let canonical = canonicalize(&input).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("{e}; send plain JSON values"),
+        )
+        .with_details(vec![json!({"pointer": "/input"})])
+    })?;
+    let scope = KeyScope {
+        subject: caller.subject,
+        workflow,
+        key,
+    };
+    let now = ctx.clock.now_ms();
+    if let Some(known) = ctx.store.lookup_key(&scope, now).await? {
+        if known.input_digest != canonical.digest {
+            return Err(conflict(&scope, &known.workflow_id));
+        }
+        let record = ctx
+            .store
+            .workflow(&known.workflow_id)
+            .await?
+            .ok_or_else(|| {
+                ApiError::internal(format!(
+                    "key points at missing workflow {}",
+                    known.workflow_id
+                ))
+            })?;
+        return intent_response(StatusCode::OK, &record, true);
+    }
+    let Some(deployed) = ctx.deployments.latest(&scope.workflow).await? else {
+        return Err(ApiError::not_found(format!(
+            "no workflow definition named `{}` is deployed; check the `workflow` field, or deploy the \
+             definition first",
+            quote(&scope.workflow)
+        )));
+    };
+    let def = &deployed.def;
+    deployed.validator.validate(&input).map_err(|errors| {
+        let listed: Vec<String> = errors
+            .iter()
+            .map(|e| format!("`{}`: {}", e.pointer, e.message))
+            .collect();
+        ApiError::new(
+            ErrorCode::InvalidInput,
+            format!(
+                "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields listed in `details`",
+                def.name,
+                def.version,
+                listed.join("; ")
+            ),
+        )
+        .with_details(
+            errors
+                .iter()
+                .map(|e| json!({"pointer": e.pointer, "message": e.message}))
+                .collect(),
+        )
+    })?;
+    let events = admission_events(def, &scope, &canonical);
+    let request = AdmitRequest {
+        workflow_id: WorkflowId::new(now),
+        definition_version: def.version,
+        steps: def
+            .steps
+            .iter()
+            .map(|s| NewStep {
+                id: s.id.to_string(),
+                depends_on: s.after.iter().map(ToString::to_string).collect(),
+            })
+            .collect(),
+        now,
+        deadline_at: now.saturating_add(millis(def.deadline)),
+        key_retention_ms: millis(ctx.limits.key_retention),
+        events,
+        input: canonical,
+        scope,
+    };
+    let scope = request.scope.clone();
+    match ctx.store.admit(request).await? {
+        AdmitOutcome::Created(record) => {
+            ctx.wake.notify_one();
+            intent_response(StatusCode::CREATED, &record, false)
+        }
+        AdmitOutcome::Replayed(record) => intent_response(StatusCode::OK, &record, true),
+        AdmitOutcome::Conflict { workflow_id } => Err(conflict(&scope, &workflow_id)),
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `GET /v1/intents/{key}?workflow=<name>`: the caller's own intent under that key.
+pub(super) async fn by_key<S: ApiStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    key: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> ApiResult<Json<IntentView>> {
+    let Path(raw_key) = key.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidKey,
+            format!("{e}; percent-encode the key in the path"),
+        )
+    })?;
+    let Query(params) = query.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidParameter,
+            format!("{e}; check the query string"),
+        )
+    })?;
+    let key = parse_idempotency_key(raw_key.as_bytes())
+        .map_err(|m| ApiError::new(ErrorCode::InvalidKey, m))?;
+    let Some(workflow) = params.get("workflow").filter(|w| !w.is_empty()) else {
+        return Err(ApiError::new(
+            ErrorCode::MissingParameter,
+            "keys are scoped per workflow: add `?workflow=<definition name>` to name the workflow the key \
+             was used with",
+        )
+        .with_details(vec![json!({"parameter": "workflow"})]));
+    };
+    let scope = KeyScope {
+        subject: caller.subject,
+        workflow: workflow.clone(),
+        key,
+    };
+    let not_found = || {
+        ApiError::not_found(format!(
+            "you have no `{}` intent under the key `{}`, or its retention has passed; check the key \
+             and the workflow name",
+            quote(&scope.workflow),
+            quote(&scope.key)
+        ))
+    };
+    let Some(known) = ctx.store.lookup_key(&scope, ctx.clock.now_ms()).await? else {
+        return Err(not_found());
+    };
+    let record = ctx
+        .store
+        .workflow(&known.workflow_id)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Json(IntentView::new(&record, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_visible_ascii_and_quotes_are_removed() {
+        assert_eq!(parse_idempotency_key(b"abc").unwrap(), "abc");
+        assert_eq!(parse_idempotency_key(b"\"abc\"").unwrap(), "abc");
+        assert_eq!(parse_idempotency_key(br#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(parse_idempotency_key(b"!~").unwrap(), "!~");
+        let longest = "k".repeat(MAX_KEY_LEN);
+        assert_eq!(parse_idempotency_key(longest.as_bytes()).unwrap(), longest);
+        // Quotes do not count against the length.
+        assert!(parse_idempotency_key(format!("\"{longest}\"").as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn malformed_keys_say_what_is_wrong() {
+        let err = |raw: &[u8]| parse_idempotency_key(raw).unwrap_err();
+        assert!(err(b"").contains("empty"));
+        assert!(err(b"\"\"").contains("empty"));
+        assert!(err("k".repeat(256).as_bytes()).contains("256 characters"));
+        assert!(err(b"a b").contains("' ' at position 2"), "{}", err(b"a b"));
+        assert!(
+            err(b"a\tb").contains("'\\t' at position 2"),
+            "{}",
+            err(b"a\tb")
+        );
+        assert!(err("caf\u{e9}".as_bytes()).contains("0xC3"));
+        assert!(err(b"\"abc").contains("quoted string"));
+        assert!(err(br#""a"b""#).contains("quoted string"));
+        assert!(err(br#""a\b""#).contains("quoted string"));
+        assert!(err(b"a\x7f").contains("position 2"));
+    }
+
+    #[test]
+    fn bodies_need_a_workflow_and_an_object_input() {
+        let ok = parse_submission(br#"{"workflow": "w", "input": {"a": 1}}"#).unwrap();
+        assert_eq!(ok.workflow, "w");
+        assert_eq!(ok.input, json!({"a": 1}));
+        let code = |body: &str| parse_submission(body.as_bytes()).unwrap_err().code;
+        assert_eq!(code(""), ErrorCode::InvalidJson);
+        assert_eq!(code("{"), ErrorCode::InvalidJson);
+        assert_eq!(code("workflow=w"), ErrorCode::InvalidJson);
+        assert_eq!(code("[]"), ErrorCode::InvalidRequest);
+        assert_eq!(code(r#"{"input": {}}"#), ErrorCode::InvalidRequest);
+        assert_eq!(
+            code(r#"{"workflow": "", "input": {}}"#),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(r#"{"workflow": 5, "input": {}}"#),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(code(r#"{"workflow": "w"}"#), ErrorCode::InvalidRequest);
+        assert_eq!(
+            code(r#"{"workflow": "w", "input": [1]}"#),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(r#"{"workflow": "w", "input": {}, "inputs": {}}"#),
+            ErrorCode::InvalidRequest
+        );
+        let err = parse_submission(br#"{"workflow": "w", "input": "x"}"#).unwrap_err();
+        assert!(err.message.contains("the string `x`"), "{}", err.message);
+        assert_eq!(err.details, [json!({"pointer": "/input"})]);
+    }
+
+    #[test]
+    fn the_body_limit_is_exact() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let headers = HeaderMap::new();
+        let read = |n: usize| rt.block_on(read_body(&headers, Body::from(vec![b' '; n]), 10));
+        assert_eq!(read(10).unwrap().len(), 10);
+        assert_eq!(read(11).unwrap_err().code, ErrorCode::PayloadTooLarge);
+    }
+}

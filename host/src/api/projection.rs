@@ -1,0 +1,437 @@
+//! The JSON shapes of API.md built from stored records: the workflow projection, list
+//! summaries, timeline entries and attempts.
+//!
+//! Building a view is pure: the handlers read the records, these functions shape them.
+//! Times become RFC 3339 text here. An attempt's external request identity is a reusable
+//! idempotency key, so only a recognisable prefix of it is ever shown.
+
+use super::status::{self, NextAction, StepStatus};
+use super::time::{rfc3339, rfc3339_opt};
+use crate::intent::{
+    AttemptOutcome, EventKind, EvidenceKind, Receipt, StepState, TimelineEvent, Trigger,
+    WorkflowState,
+};
+use crate::store::{AttemptRecord, StepRecord, WorkflowRecord};
+use crate::workflow::WorkflowDef;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The answer of `POST /v1/intents` and `GET /v1/intents/{key}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IntentView {
+    pub workflow_id: String,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub state: WorkflowState,
+    /// Present on `POST` answers only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<bool>,
+    pub created_at: String,
+}
+
+impl IntentView {
+    /// The intent behind `record`; `replayed` is `None` for reads by key.
+    pub fn new(record: &WorkflowRecord, replayed: Option<bool>) -> Self {
+        Self {
+            workflow_id: record.workflow_id.to_string(),
+            workflow: record.workflow.clone(),
+            definition_version: record.definition_version,
+            state: record.state,
+            replayed,
+            created_at: rfc3339(record.created_at),
+        }
+    }
+}
+
+/// `GET /v1/workflows/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowView {
+    pub workflow_id: String,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub subject: String,
+    pub idempotency_key: String,
+    pub input_digest: String,
+    pub state: WorkflowState,
+    pub created_at: String,
+    pub ended_at: Option<String>,
+    pub status_text: String,
+    pub next_action: Option<NextAction>,
+    pub milestones: Vec<MilestoneView>,
+    pub steps: Vec<StepView>,
+}
+
+/// A milestone on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MilestoneView {
+    pub name: String,
+    pub reached_at: Option<String>,
+}
+
+/// One step of the projection.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepView {
+    pub id: String,
+    pub label: String,
+    pub state: StepState,
+    pub attempts: u32,
+    /// `{"note", "by", "at"}` once escalated.
+    pub escalated: Option<Value>,
+    pub receipt: Option<ReceiptView>,
+}
+
+/// The receipt that closed a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReceiptView {
+    pub receipt_id: String,
+    pub attempt_id: Option<String>,
+    pub evidence_kind: EvidenceKind,
+    pub component: String,
+    pub component_version: String,
+    pub component_digest: String,
+    pub input_digest: String,
+    pub external_reference: Option<String>,
+    pub output: Value,
+    pub recorded_at: String,
+    pub author: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Option<String>,
+}
+
+impl From<&Receipt> for ReceiptView {
+    fn from(r: &Receipt) -> Self {
+        Self {
+            receipt_id: r.receipt_id.to_string(),
+            attempt_id: r.attempt_id.as_ref().map(ToString::to_string),
+            evidence_kind: r.evidence_kind,
+            component: r.component.clone(),
+            component_version: r.component_version.clone(),
+            component_digest: r.component_digest.clone(),
+            input_digest: r.input_digest.clone(),
+            external_reference: r.external_reference.clone(),
+            output: r.output.clone(),
+            recorded_at: rfc3339(r.recorded_at),
+            author: r.author.clone(),
+            reason: r.reason.clone(),
+            evidence: r.evidence.clone(),
+        }
+    }
+}
+
+/// A summary in `GET /v1/workflows`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SummaryView {
+    pub workflow_id: String,
+    pub workflow: String,
+    pub definition_version: u32,
+    pub state: WorkflowState,
+    pub status_text: String,
+    pub created_at: String,
+    pub ended_at: Option<String>,
+}
+
+/// A timeline entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineView {
+    pub seq: u64,
+    pub at: String,
+    pub kind: EventKind,
+    pub step: Option<String>,
+    pub attempt_id: Option<String>,
+    pub text: String,
+    pub data: Value,
+}
+
+impl From<TimelineEvent> for TimelineView {
+    fn from(e: TimelineEvent) -> Self {
+        Self {
+            seq: e.seq,
+            at: rfc3339(e.at),
+            kind: e.kind,
+            step: e.step,
+            attempt_id: e.attempt_id,
+            text: e.text,
+            data: e.data,
+        }
+    }
+}
+
+/// An attempt of a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptView {
+    pub attempt_id: String,
+    pub number: u32,
+    pub trigger: Trigger,
+    pub lease_owner: String,
+    pub component: Option<String>,
+    pub component_version: Option<String>,
+    pub component_digest: Option<String>,
+    pub input_digest: Option<String>,
+    /// A prefix of the external request identity, never the whole key.
+    pub request_identity: Option<String>,
+    pub checkpoint: u8,
+    pub observation: Option<String>,
+    pub outcome: AttemptOutcome,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+}
+
+impl From<AttemptRecord> for AttemptView {
+    fn from(a: AttemptRecord) -> Self {
+        Self {
+            attempt_id: a.attempt_id.to_string(),
+            number: a.number,
+            trigger: a.trigger,
+            lease_owner: a.lease_owner,
+            component: a.component,
+            component_version: a.component_version,
+            component_digest: a.component_digest,
+            input_digest: a.input_digest,
+            request_identity: a.request_identity.as_deref().map(shorten_identity),
+            checkpoint: a.checkpoint,
+            observation: a.observation,
+            outcome: a.outcome,
+            started_at: rfc3339(a.started_at),
+            finished_at: rfc3339_opt(a.finished_at),
+        }
+    }
+}
+
+/// Enough of a request identity to recognise it — at most 8 characters and never more
+/// than half of it — followed by "…", so the reusable key itself is never shown.
+pub fn shorten_identity(identity: &str) -> String {
+    let chars = identity.chars().count();
+    let keep = (chars / 2).min(8);
+    let mut out: String = identity.chars().take(keep).collect();
+    out.push('…');
+    out
+}
+
+/// Steps in definition order (steps the definition does not know, last), with labels.
+fn ordered<'a>(
+    def: Option<&'a WorkflowDef>,
+    steps: &'a [StepRecord],
+) -> Vec<(&'a StepRecord, &'a str)> {
+    let label = |id: &'a str| {
+        def.and_then(|d| d.step(id))
+            .map_or(id, |s| s.label.as_str())
+    };
+    let index = |id: &str| {
+        def.and_then(|d| d.steps.iter().position(|s| s.id.as_str() == id))
+            .unwrap_or(usize::MAX)
+    };
+    let mut out: Vec<(&StepRecord, &str)> = steps.iter().map(|s| (s, label(&s.step))).collect();
+    // Stable: unknown steps keep their stored order.
+    out.sort_by_key(|(s, _)| index(&s.step));
+    out
+}
+
+fn statuses<'a>(ordered: &[(&'a StepRecord, &'a str)]) -> Vec<StepStatus<'a>> {
+    ordered
+        .iter()
+        .map(|(s, label)| StepStatus {
+            id: s.step.as_str(),
+            label,
+            state: s.state,
+        })
+        .collect()
+}
+
+/// The receipt of a step: the one it points at, else its latest.
+fn receipt_of<'a>(step: &StepRecord, receipts: &'a [Receipt]) -> Option<&'a Receipt> {
+    step.receipt_id
+        .as_ref()
+        .and_then(|id| receipts.iter().find(|r| &r.receipt_id == id))
+        .or_else(|| receipts.iter().rev().find(|r| r.step == step.step))
+}
+
+/// The escalation as stored, with a millisecond `at` written as RFC 3339.
+fn escalation(value: &Value) -> Value {
+    let mut value = value.clone();
+    if let Some(at) = value.get_mut("at")
+        && let Some(ms) = at.as_u64()
+    {
+        *at = Value::String(rfc3339(ms));
+    }
+    value
+}
+
+/// The projection of one workflow. `def` is its own definition version (`None` if it can
+/// no longer be read: labels fall back to step ids).
+pub fn workflow_view(
+    record: &WorkflowRecord,
+    def: Option<&WorkflowDef>,
+    steps: &[StepRecord],
+    receipts: &[Receipt],
+) -> WorkflowView {
+    let ordered = ordered(def, steps);
+    let statuses = statuses(&ordered);
+    let completed_at = record
+        .ended_at
+        .filter(|_| record.state == WorkflowState::Completed);
+    let receipt_at = |id: &str| {
+        steps
+            .iter()
+            .find(|s| s.step == id)
+            .and_then(|s| receipt_of(s, receipts))
+            .map(|r| r.recorded_at)
+    };
+    let milestones = status::milestones(def, record.created_at, completed_at, receipt_at)
+        .into_iter()
+        .map(|m| MilestoneView {
+            name: m.name,
+            reached_at: rfc3339_opt(m.reached_at),
+        })
+        .collect();
+    WorkflowView {
+        workflow_id: record.workflow_id.to_string(),
+        workflow: record.workflow.clone(),
+        definition_version: record.definition_version,
+        subject: record.subject.0.clone(),
+        idempotency_key: record.idempotency_key.clone(),
+        input_digest: record.input_digest.clone(),
+        state: record.state,
+        created_at: rfc3339(record.created_at),
+        ended_at: rfc3339_opt(record.ended_at),
+        status_text: status::status_text(record.state, &statuses),
+        next_action: status::next_action(&statuses),
+        milestones,
+        steps: ordered
+            .iter()
+            .map(|(s, label)| StepView {
+                id: s.step.clone(),
+                label: label.to_string(),
+                state: s.state,
+                attempts: s.attempts,
+                escalated: s.escalated.as_ref().map(escalation),
+                receipt: receipt_of(s, receipts).map(ReceiptView::from),
+            })
+            .collect(),
+    }
+}
+
+/// The list summary of one workflow.
+pub fn summary_view(
+    record: &WorkflowRecord,
+    def: Option<&WorkflowDef>,
+    steps: &[StepRecord],
+) -> SummaryView {
+    let ordered = ordered(def, steps);
+    SummaryView {
+        workflow_id: record.workflow_id.to_string(),
+        workflow: record.workflow.clone(),
+        definition_version: record.definition_version,
+        state: record.state,
+        status_text: status::status_text(record.state, &statuses(&ordered)),
+        created_at: rfc3339(record.created_at),
+        ended_at: rfc3339_opt(record.ended_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intent::{Millis, ReceiptId, Subject, WorkflowId};
+    use serde_json::json;
+
+    fn record(state: WorkflowState, ended_at: Option<Millis>) -> WorkflowRecord {
+        WorkflowRecord {
+            workflow_id: WorkflowId("wf_1".into()),
+            workflow: "w".into(),
+            definition_version: 1,
+            subject: Subject("alice".into()),
+            idempotency_key: "k".into(),
+            input: "{}".into(),
+            input_digest: "sha256:00".into(),
+            state,
+            created_at: 0,
+            ended_at,
+            deadline_at: 1,
+            attempts_used: 0,
+            external_calls_used: 0,
+            runtime_used_ms: 0,
+        }
+    }
+
+    fn step(id: &str, state: StepState, receipt: Option<&str>) -> StepRecord {
+        StepRecord {
+            workflow_id: WorkflowId("wf_1".into()),
+            step: id.into(),
+            state,
+            attempts: 1,
+            ready_at: None,
+            lease_owner: None,
+            lease_expires_at: None,
+            receipt_id: receipt.map(|r| ReceiptId(r.into())),
+            note: None,
+            escalated: None,
+        }
+    }
+
+    fn receipt(id: &str, step: &str, at: Millis) -> Receipt {
+        Receipt {
+            receipt_id: ReceiptId(id.into()),
+            workflow_id: WorkflowId("wf_1".into()),
+            step: step.into(),
+            attempt_id: None,
+            evidence_kind: EvidenceKind::Manual,
+            component: "c".into(),
+            component_version: "1.0.0".into(),
+            component_digest: "sha256:11".into(),
+            input_digest: "sha256:22".into(),
+            external_reference: Some("ext-1".into()),
+            output: json!({"ok": true}),
+            recorded_at: at,
+            author: Some("ops".into()),
+            reason: Some("checked".into()),
+            evidence: Some("provider portal".into()),
+        }
+    }
+
+    #[test]
+    fn request_identities_are_never_shown_whole() {
+        assert_eq!(shorten_identity("wf_0123456789abcdef:deliver"), "wf_01234…");
+        assert_eq!(shorten_identity("abcd"), "ab…");
+        assert_eq!(shorten_identity("a"), "…");
+    }
+
+    #[test]
+    fn projects_without_a_definition() {
+        let mut escalated = step("b", StepState::OutcomeUnknown, None);
+        escalated.escalated = Some(json!({"note": "call them", "by": "ops", "at": 0}));
+        let steps = [step("a", StepState::Succeeded, Some("rcp_1")), escalated];
+        let receipts = [receipt("rcp_0", "a", 5), receipt("rcp_1", "a", 7)];
+        let view = workflow_view(
+            &record(WorkflowState::NeedsReview, None),
+            None,
+            &steps,
+            &receipts,
+        );
+        let v = serde_json::to_value(&view).unwrap();
+        assert_eq!(v["state"], "needs_review");
+        assert_eq!(v["status_text"], "b: outcome unknown — needs review");
+        assert_eq!(v["next_action"], json!({"kind": "review", "step": "b"}));
+        assert_eq!(v["steps"][0]["receipt"]["receipt_id"], "rcp_1");
+        assert_eq!(
+            v["steps"][0]["receipt"]["recorded_at"],
+            "1970-01-01T00:00:00.007Z"
+        );
+        assert_eq!(v["steps"][0]["receipt"]["evidence_kind"], "manual");
+        assert_eq!(v["steps"][1]["receipt"], Value::Null);
+        assert_eq!(v["steps"][1]["escalated"]["at"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["milestones"][0]["reached_at"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["milestones"][1]["reached_at"], Value::Null);
+        assert_eq!(v["ended_at"], Value::Null);
+    }
+
+    #[test]
+    fn completion_is_reached_only_when_completed() {
+        let steps = [step("a", StepState::FailedTerminal, None)];
+        let view = workflow_view(&record(WorkflowState::Failed, Some(9)), None, &steps, &[]);
+        assert_eq!(view.milestones[1].reached_at, None);
+        assert_eq!(view.ended_at.as_deref(), Some("1970-01-01T00:00:00.009Z"));
+        assert_eq!(view.status_text, "Ended without completion: a failed");
+        let summary = summary_view(&record(WorkflowState::Failed, Some(9)), None, &steps);
+        assert_eq!(summary.status_text, view.status_text);
+    }
+}

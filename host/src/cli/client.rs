@@ -1,0 +1,92 @@
+//! `docket submit`, `docket status`, `docket timeline`: thin HTTP clients of the API.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use std::process::ExitCode;
+
+/// Where the API is and who is calling.
+#[derive(Debug, Args)]
+pub struct Server {
+    /// Base URL of a running `docket serve`.
+    #[arg(long, env = "DOCKET_URL", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// API token (omit for a host without tokens).
+    #[arg(long, env = "DOCKET_TOKEN")]
+    pub token: Option<String>,
+}
+
+impl Server {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{}", self.server.trim_end_matches('/'), path);
+        let r = reqwest::Client::new().request(method, url);
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+}
+
+/// Prints an API answer (pretty JSON) and turns an error status into a failing exit code.
+async fn print(response: reqwest::Response) -> anyhow::Result<ExitCode> {
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.context("the server's answer is not JSON")?;
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+pub async fn submit(server: &Server, workflow: &str, key: &str, input: &str) -> anyhow::Result<ExitCode> {
+    let input: serde_json::Value = serde_json::from_str(input).context("--input is not valid JSON")?;
+    let response = server
+        .request(reqwest::Method::POST, "/v1/intents")
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({"workflow": workflow, "input": input}))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {}", server.server))?;
+    print(response).await
+}
+
+pub async fn status(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
+    if id.contains('/') {
+        bail!("`{id}` is not a workflow id; ids look like wf_…");
+    }
+    let response = server
+        .request(reqwest::Method::GET, &format!("/v1/workflows/{id}"))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {}", server.server))?;
+    print(response).await
+}
+
+pub async fn timeline(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/workflows/{id}/timeline?limit=500");
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let response = server
+            .request(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", server.server))?;
+        if !response.status().is_success() {
+            return print(response).await;
+        }
+        let page: serde_json::Value = response.json().await?;
+        for e in page["data"].as_array().into_iter().flatten() {
+            println!(
+                "{:>4}  {}  {:<11}  {:<10}  {}",
+                e["seq"],
+                e["at"].as_str().unwrap_or(""),
+                e["kind"].as_str().unwrap_or(""),
+                e["step"].as_str().unwrap_or("-"),
+                e["text"].as_str().unwrap_or("")
+            );
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}

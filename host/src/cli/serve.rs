@@ -1,0 +1,245 @@
+//! `docket serve`: assemble a host — store, runtime, components, definitions, scheduler,
+//! API — and run it until interrupted.
+
+use crate::api::{ApiContext, ApiLimits, Auth, Principal, Role, router};
+use crate::capabilities::{AdapterPolicy, HostRule};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{HostConfig, RoleToml};
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
+use crate::sim::{ProviderSim, RunningSim, SimConfig};
+use crate::store::sqlite::SqliteStore;
+use anyhow::{Context, bail};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Adapters pointed at the built-in provider simulator when nothing else is configured.
+const SIM_ADAPTERS: &[&str] = &[
+    "http-delivery",
+    "http-delivery-query-only",
+    "http-delivery-fire-and-forget",
+    "http-delivery-lying",
+];
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address of the API (default 127.0.0.1:8080).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Database: `sqlite://PATH` or a file path (default `.docket/docket.db`).
+    #[arg(long)]
+    pub db: Option<String>,
+    /// Host configuration file (`docket.toml`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Enable the test controls of the API (clock); refused unless listening on loopback.
+    #[arg(long)]
+    pub test_controls: bool,
+    /// Where the embedded provider simulator listens when it is used (default: any free
+    /// loopback port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub sim_listen: SocketAddr,
+}
+
+/// Everything that makes up a running host.
+pub struct Host {
+    pub addr: SocketAddr,
+    pub sim: Option<RunningSim>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    scheduler: tokio::task::JoinHandle<()>,
+}
+
+impl Host {
+    /// Stops the scheduler and the API.
+    pub fn stop(&self) {
+        self.scheduler.abort();
+        self.server.abort();
+    }
+}
+
+fn sqlite_path(db: &str) -> PathBuf {
+    PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db))
+}
+
+/// Builds and starts a host from the arguments and the config file.
+pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
+    let mut config = HostConfig::load(args.config.as_deref())?;
+    let listen = args
+        .listen
+        .or(config.listen)
+        .unwrap_or_else(|| "127.0.0.1:8080".parse().unwrap());
+    if config.tokens.is_empty() && !listen.ip().is_loopback() {
+        bail!(
+            "refusing to listen on {listen} without API tokens: anyone could act as an operator; configure [[tokens]] in docket.toml or listen on 127.0.0.1"
+        );
+    }
+    if args.test_controls && !listen.ip().is_loopback() {
+        bail!("--test-controls is refused unless the host listens on loopback (it was {listen})");
+    }
+
+    // The embedded provider simulator stands in for a delivery service nobody configured.
+    let mut sim = None;
+    if !config.policy.adapters.contains_key("http-delivery") {
+        let running = ProviderSim::start(SimConfig::default(), args.sim_listen)
+            .await
+            .context("starting the built-in provider simulator")?;
+        let url = running.base_url();
+        tracing::warn!(
+            "no delivery service configured: http-delivery (and its variants) point at the built-in provider simulator at {url}"
+        );
+        for name in SIM_ADAPTERS {
+            config.policy.adapters.insert(
+                name.to_string(),
+                AdapterPolicy {
+                    allow_hosts: vec![url.parse::<HostRule>()?],
+                    allow_secrets: ["provider_token".to_string()].into(),
+                    settings: [("base_url".to_string(), url.clone())].into(),
+                },
+            );
+        }
+        config.secrets.insert("provider_token", SimConfig::DEFAULT_TOKEN);
+        sim = Some(running);
+    }
+
+    let db = args
+        .db
+        .clone()
+        .or(config.db.clone())
+        .unwrap_or_else(|| ".docket/docket.db".into());
+    let db_path = sqlite_path(&db);
+    if let Some(dir) = db_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let store = SqliteStore::open(&db_path).await?;
+    tracing::info!("database: SQLite at {}", db_path.display());
+
+    let cache_dir = db_path.parent().unwrap_or(Path::new(".")).join("components");
+    let runtime = Runtime::new(RuntimeConfig {
+        memory_cap_bytes: config.memory_cap_bytes,
+        max_instances: (config.max_concurrent as u32 + 16).max(32),
+        cache_dir: Some(cache_dir),
+    })?;
+    let mut components = Components::new(runtime, config.policy.clone());
+    for (name, path) in crate::guests::ALL {
+        match components.load_file(Path::new(path)).await {
+            Ok(c) => tracing::info!("component {}@{} ({}) from the built example `{name}`", c.name(), c.version(), c.digest),
+            Err(e) => tracing::debug!("example `{name}` not loaded: {e}"),
+        }
+    }
+    for path in &config.components {
+        let c = components
+            .load_file(path)
+            .await
+            .with_context(|| format!("loading component {}", path.display()))?;
+        tracing::info!("component {}@{} ({}) from {}", c.name(), c.version(), c.digest, path.display());
+    }
+    let components = Arc::new(components);
+
+    let clock = SystemClock::new();
+    let deployments = Arc::new(Deployments::new(store.clone()));
+    deploy_dir(&deployments, &config.workflows, components.as_ref(), clock.now_ms()).await?;
+
+    let wake = Arc::new(Notify::new());
+    let scheduler = Scheduler::new(
+        store.clone(),
+        deployments.clone(),
+        components,
+        Arc::new(config.secrets.clone()),
+        clock.clone(),
+        SchedulerConfig {
+            lease: config.lease,
+            max_concurrent: config.max_concurrent,
+            ..SchedulerConfig::default()
+        },
+        wake.clone(),
+    );
+    let scheduler = tokio::spawn(scheduler.run());
+
+    let auth = if config.tokens.is_empty() {
+        Auth::open()
+    } else {
+        Auth::with_tokens(config.tokens.iter().map(|t| {
+            let role = match t.role {
+                RoleToml::Client => Role::Client,
+                RoleToml::Operator => Role::Operator,
+            };
+            (
+                t.token.clone(),
+                Principal {
+                    subject: crate::intent::Subject(t.subject.clone()),
+                    role,
+                },
+            )
+        }))
+    };
+    let mut ctx = ApiContext::new(store, deployments, clock);
+    ctx.auth = auth;
+    ctx.limits = ApiLimits {
+        max_body_bytes: config.max_body_bytes,
+        key_retention: config.key_retention,
+    };
+    ctx.test_controls = args.test_controls;
+    ctx.wake = wake;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let app = router(ctx);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    tracing::info!("docket is serving on http://{addr}");
+    Ok(Host {
+        addr,
+        sim,
+        server,
+        scheduler,
+    })
+}
+
+/// Deploys every `*.toml` in `dir`; a changed file under a deployed version stops the host.
+async fn deploy_dir(
+    deployments: &Deployments<SqliteStore>,
+    dir: &Path,
+    env: &Components,
+    now: u64,
+) -> anyhow::Result<()> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect(),
+        Err(e) => {
+            tracing::warn!("no workflow definitions loaded from {}: {e}", dir.display());
+            return Ok(());
+        }
+    };
+    files.sort();
+    for file in files {
+        let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        let (deployed, outcome) = deployments
+            .deploy(&file.display().to_string(), &source, env, now)
+            .await
+            .with_context(|| format!("deploying {}", file.display()))?;
+        tracing::info!(
+            "workflow {} v{} ({:?}) from {}",
+            deployed.def.name,
+            deployed.def.version,
+            outcome,
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs the host until Ctrl-C.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
+    let host = start(&args).await?;
+    // A line on stdout that scripts (and tests) can wait for.
+    println!("docket listening on http://{}", host.addr);
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    host.stop();
+    Ok(std::process::ExitCode::SUCCESS)
+}

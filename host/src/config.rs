@@ -1,0 +1,252 @@
+//! The operator's host configuration (`docket.toml`), parsed into validated settings.
+//!
+//! Every field is optional: `docket serve` with no file runs on loopback with SQLite in
+//! `.docket/`, the workflows in `workflows/`, and the built example components. Unknown
+//! fields are errors that name the field and its location.
+
+use crate::capabilities::{AdapterPolicy, HostPolicy, HostRule, SecretSource};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `docket.toml` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfigToml {
+    pub listen: Option<SocketAddr>,
+    /// `sqlite://path` or a plain path (PostgreSQL follows).
+    pub db: Option<String>,
+    /// Directory of workflow definitions.
+    pub workflows: Option<PathBuf>,
+    /// Extra component files to load besides the built examples.
+    #[serde(default)]
+    pub components: Vec<PathBuf>,
+    #[serde(default)]
+    pub tokens: Vec<TokenToml>,
+    #[serde(default)]
+    pub secrets: SecretsToml,
+    #[serde(default)]
+    pub adapters: BTreeMap<String, AdapterToml>,
+    #[serde(default)]
+    pub limits: LimitsToml,
+}
+
+/// One API token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenToml {
+    pub token: String,
+    pub subject: String,
+    pub role: RoleToml,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoleToml {
+    Client,
+    Operator,
+}
+
+/// Where secret values come from.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsToml {
+    /// Values written in the file (development only).
+    #[serde(default)]
+    pub values: BTreeMap<String, String>,
+    /// Environment variables `<prefix><NAME in upper case>` supply secrets too.
+    pub env_prefix: Option<String>,
+}
+
+/// The operator's allowance for one adapter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterToml {
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    #[serde(default)]
+    pub allow_secrets: Vec<String>,
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+}
+
+/// Host limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsToml {
+    pub memory_mib: Option<usize>,
+    pub max_concurrent: Option<usize>,
+    pub lease: Option<String>,
+    pub key_retention: Option<String>,
+    pub max_body_bytes: Option<usize>,
+}
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// Validated host settings.
+#[derive(Debug)]
+pub struct HostConfig {
+    pub listen: Option<SocketAddr>,
+    pub db: Option<String>,
+    pub workflows: PathBuf,
+    pub components: Vec<PathBuf>,
+    pub tokens: Vec<TokenToml>,
+    pub secrets: SecretSource,
+    pub policy: HostPolicy,
+    pub memory_cap_bytes: usize,
+    pub max_concurrent: usize,
+    pub lease: Duration,
+    pub key_retention: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl HostConfig {
+    /// Reads `path`, or the defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let (name, raw) = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::Read {
+                    path: p.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                (p.display().to_string(), Self::parse_toml(&p.display().to_string(), &text)?)
+            }
+            None => ("<defaults>".to_string(), HostConfigToml::default()),
+        };
+        Self::from_toml(&name, raw)
+    }
+
+    fn parse_toml(name: &str, text: &str) -> Result<HostConfigToml, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let location = e
+                .span()
+                .map(|s| {
+                    let before = &text[..s.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!("{line}:{col}: ")
+                })
+                .unwrap_or_default();
+            ConfigError::Invalid {
+                path: name.to_string(),
+                message: format!("{location}{}", e.message()),
+            }
+        })
+    }
+
+    fn from_toml(name: &str, raw: HostConfigToml) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: name.to_string(),
+            message,
+        };
+        let duration = |field: &str, text: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+            match text {
+                None => Ok(default),
+                Some(t) => humantime::parse_duration(t)
+                    .map_err(|e| invalid(format!("[limits] {field} = {t:?}: {e}; write e.g. \"30s\" or \"24h\""))),
+            }
+        };
+        let mut secrets = SecretSource::default();
+        for (k, v) in &raw.secrets.values {
+            secrets.insert(k.clone(), v.as_str());
+        }
+        if let Some(prefix) = &raw.secrets.env_prefix {
+            for (k, v) in std::env::vars() {
+                if let Some(name) = k.strip_prefix(prefix.as_str()) {
+                    secrets.insert(name.to_lowercase(), v.as_str());
+                }
+            }
+        }
+        let mut adapters = BTreeMap::new();
+        for (component, a) in raw.adapters {
+            let allow_hosts = a
+                .allow_hosts
+                .iter()
+                .map(|h| h.parse::<HostRule>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(format!("[adapters.{component}] allow_hosts: {e}")))?;
+            adapters.insert(
+                component,
+                AdapterPolicy {
+                    allow_hosts,
+                    allow_secrets: a.allow_secrets.into_iter().collect(),
+                    settings: a.settings,
+                },
+            );
+        }
+        Ok(Self {
+            listen: raw.listen,
+            db: raw.db,
+            workflows: raw.workflows.unwrap_or_else(|| PathBuf::from("workflows")),
+            components: raw.components,
+            tokens: raw.tokens,
+            secrets,
+            policy: HostPolicy { adapters },
+            memory_cap_bytes: raw.limits.memory_mib.unwrap_or(128) << 20,
+            max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
+            lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
+            key_retention: duration("key_retention", &raw.limits.key_retention, Duration::from_secs(24 * 3600))?,
+            max_body_bytes: raw.limits.max_body_bytes.unwrap_or(1 << 20),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_named_with_their_line() {
+        let err = HostConfig::parse_toml("docket.toml", "listen = \"127.0.0.1:1\"\nlistn = 3\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("docket.toml: 2:1") && text.contains("listn"), "{text}");
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let raw = HostConfig::parse_toml(
+            "docket.toml",
+            r#"
+            listen = "127.0.0.1:8080"
+            [[tokens]]
+            token = "t1"
+            subject = "alice"
+            role = "client"
+            [secrets]
+            values = { provider_token = "abc" }
+            [adapters.http-delivery]
+            allow_hosts = ["http://127.0.0.1:8090"]
+            allow_secrets = ["provider_token"]
+            settings = { base_url = "http://127.0.0.1:8090" }
+            [limits]
+            lease = "5s"
+            "#,
+        )
+        .unwrap();
+        let c = HostConfig::from_toml("docket.toml", raw).unwrap();
+        assert_eq!(c.lease, Duration::from_secs(5));
+        assert!(c.policy.allows_host("http-delivery", "$base_url"));
+        assert_eq!(c.secrets.get("provider_token").unwrap().expose(), "abc");
+        assert_eq!(c.tokens[0].role, RoleToml::Client);
+    }
+
+    #[test]
+    fn bad_durations_and_hosts_say_how_to_fix_them() {
+        let raw = HostConfig::parse_toml("c.toml", "[limits]\nlease = \"soon\"\n").unwrap();
+        let err = HostConfig::from_toml("c.toml", raw).unwrap_err().to_string();
+        assert!(err.contains("\"soon\"") && err.contains("30s"), "{err}");
+        let raw = HostConfig::parse_toml("c.toml", "[adapters.x]\nallow_hosts = [\"ftp://h:1\"]\n").unwrap();
+        let err = HostConfig::from_toml("c.toml", raw).unwrap_err().to_string();
+        assert!(err.contains("ftp://h:1"), "{err}");
+    }
+}

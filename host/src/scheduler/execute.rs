@@ -1,0 +1,561 @@
+//! Running one claimed attempt to its end: checkpoints, the call, the typed outcome.
+//!
+//! A handler attempt has two durable points: the claim (checkpoint 1) and the finish. An
+//! adapter attempt passes all six checkpoints of DESIGN.md, each durable before the
+//! attempt moves on: claim (1), budget and policy validated (2), request identity recorded
+//! (3), the call (4, nothing written), result or uncertainty stored (5), receipt and
+//! release of dependents (6).
+
+use super::Scheduler;
+use super::recovery::{Uncertainty, Verdict, decide};
+use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
+use crate::intent::{
+    AttemptOutcome, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Trigger,
+    external_idempotency_key,
+};
+use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
+use crate::store::{
+    AttemptFacts, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore, FinishRequest, NewReceipt,
+    StepTransition, StoreError,
+};
+use crate::workflow::{ReceiptView, StepDef, StepKind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How one attempt ended, before it is written down.
+pub(crate) struct Ending {
+    pub checkpoint: u8,
+    pub facts: AttemptFacts,
+    pub transition: StepTransition,
+    pub note: Option<String>,
+    pub log: serde_json::Value,
+    pub events: Vec<NewEvent>,
+}
+
+impl Ending {
+    fn terminal(state: StepState, outcome: AttemptOutcome, note: String, event: NewEvent) -> Self {
+        Self {
+            checkpoint: 2,
+            facts: AttemptFacts {
+                outcome: Some(outcome),
+                observation: Some(note.clone()),
+                ..AttemptFacts::default()
+            },
+            transition: StepTransition::Terminal(state),
+            note: Some(note),
+            log: serde_json::Value::Array(vec![]),
+            events: vec![event],
+        }
+    }
+}
+
+fn log_json<T>(report: &CallReport<T>) -> serde_json::Value {
+    serde_json::to_value(&report.log).unwrap_or_default()
+}
+
+impl<S> Scheduler<S>
+where
+    S: ExecutorStore + DefinitionStore + Clone + 'static,
+{
+    /// Runs one claimed attempt and records its end. Errors are logged: the lease expiry
+    /// and recovery take care of anything left half-done.
+    pub(crate) async fn execute(self: Arc<Self>, claimed: Claimed) {
+        let started = Instant::now();
+        let renewer = self.clone().keep_lease(claimed.fence.clone());
+        let ending = self.attempt(&claimed).await;
+        renewer.abort();
+        let Some(ending) = ending else { return };
+        let now = self.clock.now_ms();
+        let request = FinishRequest {
+            fence: claimed.fence.clone(),
+            attempt_id: claimed.attempt_id.clone(),
+            checkpoint: ending.checkpoint,
+            facts: ending.facts,
+            transition: ending.transition,
+            note: ending.note,
+            log: ending.log,
+            runtime_ms: started.elapsed().as_millis() as u64,
+            events: ending.events,
+            now,
+            expired_before: None,
+        };
+        match self.store.finish(request).await {
+            Ok(outcome) => {
+                if !outcome.released.is_empty() {
+                    self.wake.notify_one();
+                }
+            }
+            Err(StoreError::LeaseLost { .. }) => {
+                tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "lease lost before the attempt could be recorded; recovery owns the step now");
+            }
+            Err(e) => tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the attempt failed: {e}"),
+        }
+    }
+
+    /// Renews the lease every third of its duration while the attempt runs.
+    fn keep_lease(self: Arc<Self>, fence: crate::store::Fence) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let period = Duration::from_millis((self.config.lease.as_millis() as u64 / 3).max(10));
+            loop {
+                tokio::time::sleep(period).await;
+                let request = crate::store::RenewRequest {
+                    fence: fence.clone(),
+                    now: self.clock.now_ms(),
+                    lease_ms: self.config.lease.as_millis() as u64,
+                };
+                if let Err(e) = self.store.renew(request).await {
+                    tracing::warn!(workflow = %fence.workflow_id, step = %fence.step, "lease renewal failed: {e}");
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Everything between the claim and the finish. `None` when the attempt must not be
+    /// finished by this worker (its lease is gone).
+    async fn attempt(&self, claimed: &Claimed) -> Option<Ending> {
+        let fence = &claimed.fence;
+        let deployed = match self.deployments.get(&claimed.workflow, claimed.definition_version).await {
+            Ok(Some(d)) => d,
+            Ok(None) | Err(_) => {
+                let note = format!(
+                    "definition {} v{} is not deployed on this host",
+                    claimed.workflow, claimed.definition_version
+                );
+                return Some(self.blocked(claimed, note));
+            }
+        };
+        let Some(step) = deployed.def.step(&fence.step) else {
+            let note = format!("step `{}` is not in definition v{}", fence.step, claimed.definition_version);
+            return Some(self.blocked(claimed, note));
+        };
+        let now = self.clock.now_ms();
+        let budget = &deployed.def.budget;
+        if now > claimed.deadline_at {
+            return Some(self.budget_exceeded(claimed, "the workflow's deadline has passed".into()));
+        }
+        if claimed.attempts_used > budget.max_attempts {
+            return Some(self.budget_exceeded(
+                claimed,
+                format!("the workflow's budget of {} attempts is used up", budget.max_attempts),
+            ));
+        }
+        if claimed.runtime_used_ms > budget.max_runtime.as_millis() as u64 {
+            return Some(self.budget_exceeded(claimed, "the workflow's runtime budget is used up".into()));
+        }
+        // Map the input from the workflow input and committed receipts.
+        let context = match self.store.step_context(&fence.workflow_id).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("reading the step's context failed: {e}");
+                return None;
+            }
+        };
+        let mapped = step.input.resolve(&context.input, |id| {
+            context.receipts.iter().find(|r| r.step == id).map(|r| ReceiptView {
+                output: r.output.clone(),
+                external_reference: r.external_reference.clone(),
+            })
+        });
+        let mapped = match mapped {
+            Ok(v) => v,
+            Err(e) => {
+                let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} cannot start: {e}", step.label));
+                return Some(Ending::terminal(StepState::FailedTerminal, AttemptOutcome::Rejected, e.to_string(), event));
+            }
+        };
+        let input = crate::intent::canonicalize(&mapped).expect("mapped JSON canonicalizes");
+        let component = match self.components.resolve(step).and_then(|c| Ok((self.components.prepare(&c, step)?, c))) {
+            Ok((prepared, _)) => prepared,
+            Err(e) => return Some(self.blocked(claimed, e.to_string())),
+        };
+        match step.kind {
+            StepKind::Handler => Some(self.run_handler(claimed, step, &component, &input).await),
+            StepKind::Adapter => self.run_adapter(claimed, step, &component, &input, budget.max_external_calls).await,
+        }
+    }
+
+    fn blocked(&self, claimed: &Claimed, note: String) -> Ending {
+        let event = NewEvent::step(EventKind::Conclusion, &claimed.fence.step, Some(&claimed.attempt_id), format!("Blocked: {note}"));
+        Ending::terminal(StepState::Blocked, AttemptOutcome::Interrupted, note, event)
+    }
+
+    fn budget_exceeded(&self, claimed: &Claimed, note: String) -> Ending {
+        let event = NewEvent::step(EventKind::Conclusion, &claimed.fence.step, Some(&claimed.attempt_id), format!("Blocked by budget: {note}"));
+        Ending::terminal(StepState::Blocked, AttemptOutcome::BudgetExceeded, note, event)
+    }
+
+    fn env(&self, claimed: &Claimed, component: &str) -> CallEnv {
+        CallEnv {
+            settings: Arc::new(self.components.settings(component)),
+            secrets: self.secrets.clone(),
+            clock: self.clock.clone(),
+            label: format!("{}/{}/{}", claimed.fence.workflow_id, claimed.fence.step, claimed.attempt_id).into(),
+        }
+    }
+
+    fn facts(prepared: &Prepared, input_digest: &str) -> AttemptFacts {
+        AttemptFacts {
+            component: Some(prepared.component.name().to_string()),
+            component_version: Some(prepared.component.version().to_string()),
+            component_digest: Some(prepared.component.digest.clone()),
+            input_digest: Some(input_digest.to_string()),
+            ..AttemptFacts::default()
+        }
+    }
+
+    fn receipt(prepared: &Prepared, input_digest: &str, kind: EvidenceKind, reference: Option<String>, output: serde_json::Value, now: Millis) -> NewReceipt {
+        NewReceipt {
+            receipt_id: ReceiptId::new(now),
+            evidence_kind: kind,
+            component: prepared.component.name().to_string(),
+            component_version: prepared.component.version().to_string(),
+            component_digest: prepared.component.digest.clone(),
+            input_digest: input_digest.to_string(),
+            external_reference: reference,
+            output,
+            author: None,
+            reason: None,
+            evidence: None,
+        }
+    }
+
+    /// A retry after backoff if the policy allows another attempt, else a terminal failure.
+    fn retry_or_fail(&self, claimed: &Claimed, step: &StepDef, retry_after: Option<Duration>, why: String) -> (StepTransition, NewEvent) {
+        let now = self.clock.now_ms();
+        if step.retry.allows_another(claimed.attempt_number) {
+            let wait = step.retry.backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
+            let event = NewEvent::step(
+                EventKind::Action,
+                step.id.as_str(),
+                Some(&claimed.attempt_id),
+                format!("Retry scheduled in {} ms after: {why}", wait.as_millis()),
+            );
+            let transition = StepTransition::Retry {
+                ready_at: now + wait.as_millis() as u64,
+                next_trigger: Trigger::Retry,
+                uncertain_since: None,
+            };
+            (transition, event)
+        } else {
+            let event = NewEvent::step(
+                EventKind::Conclusion,
+                step.id.as_str(),
+                Some(&claimed.attempt_id),
+                format!("{} failed after {} attempts: {why}", step.label, claimed.attempt_number),
+            );
+            (StepTransition::Terminal(StepState::FailedTerminal), event)
+        }
+    }
+
+    async fn run_handler(&self, claimed: &Claimed, step: &StepDef, prepared: &Prepared, input: &crate::intent::CanonicalInput) -> Ending {
+        let limits = CallLimits { timeout: step.timeout };
+        let report = self
+            .components
+            .runtime()
+            .run_handler(prepared, self.env(claimed, prepared.component.name()), limits, &input.text)
+            .await;
+        let log = log_json(&report);
+        let mut facts = Self::facts(prepared, &input.digest);
+        let now = self.clock.now_ms();
+        let (transition, outcome, note, events) = match report.outcome {
+            Ok(Ok(output)) => match serde_json::from_str::<serde_json::Value>(&output) {
+                Ok(value) if step.outputs.iter().all(|f| value.get(f).is_some()) => {
+                    let receipt = Self::receipt(prepared, &input.digest, EvidenceKind::Response, None, value, now);
+                    let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} succeeded: receipt {}", step.label, receipt.receipt_id));
+                    (StepTransition::Succeeded(receipt), AttemptOutcome::Accepted, None, vec![event])
+                }
+                Ok(value) => {
+                    let missing: Vec<&String> = step.outputs.iter().filter(|f| value.get(f.as_str()).is_none()).collect();
+                    let why = format!("the handler's output lacks declared fields {missing:?}");
+                    let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                    (t, AttemptOutcome::Rejected, Some(why), vec![e])
+                }
+                Err(e) => {
+                    let why = format!("the handler returned invalid JSON: {e}");
+                    let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                    (t, AttemptOutcome::Rejected, Some(why), vec![e])
+                }
+            },
+            Ok(Err(crate::contract::HandlerError::InvalidInput { message })) => {
+                let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} rejected its input: {message}", step.label));
+                (StepTransition::Terminal(StepState::FailedTerminal), AttemptOutcome::Rejected, Some(message), vec![event])
+            }
+            Ok(Err(crate::contract::HandlerError::Failed { message })) => {
+                let (t, e) = self.retry_or_fail(claimed, step, None, message.clone());
+                (t, AttemptOutcome::Rejected, Some(message), vec![e])
+            }
+            Err(failure) => {
+                let outcome = failure_outcome(&failure);
+                let why = failure.to_string();
+                let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                (t, outcome, Some(why), vec![e])
+            }
+        };
+        facts.outcome = Some(outcome);
+        facts.observation = note.clone();
+        Ending {
+            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) { 6 } else { 2 },
+            facts,
+            transition,
+            note,
+            log,
+            events,
+        }
+    }
+
+    /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
+    async fn checkpoint(&self, claimed: &Claimed, n: u8, facts: AttemptFacts, external_call: bool, events: Vec<NewEvent>) -> Option<()> {
+        let request = CheckpointRequest {
+            fence: claimed.fence.clone(),
+            attempt_id: claimed.attempt_id.clone(),
+            checkpoint: n,
+            facts,
+            external_call,
+            events,
+            now: self.clock.now_ms(),
+        };
+        match self.store.checkpoint(request).await {
+            Ok(()) => {
+                self.failpoint(n);
+                Some(())
+            }
+            Err(e) => {
+                tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "checkpoint {n} not recorded: {e}");
+                None
+            }
+        }
+    }
+
+    async fn run_adapter(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        input: &crate::intent::CanonicalInput,
+        max_external_calls: u32,
+    ) -> Option<Ending> {
+        let contract = prepared.component.contract().expect("adapters have contracts").clone();
+        let key = external_idempotency_key(&claimed.fence.workflow_id, step.id.as_str(), &contract.idempotency.namespace);
+        let querying = claimed.trigger == Trigger::RecoveryQuery;
+        if !querying && claimed.external_calls_used >= max_external_calls {
+            return Some(self.budget_exceeded(claimed, format!("the workflow's budget of {max_external_calls} external calls is used up")));
+        }
+        let mut facts = Self::facts(prepared, &input.digest);
+        // Checkpoint 2: state, policy and budget validated; what will run is recorded.
+        self.checkpoint(claimed, 2, facts.clone(), false, vec![]).await?;
+        let env = self.env(claimed, prepared.component.name());
+        let limits = CallLimits { timeout: step.timeout };
+        if querying {
+            facts.request_identity = Some(key.clone());
+            let report = self.components.runtime().query(prepared, env, limits, &key).await;
+            return Some(self.after_query(claimed, step, prepared, &contract, input, report));
+        }
+        // Checkpoint 3: from here on the effect may have happened.
+        facts.request_identity = Some(key.clone());
+        let event = NewEvent::step(
+            EventKind::Action,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("Request to {} sent with idempotency key {}…", prepared.component.name(), short(&key)),
+        );
+        let identity = AttemptFacts {
+            request_identity: Some(key.clone()),
+            ..AttemptFacts::default()
+        };
+        self.checkpoint(claimed, 3, identity, true, vec![event]).await?;
+        let request = EffectRequest {
+            idempotency_key: key,
+            input: input.text.clone(),
+            attempt: claimed.attempt_number,
+        };
+        let report = self.components.runtime().invoke(prepared, env, limits, &request).await;
+        // Checkpoint 4 is the call itself: nothing is written before it returns.
+        self.failpoint(4);
+        Some(self.after_invoke(claimed, step, prepared, &contract, input, report).await?)
+    }
+
+    async fn after_invoke(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        contract: &Contract,
+        input: &crate::intent::CanonicalInput,
+        report: CallReport<Result<PluginReceipt, EffectError>>,
+    ) -> Option<Ending> {
+        let now = self.clock.now_ms();
+        let log = log_json(&report);
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        let (outcome, observation) = match &report.outcome {
+            Ok(Ok(r)) => (AttemptOutcome::Accepted, format!("{} accepted the request: {}", contract.name, r.external_reference)),
+            Ok(Err(e @ EffectError::NotSent { .. })) => (AttemptOutcome::TransportFailed, e.to_string()),
+            Ok(Err(e @ EffectError::OutcomeUnknown { .. })) => (AttemptOutcome::TimedOut, e.to_string()),
+            Ok(Err(e)) => (AttemptOutcome::Rejected, e.to_string()),
+            Err(CallFailure::Timeout { .. }) => (AttemptOutcome::TimedOut, report.outcome.as_ref().unwrap_err().to_string()),
+            Err(f) => (failure_outcome(f), f.to_string()),
+        };
+        // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
+        let result_facts = AttemptFacts {
+            observation: Some(observation.clone()),
+            outcome: Some(outcome),
+            ..AttemptFacts::default()
+        };
+        let seen = NewEvent::step(EventKind::Observation, id, att, observation.clone());
+        self.checkpoint(claimed, 5, result_facts, false, vec![seen]).await?;
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.outcome = Some(outcome);
+        let ending = |transition: StepTransition, note: Option<String>, events: Vec<NewEvent>, checkpoint: u8| Ending {
+            checkpoint,
+            facts: facts.clone(),
+            transition,
+            note,
+            log: log.clone(),
+            events,
+        };
+        Some(match report.outcome {
+            Ok(Ok(r)) => {
+                let output = serde_json::from_str(&r.output).unwrap_or(serde_json::Value::String(r.output.clone()));
+                let receipt = Self::receipt(prepared, &input.digest, EvidenceKind::Response, Some(r.external_reference.clone()), output, now);
+                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} succeeded: receipt {} for {}", step.label, receipt.receipt_id, r.external_reference));
+                ending(StepTransition::Succeeded(receipt), None, vec![event], 6)
+            }
+            Ok(Err(EffectError::Rejected { code, message })) => {
+                let note = format!("rejected ({code}): {message}");
+                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} failed permanently: {note}", step.label));
+                ending(StepTransition::Terminal(StepState::FailedTerminal), Some(note), vec![event], 5)
+            }
+            Ok(Err(EffectError::Unauthorized { message })) => {
+                let note = format!("unauthorized: {message}; check the adapter's credentials and policy");
+                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} blocked: {note}", step.label));
+                ending(StepTransition::Terminal(StepState::Blocked), Some(note), vec![event], 5)
+            }
+            Ok(Err(EffectError::IdempotencyConflict { message })) => {
+                let note = format!("the provider saw this key with a different request: {message}; never retried under a new key");
+                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} needs review: {note}", step.label));
+                ending(StepTransition::Terminal(StepState::WaitingForReview), Some(note), vec![event], 5)
+            }
+            Ok(Err(e @ (EffectError::RateLimited { .. } | EffectError::Unavailable { .. } | EffectError::NotSent { .. }))) => {
+                let retry_after = match &e {
+                    EffectError::RateLimited { retry_after_ms, .. } => Some(Duration::from_millis(*retry_after_ms)),
+                    _ => None,
+                };
+                let (t, event) = self.retry_or_fail(claimed, step, retry_after, e.to_string());
+                ending(t, Some(e.to_string()), vec![event], 5)
+            }
+            // The effect may have happened: recover by the contract, evidence before action.
+            Ok(Err(EffectError::OutcomeUnknown { .. })) | Err(_) => {
+                let since = claimed.uncertain_since.unwrap_or(now);
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                ending(t, note, vec![event], 5)
+            }
+        })
+    }
+
+    fn after_query(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        contract: &Contract,
+        input: &crate::intent::CanonicalInput,
+        report: CallReport<Result<Lookup, EffectError>>,
+    ) -> Ending {
+        let now = self.clock.now_ms();
+        let log = log_json(&report);
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.request_identity = Some(external_idempotency_key(&claimed.fence.workflow_id, step.id.as_str(), &contract.idempotency.namespace));
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        let since = claimed.uncertain_since.unwrap_or(now);
+        let (transition, note, events, outcome) = match report.outcome {
+            Ok(Ok(Lookup::Found { receipt })) => {
+                let output = serde_json::from_str(&receipt.output).unwrap_or(serde_json::Value::String(receipt.output.clone()));
+                let r = Self::receipt(prepared, &input.digest, EvidenceKind::Query, Some(receipt.external_reference.clone()), output, now);
+                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup by reference found {} at {}", receipt.external_reference, contract.name));
+                let done = NewEvent::step(EventKind::Conclusion, id, att, format!("{} verified by query: receipt {} for {}", step.label, r.receipt_id, receipt.external_reference));
+                (StepTransition::Succeeded(r), None, vec![seen, done], AttemptOutcome::LookupFound)
+            }
+            Ok(Ok(Lookup::Absent)) => {
+                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup by reference at {} found nothing (yet)", contract.name));
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
+                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+            }
+            Ok(Err(e)) => {
+                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup failed: {e}"));
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                (t, note, vec![seen, event], AttemptOutcome::TransportFailed)
+            }
+            Err(f) => {
+                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup did not complete: {f}"));
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                (t, note, vec![seen, event], failure_outcome(&f))
+            }
+        };
+        facts.outcome = Some(outcome);
+        facts.observation = note.clone();
+        Ending {
+            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) { 6 } else { 5 },
+            facts,
+            transition,
+            note,
+            log,
+            events,
+        }
+    }
+
+    /// The step's next state when its effect's outcome is unknown.
+    pub(crate) fn uncertain(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        contract: &Contract,
+        since: Millis,
+        lookup_absent: bool,
+    ) -> (StepTransition, Option<String>, NewEvent) {
+        let now = self.clock.now_ms();
+        let verdict = decide(
+            contract,
+            Uncertainty {
+                since,
+                now,
+                lookup_absent,
+                attempts_left: step.retry.allows_another(claimed.attempt_number),
+            },
+        );
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        match verdict {
+            Verdict::Query { at } => (
+                StepTransition::Retry { ready_at: at, next_trigger: Trigger::RecoveryQuery, uncertain_since: Some(since) },
+                Some("outcome unknown; asking the provider by reference".into()),
+                NewEvent::step(EventKind::Action, id, att, format!("Outcome unknown: query by the stable reference scheduled in {} ms", at.saturating_sub(now))),
+            ),
+            Verdict::RetrySameKey { at } => (
+                StepTransition::Retry { ready_at: at, next_trigger: Trigger::Retry, uncertain_since: Some(since) },
+                Some("outcome unknown; retrying with the same idempotency key".into()),
+                NewEvent::step(EventKind::Action, id, att, "Outcome unknown: retry with the same idempotency key (the provider deduplicates it)"),
+            ),
+            Verdict::Review { reason } => (
+                StepTransition::Terminal(StepState::OutcomeUnknown),
+                Some(format!("outcome unknown: {reason}")),
+                NewEvent::step(EventKind::Conclusion, id, att, format!("{}: outcome unknown — needs review, no automatic retry: {reason}", step.label)),
+            ),
+        }
+    }
+}
+
+/// The attempt outcome of a call that ended without a plugin value.
+fn failure_outcome(f: &CallFailure) -> AttemptOutcome {
+    match f {
+        CallFailure::Timeout { .. } => AttemptOutcome::TimedOut,
+        CallFailure::MemoryCap { .. } | CallFailure::Trap { .. } => AttemptOutcome::Trapped,
+        CallFailure::Instantiate { .. } | CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,
+    }
+}
+
+/// The first characters of a key: enough to recognise, not to reuse.
+pub fn short(key: &str) -> String {
+    key.chars().take(12).collect()
+}

@@ -1,0 +1,288 @@
+//! Runs workflows: claims ready steps in bounded batches under leases, executes them
+//! through the runtime, records outcomes, and recovers expired leases.
+//!
+//! The background loop is a thin spawn around two ticks over (store, now): [`Scheduler::claim_tick`]
+//! and [`Scheduler::recovery_tick`]. Tests drive the ticks with a controlled clock.
+
+pub mod components;
+pub mod definitions;
+mod execute;
+pub mod recovery;
+
+pub use components::{Components, ResolveError};
+pub use definitions::{DeployError, DeployedDef, Deployments};
+pub use execute::short;
+
+use crate::capabilities::SecretSource;
+use crate::clock::Clock;
+use crate::intent::{AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger};
+use crate::store::{
+    AttemptFacts, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease, FinishRequest, StepTransition,
+    StoreError,
+};
+use recovery::{Uncertainty, Verdict, decide};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore};
+
+/// How a scheduler runs.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// This host's identity, recorded as lease owner on every attempt.
+    pub owner: String,
+    /// How long a claim holds a step without renewal.
+    pub lease: Duration,
+    /// Most steps claimed in one commit.
+    pub batch: u32,
+    /// Most attempts running at once on this host.
+    pub max_concurrent: usize,
+    /// How often to look for work when nobody wakes the scheduler.
+    pub poll: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            owner: default_owner(),
+            lease: Duration::from_secs(30),
+            batch: 64,
+            max_concurrent: 128,
+            poll: Duration::from_millis(200),
+        }
+    }
+}
+
+/// `host-<hostname>-<pid>`: unique per process, readable in attempts.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "local".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The process-wide failpoint (`DOCKET_FAILPOINT=checkpoint-N`): abort right after
+/// checkpoint N of the next adapter attempt. Read once; inert when unset.
+fn failpoint_from_env() -> Option<u8> {
+    let value = std::env::var("DOCKET_FAILPOINT").ok()?;
+    match value.strip_prefix("checkpoint-").and_then(|n| n.parse::<u8>().ok()) {
+        Some(n @ 1..=6) => Some(n),
+        _ => {
+            tracing::error!("DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6; ignored");
+            None
+        }
+    }
+}
+
+/// The scheduler of one host.
+pub struct Scheduler<S> {
+    store: S,
+    deployments: Arc<Deployments<S>>,
+    components: Arc<Components>,
+    secrets: Arc<SecretSource>,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    wake: Arc<Notify>,
+    slots: Arc<Semaphore>,
+    failpoint: Option<u8>,
+}
+
+impl<S> Scheduler<S>
+where
+    S: ExecutorStore + DefinitionStore + Clone + 'static,
+{
+    pub fn new(
+        store: S,
+        deployments: Arc<Deployments<S>>,
+        components: Arc<Components>,
+        secrets: Arc<SecretSource>,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+        wake: Arc<Notify>,
+    ) -> Arc<Self> {
+        let slots = Arc::new(Semaphore::new(config.max_concurrent));
+        Arc::new(Self {
+            store,
+            deployments,
+            components,
+            secrets,
+            clock,
+            config,
+            wake,
+            slots,
+            failpoint: failpoint_from_env(),
+        })
+    }
+
+    /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
+    fn failpoint(&self, n: u8) {
+        if self.failpoint == Some(n) {
+            eprintln!("docket: failpoint checkpoint-{n} reached; aborting");
+            std::process::abort();
+        }
+    }
+
+    /// Runs until the task is dropped: recovery, then claims, then waits for a wake-up.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let now = self.clock.now_ms();
+            if let Err(e) = self.recovery_tick(now).await {
+                tracing::error!("recovery tick failed: {e}");
+            }
+            let claimed = match self.clone().claim_tick(now).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!("claim tick failed: {e}");
+                    0
+                }
+            };
+            if claimed == 0 {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(self.config.poll) => {}
+                }
+            }
+        }
+    }
+
+    /// Claims what free slots allow and starts each attempt; returns how many were claimed.
+    pub async fn claim_tick(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
+        let free = self.slots.available_permits().min(self.config.batch as usize);
+        if free == 0 {
+            return Ok(0);
+        }
+        let claimed = self
+            .store
+            .claim(ClaimRequest {
+                owner: self.config.owner.clone(),
+                now,
+                lease_ms: self.config.lease.as_millis() as u64,
+                limit: free as u32,
+            })
+            .await?;
+        let n = claimed.len();
+        for c in claimed {
+            let permit = self.slots.clone().acquire_owned().await.expect("semaphore open");
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.execute(c).await;
+                drop(permit);
+            });
+        }
+        Ok(n)
+    }
+
+    /// Finds leases that expired before `now` and decides each by its last checkpoint:
+    /// before 3 (or a handler) the step is simply ready again; at 3–5 the adapter's contract
+    /// decides — query, same-key retry, or review. Returns how many steps were recovered.
+    pub async fn recovery_tick(&self, now: Millis) -> Result<usize, StoreError> {
+        let expired = self.store.expired_leases(now, 256).await?;
+        let mut recovered = 0;
+        for lease in expired {
+            let (transition, note, event, outcome) = self.recovery_for(&lease, now).await;
+            let request = FinishRequest {
+                fence: lease.fence.clone(),
+                attempt_id: lease.attempt_id.clone().unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
+                checkpoint: lease.checkpoint,
+                facts: AttemptFacts {
+                    outcome: Some(outcome),
+                    observation: Some(format!("lease of {} expired at checkpoint {}", lease.lease_owner, lease.checkpoint)),
+                    ..AttemptFacts::default()
+                },
+                transition,
+                note: Some(note),
+                log: serde_json::Value::Array(vec![]),
+                runtime_ms: 0,
+                events: vec![event],
+                now,
+                expired_before: Some(now),
+            };
+            match self.store.finish(request).await {
+                Ok(_) => recovered += 1,
+                // Renewed or finished meanwhile: nothing to recover.
+                Err(StoreError::LeaseLost { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if recovered > 0 {
+            self.wake.notify_one();
+        }
+        Ok(recovered)
+    }
+
+    async fn recovery_for(&self, lease: &ExpiredLease, now: Millis) -> (StepTransition, String, NewEvent, AttemptOutcome) {
+        let step = &lease.fence.step;
+        let att = lease.attempt_id.as_ref();
+        let expired_text = format!(
+            "Lease of {} expired at checkpoint {} (the worker stopped or lost contact)",
+            lease.lease_owner, lease.checkpoint
+        );
+        let simple = |trigger: Trigger| {
+            (
+                StepTransition::Retry {
+                    ready_at: now,
+                    next_trigger: trigger,
+                    uncertain_since: None,
+                },
+                "interrupted before any request was sent; ready again".to_string(),
+                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}: nothing was sent, the step is ready again")),
+                AttemptOutcome::Interrupted,
+            )
+        };
+        if lease.checkpoint < 3 && lease.trigger != Trigger::RecoveryQuery {
+            return simple(Trigger::Retry);
+        }
+        // An adapter attempt that may have sent its request: the contract decides.
+        let contract = lease
+            .component
+            .as_ref()
+            .zip(lease.component_version.as_ref())
+            .and_then(|(name, version)| self.components.exact(name, version))
+            .and_then(|c| c.contract().cloned());
+        let Some(contract) = contract else {
+            if lease.checkpoint < 3 {
+                return simple(Trigger::RecoveryQuery);
+            }
+            let reason = "the adapter version that sent the request is not loaded on this host";
+            return (
+                StepTransition::Terminal(StepState::OutcomeUnknown),
+                format!("outcome unknown: {reason}"),
+                NewEvent::step(EventKind::Conclusion, step, att, format!("{expired_text}; outcome unknown — needs review: {reason}")),
+                AttemptOutcome::Interrupted,
+            );
+        };
+        let attempts_left = match self.deployments.get(&lease.workflow, lease.definition_version).await {
+            Ok(Some(d)) => d.def.step(step).is_some_and(|s| s.retry.allows_another(lease.attempt_number)),
+            _ => false,
+        };
+        let since = lease.uncertain_since.unwrap_or(lease.attempt_started_at);
+        let verdict = decide(
+            &contract,
+            Uncertainty {
+                since,
+                now,
+                lookup_absent: false,
+                attempts_left,
+            },
+        );
+        match verdict {
+            Verdict::Query { at } => (
+                StepTransition::Retry { ready_at: at, next_trigger: Trigger::RecoveryQuery, uncertain_since: Some(since) },
+                "outcome unknown; asking the provider by reference".into(),
+                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}; the request may have been sent: query by the stable reference")),
+                AttemptOutcome::Interrupted,
+            ),
+            Verdict::RetrySameKey { at } => (
+                StepTransition::Retry { ready_at: at, next_trigger: Trigger::Retry, uncertain_since: Some(since) },
+                "outcome unknown; retrying with the same idempotency key".into(),
+                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}; the request may have been sent: retry with the same idempotency key")),
+                AttemptOutcome::Interrupted,
+            ),
+            Verdict::Review { reason } => (
+                StepTransition::Terminal(StepState::OutcomeUnknown),
+                format!("outcome unknown: {reason}"),
+                NewEvent::step(EventKind::Conclusion, step, att, format!("{expired_text}; outcome unknown — needs review, no automatic retry: {reason}")),
+                AttemptOutcome::Interrupted,
+            ),
+        }
+    }
+}
