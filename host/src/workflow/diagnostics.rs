@@ -216,6 +216,14 @@ pub(super) fn from_toml(err: &toml::de::Error, syntax: bool) -> Diagnostic {
         ),
         None => (raw.to_string(), shape_help(raw)),
     };
+    // A field missing from the document itself is reported at its start.
+    let at_root = err.span().is_some_and(|s| s.start == 0);
+    let help = match quoted_after(raw, "missing field `") {
+        Some(field) if at_root => Some(format!(
+            "add `{field} = ...` at the top of the file, before the first [table]"
+        )),
+        _ => help,
+    };
     let message = message.replace('\n', "; ");
     Diagnostic {
         message,

@@ -5,6 +5,8 @@
 
 mod cli_adapter;
 mod common;
+mod host_e2e;
+mod host_process;
 mod runtime_contracts;
 mod runtime_http_delivery;
 mod runtime_load;
