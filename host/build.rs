@@ -13,7 +13,11 @@ use std::process::Command;
 const COMPONENTS: &[(&str, &str, &str)] = &[
     ("http-delivery", "http-delivery", ""),
     ("http-delivery-query-only", "http-delivery", "query-only"),
-    ("http-delivery-fire-and-forget", "http-delivery", "fire-and-forget"),
+    (
+        "http-delivery-fire-and-forget",
+        "http-delivery",
+        "fire-and-forget",
+    ),
     ("http-delivery-lying", "http-delivery", "lying"),
     ("noop", "noop", ""),
     ("validate-document", "validate-document", ""),
@@ -90,7 +94,9 @@ fn build(root: &Path, target_dir: &Path, packages: &[&str], features: &str) {
     if !features.is_empty() {
         cmd.args(["--features", features]);
     }
-    let status = cmd.status().expect("failed to run cargo for the guest components");
+    let status = cmd
+        .status()
+        .expect("failed to run cargo for the guest components");
     if !status.success() {
         panic!(
             "building guest components {packages:?} (features: {features:?}) for wasm32-wasip2 failed; \

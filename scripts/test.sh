@@ -23,5 +23,8 @@ cargo fmt --all --check
 step "Lints"
 cargo clippy --all-targets -- -D warnings
 
+step "Guest crates' own unit tests (native)"
+cargo test -p docket-guest --features adapter -p http-delivery -p render-document
+
 step "Tests (host unit tests and the integration suite; plugins are built from source)"
 cargo test

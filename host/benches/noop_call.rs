@@ -17,7 +17,10 @@ const WARMUP: usize = 2_000;
 const CALLS: usize = 20_000;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
         let path = docket::guests::path("noop").unwrap();

@@ -47,7 +47,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_ms: u64) -> Arc<Self> {
-        Arc::new(Self { now_ms: AtomicU64::new(start_ms) })
+        Arc::new(Self {
+            now_ms: AtomicU64::new(start_ms),
+        })
     }
 
     pub fn advance(&self, ms: u64) {

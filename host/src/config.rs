@@ -119,7 +119,10 @@ impl HostConfig {
                     path: p.display().to_string(),
                     reason: e.to_string(),
                 })?;
-                (p.display().to_string(), Self::parse_toml(&p.display().to_string(), &text)?)
+                (
+                    p.display().to_string(),
+                    Self::parse_toml(&p.display().to_string(), &text)?,
+                )
             }
             None => ("<defaults>".to_string(), HostConfigToml::default()),
         };
@@ -149,11 +152,17 @@ impl HostConfig {
             path: name.to_string(),
             message,
         };
-        let duration = |field: &str, text: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+        let duration = |field: &str,
+                        text: &Option<String>,
+                        default: Duration|
+         -> Result<Duration, ConfigError> {
             match text {
                 None => Ok(default),
-                Some(t) => humantime::parse_duration(t)
-                    .map_err(|e| invalid(format!("[limits] {field} = {t:?}: {e}; write e.g. \"30s\" or \"24h\""))),
+                Some(t) => humantime::parse_duration(t).map_err(|e| {
+                    invalid(format!(
+                        "[limits] {field} = {t:?}: {e}; write e.g. \"30s\" or \"24h\""
+                    ))
+                }),
             }
         };
         let mut secrets = SecretSource::default();
@@ -195,7 +204,11 @@ impl HostConfig {
             memory_cap_bytes: raw.limits.memory_mib.unwrap_or(128) << 20,
             max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
             lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
-            key_retention: duration("key_retention", &raw.limits.key_retention, Duration::from_secs(24 * 3600))?,
+            key_retention: duration(
+                "key_retention",
+                &raw.limits.key_retention,
+                Duration::from_secs(24 * 3600),
+            )?,
             max_body_bytes: raw.limits.max_body_bytes.unwrap_or(1 << 20),
         })
     }
@@ -207,9 +220,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named_with_their_line() {
-        let err = HostConfig::parse_toml("docket.toml", "listen = \"127.0.0.1:1\"\nlistn = 3\n").unwrap_err();
+        let err = HostConfig::parse_toml("docket.toml", "listen = \"127.0.0.1:1\"\nlistn = 3\n")
+            .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("docket.toml: 2:1") && text.contains("listn"), "{text}");
+        assert!(
+            text.contains("docket.toml: 2:1") && text.contains("listn"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -243,10 +260,15 @@ mod tests {
     #[test]
     fn bad_durations_and_hosts_say_how_to_fix_them() {
         let raw = HostConfig::parse_toml("c.toml", "[limits]\nlease = \"soon\"\n").unwrap();
-        let err = HostConfig::from_toml("c.toml", raw).unwrap_err().to_string();
+        let err = HostConfig::from_toml("c.toml", raw)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"soon\"") && err.contains("30s"), "{err}");
-        let raw = HostConfig::parse_toml("c.toml", "[adapters.x]\nallow_hosts = [\"ftp://h:1\"]\n").unwrap();
-        let err = HostConfig::from_toml("c.toml", raw).unwrap_err().to_string();
+        let raw = HostConfig::parse_toml("c.toml", "[adapters.x]\nallow_hosts = [\"ftp://h:1\"]\n")
+            .unwrap();
+        let err = HostConfig::from_toml("c.toml", raw)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ftp://h:1"), "{err}");
     }
 }

@@ -97,7 +97,10 @@ pub enum EffectError {
     Unauthorized { message: String },
     /// Retry after the delay; nothing was created.
     #[error("rate limited, retry after {retry_after_ms} ms: {message}")]
-    RateLimited { retry_after_ms: u64, message: String },
+    RateLimited {
+        retry_after_ms: u64,
+        message: String,
+    },
     /// Retry with backoff; nothing was created.
     #[error("unavailable: {message}")]
     Unavailable { message: String },
@@ -129,15 +132,32 @@ impl EffectError {
     /// Applies `f` to every free-text field (used for redaction).
     pub fn map_text(self, f: impl Fn(String) -> String) -> Self {
         match self {
-            EffectError::Rejected { code, message } => EffectError::Rejected { code: f(code), message: f(message) },
-            EffectError::Unauthorized { message } => EffectError::Unauthorized { message: f(message) },
-            EffectError::RateLimited { retry_after_ms, message } => {
-                EffectError::RateLimited { retry_after_ms, message: f(message) }
-            }
-            EffectError::Unavailable { message } => EffectError::Unavailable { message: f(message) },
-            EffectError::NotSent { message } => EffectError::NotSent { message: f(message) },
-            EffectError::IdempotencyConflict { message } => EffectError::IdempotencyConflict { message: f(message) },
-            EffectError::OutcomeUnknown { observation } => EffectError::OutcomeUnknown { observation: f(observation) },
+            EffectError::Rejected { code, message } => EffectError::Rejected {
+                code: f(code),
+                message: f(message),
+            },
+            EffectError::Unauthorized { message } => EffectError::Unauthorized {
+                message: f(message),
+            },
+            EffectError::RateLimited {
+                retry_after_ms,
+                message,
+            } => EffectError::RateLimited {
+                retry_after_ms,
+                message: f(message),
+            },
+            EffectError::Unavailable { message } => EffectError::Unavailable {
+                message: f(message),
+            },
+            EffectError::NotSent { message } => EffectError::NotSent {
+                message: f(message),
+            },
+            EffectError::IdempotencyConflict { message } => EffectError::IdempotencyConflict {
+                message: f(message),
+            },
+            EffectError::OutcomeUnknown { observation } => EffectError::OutcomeUnknown {
+                observation: f(observation),
+            },
         }
     }
 }

@@ -229,9 +229,10 @@ mod tests {
             .await
             .unwrap();
         let body: Value = serde_json::from_slice(&bytes).unwrap();
+        let details = json!([{"workflow_id": "wf_1"}]);
         assert_eq!(
             body,
-            json!({"error": {"code": "key_conflict", "message": "used", "details": [{"workflow_id": "wf_1"}]}})
+            json!({"error": {"code": "key_conflict", "message": "used", "details": details}})
         );
     }
 

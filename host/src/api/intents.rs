@@ -129,7 +129,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<B
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > (limit + DRAIN_CAP) as u64) {
+    if declared.is_some_and(|n| n > limit.saturating_add(DRAIN_CAP) as u64) {
         return Err(too_large());
     }
     let mut body = body;
@@ -388,7 +388,8 @@ pub(super) async fn submit<S: ApiStore>(
         ApiError::new(
             ErrorCode::InvalidInput,
             format!(
-                "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields listed in `details`",
+                "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields \
+                 listed in `details`",
                 def.name,
                 def.version,
                 listed.join("; ")

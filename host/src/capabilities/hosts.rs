@@ -87,7 +87,9 @@ impl HostRule {
 
     /// Whether a request to `scheme://host:port` matches this rule.
     pub fn matches(&self, scheme: Scheme, host: &str, port: u16) -> bool {
-        self.scheme.is_none_or(|s| s == scheme) && self.host == normalize_host(host) && self.port == port
+        self.scheme.is_none_or(|s| s == scheme)
+            && self.host == normalize_host(host)
+            && self.port == port
     }
 
     /// Whether every request matched by `other` is also matched by `self`.
@@ -182,7 +184,9 @@ pub fn check_resolved_address(host: &str, addr: IpAddr) -> AddressDecision {
         return if literal == addr {
             AddressDecision::Allow
         } else {
-            AddressDecision::Deny(format!("`{host}` is granted as an address, but {addr} was to be connected"))
+            AddressDecision::Deny(format!(
+                "`{host}` is granted as an address, but {addr} was to be connected"
+            ))
         };
     }
     if host == "localhost" {
@@ -198,7 +202,11 @@ pub fn check_resolved_address(host: &str, addr: IpAddr) -> AddressDecision {
     };
     let forbidden = match addr {
         IpAddr::V4(v4) => {
-            v4.is_loopback() || v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()
+            v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
         }
         IpAddr::V6(v6) => {
             v6.is_loopback()
@@ -265,16 +273,42 @@ mod tests {
     #[test]
     fn resolved_addresses_cannot_escape_the_grant() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(check_resolved_address("127.0.0.1", ip("127.0.0.1")), AddressDecision::Allow);
-        assert!(matches!(check_resolved_address("127.0.0.1", ip("127.0.0.2")), AddressDecision::Deny(_)));
-        assert_eq!(check_resolved_address("localhost", ip("::1")), AddressDecision::Allow);
-        assert!(matches!(check_resolved_address("localhost", ip("10.0.0.1")), AddressDecision::Deny(_)));
-        for bad in ["127.0.0.1", "169.254.169.254", "0.0.0.0", "::1", "fe80::1", "::ffff:127.0.0.1", "224.0.0.1"] {
+        assert_eq!(
+            check_resolved_address("127.0.0.1", ip("127.0.0.1")),
+            AddressDecision::Allow
+        );
+        assert!(matches!(
+            check_resolved_address("127.0.0.1", ip("127.0.0.2")),
+            AddressDecision::Deny(_)
+        ));
+        assert_eq!(
+            check_resolved_address("localhost", ip("::1")),
+            AddressDecision::Allow
+        );
+        assert!(matches!(
+            check_resolved_address("localhost", ip("10.0.0.1")),
+            AddressDecision::Deny(_)
+        ));
+        for bad in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+        ] {
             assert!(
-                matches!(check_resolved_address("api.example.com", ip(bad)), AddressDecision::Deny(_)),
+                matches!(
+                    check_resolved_address("api.example.com", ip(bad)),
+                    AddressDecision::Deny(_)
+                ),
                 "{bad}"
             );
         }
-        assert_eq!(check_resolved_address("api.example.com", ip("93.184.216.34")), AddressDecision::Allow);
+        assert_eq!(
+            check_resolved_address("api.example.com", ip("93.184.216.34")),
+            AddressDecision::Allow
+        );
     }
 }

@@ -19,7 +19,12 @@ pub const WASI_BASELINE: &[&str] = &[
 ];
 
 /// docket interfaces linked for every component.
-const DOCKET_ALWAYS: &[&str] = &["docket:plugin/types", "docket:plugin/log", "docket:plugin/clock", "docket:plugin/settings"];
+const DOCKET_ALWAYS: &[&str] = &[
+    "docket:plugin/types",
+    "docket:plugin/log",
+    "docket:plugin/clock",
+    "docket:plugin/settings",
+];
 
 /// The verdict on one import name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,25 +74,56 @@ mod tests {
 
     #[test]
     fn baseline_is_always_allowed() {
-        for i in ["wasi:io/poll@0.2.0", "wasi:cli/environment@0.2.12", "wasi:sockets/tcp@0.2.3", "docket:plugin/log@0.1.0"] {
-            assert_eq!(check_import(i, &Grant::none()), ImportVerdict::Allowed, "{i}");
+        for i in [
+            "wasi:io/poll@0.2.0",
+            "wasi:cli/environment@0.2.12",
+            "wasi:sockets/tcp@0.2.3",
+            "docket:plugin/log@0.1.0",
+        ] {
+            assert_eq!(
+                check_import(i, &Grant::none()),
+                ImportVerdict::Allowed,
+                "{i}"
+            );
         }
     }
 
     #[test]
     fn http_and_secrets_need_a_grant() {
         let none = Grant::none();
-        assert!(matches!(check_import("wasi:http/outgoing-handler@0.2.12", &none), ImportVerdict::NotGranted(_)));
-        assert!(matches!(check_import("docket:plugin/secrets@0.1.0", &none), ImportVerdict::NotGranted(_)));
-        let granted = Grant::new(["127.0.0.1:1".parse::<HostRule>().unwrap()], ["t".to_string()]);
-        assert_eq!(check_import("wasi:http/types@0.2.12", &granted), ImportVerdict::Allowed);
-        assert_eq!(check_import("docket:plugin/secrets@0.1.0", &granted), ImportVerdict::Allowed);
+        assert!(matches!(
+            check_import("wasi:http/outgoing-handler@0.2.12", &none),
+            ImportVerdict::NotGranted(_)
+        ));
+        assert!(matches!(
+            check_import("docket:plugin/secrets@0.1.0", &none),
+            ImportVerdict::NotGranted(_)
+        ));
+        let granted = Grant::new(
+            ["127.0.0.1:1".parse::<HostRule>().unwrap()],
+            ["t".to_string()],
+        );
+        assert_eq!(
+            check_import("wasi:http/types@0.2.12", &granted),
+            ImportVerdict::Allowed
+        );
+        assert_eq!(
+            check_import("docket:plugin/secrets@0.1.0", &granted),
+            ImportVerdict::Allowed
+        );
     }
 
     #[test]
     fn anything_else_is_unknown() {
-        let granted = Grant::new(["127.0.0.1:1".parse::<HostRule>().unwrap()], ["t".to_string()]);
-        for i in ["evil:spy/exfiltrate@0.1.0", "wasi:keyvalue/store@0.2.0", "wasi:http/incoming-handler@0.2.12"] {
+        let granted = Grant::new(
+            ["127.0.0.1:1".parse::<HostRule>().unwrap()],
+            ["t".to_string()],
+        );
+        for i in [
+            "evil:spy/exfiltrate@0.1.0",
+            "wasi:keyvalue/store@0.2.0",
+            "wasi:http/incoming-handler@0.2.12",
+        ] {
             assert_eq!(check_import(i, &granted), ImportVerdict::Unknown, "{i}");
         }
     }

@@ -32,7 +32,10 @@ pub struct Grant {
 
 impl Grant {
     /// A grant of exactly these hosts and secret names.
-    pub fn new(hosts: impl IntoIterator<Item = HostRule>, secrets: impl IntoIterator<Item = String>) -> Self {
+    pub fn new(
+        hosts: impl IntoIterator<Item = HostRule>,
+        secrets: impl IntoIterator<Item = String>,
+    ) -> Self {
         let mut hosts: Vec<HostRule> = hosts.into_iter().collect();
         hosts.sort();
         hosts.dedup();
@@ -88,7 +91,11 @@ impl Grant {
     pub fn fingerprint(&self) -> String {
         let hosts: Vec<String> = self.hosts.iter().map(ToString::to_string).collect();
         let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        format!("hosts=[{}];secrets=[{}]", hosts.join(","), secrets.join(","))
+        format!(
+            "hosts=[{}];secrets=[{}]",
+            hosts.join(","),
+            secrets.join(",")
+        )
     }
 }
 
@@ -109,7 +116,10 @@ mod tests {
         let allowed = Grant::new([rule("http://127.0.0.1:8080")], ["token".to_string()]);
         let effective = Grant::intersect(&requested, &allowed);
         assert_eq!(effective.hosts(), &[rule("http://127.0.0.1:8080")]);
-        assert_eq!(effective.secrets().iter().collect::<Vec<_>>(), vec!["token"]);
+        assert_eq!(
+            effective.secrets().iter().collect::<Vec<_>>(),
+            vec!["token"]
+        );
 
         // The operator allowing more than requested grants only what was requested.
         let effective = Grant::intersect(&allowed, &requested);
@@ -128,8 +138,14 @@ mod tests {
 
     #[test]
     fn fingerprint_is_order_independent() {
-        let a = Grant::new([rule("a.example:1"), rule("b.example:2")], ["x".into(), "y".into()]);
-        let b = Grant::new([rule("b.example:2"), rule("a.example:1")], ["y".into(), "x".into()]);
+        let a = Grant::new(
+            [rule("a.example:1"), rule("b.example:2")],
+            ["x".into(), "y".into()],
+        );
+        let b = Grant::new(
+            [rule("b.example:2"), rule("a.example:1")],
+            ["y".into(), "x".into()],
+        );
         assert_eq!(a.fingerprint(), b.fingerprint());
     }
 }

@@ -27,7 +27,11 @@ pub enum PolicyError {
     #[error(
         "outbound host `{host}` names setting `{setting}`, which the operator config does not set for `{component}`; add it under [adapters.{component}.settings]"
     )]
-    MissingSetting { component: String, host: String, setting: String },
+    MissingSetting {
+        component: String,
+        host: String,
+        setting: String,
+    },
     #[error("outbound host of `{component}`: {source}")]
     BadHost {
         component: String,
@@ -68,7 +72,10 @@ impl HostPolicy {
         let Ok(rule) = self.resolve_host(component, requested) else {
             return false;
         };
-        self.adapter(component).allow_hosts.iter().any(|a| a.covers(&rule))
+        self.adapter(component)
+            .allow_hosts
+            .iter()
+            .any(|a| a.covers(&rule))
     }
 
     /// Whether the operator allows `component` the secret `name`.
@@ -119,7 +126,11 @@ mod tests {
         assert!(!p.allows_host("http-delivery", "http://127.0.0.1:9999"));
         assert!(!p.allows_host("noop", "$base_url"));
         let g = p
-            .effective_grant("http-delivery", &["$base_url".into()], &["provider_token".into(), "x".into()])
+            .effective_grant(
+                "http-delivery",
+                &["$base_url".into()],
+                &["provider_token".into(), "x".into()],
+            )
             .unwrap();
         assert!(g.allows_destination(super::super::Scheme::Http, "127.0.0.1", 8090));
         assert_eq!(g.secrets().len(), 1);
@@ -128,6 +139,11 @@ mod tests {
     #[test]
     fn a_missing_setting_is_named() {
         let err = policy().resolve_host("http-delivery", "$nope").unwrap_err();
-        assert!(err.to_string().contains("`nope`") && err.to_string().contains("[adapters.http-delivery.settings]"));
+        assert!(
+            err.to_string().contains("`nope`")
+                && err
+                    .to_string()
+                    .contains("[adapters.http-delivery.settings]")
+        );
     }
 }

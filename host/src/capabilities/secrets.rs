@@ -82,7 +82,10 @@ pub struct Redactor {
 
 impl Redactor {
     pub fn new(values: impl IntoIterator<Item = (String, SecretValue)>) -> Self {
-        let mut values: Vec<_> = values.into_iter().filter(|(_, v)| !v.expose().is_empty()).collect();
+        let mut values: Vec<_> = values
+            .into_iter()
+            .filter(|(_, v)| !v.expose().is_empty())
+            .collect();
         values.sort_by_key(|(_, v)| std::cmp::Reverse(v.expose().len()));
         Self { values }
     }

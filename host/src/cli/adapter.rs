@@ -3,7 +3,9 @@
 use crate::capabilities::{Grant, HostRule, SecretSource};
 use crate::clock::SystemClock;
 use crate::contract::{EffectRequest, PluginReceipt};
-use crate::runtime::{CallEnv, CallLimits, CallReport, ComponentKind, LoadedComponent, Runtime, RuntimeConfig};
+use crate::runtime::{
+    CallEnv, CallLimits, CallReport, ComponentKind, LoadedComponent, Runtime, RuntimeConfig,
+};
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use std::collections::BTreeMap;
@@ -92,10 +94,15 @@ fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
 pub(crate) fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("DOCKET_CACHE_DIR")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components")))
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components"))
+        })
 }
 
-async fn load(component: &str, memory_mib: usize) -> anyhow::Result<(Runtime, Arc<LoadedComponent>)> {
+async fn load(
+    component: &str,
+    memory_mib: usize,
+) -> anyhow::Result<(Runtime, Arc<LoadedComponent>)> {
     let path = resolve_component(component)?;
     let runtime = Runtime::new(RuntimeConfig {
         memory_cap_bytes: memory_mib << 20,
@@ -131,7 +138,10 @@ async fn inspect(component: &str, json: bool) -> anyhow::Result<ExitCode> {
             println!(
                 "  idempotency:  {}",
                 if i.supported {
-                    format!("yes — retention {} s, namespace `{}`", i.retention_seconds, i.namespace)
+                    format!(
+                        "yes — retention {} s, namespace `{}`",
+                        i.retention_seconds, i.namespace
+                    )
                 } else {
                     "no".into()
                 }
@@ -139,17 +149,30 @@ async fn inspect(component: &str, json: bool) -> anyhow::Result<ExitCode> {
             println!(
                 "  query:        {}",
                 if contract.query.supported {
-                    format!("yes — visibility window {} ms", contract.query.visibility_window_ms)
+                    format!(
+                        "yes — visibility window {} ms",
+                        contract.query.visibility_window_ms
+                    )
                 } else {
                     "no".into()
                 }
             );
             println!(
                 "  compensation: {}",
-                if contract.compensation.supported { "yes" } else { "no" }
+                if contract.compensation.supported {
+                    "yes"
+                } else {
+                    "no"
+                }
             );
-            println!("  outbound:     [{}]", contract.capabilities.outbound_hosts.join(", "));
-            println!("  secrets:      [{}]", contract.capabilities.secrets.join(", "));
+            println!(
+                "  outbound:     [{}]",
+                contract.capabilities.outbound_hosts.join(", ")
+            );
+            println!(
+                "  secrets:      [{}]",
+                contract.capabilities.secrets.join(", ")
+            );
         }
         ComponentKind::Handler { .. } => println!("world:   handler"),
     }
@@ -184,7 +207,8 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
         .map(|h| h.parse::<HostRule>())
         .collect::<Result<Vec<_>, _>>()?;
     let secrets = pairs(&args.secrets, "--secret")?;
-    let settings: BTreeMap<String, String> = pairs(&args.settings, "--setting")?.into_iter().collect();
+    let settings: BTreeMap<String, String> =
+        pairs(&args.settings, "--setting")?.into_iter().collect();
     let grant = Grant::new(hosts, secrets.iter().map(|(k, _)| k.clone()));
     let prepared = runtime.prepare(&component, &grant, &settings)?;
     let env = CallEnv {
@@ -198,9 +222,14 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     };
     let value = match (&component.kind, args.op) {
         (ComponentKind::Handler { .. }, _) => {
-            let report = runtime.run_handler(&prepared, env, limits, &args.input).await;
+            let report = runtime
+                .run_handler(&prepared, env, limits, &args.input)
+                .await;
             print_report(report, |r| match r {
-                Ok(out) => ("ok", serde_json::from_str(&out).unwrap_or(serde_json::Value::String(out))),
+                Ok(out) => (
+                    "ok",
+                    serde_json::from_str(&out).unwrap_or(serde_json::Value::String(out)),
+                ),
                 Err(e) => ("handler_error", serde_json::to_value(e).unwrap()),
             })
         }
@@ -236,7 +265,9 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     Ok(value)
 }
 
-fn effect_json(r: Result<PluginReceipt, crate::contract::EffectError>) -> (&'static str, serde_json::Value) {
+fn effect_json(
+    r: Result<PluginReceipt, crate::contract::EffectError>,
+) -> (&'static str, serde_json::Value) {
     match r {
         Ok(receipt) => ("ok", serde_json::to_value(receipt).unwrap()),
         Err(e) => ("effect_error", serde_json::to_value(e).unwrap()),
@@ -245,7 +276,10 @@ fn effect_json(r: Result<PluginReceipt, crate::contract::EffectError>) -> (&'sta
 
 /// Prints the call's log to stderr and its typed result as JSON to stdout.
 /// Exit code: 0 success, 1 typed plugin error, 2 the call itself failed.
-fn print_report<T>(report: CallReport<T>, render: impl FnOnce(T) -> (&'static str, serde_json::Value)) -> ExitCode {
+fn print_report<T>(
+    report: CallReport<T>,
+    render: impl FnOnce(T) -> (&'static str, serde_json::Value),
+) -> ExitCode {
     for line in &report.log {
         eprintln!("[{:?} {:?}] {}", line.source, line.level, line.message);
     }

@@ -29,13 +29,26 @@ impl Server {
 /// Prints an API answer (pretty JSON) and turns an error status into a failing exit code.
 async fn print(response: reqwest::Response) -> anyhow::Result<ExitCode> {
     let status = response.status();
-    let body: serde_json::Value = response.json().await.context("the server's answer is not JSON")?;
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .context("the server's answer is not JSON")?;
     println!("{}", serde_json::to_string_pretty(&body)?);
-    Ok(if status.is_success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
-pub async fn submit(server: &Server, workflow: &str, key: &str, input: &str) -> anyhow::Result<ExitCode> {
-    let input: serde_json::Value = serde_json::from_str(input).context("--input is not valid JSON")?;
+pub async fn submit(
+    server: &Server,
+    workflow: &str,
+    key: &str,
+    input: &str,
+) -> anyhow::Result<ExitCode> {
+    let input: serde_json::Value =
+        serde_json::from_str(input).context("--input is not valid JSON")?;
     let response = server
         .request(reqwest::Method::POST, "/v1/intents")
         .header("Idempotency-Key", key)

@@ -92,7 +92,10 @@ enum WorkflowCommand {
 /// Parses the command line and runs the command.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -109,13 +112,25 @@ pub fn run() -> ExitCode {
                 input,
                 server,
             } => client::submit(&server, &workflow, &key, &input).await,
-            Command::Status { workflow_id, server } => client::status(&server, &workflow_id).await,
-            Command::Timeline { workflow_id, server } => client::timeline(&server, &workflow_id).await,
-            Command::Workflow(WorkflowCommand::Check { files, config }) => workflow::check(&files, config.as_deref()).await,
+            Command::Status {
+                workflow_id,
+                server,
+            } => client::status(&server, &workflow_id).await,
+            Command::Timeline {
+                workflow_id,
+                server,
+            } => client::timeline(&server, &workflow_id).await,
+            Command::Workflow(WorkflowCommand::Check { files, config }) => {
+                workflow::check(&files, config.as_deref()).await
+            }
             Command::Workflow(WorkflowCommand::Deploy { files, db, config }) => {
                 workflow::deploy(&files, &db, config.as_deref()).await
             }
-            Command::SimProvider { listen, token, faults } => sim_provider(listen, token, faults).await,
+            Command::SimProvider {
+                listen,
+                token,
+                faults,
+            } => sim_provider(listen, token, faults).await,
         }
     });
     match result {
@@ -127,18 +142,26 @@ pub fn run() -> ExitCode {
     }
 }
 
-async fn sim_provider(listen: SocketAddr, token: String, faults: Option<String>) -> anyhow::Result<ExitCode> {
+async fn sim_provider(
+    listen: SocketAddr,
+    token: String,
+    faults: Option<String>,
+) -> anyhow::Result<ExitCode> {
     use crate::sim::{ProviderSim, SimConfig};
     let sim = ProviderSim::new(SimConfig::new(token));
     if let Some(faults) = faults {
-        let patch: serde_json::Value =
-            serde_json::from_str(&faults).map_err(|e| anyhow::anyhow!("--faults is not valid JSON: {e}"))?;
-        sim.set_faults(patch).map_err(|e| anyhow::anyhow!("--faults: {e}"))?;
+        let patch: serde_json::Value = serde_json::from_str(&faults)
+            .map_err(|e| anyhow::anyhow!("--faults is not valid JSON: {e}"))?;
+        sim.set_faults(patch)
+            .map_err(|e| anyhow::anyhow!("--faults: {e}"))?;
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
-    tracing::info!("provider simulator listening on http://{}", listener.local_addr()?);
+    tracing::info!(
+        "provider simulator listening on http://{}",
+        listener.local_addr()?
+    );
     sim.serve(listener).await?;
     Ok(ExitCode::SUCCESS)
 }

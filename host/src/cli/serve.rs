@@ -100,7 +100,9 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
                 },
             );
         }
-        config.secrets.insert("provider_token", SimConfig::DEFAULT_TOKEN);
+        config
+            .secrets
+            .insert("provider_token", SimConfig::DEFAULT_TOKEN);
         sim = Some(running);
     }
 
@@ -116,7 +118,10 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     let store = SqliteStore::open(&db_path).await?;
     tracing::info!("database: SQLite at {}", db_path.display());
 
-    let cache_dir = db_path.parent().unwrap_or(Path::new(".")).join("components");
+    let cache_dir = db_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("components");
     let runtime = Runtime::new(RuntimeConfig {
         memory_cap_bytes: config.memory_cap_bytes,
         max_instances: (config.max_concurrent as u32 + 16).max(32),
@@ -125,7 +130,12 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     let mut components = Components::new(runtime, config.policy.clone());
     for (name, path) in crate::guests::ALL {
         match components.load_file(Path::new(path)).await {
-            Ok(c) => tracing::info!("component {}@{} ({}) from the built example `{name}`", c.name(), c.version(), c.digest),
+            Ok(c) => tracing::info!(
+                "component {}@{} ({}) from the built example `{name}`",
+                c.name(),
+                c.version(),
+                c.digest
+            ),
             Err(e) => tracing::debug!("example `{name}` not loaded: {e}"),
         }
     }
@@ -134,13 +144,25 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
             .load_file(path)
             .await
             .with_context(|| format!("loading component {}", path.display()))?;
-        tracing::info!("component {}@{} ({}) from {}", c.name(), c.version(), c.digest, path.display());
+        tracing::info!(
+            "component {}@{} ({}) from {}",
+            c.name(),
+            c.version(),
+            c.digest,
+            path.display()
+        );
     }
     let components = Arc::new(components);
 
     let clock = SystemClock::new();
     let deployments = Arc::new(Deployments::new(store.clone()));
-    deploy_dir(&deployments, &config.workflows, components.as_ref(), clock.now_ms()).await?;
+    deploy_dir(
+        &deployments,
+        &config.workflows,
+        components.as_ref(),
+        clock.now_ms(),
+    )
+    .await?;
 
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
@@ -217,7 +239,8 @@ async fn deploy_dir(
     };
     files.sort();
     for file in files {
-        let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        let source = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
         let (deployed, outcome) = deployments
             .deploy(&file.display().to_string(), &source, env, now)
             .await

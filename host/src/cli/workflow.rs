@@ -16,7 +16,12 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
     let mut config = HostConfig::load(config)?;
     if !config.policy.adapters.contains_key("http-delivery") {
         let stand_in = "http://127.0.0.1:1";
-        for name in ["http-delivery", "http-delivery-query-only", "http-delivery-fire-and-forget", "http-delivery-lying"] {
+        for name in [
+            "http-delivery",
+            "http-delivery-query-only",
+            "http-delivery-fire-and-forget",
+            "http-delivery-lying",
+        ] {
             config.policy.adapters.insert(
                 name.into(),
                 crate::capabilities::AdapterPolicy {
@@ -48,20 +53,35 @@ pub async fn check(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<E
     let env = check_env(config).await?;
     let mut failed = false;
     for file in files {
-        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let source =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         match crate::workflow::check(&file.display().to_string(), &source, &env) {
-            Ok(def) => println!("{}: ok ({} v{}, {} steps)", file.display(), def.name, def.version, def.steps.len()),
+            Ok(def) => println!(
+                "{}: ok ({} v{}, {} steps)",
+                file.display(),
+                def.name,
+                def.version,
+                def.steps.len()
+            ),
             Err(diagnostics) => {
                 failed = true;
                 eprintln!("{diagnostics}");
             }
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Deploys each file into the database.
-pub async fn deploy(files: &[PathBuf], db: &str, config: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub async fn deploy(
+    files: &[PathBuf],
+    db: &str,
+    config: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let env = check_env(config).await?;
     let path = PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -69,17 +89,33 @@ pub async fn deploy(files: &[PathBuf], db: &str, config: Option<&Path>) -> anyho
     }
     let store = SqliteStore::open(&path).await?;
     let deployments = Deployments::new(store);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
     let mut failed = false;
     for file in files {
-        let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        match deployments.deploy(&file.display().to_string(), &source, &env, now).await {
-            Ok((d, outcome)) => println!("{}: {} v{} {:?}", file.display(), d.def.name, d.def.version, outcome),
+        let source =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        match deployments
+            .deploy(&file.display().to_string(), &source, &env, now)
+            .await
+        {
+            Ok((d, outcome)) => println!(
+                "{}: {} v{} {:?}",
+                file.display(),
+                d.def.name,
+                d.def.version,
+                outcome
+            ),
             Err(e) => {
                 failed = true;
                 eprintln!("{}: {e}", file.display());
             }
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -98,7 +98,10 @@ mod key_tests {
         assert_eq!(k, external_idempotency_key(&wf, "deliver", "ns"));
         assert_ne!(k, external_idempotency_key(&wf, "deliver", "other"));
         assert_ne!(k, external_idempotency_key(&wf, "render", "ns"));
-        assert_ne!(k, external_idempotency_key(&WorkflowId("wf_2".into()), "deliver", "ns"));
+        assert_ne!(
+            k,
+            external_idempotency_key(&WorkflowId("wf_2".into()), "deliver", "ns")
+        );
         // Parts are length-prefixed, so shifting text between them changes the key.
         assert_ne!(
             external_idempotency_key(&WorkflowId("a".into()), "bc", "d"),

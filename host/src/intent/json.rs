@@ -40,10 +40,15 @@ mod tests {
 
     #[test]
     fn key_order_and_number_spelling_do_not_change_the_digest() {
-        let a: Value = serde_json::from_str(r#"{"b": 1.0, "a": [1, "x"], "c": {"z": 1, "y": 2}}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"c": {"y": 2, "z": 1}, "a": [1, "x"], "b": 1}"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"b": 1.0, "a": [1, "x"], "c": {"z": 1, "y": 2}}"#).unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"c": {"y": 2, "z": 1}, "a": [1, "x"], "b": 1}"#).unwrap();
         assert_eq!(canonicalize(&a).unwrap(), canonicalize(&b).unwrap());
-        assert_eq!(canonicalize(&b).unwrap().text, r#"{"a":[1,"x"],"b":1,"c":{"y":2,"z":1}}"#);
+        assert_eq!(
+            canonicalize(&b).unwrap().text,
+            r#"{"a":[1,"x"],"b":1,"c":{"y":2,"z":1}}"#
+        );
     }
 
     #[test]

@@ -58,7 +58,12 @@ impl NewEvent {
     }
 
     /// A step-level event, optionally tied to an attempt.
-    pub fn step(kind: EventKind, step: &str, attempt: Option<&AttemptId>, text: impl Into<String>) -> Self {
+    pub fn step(
+        kind: EventKind,
+        step: &str,
+        attempt: Option<&AttemptId>,
+        text: impl Into<String>,
+    ) -> Self {
         Self {
             kind,
             step: Some(step.to_string()),

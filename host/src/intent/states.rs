@@ -139,14 +139,20 @@ snake_enum!(
 impl StepState {
     /// A state a person has to look at.
     pub fn needs_review(self) -> bool {
-        matches!(self, StepState::OutcomeUnknown | StepState::WaitingForReview | StepState::Blocked)
+        matches!(
+            self,
+            StepState::OutcomeUnknown | StepState::WaitingForReview | StepState::Blocked
+        )
     }
 
     /// A state nothing automatic will leave.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            StepState::Succeeded | StepState::FailedTerminal | StepState::Compensated | StepState::Cancelled
+            StepState::Succeeded
+                | StepState::FailedTerminal
+                | StepState::Compensated
+                | StepState::Cancelled
         )
     }
 }
@@ -173,7 +179,10 @@ impl WorkflowState {
 
     /// Whether the workflow has ended (its key's retention starts counting).
     pub fn is_ended(self) -> bool {
-        matches!(self, WorkflowState::Completed | WorkflowState::Failed | WorkflowState::Cancelled)
+        matches!(
+            self,
+            WorkflowState::Completed | WorkflowState::Failed | WorkflowState::Cancelled
+        )
     }
 }
 
@@ -194,11 +203,29 @@ mod tests {
 
     #[test]
     fn workflow_state_follows_the_api_order() {
-        assert_eq!(WorkflowState::derive(true, [Succeeded]), WorkflowState::Cancelled);
-        assert_eq!(WorkflowState::derive(false, [FailedTerminal, OutcomeUnknown]), WorkflowState::Failed);
-        assert_eq!(WorkflowState::derive(false, [Succeeded, OutcomeUnknown]), WorkflowState::NeedsReview);
-        assert_eq!(WorkflowState::derive(false, [Succeeded, Blocked]), WorkflowState::NeedsReview);
-        assert_eq!(WorkflowState::derive(false, [Succeeded, Succeeded]), WorkflowState::Completed);
-        assert_eq!(WorkflowState::derive(false, [Succeeded, Running, Pending]), WorkflowState::Running);
+        assert_eq!(
+            WorkflowState::derive(true, [Succeeded]),
+            WorkflowState::Cancelled
+        );
+        assert_eq!(
+            WorkflowState::derive(false, [FailedTerminal, OutcomeUnknown]),
+            WorkflowState::Failed
+        );
+        assert_eq!(
+            WorkflowState::derive(false, [Succeeded, OutcomeUnknown]),
+            WorkflowState::NeedsReview
+        );
+        assert_eq!(
+            WorkflowState::derive(false, [Succeeded, Blocked]),
+            WorkflowState::NeedsReview
+        );
+        assert_eq!(
+            WorkflowState::derive(false, [Succeeded, Succeeded]),
+            WorkflowState::Completed
+        );
+        assert_eq!(
+            WorkflowState::derive(false, [Succeeded, Running, Pending]),
+            WorkflowState::Running
+        );
     }
 }

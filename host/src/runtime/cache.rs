@@ -26,7 +26,8 @@ impl DiskCache {
     }
 
     fn path(&self, digest_hex: &str) -> PathBuf {
-        self.dir.join(format!("{digest_hex}-{}.cwasm", self.engine_tag))
+        self.dir
+            .join(format!("{digest_hex}-{}.cwasm", self.engine_tag))
     }
 
     /// The cached compilation of `digest_hex`, if there is a usable one.

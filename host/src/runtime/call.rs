@@ -4,12 +4,12 @@
 //! code yield every tick, so even a tight loop is cancelled on time. Whatever happens, the
 //! report carries the call's redacted log and every egress denial.
 
+use super::Runtime;
 use super::bindings::adapter::Adapter;
 use super::bindings::adapter::docket::plugin::types as wit;
 use super::bindings::handler::Handler;
 use super::load::{PreKind, Prepared};
 use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
-use super::Runtime;
 use crate::capabilities::{Grant, Redactor};
 use crate::contract::{EffectError, EffectRequest, HandlerError, Lookup, PluginReceipt};
 use std::sync::Arc;
@@ -25,7 +25,9 @@ pub struct CallLimits {
 
 impl Default for CallLimits {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(30) }
+        Self {
+            timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -40,10 +42,16 @@ pub enum CallFailure {
     #[error(
         "the plugin tried to grow its memory to {requested_bytes} bytes, over the cap of {cap_bytes} bytes, and was stopped"
     )]
-    MemoryCap { cap_bytes: usize, requested_bytes: usize },
+    MemoryCap {
+        cap_bytes: usize,
+        requested_bytes: usize,
+    },
     /// The plugin trapped (a panic, `unreachable`, an out-of-bounds access).
     #[error("the plugin trapped: {message}{}", panic.as_ref().map(|p| format!(" ({p})")).unwrap_or_default())]
-    Trap { message: String, panic: Option<String> },
+    Trap {
+        message: String,
+        panic: Option<String>,
+    },
     /// The component could not be instantiated for this call.
     #[error("the plugin could not be started: {message}")]
     Instantiate { message: String },
@@ -85,7 +93,12 @@ impl Runtime {
         redact: impl FnOnce(R, &Redactor) -> R,
     ) -> CallReport<R> {
         let started = Instant::now();
-        let state = HostState::new(env, grant, self.inner.config.memory_cap_bytes, limits.timeout);
+        let state = HostState::new(
+            env,
+            grant,
+            self.inner.config.memory_cap_bytes,
+            limits.timeout,
+        );
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(1);
@@ -131,7 +144,10 @@ impl Runtime {
         request: &EffectRequest,
     ) -> CallReport<Result<PluginReceipt, EffectError>> {
         if !matches!(prepared.pre, PreKind::Adapter(_)) {
-            return CallReport::not_supported(format!("{} is a handler; only adapters have `invoke`", prepared.name()));
+            return CallReport::not_supported(format!(
+                "{} is a handler; only adapters have `invoke`",
+                prepared.name()
+            ));
         }
         let request = wit::Request {
             idempotency_key: request.idempotency_key.clone(),
@@ -162,7 +178,10 @@ impl Runtime {
         reference: &str,
     ) -> CallReport<Result<Lookup, EffectError>> {
         if !matches!(prepared.pre, PreKind::Adapter(_)) {
-            return CallReport::not_supported(format!("{} is a handler; only adapters have `query`", prepared.name()));
+            return CallReport::not_supported(format!(
+                "{} is a handler; only adapters have `query`",
+                prepared.name()
+            ));
         }
         let reference = reference.to_string();
         self.call(
@@ -175,7 +194,9 @@ impl Runtime {
                 let result = instance.call_query(&mut *store, &reference).await?;
                 Ok(result
                     .map(|l| match l {
-                        wit::Lookup::Found(r) => Lookup::Found { receipt: receipt_from_wit(r) },
+                        wit::Lookup::Found(r) => Lookup::Found {
+                            receipt: receipt_from_wit(r),
+                        },
                         wit::Lookup::Absent => Lookup::Absent,
                     })
                     .map_err(effect_error_from_wit))
@@ -232,7 +253,10 @@ impl Runtime {
         input: &str,
     ) -> CallReport<Result<String, HandlerError>> {
         let PreKind::Handler(_) = &prepared.pre else {
-            return CallReport::not_supported(format!("{} is an adapter; only handlers have `run`", prepared.name()));
+            return CallReport::not_supported(format!(
+                "{} is an adapter; only handlers have `run`",
+                prepared.name()
+            ));
         };
         let input = input.to_string();
         self.call(
@@ -241,11 +265,15 @@ impl Runtime {
             env,
             limits,
             async move |store, pre| {
-                let PreKind::Handler(pre) = pre else { unreachable!("checked above") };
+                let PreKind::Handler(pre) = pre else {
+                    unreachable!("checked above")
+                };
                 let instance: Handler = pre.instantiate_async(&mut *store).await?;
                 let result = instance.call_run(&mut *store, &input).await?;
                 Ok(result.map_err(|e| match e {
-                    wit::HandlerError::InvalidInput(message) => HandlerError::InvalidInput { message },
+                    wit::HandlerError::InvalidInput(message) => {
+                        HandlerError::InvalidInput { message }
+                    }
                     wit::HandlerError::Failed(message) => HandlerError::Failed { message },
                 }))
             },
@@ -263,7 +291,10 @@ impl Runtime {
     }
 }
 
-pub(crate) async fn adapter_instance(store: &mut Store<HostState>, pre: &PreKind) -> wasmtime::Result<Adapter> {
+pub(crate) async fn adapter_instance(
+    store: &mut Store<HostState>,
+    pre: &PreKind,
+) -> wasmtime::Result<Adapter> {
     match pre {
         PreKind::Adapter(pre) => pre.instantiate_async(&mut *store).await,
         PreKind::Handler(_) => Err(wasmtime::format_err!("not an adapter")),
@@ -306,8 +337,12 @@ fn redact_failure(failure: CallFailure, red: &Redactor) -> CallFailure {
             message: r(message),
             panic: panic.map(r),
         },
-        CallFailure::Instantiate { message } => CallFailure::Instantiate { message: r(message) },
-        CallFailure::NotSupported { message } => CallFailure::NotSupported { message: r(message) },
+        CallFailure::Instantiate { message } => CallFailure::Instantiate {
+            message: r(message),
+        },
+        CallFailure::NotSupported { message } => CallFailure::NotSupported {
+            message: r(message),
+        },
         other => other,
     }
 }
@@ -332,8 +367,12 @@ pub(crate) fn effect_error_from_wit(e: wit::EffectError) -> EffectError {
         },
         wit::EffectError::Unavailable(message) => EffectError::Unavailable { message },
         wit::EffectError::NotSent(message) => EffectError::NotSent { message },
-        wit::EffectError::IdempotencyConflict(message) => EffectError::IdempotencyConflict { message },
-        wit::EffectError::OutcomeUnknown(observation) => EffectError::OutcomeUnknown { observation },
+        wit::EffectError::IdempotencyConflict(message) => {
+            EffectError::IdempotencyConflict { message }
+        }
+        wit::EffectError::OutcomeUnknown(observation) => {
+            EffectError::OutcomeUnknown { observation }
+        }
     }
 }
 
@@ -348,6 +387,9 @@ fn redact_effect_err<T>(r: Result<T, EffectError>, red: &Redactor) -> Result<T, 
     r.map_err(|e| e.map_text(|s| red.redact(&s).into_owned()))
 }
 
-fn redact_effect(r: Result<PluginReceipt, EffectError>, red: &Redactor) -> Result<PluginReceipt, EffectError> {
+fn redact_effect(
+    r: Result<PluginReceipt, EffectError>,
+    red: &Redactor,
+) -> Result<PluginReceipt, EffectError> {
     redact_effect_err(r.map(|receipt| redact_receipt(receipt, red)), red)
 }

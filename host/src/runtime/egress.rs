@@ -50,7 +50,10 @@ impl Egress {
         let clamp = |asked: Option<Duration>, max: Duration| asked.map_or(max, |d| d.min(max));
         let asked = asked.unwrap_or_default();
         RequestOptions {
-            connect_timeout: Some(clamp(asked.connect_timeout, MAX_CONNECT_TIMEOUT.min(self.call_timeout))),
+            connect_timeout: Some(clamp(
+                asked.connect_timeout,
+                MAX_CONNECT_TIMEOUT.min(self.call_timeout),
+            )),
             first_byte_timeout: Some(clamp(asked.first_byte_timeout, self.call_timeout)),
             between_bytes_timeout: Some(clamp(asked.between_bytes_timeout, self.call_timeout)),
         }
@@ -58,8 +61,15 @@ impl Egress {
 }
 
 type SendFuture = Box<
-    dyn Future<Output = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError>>
-        + Send,
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
 >;
 
 impl WasiHttpHooks for Egress {
@@ -95,18 +105,25 @@ impl WasiHttpHooks for Egress {
         let denials = self.denials.clone();
         let label = self.label.clone();
         Box::new(async move {
-            let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
-            let resolved: Vec<SocketAddr> =
-                match tokio::time::timeout(MAX_CONNECT_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port))).await {
-                    Ok(Ok(addrs)) => addrs.collect(),
-                    Ok(Err(e)) => {
-                        return Err(HttpError::DnsError {
-                            rcode: Some(e.to_string()),
-                            info_code: None,
-                        });
-                    }
-                    Err(_) => return Err(HttpError::DnsTimeout),
-                };
+            let bare = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let resolved: Vec<SocketAddr> = match tokio::time::timeout(
+                MAX_CONNECT_TIMEOUT,
+                tokio::net::lookup_host((bare.as_str(), port)),
+            )
+            .await
+            {
+                Ok(Ok(addrs)) => addrs.collect(),
+                Ok(Err(e)) => {
+                    return Err(HttpError::DnsError {
+                        rcode: Some(e.to_string()),
+                        info_code: None,
+                    });
+                }
+                Err(_) => return Err(HttpError::DnsTimeout),
+            };
             let mut chosen = None;
             for addr in &resolved {
                 match check_resolved_address(&bare, addr.ip()) {
@@ -131,10 +148,12 @@ impl WasiHttpHooks for Egress {
                         .parse()
                         .map_err(|_| HttpError::HttpRequestUriInvalid)?,
                 );
-                *request.uri_mut() = http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+                *request.uri_mut() =
+                    http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
             }
             use http_body_util::BodyExt;
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            let (response, io) =
+                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
             Ok((
                 response.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,

@@ -6,16 +6,17 @@
 //! grant, builds a linker with exactly the granted interfaces, and caches the resulting
 //! `InstancePre` per (digest, grant).
 
+use super::Runtime;
 use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings, types};
 use super::bindings::adapter::{Adapter, AdapterPre};
 use super::bindings::handler::HandlerPre;
 use super::call::{CallFailure, CallLimits};
 use super::state::{CallEnv, HostState};
-use super::Runtime;
 use crate::capabilities::{Grant, HostRule, ImportVerdict, SecretSource, check_import};
 use crate::clock::SystemClock;
 use crate::contract::{
-    CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim, QueryClaim,
+    CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim,
+    QueryClaim,
 };
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -158,8 +159,13 @@ pub enum LoadError {
     #[error(
         "expected a component of the `{expected}` world, but this one implements the `{found}` world; use it as a {found} (step kind = \"{found}\") or build it against world `{expected}`"
     )]
-    WrongWorld { expected: &'static str, found: &'static str },
-    #[error("the component's exports do not match docket's `{world}` world: {reason}; rebuild it against `wit/docket.wit`")]
+    WrongWorld {
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error(
+        "the component's exports do not match docket's `{world}` world: {reason}; rebuild it against `wit/docket.wit`"
+    )]
     Signature { world: &'static str, reason: String },
     #[error("`describe()` failed: {0}")]
     Describe(CallFailure),
@@ -169,7 +175,9 @@ pub enum LoadError {
         "the component imports `{import}`, which docket does not provide; a plugin may import only the WASI baseline (wasi:io, wasi:clocks, wasi:random, wasi:cli, wasi:filesystem, wasi:sockets), docket:plugin interfaces and, when granted, wasi:http/outgoing-handler"
     )]
     UnknownImport { import: String },
-    #[error("the adapter's contract asks for {need}, which the effective grant does not include: {hint}")]
+    #[error(
+        "the adapter's contract asks for {need}, which the effective grant does not include: {hint}"
+    )]
     ExceedsGrant { need: String, hint: String },
 }
 
@@ -199,12 +207,15 @@ impl Runtime {
                 let bytes = bytes.to_vec();
                 let engine = engine.clone();
                 // Compiling is CPU-bound work; keep it off the async workers.
-                let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-                    .await
-                    .map_err(|e| LoadError::Compile { reason: e.to_string() })?
-                    .map_err(|e| LoadError::Compile {
-                        reason: format!("{e:#}"),
-                    })?;
+                let component =
+                    tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+                        .await
+                        .map_err(|e| LoadError::Compile {
+                            reason: e.to_string(),
+                        })?
+                        .map_err(|e| LoadError::Compile {
+                            reason: format!("{e:#}"),
+                        })?;
                 if let Some(disk) = &self.inner.disk {
                     disk.store(&hex, &component);
                 }
@@ -212,8 +223,14 @@ impl Runtime {
             }
         };
         let ty = component.component_type();
-        let imports: Vec<String> = ty.imports(engine).map(|(name, _)| name.to_string()).collect();
-        let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_string()).collect();
+        let imports: Vec<String> = ty
+            .imports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let exports: Vec<String> = ty
+            .exports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
         let has = |n: &str| exports.iter().any(|e| e == n);
         let world = if has("invoke") {
             World::Adapter
@@ -226,12 +243,17 @@ impl Runtime {
         };
         // An import docket cannot provide under any grant is refused here, before anything
         // of the component runs; grant-dependent imports are checked by `prepare`.
-        let everything = Grant::new(["0.0.0.0:1".parse::<HostRule>().expect("valid rule")], ["*".to_string()]);
+        let everything = Grant::new(
+            ["0.0.0.0:1".parse::<HostRule>().expect("valid rule")],
+            ["*".to_string()],
+        );
         if let Some(import) = imports
             .iter()
             .find(|i| check_import(i, &everything) == ImportVerdict::Unknown)
         {
-            return Err(LoadError::UnknownImport { import: import.clone() });
+            return Err(LoadError::UnknownImport {
+                import: import.clone(),
+            });
         }
         let kind = self.describe(&component, world).await?;
         let loaded = Arc::new(LoadedComponent {
@@ -242,19 +264,29 @@ impl Runtime {
             size_bytes: bytes.len(),
             component,
         });
-        self.inner.loaded.lock().unwrap().insert(digest, loaded.clone());
+        self.inner
+            .loaded
+            .lock()
+            .unwrap()
+            .insert(digest, loaded.clone());
         Ok(loaded)
     }
 
     /// Calls `describe()` with every docket interface linked but nothing granted.
-    async fn describe(&self, component: &Component, world: World) -> Result<ComponentKind, LoadError> {
+    async fn describe(
+        &self,
+        component: &Component,
+        world: World,
+    ) -> Result<ComponentKind, LoadError> {
         let grant = Arc::new(Grant::none());
         let linker = self.linker(&grant, true).map_err(|e| LoadError::Compile {
             reason: format!("{e:#}"),
         })?;
-        let pre = linker.instantiate_pre(component).map_err(|e| LoadError::Compile {
-            reason: format!("{e:#}"),
-        })?;
+        let pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| LoadError::Compile {
+                reason: format!("{e:#}"),
+            })?;
         let pre = wrap_pre(world, pre)?;
         let env = CallEnv {
             settings: Arc::new(BTreeMap::new()),
@@ -313,7 +345,11 @@ impl Runtime {
                         hint,
                     });
                 }
-                ImportVerdict::Unknown => return Err(LoadError::UnknownImport { import: import.clone() }),
+                ImportVerdict::Unknown => {
+                    return Err(LoadError::UnknownImport {
+                        import: import.clone(),
+                    });
+                }
             }
         }
         if let Some(contract) = component.contract() {
@@ -338,7 +374,11 @@ impl Runtime {
             grant,
             pre: wrap_pre(world, pre)?,
         });
-        self.inner.prepared.lock().unwrap().insert(key, prepared.clone());
+        self.inner
+            .prepared
+            .lock()
+            .unwrap()
+            .insert(key, prepared.clone());
         Ok(prepared)
     }
 
@@ -361,16 +401,27 @@ impl Runtime {
     }
 }
 
-fn wrap_pre(world: World, pre: wasmtime::component::InstancePre<HostState>) -> Result<PreKind, LoadError> {
+fn wrap_pre(
+    world: World,
+    pre: wasmtime::component::InstancePre<HostState>,
+) -> Result<PreKind, LoadError> {
     match world {
-        World::Adapter => AdapterPre::new(pre).map(PreKind::Adapter).map_err(|e| LoadError::Signature {
-            world: "adapter",
-            reason: format!("{e:#}"),
-        }),
-        World::Handler => HandlerPre::new(pre).map(PreKind::Handler).map_err(|e| LoadError::Signature {
-            world: "handler",
-            reason: format!("{e:#}"),
-        }),
+        World::Adapter => {
+            AdapterPre::new(pre)
+                .map(PreKind::Adapter)
+                .map_err(|e| LoadError::Signature {
+                    world: "adapter",
+                    reason: format!("{e:#}"),
+                })
+        }
+        World::Handler => {
+            HandlerPre::new(pre)
+                .map(PreKind::Handler)
+                .map_err(|e| LoadError::Signature {
+                    world: "handler",
+                    reason: format!("{e:#}"),
+                })
+        }
     }
 }
 
@@ -398,25 +449,34 @@ fn check_declared_needs(
             let Some(url) = settings.get(setting) else {
                 return Err(LoadError::ExceedsGrant {
                     need: format!("outbound HTTP to the host in setting `{setting}`"),
-                    hint: format!("set `{setting}` in the operator config's settings for this adapter"),
+                    hint: format!(
+                        "set `{setting}` in the operator config's settings for this adapter"
+                    ),
                 });
             };
-            url.parse::<HostRule>().map_err(|e| LoadError::ExceedsGrant {
-                need: format!("outbound HTTP to `{url}` (setting `{setting}`)"),
-                hint: e.to_string(),
-            })?
+            url.parse::<HostRule>()
+                .map_err(|e| LoadError::ExceedsGrant {
+                    need: format!("outbound HTTP to `{url}` (setting `{setting}`)"),
+                    hint: e.to_string(),
+                })?
         } else {
-            host.parse::<HostRule>().map_err(|e| LoadError::ExceedsGrant {
-                need: format!("outbound HTTP to `{host}`"),
-                hint: e.to_string(),
-            })?
+            host.parse::<HostRule>()
+                .map_err(|e| LoadError::ExceedsGrant {
+                    need: format!("outbound HTTP to `{host}`"),
+                    hint: e.to_string(),
+                })?
         };
         if !grant.hosts().iter().any(|g| g.covers(&rule)) {
             return Err(LoadError::ExceedsGrant {
                 need: format!("outbound HTTP to `{rule}`"),
                 hint: format!(
                     "request it in the step's capabilities and allow it for this adapter in the operator config (granted: [{}])",
-                    grant.hosts().iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    grant
+                        .hosts()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }

@@ -117,7 +117,10 @@ impl Runtime {
             })
             .map_err(|e| EngineError(format!("cannot start the epoch thread: {e}")))?;
 
-        let disk = config.cache_dir.as_deref().map(|d| DiskCache::new(d, &engine));
+        let disk = config
+            .cache_dir
+            .as_deref()
+            .map(|d| DiskCache::new(d, &engine));
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,

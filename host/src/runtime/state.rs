@@ -74,7 +74,12 @@ pub(crate) struct Limits {
 }
 
 impl ResourceLimiter for Limits {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.refused = Some(desired);
             return Ok(false);
@@ -82,7 +87,12 @@ impl ResourceLimiter for Limits {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }
@@ -104,7 +114,12 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(env: CallEnv, grant: Arc<Grant>, memory_cap: usize, call_timeout: std::time::Duration) -> Self {
+    pub(crate) fn new(
+        env: CallEnv,
+        grant: Arc<Grant>,
+        memory_cap: usize,
+        call_timeout: std::time::Duration,
+    ) -> Self {
         let stdout = MemoryOutputPipe::new(PIPE_CAPACITY);
         let stderr = MemoryOutputPipe::new(PIPE_CAPACITY);
         // Deny by default: no environment, no arguments, no preopened directory, no socket
@@ -159,7 +174,11 @@ impl HostState {
             LogLevel::Error => tracing::error!(call = label, ?source, "{message}"),
         }
         if self.log.len() < MAX_LOG_LINES {
-            self.log.push(LogLine { level, source, message });
+            self.log.push(LogLine {
+                level,
+                source,
+                message,
+            });
         } else {
             self.dropped_lines += 1;
         }

@@ -15,7 +15,9 @@ use std::sync::Arc;
 /// Why a step's component cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("no loaded version of component `{component}` satisfies `{requirement}` (loaded: {loaded})")]
+    #[error(
+        "no loaded version of component `{component}` satisfies `{requirement}` (loaded: {loaded})"
+    )]
     NoMatch {
         component: String,
         requirement: String,
@@ -85,7 +87,11 @@ impl Components {
 
     /// The highest loaded version of the step's component that satisfies its requirement.
     pub fn resolve(&self, step: &StepDef) -> Result<Arc<LoadedComponent>, ResolveError> {
-        let versions = self.by_name.get(&step.component).map(Vec::as_slice).unwrap_or_default();
+        let versions = self
+            .by_name
+            .get(&step.component)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         versions
             .iter()
             .rev()
@@ -97,17 +103,25 @@ impl Components {
                 loaded: if versions.is_empty() {
                     "none".into()
                 } else {
-                    versions.iter().map(|(v, _)| v.to_string()).collect::<Vec<_>>().join(", ")
+                    versions
+                        .iter()
+                        .map(|(v, _)| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 },
             })
     }
 
     /// Links `component` for `step` under the effective grant.
-    pub fn prepare(&self, component: &Arc<LoadedComponent>, step: &StepDef) -> Result<Arc<Prepared>, ResolveError> {
+    pub fn prepare(
+        &self,
+        component: &Arc<LoadedComponent>,
+        step: &StepDef,
+    ) -> Result<Arc<Prepared>, ResolveError> {
         let caps = &step.capabilities;
-        let grant = self
-            .policy
-            .effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;
+        let grant =
+            self.policy
+                .effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;
         let settings = self.policy.adapter(component.name()).settings;
         Ok(self.runtime.prepare(component, &grant, &settings)?)
     }

@@ -24,7 +24,11 @@ pub enum DeployError {
     Store(#[from] StoreError),
     /// A stored definition no longer parses (written by an incompatible docket).
     #[error("stored definition {name} v{version} cannot be read: {reason}")]
-    Unreadable { name: String, version: u32, reason: String },
+    Unreadable {
+        name: String,
+        version: u32,
+        reason: String,
+    },
 }
 
 /// Parsed definitions by (name, version), loaded from the store on first use.
@@ -65,7 +69,11 @@ impl<S: DefinitionStore> Deployments<S> {
     }
 
     /// One version, parsed from the store.
-    pub async fn get(&self, name: &str, version: u32) -> Result<Option<Arc<DeployedDef>>, DeployError> {
+    pub async fn get(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<Arc<DeployedDef>>, DeployError> {
         if let Some(found) = self.cache.lock().unwrap().get(&(name.to_string(), version)) {
             return Ok(Some(found.clone()));
         }
@@ -80,28 +88,38 @@ impl<S: DefinitionStore> Deployments<S> {
         let Some(stored) = self.store.latest_definition(name).await? else {
             return Ok(None);
         };
-        if let Some(found) = self.cache.lock().unwrap().get(&(stored.name.clone(), stored.version)) {
+        if let Some(found) = self
+            .cache
+            .lock()
+            .unwrap()
+            .get(&(stored.name.clone(), stored.version))
+        {
             return Ok(Some(found.clone()));
         }
         self.parse_stored(stored).map(Some)
     }
 
-    fn parse_stored(&self, stored: crate::store::StoredDefinition) -> Result<Arc<DeployedDef>, DeployError> {
+    fn parse_stored(
+        &self,
+        stored: crate::store::StoredDefinition,
+    ) -> Result<Arc<DeployedDef>, DeployError> {
         let file = format!("<stored {} v{}>", stored.name, stored.version);
-        let def = crate::workflow::parse(&file, &stored.source).map_err(|d| DeployError::Unreadable {
-            name: stored.name.clone(),
-            version: stored.version,
-            reason: d.to_string(),
-        })?;
+        let def =
+            crate::workflow::parse(&file, &stored.source).map_err(|d| DeployError::Unreadable {
+                name: stored.name.clone(),
+                version: stored.version,
+                reason: d.to_string(),
+            })?;
         self.remember(def, &file)
     }
 
     fn remember(&self, def: WorkflowDef, file: &str) -> Result<Arc<DeployedDef>, DeployError> {
-        let validator = InputValidator::new(&def.input_schema).map_err(|e| DeployError::Unreadable {
-            name: def.name.to_string(),
-            version: def.version,
-            reason: format!("{file}: input schema: {e}"),
-        })?;
+        let validator =
+            InputValidator::new(&def.input_schema).map_err(|e| DeployError::Unreadable {
+                name: def.name.to_string(),
+                version: def.version,
+                reason: format!("{file}: input schema: {e}"),
+            })?;
         let key = (def.name.to_string(), def.version);
         let deployed = Arc::new(DeployedDef { def, validator });
         self.cache.lock().unwrap().insert(key, deployed.clone());

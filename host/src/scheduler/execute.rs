@@ -15,8 +15,8 @@ use crate::intent::{
 };
 use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
 use crate::store::{
-    AttemptFacts, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore, FinishRequest, NewReceipt,
-    StepTransition, StoreError,
+    AttemptFacts, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore, FinishRequest,
+    NewReceipt, StepTransition, StoreError,
 };
 use crate::workflow::{ReceiptView, StepDef, StepKind};
 use std::sync::Arc;
@@ -88,7 +88,9 @@ where
             Err(StoreError::LeaseLost { .. }) => {
                 tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "lease lost before the attempt could be recorded; recovery owns the step now");
             }
-            Err(e) => tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the attempt failed: {e}"),
+            Err(e) => {
+                tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the attempt failed: {e}")
+            }
         }
     }
 
@@ -115,7 +117,11 @@ where
     /// finished by this worker (its lease is gone).
     async fn attempt(&self, claimed: &Claimed) -> Option<Ending> {
         let fence = &claimed.fence;
-        let deployed = match self.deployments.get(&claimed.workflow, claimed.definition_version).await {
+        let deployed = match self
+            .deployments
+            .get(&claimed.workflow, claimed.definition_version)
+            .await
+        {
             Ok(Some(d)) => d,
             Ok(None) | Err(_) => {
                 let note = format!(
@@ -126,22 +132,32 @@ where
             }
         };
         let Some(step) = deployed.def.step(&fence.step) else {
-            let note = format!("step `{}` is not in definition v{}", fence.step, claimed.definition_version);
+            let note = format!(
+                "step `{}` is not in definition v{}",
+                fence.step, claimed.definition_version
+            );
             return Some(self.blocked(claimed, note));
         };
         let now = self.clock.now_ms();
         let budget = &deployed.def.budget;
         if now > claimed.deadline_at {
-            return Some(self.budget_exceeded(claimed, "the workflow's deadline has passed".into()));
+            return Some(
+                self.budget_exceeded(claimed, "the workflow's deadline has passed".into()),
+            );
         }
         if claimed.attempts_used > budget.max_attempts {
             return Some(self.budget_exceeded(
                 claimed,
-                format!("the workflow's budget of {} attempts is used up", budget.max_attempts),
+                format!(
+                    "the workflow's budget of {} attempts is used up",
+                    budget.max_attempts
+                ),
             ));
         }
         if claimed.runtime_used_ms > budget.max_runtime.as_millis() as u64 {
-            return Some(self.budget_exceeded(claimed, "the workflow's runtime budget is used up".into()));
+            return Some(
+                self.budget_exceeded(claimed, "the workflow's runtime budget is used up".into()),
+            );
         }
         // Map the input from the workflow input and committed receipts.
         let context = match self.store.step_context(&fence.workflow_id).await {
@@ -152,37 +168,73 @@ where
             }
         };
         let mapped = step.input.resolve(&context.input, |id| {
-            context.receipts.iter().find(|r| r.step == id).map(|r| ReceiptView {
-                output: r.output.clone(),
-                external_reference: r.external_reference.clone(),
-            })
+            context
+                .receipts
+                .iter()
+                .find(|r| r.step == id)
+                .map(|r| ReceiptView {
+                    output: r.output.clone(),
+                    external_reference: r.external_reference.clone(),
+                })
         });
         let mapped = match mapped {
             Ok(v) => v,
             Err(e) => {
-                let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} cannot start: {e}", step.label));
-                return Some(Ending::terminal(StepState::FailedTerminal, AttemptOutcome::Rejected, e.to_string(), event));
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    step.id.as_str(),
+                    Some(&claimed.attempt_id),
+                    format!("{} cannot start: {e}", step.label),
+                );
+                return Some(Ending::terminal(
+                    StepState::FailedTerminal,
+                    AttemptOutcome::Rejected,
+                    e.to_string(),
+                    event,
+                ));
             }
         };
         let input = crate::intent::canonicalize(&mapped).expect("mapped JSON canonicalizes");
-        let component = match self.components.resolve(step).and_then(|c| Ok((self.components.prepare(&c, step)?, c))) {
+        let component = match self
+            .components
+            .resolve(step)
+            .and_then(|c| Ok((self.components.prepare(&c, step)?, c)))
+        {
             Ok((prepared, _)) => prepared,
             Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
         match step.kind {
             StepKind::Handler => Some(self.run_handler(claimed, step, &component, &input).await),
-            StepKind::Adapter => self.run_adapter(claimed, step, &component, &input, budget.max_external_calls).await,
+            StepKind::Adapter => {
+                self.run_adapter(claimed, step, &component, &input, budget.max_external_calls)
+                    .await
+            }
         }
     }
 
     fn blocked(&self, claimed: &Claimed, note: String) -> Ending {
-        let event = NewEvent::step(EventKind::Conclusion, &claimed.fence.step, Some(&claimed.attempt_id), format!("Blocked: {note}"));
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            &claimed.fence.step,
+            Some(&claimed.attempt_id),
+            format!("Blocked: {note}"),
+        );
         Ending::terminal(StepState::Blocked, AttemptOutcome::Interrupted, note, event)
     }
 
     fn budget_exceeded(&self, claimed: &Claimed, note: String) -> Ending {
-        let event = NewEvent::step(EventKind::Conclusion, &claimed.fence.step, Some(&claimed.attempt_id), format!("Blocked by budget: {note}"));
-        Ending::terminal(StepState::Blocked, AttemptOutcome::BudgetExceeded, note, event)
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            &claimed.fence.step,
+            Some(&claimed.attempt_id),
+            format!("Blocked by budget: {note}"),
+        );
+        Ending::terminal(
+            StepState::Blocked,
+            AttemptOutcome::BudgetExceeded,
+            note,
+            event,
+        )
     }
 
     fn env(&self, claimed: &Claimed, component: &str) -> CallEnv {
@@ -190,7 +242,11 @@ where
             settings: Arc::new(self.components.settings(component)),
             secrets: self.secrets.clone(),
             clock: self.clock.clone(),
-            label: format!("{}/{}/{}", claimed.fence.workflow_id, claimed.fence.step, claimed.attempt_id).into(),
+            label: format!(
+                "{}/{}/{}",
+                claimed.fence.workflow_id, claimed.fence.step, claimed.attempt_id
+            )
+            .into(),
         }
     }
 
@@ -204,7 +260,14 @@ where
         }
     }
 
-    fn receipt(prepared: &Prepared, input_digest: &str, kind: EvidenceKind, reference: Option<String>, output: serde_json::Value, now: Millis) -> NewReceipt {
+    fn receipt(
+        prepared: &Prepared,
+        input_digest: &str,
+        kind: EvidenceKind,
+        reference: Option<String>,
+        output: serde_json::Value,
+        now: Millis,
+    ) -> NewReceipt {
         NewReceipt {
             receipt_id: ReceiptId::new(now),
             evidence_kind: kind,
@@ -221,10 +284,18 @@ where
     }
 
     /// A retry after backoff if the policy allows another attempt, else a terminal failure.
-    fn retry_or_fail(&self, claimed: &Claimed, step: &StepDef, retry_after: Option<Duration>, why: String) -> (StepTransition, NewEvent) {
+    fn retry_or_fail(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        retry_after: Option<Duration>,
+        why: String,
+    ) -> (StepTransition, NewEvent) {
         let now = self.clock.now_ms();
         if step.retry.allows_another(claimed.attempt_number) {
-            let wait = step.retry.backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
+            let wait =
+                step.retry
+                    .backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
             let event = NewEvent::step(
                 EventKind::Action,
                 step.id.as_str(),
@@ -242,18 +313,34 @@ where
                 EventKind::Conclusion,
                 step.id.as_str(),
                 Some(&claimed.attempt_id),
-                format!("{} failed after {} attempts: {why}", step.label, claimed.attempt_number),
+                format!(
+                    "{} failed after {} attempts: {why}",
+                    step.label, claimed.attempt_number
+                ),
             );
             (StepTransition::Terminal(StepState::FailedTerminal), event)
         }
     }
 
-    async fn run_handler(&self, claimed: &Claimed, step: &StepDef, prepared: &Prepared, input: &crate::intent::CanonicalInput) -> Ending {
-        let limits = CallLimits { timeout: step.timeout };
+    async fn run_handler(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        input: &crate::intent::CanonicalInput,
+    ) -> Ending {
+        let limits = CallLimits {
+            timeout: step.timeout,
+        };
         let report = self
             .components
             .runtime()
-            .run_handler(prepared, self.env(claimed, prepared.component.name()), limits, &input.text)
+            .run_handler(
+                prepared,
+                self.env(claimed, prepared.component.name()),
+                limits,
+                &input.text,
+            )
             .await;
         let log = log_json(&report);
         let mut facts = Self::facts(prepared, &input.digest);
@@ -261,12 +348,33 @@ where
         let (transition, outcome, note, events) = match report.outcome {
             Ok(Ok(output)) => match serde_json::from_str::<serde_json::Value>(&output) {
                 Ok(value) if step.outputs.iter().all(|f| value.get(f).is_some()) => {
-                    let receipt = Self::receipt(prepared, &input.digest, EvidenceKind::Response, None, value, now);
-                    let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} succeeded: receipt {}", step.label, receipt.receipt_id));
-                    (StepTransition::Succeeded(receipt), AttemptOutcome::Accepted, None, vec![event])
+                    let receipt = Self::receipt(
+                        prepared,
+                        &input.digest,
+                        EvidenceKind::Response,
+                        None,
+                        value,
+                        now,
+                    );
+                    let event = NewEvent::step(
+                        EventKind::Conclusion,
+                        step.id.as_str(),
+                        Some(&claimed.attempt_id),
+                        format!("{} succeeded: receipt {}", step.label, receipt.receipt_id),
+                    );
+                    (
+                        StepTransition::Succeeded(receipt),
+                        AttemptOutcome::Accepted,
+                        None,
+                        vec![event],
+                    )
                 }
                 Ok(value) => {
-                    let missing: Vec<&String> = step.outputs.iter().filter(|f| value.get(f.as_str()).is_none()).collect();
+                    let missing: Vec<&String> = step
+                        .outputs
+                        .iter()
+                        .filter(|f| value.get(f.as_str()).is_none())
+                        .collect();
                     let why = format!("the handler's output lacks declared fields {missing:?}");
                     let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
                     (t, AttemptOutcome::Rejected, Some(why), vec![e])
@@ -278,8 +386,18 @@ where
                 }
             },
             Ok(Err(crate::contract::HandlerError::InvalidInput { message })) => {
-                let event = NewEvent::step(EventKind::Conclusion, step.id.as_str(), Some(&claimed.attempt_id), format!("{} rejected its input: {message}", step.label));
-                (StepTransition::Terminal(StepState::FailedTerminal), AttemptOutcome::Rejected, Some(message), vec![event])
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    step.id.as_str(),
+                    Some(&claimed.attempt_id),
+                    format!("{} rejected its input: {message}", step.label),
+                );
+                (
+                    StepTransition::Terminal(StepState::FailedTerminal),
+                    AttemptOutcome::Rejected,
+                    Some(message),
+                    vec![event],
+                )
             }
             Ok(Err(crate::contract::HandlerError::Failed { message })) => {
                 let (t, e) = self.retry_or_fail(claimed, step, None, message.clone());
@@ -295,7 +413,11 @@ where
         facts.outcome = Some(outcome);
         facts.observation = note.clone();
         Ending {
-            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) { 6 } else { 2 },
+            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) {
+                6
+            } else {
+                2
+            },
             facts,
             transition,
             note,
@@ -305,7 +427,14 @@ where
     }
 
     /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
-    async fn checkpoint(&self, claimed: &Claimed, n: u8, facts: AttemptFacts, external_call: bool, events: Vec<NewEvent>) -> Option<()> {
+    async fn checkpoint(
+        &self,
+        claimed: &Claimed,
+        n: u8,
+        facts: AttemptFacts,
+        external_call: bool,
+        events: Vec<NewEvent>,
+    ) -> Option<()> {
         let request = CheckpointRequest {
             fence: claimed.fence.clone(),
             attempt_id: claimed.attempt_id.clone(),
@@ -335,20 +464,38 @@ where
         input: &crate::intent::CanonicalInput,
         max_external_calls: u32,
     ) -> Option<Ending> {
-        let contract = prepared.component.contract().expect("adapters have contracts").clone();
-        let key = external_idempotency_key(&claimed.fence.workflow_id, step.id.as_str(), &contract.idempotency.namespace);
+        let contract = prepared
+            .component
+            .contract()
+            .expect("adapters have contracts")
+            .clone();
+        let key = external_idempotency_key(
+            &claimed.fence.workflow_id,
+            step.id.as_str(),
+            &contract.idempotency.namespace,
+        );
         let querying = claimed.trigger == Trigger::RecoveryQuery;
         if !querying && claimed.external_calls_used >= max_external_calls {
-            return Some(self.budget_exceeded(claimed, format!("the workflow's budget of {max_external_calls} external calls is used up")));
+            return Some(self.budget_exceeded(
+                claimed,
+                format!("the workflow's budget of {max_external_calls} external calls is used up"),
+            ));
         }
         let mut facts = Self::facts(prepared, &input.digest);
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
-        self.checkpoint(claimed, 2, facts.clone(), false, vec![]).await?;
+        self.checkpoint(claimed, 2, facts.clone(), false, vec![])
+            .await?;
         let env = self.env(claimed, prepared.component.name());
-        let limits = CallLimits { timeout: step.timeout };
+        let limits = CallLimits {
+            timeout: step.timeout,
+        };
         if querying {
             facts.request_identity = Some(key.clone());
-            let report = self.components.runtime().query(prepared, env, limits, &key).await;
+            let report = self
+                .components
+                .runtime()
+                .query(prepared, env, limits, &key)
+                .await;
             return Some(self.after_query(claimed, step, prepared, &contract, input, report));
         }
         // Checkpoint 3: from here on the effect may have happened.
@@ -357,22 +504,34 @@ where
             EventKind::Action,
             step.id.as_str(),
             Some(&claimed.attempt_id),
-            format!("Request to {} sent with idempotency key {}…", prepared.component.name(), short(&key)),
+            format!(
+                "Request to {} sent with idempotency key {}…",
+                prepared.component.name(),
+                short(&key)
+            ),
         );
         let identity = AttemptFacts {
             request_identity: Some(key.clone()),
             ..AttemptFacts::default()
         };
-        self.checkpoint(claimed, 3, identity, true, vec![event]).await?;
+        self.checkpoint(claimed, 3, identity, true, vec![event])
+            .await?;
         let request = EffectRequest {
             idempotency_key: key,
             input: input.text.clone(),
             attempt: claimed.attempt_number,
         };
-        let report = self.components.runtime().invoke(prepared, env, limits, &request).await;
+        let report = self
+            .components
+            .runtime()
+            .invoke(prepared, env, limits, &request)
+            .await;
         // Checkpoint 4 is the call itself: nothing is written before it returns.
         self.failpoint(4);
-        Some(self.after_invoke(claimed, step, prepared, &contract, input, report).await?)
+        Some(
+            self.after_invoke(claimed, step, prepared, &contract, input, report)
+                .await?,
+        )
     }
 
     async fn after_invoke(
@@ -389,11 +548,24 @@ where
         let id = step.id.as_str();
         let att = Some(&claimed.attempt_id);
         let (outcome, observation) = match &report.outcome {
-            Ok(Ok(r)) => (AttemptOutcome::Accepted, format!("{} accepted the request: {}", contract.name, r.external_reference)),
-            Ok(Err(e @ EffectError::NotSent { .. })) => (AttemptOutcome::TransportFailed, e.to_string()),
-            Ok(Err(e @ EffectError::OutcomeUnknown { .. })) => (AttemptOutcome::TimedOut, e.to_string()),
+            Ok(Ok(r)) => (
+                AttemptOutcome::Accepted,
+                format!(
+                    "{} accepted the request: {}",
+                    contract.name, r.external_reference
+                ),
+            ),
+            Ok(Err(e @ EffectError::NotSent { .. })) => {
+                (AttemptOutcome::TransportFailed, e.to_string())
+            }
+            Ok(Err(e @ EffectError::OutcomeUnknown { .. })) => {
+                (AttemptOutcome::TimedOut, e.to_string())
+            }
             Ok(Err(e)) => (AttemptOutcome::Rejected, e.to_string()),
-            Err(CallFailure::Timeout { .. }) => (AttemptOutcome::TimedOut, report.outcome.as_ref().unwrap_err().to_string()),
+            Err(CallFailure::Timeout { .. }) => (
+                AttemptOutcome::TimedOut,
+                report.outcome.as_ref().unwrap_err().to_string(),
+            ),
             Err(f) => (failure_outcome(f), f.to_string()),
         };
         // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
@@ -403,10 +575,14 @@ where
             ..AttemptFacts::default()
         };
         let seen = NewEvent::step(EventKind::Observation, id, att, observation.clone());
-        self.checkpoint(claimed, 5, result_facts, false, vec![seen]).await?;
+        self.checkpoint(claimed, 5, result_facts, false, vec![seen])
+            .await?;
         let mut facts = Self::facts(prepared, &input.digest);
         facts.outcome = Some(outcome);
-        let ending = |transition: StepTransition, note: Option<String>, events: Vec<NewEvent>, checkpoint: u8| Ending {
+        let ending = |transition: StepTransition,
+                      note: Option<String>,
+                      events: Vec<NewEvent>,
+                      checkpoint: u8| Ending {
             checkpoint,
             facts: facts.clone(),
             transition,
@@ -416,29 +592,84 @@ where
         };
         Some(match report.outcome {
             Ok(Ok(r)) => {
-                let output = serde_json::from_str(&r.output).unwrap_or(serde_json::Value::String(r.output.clone()));
-                let receipt = Self::receipt(prepared, &input.digest, EvidenceKind::Response, Some(r.external_reference.clone()), output, now);
-                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} succeeded: receipt {} for {}", step.label, receipt.receipt_id, r.external_reference));
+                let output = serde_json::from_str(&r.output)
+                    .unwrap_or(serde_json::Value::String(r.output.clone()));
+                let receipt = Self::receipt(
+                    prepared,
+                    &input.digest,
+                    EvidenceKind::Response,
+                    Some(r.external_reference.clone()),
+                    output,
+                    now,
+                );
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{} succeeded: receipt {} for {}",
+                        step.label, receipt.receipt_id, r.external_reference
+                    ),
+                );
                 ending(StepTransition::Succeeded(receipt), None, vec![event], 6)
             }
             Ok(Err(EffectError::Rejected { code, message })) => {
                 let note = format!("rejected ({code}): {message}");
-                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} failed permanently: {note}", step.label));
-                ending(StepTransition::Terminal(StepState::FailedTerminal), Some(note), vec![event], 5)
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!("{} failed permanently: {note}", step.label),
+                );
+                ending(
+                    StepTransition::Terminal(StepState::FailedTerminal),
+                    Some(note),
+                    vec![event],
+                    5,
+                )
             }
             Ok(Err(EffectError::Unauthorized { message })) => {
-                let note = format!("unauthorized: {message}; check the adapter's credentials and policy");
-                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} blocked: {note}", step.label));
-                ending(StepTransition::Terminal(StepState::Blocked), Some(note), vec![event], 5)
+                let note =
+                    format!("unauthorized: {message}; check the adapter's credentials and policy");
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!("{} blocked: {note}", step.label),
+                );
+                ending(
+                    StepTransition::Terminal(StepState::Blocked),
+                    Some(note),
+                    vec![event],
+                    5,
+                )
             }
             Ok(Err(EffectError::IdempotencyConflict { message })) => {
-                let note = format!("the provider saw this key with a different request: {message}; never retried under a new key");
-                let event = NewEvent::step(EventKind::Conclusion, id, att, format!("{} needs review: {note}", step.label));
-                ending(StepTransition::Terminal(StepState::WaitingForReview), Some(note), vec![event], 5)
+                let note = format!(
+                    "the provider saw this key with a different request: {message}; never retried under a new key"
+                );
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!("{} needs review: {note}", step.label),
+                );
+                ending(
+                    StepTransition::Terminal(StepState::WaitingForReview),
+                    Some(note),
+                    vec![event],
+                    5,
+                )
             }
-            Ok(Err(e @ (EffectError::RateLimited { .. } | EffectError::Unavailable { .. } | EffectError::NotSent { .. }))) => {
+            Ok(Err(
+                e @ (EffectError::RateLimited { .. }
+                | EffectError::Unavailable { .. }
+                | EffectError::NotSent { .. }),
+            )) => {
                 let retry_after = match &e {
-                    EffectError::RateLimited { retry_after_ms, .. } => Some(Duration::from_millis(*retry_after_ms)),
+                    EffectError::RateLimited { retry_after_ms, .. } => {
+                        Some(Duration::from_millis(*retry_after_ms))
+                    }
                     _ => None,
                 };
                 let (t, event) = self.retry_or_fail(claimed, step, retry_after, e.to_string());
@@ -465,30 +696,81 @@ where
         let now = self.clock.now_ms();
         let log = log_json(&report);
         let mut facts = Self::facts(prepared, &input.digest);
-        facts.request_identity = Some(external_idempotency_key(&claimed.fence.workflow_id, step.id.as_str(), &contract.idempotency.namespace));
+        facts.request_identity = Some(external_idempotency_key(
+            &claimed.fence.workflow_id,
+            step.id.as_str(),
+            &contract.idempotency.namespace,
+        ));
         let id = step.id.as_str();
         let att = Some(&claimed.attempt_id);
         let since = claimed.uncertain_since.unwrap_or(now);
         let (transition, note, events, outcome) = match report.outcome {
             Ok(Ok(Lookup::Found { receipt })) => {
-                let output = serde_json::from_str(&receipt.output).unwrap_or(serde_json::Value::String(receipt.output.clone()));
-                let r = Self::receipt(prepared, &input.digest, EvidenceKind::Query, Some(receipt.external_reference.clone()), output, now);
-                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup by reference found {} at {}", receipt.external_reference, contract.name));
-                let done = NewEvent::step(EventKind::Conclusion, id, att, format!("{} verified by query: receipt {} for {}", step.label, r.receipt_id, receipt.external_reference));
-                (StepTransition::Succeeded(r), None, vec![seen, done], AttemptOutcome::LookupFound)
+                let output = serde_json::from_str(&receipt.output)
+                    .unwrap_or(serde_json::Value::String(receipt.output.clone()));
+                let r = Self::receipt(
+                    prepared,
+                    &input.digest,
+                    EvidenceKind::Query,
+                    Some(receipt.external_reference.clone()),
+                    output,
+                    now,
+                );
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!(
+                        "Lookup by reference found {} at {}",
+                        receipt.external_reference, contract.name
+                    ),
+                );
+                let done = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{} verified by query: receipt {} for {}",
+                        step.label, r.receipt_id, receipt.external_reference
+                    ),
+                );
+                (
+                    StepTransition::Succeeded(r),
+                    None,
+                    vec![seen, done],
+                    AttemptOutcome::LookupFound,
+                )
             }
             Ok(Ok(Lookup::Absent)) => {
-                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup by reference at {} found nothing (yet)", contract.name));
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!(
+                        "Lookup by reference at {} found nothing (yet)",
+                        contract.name
+                    ),
+                );
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
                 (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
             }
             Ok(Err(e)) => {
-                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup failed: {e}"));
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!("Lookup failed: {e}"),
+                );
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
                 (t, note, vec![seen, event], AttemptOutcome::TransportFailed)
             }
             Err(f) => {
-                let seen = NewEvent::step(EventKind::Observation, id, att, format!("Lookup did not complete: {f}"));
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!("Lookup did not complete: {f}"),
+                );
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
                 (t, note, vec![seen, event], failure_outcome(&f))
             }
@@ -496,7 +778,11 @@ where
         facts.outcome = Some(outcome);
         facts.observation = note.clone();
         Ending {
-            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) { 6 } else { 5 },
+            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) {
+                6
+            } else {
+                5
+            },
             facts,
             transition,
             note,
@@ -528,19 +814,48 @@ where
         let att = Some(&claimed.attempt_id);
         match verdict {
             Verdict::Query { at } => (
-                StepTransition::Retry { ready_at: at, next_trigger: Trigger::RecoveryQuery, uncertain_since: Some(since) },
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::RecoveryQuery,
+                    uncertain_since: Some(since),
+                },
                 Some("outcome unknown; asking the provider by reference".into()),
-                NewEvent::step(EventKind::Action, id, att, format!("Outcome unknown: query by the stable reference scheduled in {} ms", at.saturating_sub(now))),
+                NewEvent::step(
+                    EventKind::Action,
+                    id,
+                    att,
+                    format!(
+                        "Outcome unknown: query by the stable reference scheduled in {} ms",
+                        at.saturating_sub(now)
+                    ),
+                ),
             ),
             Verdict::RetrySameKey { at } => (
-                StepTransition::Retry { ready_at: at, next_trigger: Trigger::Retry, uncertain_since: Some(since) },
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::Retry,
+                    uncertain_since: Some(since),
+                },
                 Some("outcome unknown; retrying with the same idempotency key".into()),
-                NewEvent::step(EventKind::Action, id, att, "Outcome unknown: retry with the same idempotency key (the provider deduplicates it)"),
+                NewEvent::step(
+                    EventKind::Action,
+                    id,
+                    att,
+                    "Outcome unknown: retry with the same idempotency key (the provider deduplicates it)",
+                ),
             ),
             Verdict::Review { reason } => (
                 StepTransition::Terminal(StepState::OutcomeUnknown),
                 Some(format!("outcome unknown: {reason}")),
-                NewEvent::step(EventKind::Conclusion, id, att, format!("{}: outcome unknown — needs review, no automatic retry: {reason}", step.label)),
+                NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{}: outcome unknown — needs review, no automatic retry: {reason}",
+                        step.label
+                    ),
+                ),
             ),
         }
     }
@@ -551,7 +866,9 @@ fn failure_outcome(f: &CallFailure) -> AttemptOutcome {
     match f {
         CallFailure::Timeout { .. } => AttemptOutcome::TimedOut,
         CallFailure::MemoryCap { .. } | CallFailure::Trap { .. } => AttemptOutcome::Trapped,
-        CallFailure::Instantiate { .. } | CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,
+        CallFailure::Instantiate { .. } | CallFailure::NotSupported { .. } => {
+            AttemptOutcome::Interrupted
+        }
     }
 }
 

@@ -17,8 +17,8 @@ use crate::capabilities::SecretSource;
 use crate::clock::Clock;
 use crate::intent::{AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger};
 use crate::store::{
-    AttemptFacts, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease, FinishRequest, StepTransition,
-    StoreError,
+    AttemptFacts, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease, FinishRequest,
+    StepTransition, StoreError,
 };
 use recovery::{Uncertainty, Verdict, decide};
 use std::sync::Arc;
@@ -64,10 +64,15 @@ pub fn default_owner() -> String {
 /// checkpoint N of the next adapter attempt. Read once; inert when unset.
 fn failpoint_from_env() -> Option<u8> {
     let value = std::env::var("DOCKET_FAILPOINT").ok()?;
-    match value.strip_prefix("checkpoint-").and_then(|n| n.parse::<u8>().ok()) {
+    match value
+        .strip_prefix("checkpoint-")
+        .and_then(|n| n.parse::<u8>().ok())
+    {
         Some(n @ 1..=6) => Some(n),
         _ => {
-            tracing::error!("DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6; ignored");
+            tracing::error!(
+                "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6; ignored"
+            );
             None
         }
     }
@@ -146,7 +151,10 @@ where
 
     /// Claims what free slots allow and starts each attempt; returns how many were claimed.
     pub async fn claim_tick(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
-        let free = self.slots.available_permits().min(self.config.batch as usize);
+        let free = self
+            .slots
+            .available_permits()
+            .min(self.config.batch as usize);
         if free == 0 {
             return Ok(0);
         }
@@ -161,7 +169,12 @@ where
             .await?;
         let n = claimed.len();
         for c in claimed {
-            let permit = self.slots.clone().acquire_owned().await.expect("semaphore open");
+            let permit = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
             let me = self.clone();
             tokio::spawn(async move {
                 me.execute(c).await;
@@ -181,11 +194,17 @@ where
             let (transition, note, event, outcome) = self.recovery_for(&lease, now).await;
             let request = FinishRequest {
                 fence: lease.fence.clone(),
-                attempt_id: lease.attempt_id.clone().unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
+                attempt_id: lease
+                    .attempt_id
+                    .clone()
+                    .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
                 checkpoint: lease.checkpoint,
                 facts: AttemptFacts {
                     outcome: Some(outcome),
-                    observation: Some(format!("lease of {} expired at checkpoint {}", lease.lease_owner, lease.checkpoint)),
+                    observation: Some(format!(
+                        "lease of {} expired at checkpoint {}",
+                        lease.lease_owner, lease.checkpoint
+                    )),
                     ..AttemptFacts::default()
                 },
                 transition,
@@ -209,7 +228,11 @@ where
         Ok(recovered)
     }
 
-    async fn recovery_for(&self, lease: &ExpiredLease, now: Millis) -> (StepTransition, String, NewEvent, AttemptOutcome) {
+    async fn recovery_for(
+        &self,
+        lease: &ExpiredLease,
+        now: Millis,
+    ) -> (StepTransition, String, NewEvent, AttemptOutcome) {
         let step = &lease.fence.step;
         let att = lease.attempt_id.as_ref();
         let expired_text = format!(
@@ -224,7 +247,12 @@ where
                     uncertain_since: None,
                 },
                 "interrupted before any request was sent; ready again".to_string(),
-                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}: nothing was sent, the step is ready again")),
+                NewEvent::step(
+                    EventKind::Action,
+                    step,
+                    att,
+                    format!("{expired_text}: nothing was sent, the step is ready again"),
+                ),
                 AttemptOutcome::Interrupted,
             )
         };
@@ -246,12 +274,24 @@ where
             return (
                 StepTransition::Terminal(StepState::OutcomeUnknown),
                 format!("outcome unknown: {reason}"),
-                NewEvent::step(EventKind::Conclusion, step, att, format!("{expired_text}; outcome unknown — needs review: {reason}")),
+                NewEvent::step(
+                    EventKind::Conclusion,
+                    step,
+                    att,
+                    format!("{expired_text}; outcome unknown — needs review: {reason}"),
+                ),
                 AttemptOutcome::Interrupted,
             );
         };
-        let attempts_left = match self.deployments.get(&lease.workflow, lease.definition_version).await {
-            Ok(Some(d)) => d.def.step(step).is_some_and(|s| s.retry.allows_another(lease.attempt_number)),
+        let attempts_left = match self
+            .deployments
+            .get(&lease.workflow, lease.definition_version)
+            .await
+        {
+            Ok(Some(d)) => d
+                .def
+                .step(step)
+                .is_some_and(|s| s.retry.allows_another(lease.attempt_number)),
             _ => false,
         };
         let since = lease.uncertain_since.unwrap_or(lease.attempt_started_at);
@@ -266,21 +306,50 @@ where
         );
         match verdict {
             Verdict::Query { at } => (
-                StepTransition::Retry { ready_at: at, next_trigger: Trigger::RecoveryQuery, uncertain_since: Some(since) },
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::RecoveryQuery,
+                    uncertain_since: Some(since),
+                },
                 "outcome unknown; asking the provider by reference".into(),
-                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}; the request may have been sent: query by the stable reference")),
+                NewEvent::step(
+                    EventKind::Action,
+                    step,
+                    att,
+                    format!(
+                        "{expired_text}; the request may have been sent: query by the stable reference"
+                    ),
+                ),
                 AttemptOutcome::Interrupted,
             ),
             Verdict::RetrySameKey { at } => (
-                StepTransition::Retry { ready_at: at, next_trigger: Trigger::Retry, uncertain_since: Some(since) },
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::Retry,
+                    uncertain_since: Some(since),
+                },
                 "outcome unknown; retrying with the same idempotency key".into(),
-                NewEvent::step(EventKind::Action, step, att, format!("{expired_text}; the request may have been sent: retry with the same idempotency key")),
+                NewEvent::step(
+                    EventKind::Action,
+                    step,
+                    att,
+                    format!(
+                        "{expired_text}; the request may have been sent: retry with the same idempotency key"
+                    ),
+                ),
                 AttemptOutcome::Interrupted,
             ),
             Verdict::Review { reason } => (
                 StepTransition::Terminal(StepState::OutcomeUnknown),
                 format!("outcome unknown: {reason}"),
-                NewEvent::step(EventKind::Conclusion, step, att, format!("{expired_text}; outcome unknown — needs review, no automatic retry: {reason}")),
+                NewEvent::step(
+                    EventKind::Conclusion,
+                    step,
+                    att,
+                    format!(
+                        "{expired_text}; outcome unknown — needs review, no automatic retry: {reason}"
+                    ),
+                ),
                 AttemptOutcome::Interrupted,
             ),
         }

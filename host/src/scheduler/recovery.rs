@@ -68,7 +68,8 @@ pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
         }
         if !u.attempts_left {
             return Verdict::Review {
-                reason: "the step has used all its attempts and the outcome is still unknown".into(),
+                reason: "the step has used all its attempts and the outcome is still unknown"
+                    .into(),
             };
         }
         return Verdict::RetrySameKey { at: u.now };
@@ -126,7 +127,10 @@ mod tests {
     #[test]
     fn idempotent_retries_with_the_same_key_within_retention_only() {
         let c = contract(true, false);
-        assert_eq!(decide(&c, u(2_000, false)), Verdict::RetrySameKey { at: 2_000 });
+        assert_eq!(
+            decide(&c, u(2_000, false)),
+            Verdict::RetrySameKey { at: 2_000 }
+        );
         let Verdict::Review { reason } = decide(&c, u(101_000, false)) else {
             panic!("past retention must go to review")
         };
@@ -141,7 +145,10 @@ mod tests {
     fn queryable_and_idempotent_falls_back_to_same_key_after_the_window() {
         let c = contract(true, true);
         assert_eq!(decide(&c, u(1_000, false)), Verdict::Query { at: 1_000 });
-        assert_eq!(decide(&c, u(7_000, true)), Verdict::RetrySameKey { at: 7_000 });
+        assert_eq!(
+            decide(&c, u(7_000, true)),
+            Verdict::RetrySameKey { at: 7_000 }
+        );
     }
 
     #[test]

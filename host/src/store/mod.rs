@@ -20,7 +20,10 @@ use std::future::Future;
 pub enum StoreError {
     /// The caller's lease on the step was taken over or released: stop working on it.
     #[error("the lease on step `{step}` of {workflow_id} is no longer held by this worker")]
-    LeaseLost { workflow_id: WorkflowId, step: String },
+    LeaseLost {
+        workflow_id: WorkflowId,
+        step: String,
+    },
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(String),
@@ -28,7 +31,12 @@ pub enum StoreError {
     #[error(
         "workflow `{name}` version {version} is already deployed with digest {existing}, and this file has digest {new}; a deployed version never changes: give the changed definition a new `version`"
     )]
-    DefinitionChanged { name: String, version: u32, existing: String, new: String },
+    DefinitionChanged {
+        name: String,
+        version: u32,
+        existing: String,
+        new: String,
+    },
     /// Stored data could not be read back; a bug or manual tampering.
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
@@ -53,49 +61,102 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait DefinitionStore: Send + Sync {
     /// Stores a definition version; the same content again is a no-op, other content under
     /// an existing version is [`StoreError::DefinitionChanged`].
-    fn deploy_definition(&self, def: NewDefinition) -> impl Future<Output = StoreResult<DeployOutcome>> + Send;
+    fn deploy_definition(
+        &self,
+        def: NewDefinition,
+    ) -> impl Future<Output = StoreResult<DeployOutcome>> + Send;
     /// One stored version.
-    fn definition(&self, name: &str, version: u32) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
+    fn definition(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
     /// The highest deployed version of `name` (new intents use it).
-    fn latest_definition(&self, name: &str) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
+    fn latest_definition(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
 }
 
 /// The API's writes: admitting intents.
 pub trait AdmissionStore: Send + Sync {
     /// The live (not expired) key in scope, if any.
-    fn lookup_key(&self, scope: &KeyScope, now: Millis) -> impl Future<Output = StoreResult<Option<KeyRecord>>> + Send;
+    fn lookup_key(
+        &self,
+        scope: &KeyScope,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Option<KeyRecord>>> + Send;
     /// Creates the workflow, its steps and its first events in one transaction — unless the
     /// key became known meanwhile, which yields the replay or conflict answer instead.
-    fn admit(&self, request: AdmitRequest) -> impl Future<Output = StoreResult<AdmitOutcome>> + Send;
+    fn admit(
+        &self,
+        request: AdmitRequest,
+    ) -> impl Future<Output = StoreResult<AdmitOutcome>> + Send;
 }
 
 /// Projections for the API and the console.
 pub trait ReadStore: Send + Sync {
-    fn workflow(&self, id: &WorkflowId) -> impl Future<Output = StoreResult<Option<WorkflowRecord>>> + Send;
+    fn workflow(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Option<WorkflowRecord>>> + Send;
     fn steps(&self, id: &WorkflowId) -> impl Future<Output = StoreResult<Vec<StepRecord>>> + Send;
-    fn receipts(&self, id: &WorkflowId) -> impl Future<Output = StoreResult<Vec<crate::intent::Receipt>>> + Send;
+    fn receipts(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Vec<crate::intent::Receipt>>> + Send;
     /// Timeline entries with `seq > after`, oldest first.
-    fn timeline(&self, id: &WorkflowId, after: u64, limit: u32) -> impl Future<Output = StoreResult<Vec<crate::intent::TimelineEvent>>> + Send;
+    fn timeline(
+        &self,
+        id: &WorkflowId,
+        after: u64,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<crate::intent::TimelineEvent>>> + Send;
     /// Attempts of one step with `number > after`, oldest first.
-    fn attempts(&self, id: &WorkflowId, step: &str, after: u32, limit: u32) -> impl Future<Output = StoreResult<Vec<AttemptRecord>>> + Send;
+    fn attempts(
+        &self,
+        id: &WorkflowId,
+        step: &str,
+        after: u32,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<AttemptRecord>>> + Send;
     /// Workflows newest first, filtered.
-    fn list_workflows(&self, filter: &WorkflowFilter) -> impl Future<Output = StoreResult<Vec<WorkflowRecord>>> + Send;
+    fn list_workflows(
+        &self,
+        filter: &WorkflowFilter,
+    ) -> impl Future<Output = StoreResult<Vec<WorkflowRecord>>> + Send;
 }
 
 /// The scheduler's operations. Every write but `claim` is fenced by the lease token.
 pub trait ExecutorStore: Send + Sync {
     /// Claims up to `limit` steps that are ready at `now`: each gets a lease and a new
     /// attempt (checkpoint 1), in one commit.
-    fn claim(&self, request: ClaimRequest) -> impl Future<Output = StoreResult<Vec<Claimed>>> + Send;
+    fn claim(
+        &self,
+        request: ClaimRequest,
+    ) -> impl Future<Output = StoreResult<Vec<Claimed>>> + Send;
     /// Extends a lease the caller still holds.
     fn renew(&self, request: RenewRequest) -> impl Future<Output = StoreResult<()>> + Send;
     /// Records that an attempt reached a checkpoint (2–5), with what is known so far.
-    fn checkpoint(&self, request: CheckpointRequest) -> impl Future<Output = StoreResult<()>> + Send;
+    fn checkpoint(
+        &self,
+        request: CheckpointRequest,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Ends an attempt: outcome, the step's next state, the receipt if any; releases
     /// dependents and recomputes the workflow's state, in one commit.
-    fn finish(&self, request: FinishRequest) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
+    fn finish(
+        &self,
+        request: FinishRequest,
+    ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
     /// Everything needed to run a claimed step: the workflow input and prior receipts.
-    fn step_context(&self, id: &WorkflowId) -> impl Future<Output = StoreResult<StepContext>> + Send;
+    fn step_context(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<StepContext>> + Send;
     /// Steps whose lease expired before `now` (owner crashed or lost contact).
-    fn expired_leases(&self, now: Millis, limit: u32) -> impl Future<Output = StoreResult<Vec<ExpiredLease>>> + Send;
+    fn expired_leases(
+        &self,
+        now: Millis,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<ExpiredLease>>> + Send;
 }

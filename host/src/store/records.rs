@@ -1,8 +1,8 @@
 //! Request and record types of the store traits (plain data, no sqlx).
 
 use crate::intent::{
-    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Subject,
-    Trigger, WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, ReceiptId,
+    StepState, Subject, Trigger, WorkflowId, WorkflowState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -86,7 +86,9 @@ pub enum AdmitOutcome {
     /// The key was already known with the same canonical input.
     Replayed(WorkflowRecord),
     /// The key was already known with another input; nothing changed.
-    Conflict { workflow_id: WorkflowId },
+    Conflict {
+        workflow_id: WorkflowId,
+    },
 }
 
 /// A workflow as stored.

@@ -6,13 +6,22 @@ use std::process::{Command, Output};
 fn docket(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_docket"))
         .args(args)
-        .env("DOCKET_CACHE_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-component-cache"))
+        .env(
+            "DOCKET_CACHE_DIR",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/test-component-cache"
+            ),
+        )
         .output()
         .expect("run docket")
 }
 
 fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -57,7 +66,10 @@ fn inspect_explains_a_wrong_file() {
     assert!(stderr.contains("not a WebAssembly binary"), "{stderr}");
     let out = docket(&["adapter", "inspect", "no-such-thing"]);
     let (_, stderr) = text(&out);
-    assert!(stderr.contains("neither a file nor a built example"), "{stderr}");
+    assert!(
+        stderr.contains("neither a file nor a built example"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -72,12 +84,20 @@ fn invoke_runs_a_handler_and_prints_its_output() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert!(doc["ok"]["document_digest"].as_str().unwrap().starts_with("sha256:"), "{doc}");
+    assert!(
+        doc["ok"]["document_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{doc}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn invoke_delivers_through_a_granted_host_with_a_secret() {
-    let sim = ProviderSim::start(SimConfig::new("cli-token"), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let sim = ProviderSim::start(SimConfig::new("cli-token"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let base = sim.base_url();
     let args = [
         "adapter",
@@ -103,12 +123,24 @@ async fn invoke_delivers_through_a_granted_host_with_a_secret() {
     .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("\"external_reference\": \"dlv_1\""), "{stdout}");
-    assert!(!stdout.contains("cli-token") && !stderr.contains("cli-token"), "secret printed");
+    assert!(
+        stdout.contains("\"external_reference\": \"dlv_1\""),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("cli-token") && !stderr.contains("cli-token"),
+        "secret printed"
+    );
     assert_eq!(sim.sim().world().len(), 1);
 
     // Without --allow-host the component is refused before it runs, naming the import.
-    let out = docket(&["adapter", "invoke", "http-delivery", "--secret", "provider_token=x"]);
+    let out = docket(&[
+        "adapter",
+        "invoke",
+        "http-delivery",
+        "--secret",
+        "provider_token=x",
+    ]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("wasi:http/"), "{stderr}");

@@ -28,7 +28,9 @@ fn cache_dir() -> PathBuf {
 /// Loads a built example by name.
 pub async fn load(rt: &Runtime, name: &str) -> Arc<LoadedComponent> {
     let path = docket::guests::path(name).unwrap_or_else(|| panic!("no built component `{name}`"));
-    rt.load_file(path.as_ref()).await.unwrap_or_else(|e| panic!("load {name}: {e}"))
+    rt.load_file(path.as_ref())
+        .await
+        .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 pub fn rule(s: &str) -> HostRule {
@@ -36,17 +38,25 @@ pub fn rule(s: &str) -> HostRule {
 }
 
 pub fn grant(hosts: &[&str], secrets: &[&str]) -> Grant {
-    Grant::new(hosts.iter().map(|h| rule(h)), secrets.iter().map(|s| s.to_string()))
+    Grant::new(
+        hosts.iter().map(|h| rule(h)),
+        secrets.iter().map(|s| s.to_string()),
+    )
 }
 
 pub fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 pub fn env(settings: BTreeMap<String, String>, secrets: &[(&str, &str)]) -> CallEnv {
     CallEnv {
         settings: Arc::new(settings),
-        secrets: Arc::new(SecretSource::from_pairs(secrets.iter().map(|(k, v)| (*k, *v)))),
+        secrets: Arc::new(SecretSource::from_pairs(
+            secrets.iter().map(|(k, v)| (*k, *v)),
+        )),
         clock: SystemClock::new(),
         label: "test".into(),
     }

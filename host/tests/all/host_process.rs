@@ -18,7 +18,11 @@ pub struct HostProcess {
 
 /// A free loopback port (bound and released; good enough for tests on one machine).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn repo_root() -> PathBuf {
@@ -48,12 +52,25 @@ impl HostProcess {
             std::fs::write(workflows.join(name), text).unwrap();
         }
         let config = dir.path().join("docket.toml");
-        std::fs::write(&config, format!("workflows = {:?}\n{}", workflows.display().to_string(), options.config)).unwrap();
+        std::fs::write(
+            &config,
+            format!(
+                "workflows = {:?}\n{}",
+                workflows.display().to_string(),
+                options.config
+            ),
+        )
+        .unwrap();
         let port = free_port();
         let sim_port = free_port();
         let log = dir.path().join(format!("serve-{port}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-            .args(["serve", "--test-controls", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "serve",
+                "--test-controls",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
             .args(["--db", &dir.path().join("docket.db").display().to_string()])
             .args(["--config", &config.display().to_string()])
@@ -108,12 +125,23 @@ impl HostProcess {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.client.get(format!("{}{path}", self.url)).send().await.unwrap();
+        let r = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap();
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self.client.post(format!("{}{path}", self.url)).json(&body).send().await.unwrap();
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
@@ -126,8 +154,12 @@ impl HostProcess {
                 return wf;
             }
             if start.elapsed() > within {
-                let (_, timeline) = self.get(&format!("/v1/workflows/{id}/timeline?limit=500")).await;
-                panic!("workflow {id} did not reach {states:?} within {within:?}: {wf:#}\ntimeline: {timeline:#}");
+                let (_, timeline) = self
+                    .get(&format!("/v1/workflows/{id}/timeline?limit=500"))
+                    .await;
+                panic!(
+                    "workflow {id} did not reach {states:?} within {within:?}: {wf:#}\ntimeline: {timeline:#}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -135,13 +167,31 @@ impl HostProcess {
 
     /// The provider simulator's own record of deliveries.
     pub async fn world(&self) -> Vec<Value> {
-        let r: Value = self.client.get(format!("{}/v1/_world", self.sim_url)).send().await.unwrap().json().await.unwrap();
+        let r: Value = self
+            .client
+            .get(format!("{}/v1/_world", self.sim_url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         r["data"].as_array().unwrap().clone()
     }
 
     pub async fn faults(&self, patch: Value) {
-        let r = self.client.post(format!("{}/v1/_faults", self.sim_url)).json(&patch).send().await.unwrap();
-        assert!(r.status().is_success(), "faults: {}", r.text().await.unwrap());
+        let r = self
+            .client
+            .post(format!("{}/v1/_faults", self.sim_url))
+            .json(&patch)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "faults: {}",
+            r.text().await.unwrap()
+        );
     }
 
     pub fn log_text(&self) -> String {

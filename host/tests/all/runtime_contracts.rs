@@ -1,7 +1,10 @@
 //! `describe()` of every example adapter and variant round-trips into the host's types.
 
 use crate::common::{load, runtime};
-use docket::contract::{CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim, QueryClaim};
+use docket::contract::{
+    CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim,
+    QueryClaim,
+};
 use docket::runtime::ComponentKind;
 
 fn delivery(name: &str, idempotent: bool, query: bool, compensation: bool) -> Contract {
@@ -17,7 +20,9 @@ fn delivery(name: &str, idempotent: bool, query: bool, compensation: bool) -> Co
             supported: query,
             visibility_window_ms: if query { 5_000 } else { 0 },
         },
-        compensation: CompensationClaim { supported: compensation },
+        compensation: CompensationClaim {
+            supported: compensation,
+        },
         capabilities: DeclaredCapabilities {
             outbound_hosts: vec!["$base_url".into()],
             secrets: vec!["provider_token".into()],
@@ -30,10 +35,19 @@ async fn every_adapter_declares_the_contract_it_is_built_for() {
     let rt = runtime();
     let expected = [
         ("http-delivery", delivery("http-delivery", true, true, true)),
-        ("http-delivery-query-only", delivery("http-delivery-query-only", false, true, true)),
-        ("http-delivery-fire-and-forget", delivery("http-delivery-fire-and-forget", false, false, false)),
+        (
+            "http-delivery-query-only",
+            delivery("http-delivery-query-only", false, true, true),
+        ),
+        (
+            "http-delivery-fire-and-forget",
+            delivery("http-delivery-fire-and-forget", false, false, false),
+        ),
         // The lying variant declares exactly what the honest one does.
-        ("http-delivery-lying", delivery("http-delivery-lying", true, true, true)),
+        (
+            "http-delivery-lying",
+            delivery("http-delivery-lying", true, true, true),
+        ),
     ];
     let mut digests = std::collections::BTreeSet::new();
     for (component, want) in expected {
@@ -54,18 +68,26 @@ async fn every_adapter_declares_the_contract_it_is_built_for() {
         // Through JSON and back, unchanged.
         let json = serde_json::to_string(contract).unwrap();
         assert_eq!(&serde_json::from_str::<Contract>(&json).unwrap(), contract);
-        assert!(digests.insert(loaded.digest.clone()), "{component} shares a digest with another variant");
+        assert!(
+            digests.insert(loaded.digest.clone()),
+            "{component} shares a digest with another variant"
+        );
     }
 
     let noop = load(&rt, "noop").await;
     let contract = noop.contract().expect("noop is an adapter");
     assert_eq!(contract.name, "noop");
-    assert!(contract.capabilities.outbound_hosts.is_empty() && contract.capabilities.secrets.is_empty());
+    assert!(
+        contract.capabilities.outbound_hosts.is_empty() && contract.capabilities.secrets.is_empty()
+    );
     let json = serde_json::to_string(contract).unwrap();
     assert_eq!(&serde_json::from_str::<Contract>(&json).unwrap(), contract);
 
     let hostile = load(&rt, "hostile").await;
-    assert_eq!(hostile.contract().unwrap().capabilities.secrets, vec!["api_token".to_string()]);
+    assert_eq!(
+        hostile.contract().unwrap().capabilities.secrets,
+        vec!["api_token".to_string()]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,7 +99,10 @@ async fn handlers_describe_themselves() {
             ComponentKind::Handler { contract } => {
                 assert_eq!(contract.name, name);
                 let json = serde_json::to_string(contract).unwrap();
-                assert_eq!(&serde_json::from_str::<HandlerContract>(&json).unwrap(), contract);
+                assert_eq!(
+                    &serde_json::from_str::<HandlerContract>(&json).unwrap(),
+                    contract
+                );
             }
             other => panic!("{name}: {other:?}"),
         }

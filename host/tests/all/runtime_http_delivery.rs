@@ -18,7 +18,9 @@ struct Fixture {
 }
 
 async fn fixture(component: &str) -> Fixture {
-    let sim = ProviderSim::start(SimConfig::new(TOKEN), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let sim = ProviderSim::start(SimConfig::new(TOKEN), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let rt = runtime();
     let loaded = load(&rt, component).await;
     let adapter = rt
@@ -32,14 +34,25 @@ async fn fixture(component: &str) -> Fixture {
 }
 
 impl Fixture {
-    async fn invoke_with_token(&self, key: &str, input: &Value, token: &str) -> Result<PluginReceipt, EffectError> {
+    async fn invoke_with_token(
+        &self,
+        key: &str,
+        input: &Value,
+        token: &str,
+    ) -> Result<PluginReceipt, EffectError> {
         let request = EffectRequest {
             idempotency_key: key.into(),
             input: input.to_string(),
             attempt: 1,
         };
-        let env = env(settings(&[("base_url", &self.sim.base_url()), ("timeout_ms", "2000")]), &[("provider_token", token)]);
-        let report = self.rt.invoke(&self.adapter, env, CallLimits::default(), &request).await;
+        let env = env(
+            settings(&[("base_url", &self.sim.base_url()), ("timeout_ms", "2000")]),
+            &[("provider_token", token)],
+        );
+        let report = self
+            .rt
+            .invoke(&self.adapter, env, CallLimits::default(), &request)
+            .await;
         outcome(report)
     }
 
@@ -48,8 +61,15 @@ impl Fixture {
     }
 
     async fn query(&self, key: &str) -> Result<Lookup, EffectError> {
-        let env = env(settings(&[("base_url", &self.sim.base_url())]), &[("provider_token", TOKEN)]);
-        outcome(self.rt.query(&self.adapter, env, CallLimits::default(), key).await)
+        let env = env(
+            settings(&[("base_url", &self.sim.base_url())]),
+            &[("provider_token", TOKEN)],
+        );
+        outcome(
+            self.rt
+                .query(&self.adapter, env, CallLimits::default(), key)
+                .await,
+        )
     }
 
     fn faults(&self, patch: Value) {
@@ -61,8 +81,12 @@ impl Fixture {
     }
 }
 
-fn outcome<T: std::fmt::Debug>(report: CallReport<Result<T, EffectError>>) -> Result<T, EffectError> {
-    report.outcome.unwrap_or_else(|f| panic!("the call itself failed: {f}; log: {:?}", report.log))
+fn outcome<T: std::fmt::Debug>(
+    report: CallReport<Result<T, EffectError>>,
+) -> Result<T, EffectError> {
+    report
+        .outcome
+        .unwrap_or_else(|f| panic!("the call itself failed: {f}; log: {:?}", report.log))
 }
 
 fn document(recipient: &str) -> Value {
@@ -72,10 +96,16 @@ fn document(recipient: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn created_and_replayed_map_to_receipts() {
     let f = fixture("http-delivery").await;
-    let first = f.invoke("key-1", &document("a@example.com")).await.expect("201");
+    let first = f
+        .invoke("key-1", &document("a@example.com"))
+        .await
+        .expect("201");
     assert_eq!(first.external_reference, "dlv_1");
     // Same key, same body: the provider replays (200), nothing new is created.
-    let second = f.invoke("key-1", &document("a@example.com")).await.expect("200");
+    let second = f
+        .invoke("key-1", &document("a@example.com"))
+        .await
+        .expect("200");
     assert_eq!(second.external_reference, "dlv_1");
     let output: Value = serde_json::from_str(&second.output).unwrap();
     assert_eq!(output["replayed"], true, "{output}");
@@ -88,17 +118,32 @@ async fn created_and_replayed_map_to_receipts() {
 async fn key_reused_with_another_body_is_an_idempotency_conflict() {
     let f = fixture("http-delivery").await;
     f.invoke("key-1", &document("a@example.com")).await.unwrap();
-    let err = f.invoke("key-1", &document("b@example.com")).await.unwrap_err();
-    assert!(matches!(err, EffectError::IdempotencyConflict { .. }), "{err:?}");
+    let err = f
+        .invoke("key-1", &document("b@example.com"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EffectError::IdempotencyConflict { .. }),
+        "{err:?}"
+    );
     assert_eq!(f.deliveries(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn permanent_and_credential_refusals() {
     let f = fixture("http-delivery").await;
-    let err = f.invoke("key-422", &document("no-at-sign")).await.unwrap_err();
-    assert!(matches!(&err, EffectError::Rejected { code, .. } if code == "invalid_recipient"), "{err:?}");
-    let err = f.invoke_with_token("key-401", &document("a@example.com"), "wrong").await.unwrap_err();
+    let err = f
+        .invoke("key-422", &document("no-at-sign"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EffectError::Rejected { code, .. } if code == "invalid_recipient"),
+        "{err:?}"
+    );
+    let err = f
+        .invoke_with_token("key-401", &document("a@example.com"), "wrong")
+        .await
+        .unwrap_err();
     assert!(matches!(err, EffectError::Unauthorized { .. }), "{err:?}");
     assert_eq!(f.deliveries(), 0);
 }
@@ -107,21 +152,41 @@ async fn permanent_and_credential_refusals() {
 async fn rate_limit_and_unavailable_are_retryable_with_their_delays() {
     let f = fixture("http-delivery").await;
     f.faults(json!({"rate_limit_next": 1, "retry_after_s": 7}));
-    let err = f.invoke("key-429", &document("a@example.com")).await.unwrap_err();
-    assert!(matches!(err, EffectError::RateLimited { retry_after_ms: 7000, .. }), "{err:?}");
+    let err = f
+        .invoke("key-429", &document("a@example.com"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EffectError::RateLimited {
+                retry_after_ms: 7000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     f.faults(json!({"unavailable_next": 1}));
-    let err = f.invoke("key-503", &document("a@example.com")).await.unwrap_err();
+    let err = f
+        .invoke("key-503", &document("a@example.com"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, EffectError::Unavailable { .. }), "{err:?}");
     assert_eq!(f.deliveries(), 0);
     // And then it goes through.
-    f.invoke("key-503", &document("a@example.com")).await.expect("201 after 503");
+    f.invoke("key-503", &document("a@example.com"))
+        .await
+        .expect("201 after 503");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_connection_after_commit_is_outcome_unknown_and_query_finds_it() {
     let f = fixture("http-delivery").await;
     f.faults(json!({"lose_next": 1}));
-    let err = f.invoke("key-lost", &document("a@example.com")).await.unwrap_err();
+    let err = f
+        .invoke("key-lost", &document("a@example.com"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, EffectError::OutcomeUnknown { .. }), "{err:?}");
     // The provider did commit it: the uncertainty was real.
     assert_eq!(f.deliveries(), 1);
@@ -131,7 +196,9 @@ async fn a_dropped_connection_after_commit_is_outcome_unknown_and_query_finds_it
     }
     assert_eq!(f.query("never-sent").await.unwrap(), Lookup::Absent);
     // A same-key retry is deduplicated by the provider.
-    f.invoke("key-lost", &document("a@example.com")).await.unwrap();
+    f.invoke("key-lost", &document("a@example.com"))
+        .await
+        .unwrap();
     assert_eq!(f.deliveries(), 1);
 }
 
@@ -143,17 +210,32 @@ async fn connection_refused_is_not_sent() {
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let loaded = load(&f.rt, "http-delivery").await;
-    let adapter = f
-        .rt
-        .prepare(&loaded, &grant(&[&url], &["provider_token"]), &settings(&[("base_url", &url)]))
+    let adapter =
+        f.rt.prepare(
+            &loaded,
+            &grant(&[&url], &["provider_token"]),
+            &settings(&[("base_url", &url)]),
+        )
         .unwrap();
     let request = EffectRequest {
         idempotency_key: "k".into(),
         input: document("a@example.com").to_string(),
         attempt: 1,
     };
-    let env = env(settings(&[("base_url", &url)]), &[("provider_token", TOKEN)]);
-    let report = f.rt.invoke(&adapter, env, CallLimits { timeout: Duration::from_secs(10) }, &request).await;
+    let env = env(
+        settings(&[("base_url", &url)]),
+        &[("provider_token", TOKEN)],
+    );
+    let report =
+        f.rt.invoke(
+            &adapter,
+            env,
+            CallLimits {
+                timeout: Duration::from_secs(10),
+            },
+            &request,
+        )
+        .await;
     let err = outcome(report).unwrap_err();
     assert!(matches!(err, EffectError::NotSent { .. }), "{err:?}");
 }
@@ -162,8 +244,13 @@ async fn connection_refused_is_not_sent() {
 async fn compensate_cancels_the_delivery() {
     let f = fixture("http-delivery").await;
     let receipt = f.invoke("key-c", &document("a@example.com")).await.unwrap();
-    let env = env(settings(&[("base_url", &f.sim.base_url())]), &[("provider_token", TOKEN)]);
-    let report = f.rt.compensate(&f.adapter, env, CallLimits::default(), &receipt).await;
+    let env = env(
+        settings(&[("base_url", &f.sim.base_url())]),
+        &[("provider_token", TOKEN)],
+    );
+    let report =
+        f.rt.compensate(&f.adapter, env, CallLimits::default(), &receipt)
+            .await;
     let cancelled = outcome(report).expect("cancelled");
     assert_eq!(cancelled.external_reference, "dlv_1");
     let world = serde_json::to_value(f.sim.sim().world()).unwrap();

@@ -19,28 +19,50 @@ struct Sandbox {
 /// The hostile adapter, granted its secret and one loopback server (`granted`); a second
 /// loopback server (`other`) is listening but not granted.
 async fn sandbox() -> Sandbox {
-    let granted = ProviderSim::start(SimConfig::new("t"), "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let other = ProviderSim::start(SimConfig::new("t"), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let granted = ProviderSim::start(SimConfig::new("t"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let other = ProviderSim::start(SimConfig::new("t"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let rt = runtime();
     let component = load(&rt, "hostile").await;
     let g = grant(&[&granted.base_url()], &["api_token"]);
-    let hostile = rt.prepare(&component, &g, &settings(&[])).expect("prepare hostile");
-    Sandbox { rt, hostile, granted, other }
+    let hostile = rt
+        .prepare(&component, &g, &settings(&[]))
+        .expect("prepare hostile");
+    Sandbox {
+        rt,
+        hostile,
+        granted,
+        other,
+    }
 }
 
-async fn call(s: &Sandbox, input: Value, timeout: Duration) -> CallReport<Result<PluginReceipt, EffectError>> {
+async fn call(
+    s: &Sandbox,
+    input: Value,
+    timeout: Duration,
+) -> CallReport<Result<PluginReceipt, EffectError>> {
     let request = EffectRequest {
         idempotency_key: "k".into(),
         input: input.to_string(),
         attempt: 1,
     };
-    s.rt
-        .invoke(&s.hostile, env(settings(&[]), &[("api_token", "tok-123456")]), CallLimits { timeout }, &request)
-        .await
+    s.rt.invoke(
+        &s.hostile,
+        env(settings(&[]), &[("api_token", "tok-123456")]),
+        CallLimits { timeout },
+        &request,
+    )
+    .await
 }
 
 fn output(report: CallReport<Result<PluginReceipt, EffectError>>) -> Value {
-    let receipt = report.outcome.expect("call completed").expect("plugin returned a receipt");
+    let receipt = report
+        .outcome
+        .expect("call completed")
+        .expect("plugin returned a receipt");
     serde_json::from_str(&receipt.output).unwrap()
 }
 
@@ -59,7 +81,11 @@ async fn infinite_loop_is_stopped_at_its_deadline() {
         "{:?}",
         report.outcome
     );
-    assert!(report.elapsed < Duration::from_secs(3), "stopped late: {:?}", report.elapsed);
+    assert!(
+        report.elapsed < Duration::from_secs(3),
+        "stopped late: {:?}",
+        report.elapsed
+    );
     still_serves(&s).await;
 }
 
@@ -68,7 +94,10 @@ async fn memory_bomb_fails_at_the_cap() {
     let s = sandbox().await;
     let report = call(&s, json!({"do": "alloc"}), Duration::from_secs(10)).await;
     match report.outcome {
-        Err(CallFailure::MemoryCap { cap_bytes, requested_bytes }) => {
+        Err(CallFailure::MemoryCap {
+            cap_bytes,
+            requested_bytes,
+        }) => {
             assert_eq!(cap_bytes, 64 << 20);
             assert!(requested_bytes > cap_bytes);
         }
@@ -82,10 +111,16 @@ async fn panic_is_reported_as_a_trap_with_its_message() {
     let s = sandbox().await;
     let report = call(&s, json!({"do": "panic"}), Duration::from_secs(5)).await;
     match &report.outcome {
-        Err(CallFailure::Trap { panic: Some(p), .. }) => assert!(p.contains("panics on purpose"), "{p}"),
+        Err(CallFailure::Trap { panic: Some(p), .. }) => {
+            assert!(p.contains("panics on purpose"), "{p}")
+        }
         other => panic!("expected a trap with a panic message, got {other:?}"),
     }
-    assert!(report.log.iter().any(|l| l.message.contains("panicked at")), "{:?}", report.log);
+    assert!(
+        report.log.iter().any(|l| l.message.contains("panicked at")),
+        "{:?}",
+        report.log
+    );
     still_serves(&s).await;
 }
 
@@ -106,7 +141,14 @@ async fn files_and_environment_find_nothing() {
 async fn socket_open_fails_even_to_a_listening_loopback_port() {
     let s = sandbox().await;
     let addr = s.granted.addr().to_string();
-    let out = output(call(&s, json!({"do": "socket", "addr": addr}), Duration::from_secs(5)).await);
+    let out = output(
+        call(
+            &s,
+            json!({"do": "socket", "addr": addr}),
+            Duration::from_secs(5),
+        )
+        .await,
+    );
     assert_eq!(out["connected"], false, "{out}");
     still_serves(&s).await;
 }
@@ -115,17 +157,34 @@ async fn socket_open_fails_even_to_a_listening_loopback_port() {
 async fn only_granted_http_hosts_answer() {
     let s = sandbox().await;
     let allowed = format!("{}/v1/_world", s.granted.base_url());
-    let out = output(call(&s, json!({"do": "http", "url": allowed}), Duration::from_secs(5)).await);
+    let out = output(
+        call(
+            &s,
+            json!({"do": "http", "url": allowed}),
+            Duration::from_secs(5),
+        )
+        .await,
+    );
     assert_eq!(out["status"], 200, "{out}");
 
     let denied = format!("{}/v1/_world", s.other.base_url());
-    let report = call(&s, json!({"do": "http", "url": denied}), Duration::from_secs(5)).await;
+    let report = call(
+        &s,
+        json!({"do": "http", "url": denied}),
+        Duration::from_secs(5),
+    )
+    .await;
     match report.outcome {
-        Ok(Err(EffectError::NotSent { message })) => assert!(message.to_lowercase().contains("denied"), "{message}"),
+        Ok(Err(EffectError::NotSent { message })) => {
+            assert!(message.to_lowercase().contains("denied"), "{message}")
+        }
         other => panic!("expected a guest-visible denial, got {other:?}"),
     }
     assert!(
-        report.denials.iter().any(|d| d.contains(&s.other.addr().port().to_string())),
+        report
+            .denials
+            .iter()
+            .any(|d| d.contains(&s.other.addr().port().to_string())),
         "{:?}",
         report.denials
     );
@@ -139,7 +198,10 @@ async fn hostile_calls_in_parallel_do_not_disturb_a_normal_one() {
     for mode in ["loop", "alloc", "panic"] {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
-            call(&s, json!({"do": mode}), Duration::from_millis(500)).await.outcome.is_err()
+            call(&s, json!({"do": mode}), Duration::from_millis(500))
+                .await
+                .outcome
+                .is_err()
         }));
     }
     still_serves(&s).await;

@@ -37,7 +37,11 @@ async fn a_leaking_plugin_cannot_get_its_secret_written_down() {
     let rt = runtime();
     let hostile = load(&rt, "hostile").await;
     let prepared = rt
-        .prepare(&hostile, &grant(&["http://127.0.0.1:9"], &["api_token"]), &settings(&[]))
+        .prepare(
+            &hostile,
+            &grant(&["http://127.0.0.1:9"], &["api_token"]),
+            &settings(&[]),
+        )
         .unwrap();
     let request = EffectRequest {
         idempotency_key: "k".into(),
@@ -45,7 +49,12 @@ async fn a_leaking_plugin_cannot_get_its_secret_written_down() {
         attempt: 1,
     };
     let report = rt
-        .invoke(&prepared, env(settings(&[]), &[("api_token", SECRET)]), CallLimits::default(), &request)
+        .invoke(
+            &prepared,
+            env(settings(&[]), &[("api_token", SECRET)]),
+            CallLimits::default(),
+            &request,
+        )
         .await;
 
     // The plugin received the value: it tried to return it, and the host redacted it.
@@ -61,11 +70,22 @@ async fn a_leaking_plugin_cannot_get_its_secret_written_down() {
     for line in &report.log {
         assert!(!line.message.contains(SECRET), "{line:?}");
     }
-    assert!(report.log.iter().any(|l| l.message.contains("[redacted:api_token]")));
+    assert!(
+        report
+            .log
+            .iter()
+            .any(|l| l.message.contains("[redacted:api_token]"))
+    );
 
     let host_logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(host_logs.contains("leaking api_token="), "host logs should carry the plugin's line: {host_logs}");
-    assert!(!host_logs.contains(SECRET), "the secret reached a host log line: {host_logs}");
+    assert!(
+        host_logs.contains("leaking api_token="),
+        "host logs should carry the plugin's line: {host_logs}"
+    );
+    assert!(
+        !host_logs.contains(SECRET),
+        "the secret reached a host log line: {host_logs}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -75,7 +95,11 @@ async fn only_granted_secret_names_resolve() {
     // The grant holds a different name than the one the plugin asks for (`api_token`), so the
     // contract check refuses it before it runs.
     let err = rt
-        .prepare(&hostile, &grant(&["http://127.0.0.1:9"], &["other"]), &settings(&[]))
+        .prepare(
+            &hostile,
+            &grant(&["http://127.0.0.1:9"], &["other"]),
+            &settings(&[]),
+        )
         .err()
         .expect("refused");
     assert!(err.to_string().contains("api_token"), "{err}");

@@ -3,17 +3,22 @@
 use super::read::{parse, receipts_on, workflow_on};
 use super::{SqliteStore, append_events};
 use crate::intent::{
-    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId, WorkflowState,
-    new_lease_token,
+    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId,
+    WorkflowState, new_lease_token,
 };
 use crate::store::{
-    AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence, FinishOutcome,
-    FinishRequest, RenewRequest, StepContext, StepTransition, StoreError, StoreResult,
+    AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
+    FinishOutcome, FinishRequest, RenewRequest, StepContext, StepTransition, StoreError,
+    StoreResult,
 };
 use sqlx::{Row, SqliteConnection};
 
 /// Fails with [`StoreError::LeaseLost`] unless the fence's lease is still held.
-async fn check_fence(conn: &mut SqliteConnection, fence: &Fence, expired_before: Option<Millis>) -> StoreResult<()> {
+async fn check_fence(
+    conn: &mut SqliteConnection,
+    fence: &Fence,
+    expired_before: Option<Millis>,
+) -> StoreResult<()> {
     let held: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM steps WHERE workflow_id = ? AND step = ? AND lease_token = ? AND state = 'running'
            AND (?4 IS NULL OR lease_expires_at < ?4)",
@@ -34,7 +39,12 @@ async fn check_fence(conn: &mut SqliteConnection, fence: &Fence, expired_before:
 }
 
 /// Queues a notification of a meaningful transition, in the caller's transaction.
-pub(crate) async fn outbox(conn: &mut SqliteConnection, id: &WorkflowId, event: &str, now: Millis) -> StoreResult<()> {
+pub(crate) async fn outbox(
+    conn: &mut SqliteConnection,
+    id: &WorkflowId,
+    event: &str,
+    now: Millis,
+) -> StoreResult<()> {
     sqlx::query("INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES (?, ?, ?, ?)")
         .bind(id.as_str())
         .bind(event)
@@ -77,12 +87,19 @@ async fn apply_facts(
 
 /// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
 /// key's retention, tells the timeline and queues a notification.
-async fn recompute_state(conn: &mut SqliteConnection, id: &WorkflowId, now: Millis) -> StoreResult<WorkflowState> {
+async fn recompute_state(
+    conn: &mut SqliteConnection,
+    id: &WorkflowId,
+    now: Millis,
+) -> StoreResult<WorkflowState> {
     let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = ?")
         .bind(id.as_str())
         .fetch_all(&mut *conn)
         .await?;
-    let steps = states.iter().map(|s| parse::<StepState>(s)).collect::<StoreResult<Vec<_>>>()?;
+    let steps = states
+        .iter()
+        .map(|s| parse::<StepState>(s))
+        .collect::<StoreResult<Vec<_>>>()?;
     let current: String = sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = ?")
         .bind(id.as_str())
         .fetch_one(&mut *conn)
@@ -93,12 +110,14 @@ async fn recompute_state(conn: &mut SqliteConnection, id: &WorkflowId, now: Mill
         return Ok(next);
     }
     let ended = next.is_ended().then_some(now as i64);
-    sqlx::query("UPDATE workflows SET state = ?, ended_at = COALESCE(?, ended_at) WHERE workflow_id = ?")
-        .bind(next.as_str())
-        .bind(ended)
-        .bind(id.as_str())
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "UPDATE workflows SET state = ?, ended_at = COALESCE(?, ended_at) WHERE workflow_id = ?",
+    )
+    .bind(next.as_str())
+    .bind(ended)
+    .bind(id.as_str())
+    .execute(&mut *conn)
+    .await?;
     if next.is_ended() {
         sqlx::query(
             "UPDATE intent_keys SET expires_at = ?1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = ?2)
@@ -403,7 +422,8 @@ impl ExecutorStore for SqliteStore {
         let wf = workflow_on(&mut conn, id)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-        let input = serde_json::from_str(&wf.input).map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
+        let input = serde_json::from_str(&wf.input)
+            .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
         Ok(StepContext {
             input,
             receipts: receipts_on(&mut conn, id).await?,
@@ -429,23 +449,28 @@ impl ExecutorStore for SqliteStore {
             .map(|r| {
                 let trigger: Option<String> = r.get("trigger");
                 Ok(ExpiredLease {
-                fence: Fence {
-                    workflow_id: WorkflowId(r.get("workflow_id")),
-                    step: r.get("step"),
-                    lease_token: r.get::<Option<String>, _>("lease_token").unwrap_or_default(),
-                },
-                lease_owner: r.get::<Option<String>, _>("lease_owner").unwrap_or_default(),
-                lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").unwrap_or(0) as u64,
-                attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
-                checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
-                attempt_number: r.get::<i64, _>("attempts") as u32,
-                attempt_started_at: r.get::<Option<i64>, _>("started_at").unwrap_or(0) as u64,
-                trigger: parse(trigger.as_deref().unwrap_or("initial"))?,
-                component: r.get("component"),
-                component_version: r.get("component_version"),
-                workflow: r.get("workflow"),
-                definition_version: r.get::<i64, _>("definition_version") as u32,
-                uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64),
+                    fence: Fence {
+                        workflow_id: WorkflowId(r.get("workflow_id")),
+                        step: r.get("step"),
+                        lease_token: r
+                            .get::<Option<String>, _>("lease_token")
+                            .unwrap_or_default(),
+                    },
+                    lease_owner: r
+                        .get::<Option<String>, _>("lease_owner")
+                        .unwrap_or_default(),
+                    lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").unwrap_or(0)
+                        as u64,
+                    attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
+                    checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
+                    attempt_number: r.get::<i64, _>("attempts") as u32,
+                    attempt_started_at: r.get::<Option<i64>, _>("started_at").unwrap_or(0) as u64,
+                    trigger: parse(trigger.as_deref().unwrap_or("initial"))?,
+                    component: r.get("component"),
+                    component_version: r.get("component_version"),
+                    workflow: r.get("workflow"),
+                    definition_version: r.get::<i64, _>("definition_version") as u32,
+                    uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64),
                 })
             })
             .collect()

@@ -9,8 +9,8 @@ mod read;
 mod writer;
 
 use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord, KeyScope, NewDefinition,
-    StoreError, StoreResult, StoredDefinition,
+    AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord,
+    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -168,7 +168,10 @@ fn definition_from_row(r: &sqlx::sqlite::SqliteRow) -> StoredDefinition {
     }
 }
 
-async fn key_in_scope(conn: &mut SqliteConnection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
+async fn key_in_scope(
+    conn: &mut SqliteConnection,
+    scope: &KeyScope,
+) -> StoreResult<Option<KeyRecord>> {
     let row = sqlx::query(
         "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
     )

@@ -2,10 +2,12 @@
 
 use super::SqliteStore;
 use crate::intent::{
-    AttemptId, EventKind, EvidenceKind, Receipt, ReceiptId, StepState, Subject, TimelineEvent, WorkflowId,
-    WorkflowState,
+    AttemptId, EventKind, EvidenceKind, Receipt, ReceiptId, StepState, Subject, TimelineEvent,
+    WorkflowId, WorkflowState,
 };
-use crate::store::{AttemptRecord, ReadStore, StepRecord, StoreError, StoreResult, WorkflowFilter, WorkflowRecord};
+use crate::store::{
+    AttemptRecord, ReadStore, StepRecord, StoreError, StoreResult, WorkflowFilter, WorkflowRecord,
+};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
@@ -14,7 +16,8 @@ pub(crate) fn parse<T: std::str::FromStr>(text: &str) -> StoreResult<T>
 where
     T::Err: std::fmt::Display,
 {
-    text.parse::<T>().map_err(|e| StoreError::Corrupt(e.to_string()))
+    text.parse::<T>()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 fn json(text: &str) -> StoreResult<serde_json::Value> {
@@ -44,11 +47,15 @@ pub(crate) fn workflow_from_row(r: &SqliteRow) -> StoreResult<WorkflowRecord> {
     })
 }
 
-const WORKFLOW_COLUMNS: &str = "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
+const WORKFLOW_COLUMNS: &str =
+    "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms";
 
 /// One workflow, read on the given connection (used inside write transactions too).
-pub(crate) async fn workflow_on(conn: &mut SqliteConnection, id: &WorkflowId) -> StoreResult<Option<WorkflowRecord>> {
+pub(crate) async fn workflow_on(
+    conn: &mut SqliteConnection,
+    id: &WorkflowId,
+) -> StoreResult<Option<WorkflowRecord>> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE workflow_id = ?"
     )))
@@ -69,7 +76,10 @@ fn step_from_row(r: &SqliteRow) -> StoreResult<StepRecord> {
         lease_expires_at: opt_u64(r, "lease_expires_at"),
         receipt_id: r.get::<Option<String>, _>("receipt_id").map(ReceiptId),
         note: r.get("note"),
-        escalated: r.get::<Option<String>, _>("escalated").map(|s| json(&s)).transpose()?,
+        escalated: r
+            .get::<Option<String>, _>("escalated")
+            .map(|s| json(&s))
+            .transpose()?,
     })
 }
 
@@ -115,11 +125,16 @@ fn attempt_from_row(r: &SqliteRow) -> StoreResult<AttemptRecord> {
     })
 }
 
-pub(crate) async fn receipts_on(conn: &mut SqliteConnection, id: &WorkflowId) -> StoreResult<Vec<Receipt>> {
-    let rows = sqlx::query("SELECT * FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id")
-        .bind(id.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
+pub(crate) async fn receipts_on(
+    conn: &mut SqliteConnection,
+    id: &WorkflowId,
+) -> StoreResult<Vec<Receipt>> {
+    let rows = sqlx::query(
+        "SELECT * FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id",
+    )
+    .bind(id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
     rows.iter().map(receipt_from_row).collect()
 }
 
@@ -142,13 +157,20 @@ impl ReadStore for SqliteStore {
         receipts_on(&mut conn, id).await
     }
 
-    async fn timeline(&self, id: &WorkflowId, after: u64, limit: u32) -> StoreResult<Vec<TimelineEvent>> {
-        let rows = sqlx::query("SELECT * FROM timeline WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?")
-            .bind(id.as_str())
-            .bind(after as i64)
-            .bind(limit as i64)
-            .fetch_all(&self.read)
-            .await?;
+    async fn timeline(
+        &self,
+        id: &WorkflowId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<TimelineEvent>> {
+        let rows = sqlx::query(
+            "SELECT * FROM timeline WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(id.as_str())
+        .bind(after as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(TimelineEvent {
@@ -164,7 +186,13 @@ impl ReadStore for SqliteStore {
             .collect()
     }
 
-    async fn attempts(&self, id: &WorkflowId, step: &str, after: u32, limit: u32) -> StoreResult<Vec<AttemptRecord>> {
+    async fn attempts(
+        &self,
+        id: &WorkflowId,
+        step: &str,
+        after: u32,
+        limit: u32,
+    ) -> StoreResult<Vec<AttemptRecord>> {
         let rows =
             sqlx::query("SELECT * FROM attempts WHERE workflow_id = ? AND step = ? AND number > ? ORDER BY number LIMIT ?")
                 .bind(id.as_str())
