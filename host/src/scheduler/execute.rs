@@ -363,7 +363,7 @@ where
                         format!("{} succeeded: receipt {}", step.label, receipt.receipt_id),
                     );
                     (
-                        StepTransition::Succeeded(receipt),
+                        StepTransition::Succeeded(Box::new(receipt)),
                         AttemptOutcome::Accepted,
                         None,
                         vec![event],
@@ -528,10 +528,8 @@ where
             .await;
         // Checkpoint 4 is the call itself: nothing is written before it returns.
         self.failpoint(4);
-        Some(
-            self.after_invoke(claimed, step, prepared, &contract, input, report)
-                .await?,
-        )
+        self.after_invoke(claimed, step, prepared, &contract, input, report)
+            .await
     }
 
     async fn after_invoke(
@@ -611,7 +609,12 @@ where
                         step.label, receipt.receipt_id, r.external_reference
                     ),
                 );
-                ending(StepTransition::Succeeded(receipt), None, vec![event], 6)
+                ending(
+                    StepTransition::Succeeded(Box::new(receipt)),
+                    None,
+                    vec![event],
+                    6,
+                )
             }
             Ok(Err(EffectError::Rejected { code, message })) => {
                 let note = format!("rejected ({code}): {message}");
@@ -735,7 +738,7 @@ where
                     ),
                 );
                 (
-                    StepTransition::Succeeded(r),
+                    StepTransition::Succeeded(Box::new(r)),
                     None,
                     vec![seen, done],
                     AttemptOutcome::LookupFound,

@@ -237,7 +237,7 @@ pub struct CheckpointRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepTransition {
     /// A receipt closes the step; dependents whose dependencies all succeeded become ready.
-    Succeeded(NewReceipt),
+    Succeeded(Box<NewReceipt>),
     /// Claimable again at `ready_at` (the backoff). `uncertain_since` marks (once) when
     /// the step's effect became uncertain.
     Retry {

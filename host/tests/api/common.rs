@@ -234,7 +234,7 @@ impl Host {
                             observation: Some("done".into()),
                             outcome: Some(AttemptOutcome::Accepted),
                         },
-                        transition: StepTransition::Succeeded(NewReceipt {
+                        transition: StepTransition::Succeeded(Box::new(NewReceipt {
                             receipt_id: ReceiptId::new(now),
                             evidence_kind: EvidenceKind::Response,
                             component: "prepare-letter".into(),
@@ -246,7 +246,7 @@ impl Host {
                             author: None,
                             reason: None,
                             evidence: None,
-                        }),
+                        })),
                         fence: c.fence,
                         note: None,
                         log: json!([]),
