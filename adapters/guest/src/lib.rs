@@ -6,7 +6,7 @@
 //! [`Handler`] and uses [`export_handler!`]. Both build as `cdylib` crates for
 //! `wasm32-wasip2`.
 //!
-//! ```ignore
+//! ```text
 //! use docket_guest::{Adapter, Contract, EffectError, Receipt, Request};
 //!
 //! struct Echo;

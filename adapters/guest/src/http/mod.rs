@@ -5,7 +5,7 @@
 //! or [`HttpError::MaybeSent`] (the server may have received and acted on the request).
 //! When a code does not prove that nothing was sent, it counts as maybe sent.
 //!
-//! ```ignore
+//! ```text
 //! use docket_guest::http::Request;
 //!
 //! let response = Request::post("http://127.0.0.1:8080/v1/things")
