@@ -210,3 +210,45 @@ async fn hostile_calls_in_parallel_do_not_disturb_a_normal_one() {
     }
     still_serves(&s).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redirects_are_never_followed() {
+    // A granted loopback server that redirects to the (not granted) `other` server.
+    let s = sandbox().await;
+    let target = format!("{}/v1/_world", s.other.base_url());
+    let app = axum::Router::new().route(
+        "/go",
+        axum::routing::get(move || {
+            let target = target.clone();
+            async move {
+                (
+                    axum::http::StatusCode::FOUND,
+                    [(axum::http::header::LOCATION, target)],
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let rt = &s.rt;
+    let component = load(rt, "hostile").await;
+    let g = grant(&[&format!("http://{addr}")], &["api_token"]);
+    let prepared = rt.prepare(&component, &g, &settings(&[])).unwrap();
+    let request = EffectRequest {
+        idempotency_key: "k".into(),
+        input: json!({"do": "http", "url": format!("http://{addr}/go")}).to_string(),
+        attempt: 1,
+    };
+    let report = rt
+        .invoke(
+            &prepared,
+            env(settings(&[]), &[("api_token", "token-for-redirect-test")]),
+            CallLimits::default(),
+            &request,
+        )
+        .await;
+    let out = output(report);
+    // The plugin sees the 302 itself; the host did not follow it to the other server.
+    assert_eq!(out["status"], 302, "{out}");
+}

@@ -103,7 +103,9 @@ async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<
                 Err(_) => break,
             }
         }
+        let t0 = std::time::Instant::now();
         let commit = run_batch(&mut conn, &mut batch).await;
+        tracing::trace!(jobs = batch.len(), elapsed = ?t0.elapsed(), "write batch committed");
         if let Err(e) = &commit {
             tracing::error!("a write transaction of {} jobs failed: {e}", batch.len());
             // A failed COMMIT may leave the transaction open; make sure it is gone.
