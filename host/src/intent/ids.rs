@@ -54,12 +54,6 @@ id_type!(
     "rcp"
 );
 
-/// A fresh lease token: proof of ownership that every fenced write must present.
-pub fn new_lease_token() -> String {
-    let random: u128 = rand::rng().random();
-    format!("{random:032x}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

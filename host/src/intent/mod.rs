@@ -10,7 +10,7 @@ mod ids;
 mod json;
 mod states;
 
-pub use ids::{AttemptId, ReceiptId, WorkflowId, external_idempotency_key, new_lease_token};
+pub use ids::{AttemptId, ReceiptId, WorkflowId, external_idempotency_key};
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
 pub use states::{AttemptOutcome, EventKind, EvidenceKind, StepState, Trigger, WorkflowState};
 

@@ -4,7 +4,7 @@ use super::read::{parse, receipts_on, workflow_on};
 use super::{SqliteStore, append_events};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId,
-    WorkflowState, new_lease_token,
+    WorkflowState,
 };
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
@@ -151,89 +151,113 @@ async fn recompute_state(
 
 impl ExecutorStore for SqliteStore {
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        // A handful of statements for the whole batch, whatever its size: each statement
+        // is a round trip to the connection's thread.
         self.writer
             .write(move |conn| {
                 Box::pin(async move {
-                    let candidates = sqlx::query(
-                        "SELECT workflow_id, step FROM steps
-                         WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?
-                         ORDER BY ready_at LIMIT ?",
+                    let expires = req.now + req.lease_ms;
+                    let steps = sqlx::query(
+                        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
+                             lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
+                         WHERE rowid IN (
+                             SELECT rowid FROM steps
+                             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
+                             ORDER BY ready_at LIMIT ?4)
+                         RETURNING workflow_id, step, attempts, next_trigger, uncertain_since, lease_token",
                     )
+                    .bind(&req.owner)
+                    .bind(expires as i64)
                     .bind(req.now as i64)
                     .bind(req.limit as i64)
                     .fetch_all(&mut *conn)
                     .await?;
-                    let expires = req.now + req.lease_ms;
-                    let mut claimed = Vec::with_capacity(candidates.len());
-                    for c in candidates {
-                        let workflow_id = WorkflowId(c.get("workflow_id"));
-                        let step: String = c.get("step");
-                        let token = new_lease_token();
-                        let row = sqlx::query(
-                            "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?,
-                                 lease_token = ?, lease_expires_at = ?, note = NULL
-                             WHERE workflow_id = ? AND step = ? RETURNING attempts, next_trigger, uncertain_since",
-                        )
-                        .bind(&req.owner)
-                        .bind(&token)
-                        .bind(expires as i64)
-                        .bind(workflow_id.as_str())
-                        .bind(&step)
-                        .fetch_one(&mut *conn)
-                        .await?;
-                        let number = row.get::<i64, _>("attempts") as u32;
-                        let trigger: Trigger = parse(row.get("next_trigger"))?;
-                        let uncertain_since = row.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64);
-                        let wf = sqlx::query(
-                            "UPDATE workflows SET attempts_used = attempts_used + 1 WHERE workflow_id = ?
-                             RETURNING workflow, definition_version, deadline_at, attempts_used,
-                                       external_calls_used, runtime_used_ms",
-                        )
-                        .bind(workflow_id.as_str())
-                        .fetch_one(&mut *conn)
-                        .await?;
-                        let attempt_id = AttemptId::new(req.now);
-                        sqlx::query(
-                            "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
-                                 checkpoint, outcome, started_at)
-                             VALUES (?, ?, ?, ?, ?, ?, 1, 'in_progress', ?)",
-                        )
-                        .bind(attempt_id.as_str())
-                        .bind(workflow_id.as_str())
-                        .bind(&step)
-                        .bind(number as i64)
-                        .bind(trigger.as_str())
-                        .bind(&req.owner)
-                        .bind(req.now as i64)
-                        .execute(&mut *conn)
-                        .await?;
-                        let event = NewEvent::step(
-                            EventKind::Action,
-                            &step,
-                            Some(&attempt_id),
-                            format!("Attempt {number} started ({trigger}) by {}", req.owner),
-                        );
-                        append_events(conn, &workflow_id, req.now, &[event]).await?;
-                        claimed.push(Claimed {
-                            fence: Fence {
-                                workflow_id,
-                                step,
-                                lease_token: token,
-                            },
-                            attempt_id,
-                            attempt_number: number,
-                            trigger,
-                            workflow: wf.get("workflow"),
-                            definition_version: wf.get::<i64, _>("definition_version") as u32,
-                            lease_expires_at: expires,
-                            deadline_at: wf.get::<i64, _>("deadline_at") as u64,
-                            attempts_used: wf.get::<i64, _>("attempts_used") as u32,
-                            external_calls_used: wf.get::<i64, _>("external_calls_used") as u32,
-                            runtime_used_ms: wf.get::<i64, _>("runtime_used_ms") as u64,
-                            uncertain_since,
-                        });
+                    if steps.is_empty() {
+                        return Ok(Vec::new());
                     }
-                    Ok(claimed)
+                    // Count attempts per workflow and reserve one timeline entry per claim.
+                    let mut per_workflow: std::collections::BTreeMap<String, i64> = Default::default();
+                    for r in &steps {
+                        *per_workflow.entry(r.get::<String, _>("workflow_id")).or_default() += 1;
+                    }
+                    let mut workflows: std::collections::HashMap<String, sqlx::sqlite::SqliteRow> = Default::default();
+                    for (id, n) in &per_workflow {
+                        let row = sqlx::query(
+                            "UPDATE workflows SET attempts_used = attempts_used + ?1, next_seq = next_seq + ?1
+                             WHERE workflow_id = ?2
+                             RETURNING workflow_id, workflow, definition_version, deadline_at, attempts_used,
+                                       external_calls_used, runtime_used_ms, next_seq - ?1 AS first_seq",
+                        )
+                        .bind(n)
+                        .bind(id)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                        workflows.insert(id.clone(), row);
+                    }
+                    let mut claimed = Vec::with_capacity(steps.len());
+                    let mut used: std::collections::HashMap<String, i64> = Default::default();
+                    for r in &steps {
+                        let workflow_id: String = r.get("workflow_id");
+                        let wf = &workflows[&workflow_id];
+                        let offset = used.entry(workflow_id.clone()).or_default();
+                        let seq = wf.get::<i64, _>("first_seq") + *offset;
+                        *offset += 1;
+                        let trigger: Trigger = parse(r.get("next_trigger"))?;
+                        claimed.push((
+                            seq,
+                            Claimed {
+                                fence: Fence {
+                                    workflow_id: WorkflowId(workflow_id),
+                                    step: r.get("step"),
+                                    lease_token: r.get("lease_token"),
+                                },
+                                attempt_id: AttemptId::new(req.now),
+                                attempt_number: r.get::<i64, _>("attempts") as u32,
+                                trigger,
+                                workflow: wf.get("workflow"),
+                                definition_version: wf.get::<i64, _>("definition_version") as u32,
+                                lease_expires_at: expires,
+                                deadline_at: wf.get::<i64, _>("deadline_at") as u64,
+                                attempts_used: wf.get::<i64, _>("attempts_used") as u32,
+                                external_calls_used: wf.get::<i64, _>("external_calls_used") as u32,
+                                runtime_used_ms: wf.get::<i64, _>("runtime_used_ms") as u64,
+                                uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64),
+                            },
+                        ));
+                    }
+                    let rows = vec!["(?, ?, ?, ?, ?, ?, 1, 'in_progress', ?)"; claimed.len()].join(", ");
+                    let sql = format!(
+                        "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
+                             checkpoint, outcome, started_at) VALUES {rows}"
+                    );
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (_, c) in &claimed {
+                        q = q
+                            .bind(c.attempt_id.as_str())
+                            .bind(c.fence.workflow_id.as_str())
+                            .bind(&c.fence.step)
+                            .bind(c.attempt_number as i64)
+                            .bind(c.trigger.as_str())
+                            .bind(&req.owner)
+                            .bind(req.now as i64);
+                    }
+                    q.execute(&mut *conn).await?;
+                    let rows = vec!["(?, ?, ?, 'action', ?, ?, ?, 'null')"; claimed.len()].join(", ");
+                    let sql = format!(
+                        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES {rows}"
+                    );
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (seq, c) in &claimed {
+                        q = q
+                            .bind(c.fence.workflow_id.as_str())
+                            .bind(*seq)
+                            .bind(req.now as i64)
+                            .bind(&c.fence.step)
+                            .bind(c.attempt_id.as_str())
+                            .bind(format!("Attempt {} started ({}) by {}", c.attempt_number, c.trigger, req.owner));
+                    }
+                    q.execute(&mut *conn).await?;
+                    Ok(claimed.into_iter().map(|(_, c)| c).collect())
                 })
             })
             .await

@@ -10,9 +10,9 @@ mod writer;
 
 use super::{
     AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord,
-    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition,
+    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition, WorkflowRecord,
 };
-use crate::intent::{Millis, NewEvent, StepState, WorkflowId};
+use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Row, SqliteConnection, SqlitePool};
 use std::path::Path;
@@ -81,22 +81,35 @@ pub(crate) async fn append_events(
     .bind(workflow_id.as_str())
     .fetch_one(&mut *conn)
     .await?;
+    insert_events(conn, workflow_id, first as u64, now, events).await
+}
+
+/// Inserts events numbered from `first` in one statement (each statement is a round trip
+/// to the connection's thread, so rows are batched).
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    workflow_id: &WorkflowId,
+    first: u64,
+    now: Millis,
+    events: &[NewEvent],
+) -> StoreResult<()> {
+    let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; events.len()].join(", ");
+    let sql = format!(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES {rows}"
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
     for (i, e) in events.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(workflow_id.as_str())
-        .bind(first + i as i64)
-        .bind(now as i64)
-        .bind(e.kind.as_str())
-        .bind(e.step.as_deref())
-        .bind(e.attempt_id.as_deref())
-        .bind(&e.text)
-        .bind(e.data.to_string())
-        .execute(&mut *conn)
-        .await?;
+        q = q
+            .bind(workflow_id.as_str())
+            .bind((first + i as u64) as i64)
+            .bind(now as i64)
+            .bind(e.kind.as_str())
+            .bind(e.step.as_deref())
+            .bind(e.attempt_id.as_deref())
+            .bind(&e.text)
+            .bind(e.data.to_string());
     }
+    q.execute(&mut *conn).await?;
     Ok(())
 }
 
@@ -225,8 +238,8 @@ impl AdmissionStore for SqliteStore {
                     let id = req.workflow_id.as_str();
                     sqlx::query(
                         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-                             input, input_digest, state, created_at, deadline_at, key_retention_ms)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                     )
                     .bind(id)
                     .bind(&req.scope.workflow)
@@ -238,6 +251,7 @@ impl AdmissionStore for SqliteStore {
                     .bind(req.now as i64)
                     .bind(req.deadline_at as i64)
                     .bind(req.key_retention_ms as i64)
+                    .bind(req.events.len() as i64 + 1)
                     .execute(&mut *conn)
                     .await?;
                     sqlx::query(
@@ -250,29 +264,51 @@ impl AdmissionStore for SqliteStore {
                     .bind(&req.input.digest)
                     .execute(&mut *conn)
                     .await?;
-                    for step in &req.steps {
-                        let ready = step.depends_on.is_empty();
-                        sqlx::query("INSERT INTO steps (workflow_id, step, state, ready_at) VALUES (?, ?, ?, ?)")
-                            .bind(id)
-                            .bind(&step.id)
-                            .bind(if ready { StepState::Ready } else { StepState::Pending }.as_str())
-                            .bind(ready.then_some(req.now as i64))
-                            .execute(&mut *conn)
-                            .await?;
-                        for dep in &step.depends_on {
-                            sqlx::query("INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)")
+                    if !req.steps.is_empty() {
+                        let rows = vec!["(?, ?, ?, ?)"; req.steps.len()].join(", ");
+                        let sql = format!("INSERT INTO steps (workflow_id, step, state, ready_at) VALUES {rows}");
+                        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                        for step in &req.steps {
+                            let ready = step.depends_on.is_empty();
+                            q = q
                                 .bind(id)
                                 .bind(&step.id)
-                                .bind(dep)
-                                .execute(&mut *conn)
-                                .await?;
+                                .bind(if ready { StepState::Ready } else { StepState::Pending }.as_str())
+                                .bind(ready.then_some(req.now as i64));
                         }
+                        q.execute(&mut *conn).await?;
                     }
-                    append_events(conn, &req.workflow_id, req.now, &req.events).await?;
+                    let deps: Vec<(&String, &String)> =
+                        req.steps.iter().flat_map(|s| s.depends_on.iter().map(move |d| (&s.id, d))).collect();
+                    if !deps.is_empty() {
+                        let rows = vec!["(?, ?, ?)"; deps.len()].join(", ");
+                        let sql = format!("INSERT INTO step_deps (workflow_id, step, depends_on) VALUES {rows}");
+                        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                        for (step, dep) in deps {
+                            q = q.bind(id).bind(step).bind(dep);
+                        }
+                        q.execute(&mut *conn).await?;
+                    }
+                    if !req.events.is_empty() {
+                        insert_events(conn, &req.workflow_id, 1, req.now, &req.events).await?;
+                    }
                     executor::outbox(conn, &req.workflow_id, "recorded", req.now).await?;
-                    let record = read::workflow_on(conn, &req.workflow_id)
-                        .await?
-                        .ok_or_else(|| StoreError::Corrupt("workflow vanished during admission".into()))?;
+                    let record = WorkflowRecord {
+                        workflow_id: req.workflow_id.clone(),
+                        workflow: req.scope.workflow.clone(),
+                        definition_version: req.definition_version,
+                        subject: req.scope.subject.clone(),
+                        idempotency_key: req.scope.key.clone(),
+                        input: req.input.text.clone(),
+                        input_digest: req.input.digest.clone(),
+                        state: WorkflowState::Running,
+                        created_at: req.now,
+                        ended_at: None,
+                        deadline_at: req.deadline_at,
+                        attempts_used: 0,
+                        external_calls_used: 0,
+                        runtime_used_ms: 0,
+                    };
                     Ok(AdmitOutcome::Created(record))
                 })
             })
