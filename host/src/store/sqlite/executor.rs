@@ -61,13 +61,15 @@ async fn apply_facts(
     checkpoint: u8,
     facts: &AttemptFacts,
     finished_at: Option<Millis>,
+    log: Option<&serde_json::Value>,
 ) -> StoreResult<()> {
     sqlx::query(
         "UPDATE attempts SET checkpoint = MAX(checkpoint, ?),
              component = COALESCE(?, component), component_version = COALESCE(?, component_version),
              component_digest = COALESCE(?, component_digest), input_digest = COALESCE(?, input_digest),
              request_identity = COALESCE(?, request_identity), observation = COALESCE(?, observation),
-             outcome = COALESCE(?, outcome), finished_at = COALESCE(?, finished_at)
+             outcome = COALESCE(?, outcome), finished_at = COALESCE(?, finished_at),
+             log = COALESCE(?, log)
          WHERE attempt_id = ?",
     )
     .bind(checkpoint as i64)
@@ -79,6 +81,7 @@ async fn apply_facts(
     .bind(facts.observation.as_deref())
     .bind(facts.outcome.map(AttemptOutcome::as_str))
     .bind(finished_at.map(|v| v as i64))
+    .bind(log.map(|l| l.to_string()))
     .bind(attempt.as_str())
     .execute(&mut *conn)
     .await?;
@@ -90,6 +93,7 @@ async fn apply_facts(
 async fn recompute_state(
     conn: &mut SqliteConnection,
     id: &WorkflowId,
+    current: WorkflowState,
     now: Millis,
 ) -> StoreResult<WorkflowState> {
     let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = ?")
@@ -100,11 +104,6 @@ async fn recompute_state(
         .iter()
         .map(|s| parse::<StepState>(s))
         .collect::<StoreResult<Vec<_>>>()?;
-    let current: String = sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = ?")
-        .bind(id.as_str())
-        .fetch_one(&mut *conn)
-        .await?;
-    let current = parse::<WorkflowState>(&current)?;
     let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
     if next == current {
         return Ok(next);
@@ -294,7 +293,7 @@ impl ExecutorStore for SqliteStore {
             .write(move |conn| {
                 Box::pin(async move {
                     check_fence(conn, &req.fence, None).await?;
-                    apply_facts(conn, &req.attempt_id, req.checkpoint, &req.facts, None).await?;
+                    apply_facts(conn, &req.attempt_id, req.checkpoint, &req.facts, None, None).await?;
                     if req.external_call {
                         sqlx::query(
                             "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = ?",
@@ -322,116 +321,115 @@ impl ExecutorStore for SqliteStore {
                         note,
                         log,
                         runtime_ms,
-                        events,
+                        mut events,
                         now,
                         expired_before,
                     } = req;
-                    check_fence(conn, &fence, expired_before).await?;
-                    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now)).await?;
-                    sqlx::query("UPDATE attempts SET log = ? WHERE attempt_id = ?")
-                        .bind(log.to_string())
-                        .bind(attempt_id.as_str())
-                        .execute(&mut *conn)
-                        .await?;
                     let id = fence.workflow_id.as_str();
-                    let mut released = Vec::new();
-                    match &transition {
+                    // The step's transition doubles as the fence: no row means the lease is gone.
+                    let (state, ready_at, next_trigger, uncertain, receipt_id) = match &transition {
                         StepTransition::Succeeded(r) => {
-                            sqlx::query(
-                                "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
-                                     component, component_version, component_digest, input_digest,
-                                     external_reference, output, recorded_at, author, reason, evidence)
-                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            )
-                            .bind(r.receipt_id.as_str())
-                            .bind(id)
-                            .bind(&fence.step)
-                            .bind(attempt_id.as_str())
-                            .bind(r.evidence_kind.as_str())
-                            .bind(&r.component)
-                            .bind(&r.component_version)
-                            .bind(&r.component_digest)
-                            .bind(&r.input_digest)
-                            .bind(r.external_reference.as_deref())
-                            .bind(r.output.to_string())
-                            .bind(now as i64)
-                            .bind(r.author.as_deref())
-                            .bind(r.reason.as_deref())
-                            .bind(r.evidence.as_deref())
-                            .execute(&mut *conn)
-                            .await?;
-                            sqlx::query(
-                                "UPDATE steps SET state = 'succeeded', receipt_id = ?, note = ?, ready_at = NULL,
-                                     uncertain_since = NULL,
-                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                                 WHERE workflow_id = ? AND step = ?",
-                            )
-                            .bind(r.receipt_id.as_str())
-                            .bind(note.as_deref())
-                            .bind(id)
-                            .bind(&fence.step)
-                            .execute(&mut *conn)
-                            .await?;
-                            released = sqlx::query_scalar(
-                                "UPDATE steps SET state = 'ready', ready_at = ?1
-                                 WHERE workflow_id = ?2 AND state = 'pending' AND NOT EXISTS (
-                                     SELECT 1 FROM step_deps d JOIN steps s2
-                                       ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
-                                     WHERE d.workflow_id = steps.workflow_id AND d.step = steps.step
-                                       AND s2.state != 'succeeded')
-                                 RETURNING step",
-                            )
-                            .bind(now as i64)
-                            .bind(id)
-                            .fetch_all(&mut *conn)
-                            .await?;
+                            (StepState::Succeeded, None, None, None, Some(r.receipt_id.as_str()))
                         }
                         StepTransition::Retry {
                             ready_at,
                             next_trigger,
                             uncertain_since,
-                        } => {
-                            sqlx::query(
-                                "UPDATE steps SET state = 'failed_retryable', ready_at = ?, next_trigger = ?,
-                                     uncertain_since = COALESCE(uncertain_since, ?), note = ?,
-                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                                 WHERE workflow_id = ? AND step = ?",
-                            )
-                            .bind(*ready_at as i64)
-                            .bind(next_trigger.as_str())
-                            .bind(uncertain_since.map(|v| v as i64))
-                            .bind(note.as_deref())
-                            .bind(id)
-                            .bind(&fence.step)
-                            .execute(&mut *conn)
-                            .await?;
-                        }
-                        StepTransition::Terminal(state) => {
-                            sqlx::query(
-                                "UPDATE steps SET state = ?, ready_at = NULL, note = ?,
-                                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                                 WHERE workflow_id = ? AND step = ?",
-                            )
-                            .bind(state.as_str())
-                            .bind(note.as_deref())
-                            .bind(id)
-                            .bind(&fence.step)
-                            .execute(&mut *conn)
-                            .await?;
-                        }
+                        } => (
+                            StepState::FailedRetryable,
+                            Some(*ready_at as i64),
+                            Some(next_trigger.as_str()),
+                            uncertain_since.map(|v| v as i64),
+                            None,
+                        ),
+                        StepTransition::Terminal(state) => (*state, None, None, None, None),
+                    };
+                    let moved = sqlx::query(
+                        "UPDATE steps SET state = ?1, ready_at = ?2, next_trigger = COALESCE(?3, next_trigger),
+                             uncertain_since = CASE WHEN ?1 = 'succeeded' THEN NULL
+                                                    ELSE COALESCE(uncertain_since, ?4) END,
+                             receipt_id = COALESCE(?5, receipt_id), note = ?6,
+                             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                         WHERE workflow_id = ?7 AND step = ?8 AND lease_token = ?9 AND state = 'running'
+                           AND (?10 IS NULL OR lease_expires_at < ?10)",
+                    )
+                    .bind(state.as_str())
+                    .bind(ready_at)
+                    .bind(next_trigger)
+                    .bind(uncertain)
+                    .bind(receipt_id)
+                    .bind(note.as_deref())
+                    .bind(id)
+                    .bind(&fence.step)
+                    .bind(&fence.lease_token)
+                    .bind(expired_before.map(|v| v as i64))
+                    .execute(&mut *conn)
+                    .await?;
+                    if moved.rows_affected() == 0 {
+                        return Err(StoreError::LeaseLost {
+                            workflow_id: fence.workflow_id,
+                            step: fence.step,
+                        });
                     }
-                    sqlx::query("UPDATE workflows SET runtime_used_ms = runtime_used_ms + ? WHERE workflow_id = ?")
-                        .bind(runtime_ms as i64)
+                    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now), Some(&log)).await?;
+                    let mut released = Vec::new();
+                    if let StepTransition::Succeeded(r) = &transition {
+                        sqlx::query(
+                            "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
+                                 component, component_version, component_digest, input_digest,
+                                 external_reference, output, recorded_at, author, reason, evidence)
+                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        )
+                        .bind(r.receipt_id.as_str())
                         .bind(id)
+                        .bind(&fence.step)
+                        .bind(attempt_id.as_str())
+                        .bind(r.evidence_kind.as_str())
+                        .bind(&r.component)
+                        .bind(&r.component_version)
+                        .bind(&r.component_digest)
+                        .bind(&r.input_digest)
+                        .bind(r.external_reference.as_deref())
+                        .bind(r.output.to_string())
+                        .bind(now as i64)
+                        .bind(r.author.as_deref())
+                        .bind(r.reason.as_deref())
+                        .bind(r.evidence.as_deref())
                         .execute(&mut *conn)
                         .await?;
-                    append_events(conn, &fence.workflow_id, now, &events).await?;
+                        released = sqlx::query_scalar(
+                            "UPDATE steps SET state = 'ready', ready_at = ?1
+                             WHERE workflow_id = ?2 AND state = 'pending' AND NOT EXISTS (
+                                 SELECT 1 FROM step_deps d JOIN steps s2
+                                   ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
+                                 WHERE d.workflow_id = steps.workflow_id AND d.step = steps.step
+                                   AND s2.state != 'succeeded')
+                             RETURNING step",
+                        )
+                        .bind(now as i64)
+                        .bind(id)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    }
                     if !released.is_empty() {
                         let text = format!("Released {} after its dependencies succeeded", released.join(", "));
-                        append_events(conn, &fence.workflow_id, now, &[NewEvent::workflow(EventKind::Action, text)])
-                            .await?;
+                        events.push(NewEvent::workflow(EventKind::Action, text));
                     }
-                    let workflow_state = recompute_state(conn, &fence.workflow_id, now).await?;
+                    let row = sqlx::query(
+                        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2
+                         WHERE workflow_id = ?3 RETURNING next_seq - ?2 AS first_seq, state",
+                    )
+                    .bind(runtime_ms as i64)
+                    .bind(events.len() as i64)
+                    .bind(id)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                    if !events.is_empty() {
+                        let first = row.get::<i64, _>("first_seq") as u64;
+                        super::insert_events(conn, &fence.workflow_id, first, now, &events).await?;
+                    }
+                    let current = parse::<WorkflowState>(row.get("state"))?;
+                    let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
                     Ok(FinishOutcome {
                         workflow_state,
                         released,

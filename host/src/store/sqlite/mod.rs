@@ -86,7 +86,7 @@ pub(crate) async fn append_events(
 
 /// Inserts events numbered from `first` in one statement (each statement is a round trip
 /// to the connection's thread, so rows are batched).
-async fn insert_events(
+pub(crate) async fn insert_events(
     conn: &mut SqliteConnection,
     workflow_id: &WorkflowId,
     first: u64,
