@@ -42,6 +42,9 @@ pub struct ServeArgs {
     /// loopback port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub sim_listen: SocketAddr,
+    /// Admit and serve reads, but run no steps (for measuring admission alone).
+    #[arg(long)]
+    pub pause_execution: bool,
 }
 
 /// Everything that makes up a running host.
@@ -178,7 +181,14 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
         },
         wake.clone(),
     );
-    let scheduler = tokio::spawn(scheduler.run());
+    let scheduler = if args.pause_execution {
+        tracing::warn!(
+            "step execution is paused (--pause-execution): intents are admitted but no step runs"
+        );
+        tokio::spawn(async {})
+    } else {
+        tokio::spawn(scheduler.run())
+    };
 
     let auth = if config.tokens.is_empty() {
         Auth::open()
