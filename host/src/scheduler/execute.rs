@@ -588,6 +588,12 @@ where
             log: log.clone(),
             events,
         };
+        // A step that nothing automatic will run again, with why, told as a conclusion.
+        let terminal = |state: StepState, note: String, headline: &str| {
+            let text = format!("{} {headline}: {note}", step.label);
+            let event = NewEvent::step(EventKind::Conclusion, id, att, text);
+            ending(StepTransition::Terminal(state), Some(note), vec![event], 5)
+        };
         Some(match report.outcome {
             Ok(Ok(r)) => {
                 let output = serde_json::from_str(&r.output)
@@ -616,54 +622,23 @@ where
                     6,
                 )
             }
-            Ok(Err(EffectError::Rejected { code, message })) => {
-                let note = format!("rejected ({code}): {message}");
-                let event = NewEvent::step(
-                    EventKind::Conclusion,
-                    id,
-                    att,
-                    format!("{} failed permanently: {note}", step.label),
-                );
-                ending(
-                    StepTransition::Terminal(StepState::FailedTerminal),
-                    Some(note),
-                    vec![event],
-                    5,
-                )
-            }
-            Ok(Err(EffectError::Unauthorized { message })) => {
-                let note =
-                    format!("unauthorized: {message}; check the adapter's credentials and policy");
-                let event = NewEvent::step(
-                    EventKind::Conclusion,
-                    id,
-                    att,
-                    format!("{} blocked: {note}", step.label),
-                );
-                ending(
-                    StepTransition::Terminal(StepState::Blocked),
-                    Some(note),
-                    vec![event],
-                    5,
-                )
-            }
-            Ok(Err(EffectError::IdempotencyConflict { message })) => {
-                let note = format!(
+            Ok(Err(EffectError::Rejected { code, message })) => terminal(
+                StepState::FailedTerminal,
+                format!("rejected ({code}): {message}"),
+                "failed permanently",
+            ),
+            Ok(Err(EffectError::Unauthorized { message })) => terminal(
+                StepState::Blocked,
+                format!("unauthorized: {message}; check the adapter's credentials and policy"),
+                "blocked",
+            ),
+            Ok(Err(EffectError::IdempotencyConflict { message })) => terminal(
+                StepState::WaitingForReview,
+                format!(
                     "the provider saw this key with a different request: {message}; never retried under a new key"
-                );
-                let event = NewEvent::step(
-                    EventKind::Conclusion,
-                    id,
-                    att,
-                    format!("{} needs review: {note}", step.label),
-                );
-                ending(
-                    StepTransition::Terminal(StepState::WaitingForReview),
-                    Some(note),
-                    vec![event],
-                    5,
-                )
-            }
+                ),
+                "needs review",
+            ),
             Ok(Err(
                 e @ (EffectError::RateLimited { .. }
                 | EffectError::Unavailable { .. }
