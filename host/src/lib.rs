@@ -1,15 +1,23 @@
 //! docket: a durable workflow host whose plugins are WebAssembly components.
 //!
-//! Architecture map (dependencies point inward, never outward):
+//! Architecture map — dependencies point inward, never outward:
 //!
-//! - [`clock`] and [`contract`]: pure domain — the host's notion of time, and what plugins
-//!   declare and return.
-//! - [`capabilities`]: pure grant policy (allowed hosts, secret scoping, redaction). No wasmtime.
+//! - Pure domain, no I/O: [`clock`] (the one source of "now"), [`contract`] (what plugins
+//!   declare and return), [`intent`] (ids, states, records, canonical input),
+//!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
+//!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction).
+//! - [`store`]: durable state behind traits split by consumer; the only module that
+//!   touches sqlx. It never reads a clock.
 //! - [`runtime`]: the only module that touches wasmtime. Loads, checks and runs components
-//!   under an effective grant, a CPU deadline and a memory cap, and returns typed outcomes.
-//! - [`sim`]: the provider simulator, an implementation of the reference delivery protocol
-//!   with fault injection, used by tests, `docket serve` and `docket adapter verify`.
-//! - [`cli`]: clap commands; the only place `anyhow` is used.
+//!   under an effective grant, a deadline and a memory cap, and returns typed outcomes; it
+//!   never touches the store.
+//! - [`scheduler`]: claims ready steps under leases, runs them through the runtime,
+//!   records outcomes through the store, and recovers expired leases.
+//! - [`api`]: the axum HTTP API over the store and the deployed definitions.
+//! - [`sim`]: the provider simulator (the reference delivery protocol with fault
+//!   injection), used by tests, `docket serve` and adapter authors.
+//! - [`config`] and [`cli`]: the operator's `docket.toml` and the clap commands; the only
+//!   place `anyhow` is used.
 
 pub mod api;
 pub mod capabilities;

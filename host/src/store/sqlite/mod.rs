@@ -2,7 +2,7 @@
 //!
 //! The file is in WAL mode with `synchronous=FULL`: every commit is fsynced before the
 //! caller hears about it, and readers never block the writer. Writes go through one writer
-//! task with group commit ([`writer`]); reads use a small pool of read connections.
+//! task with group commit (see `writer.rs`); reads use a small pool of read connections.
 
 mod executor;
 mod read;
