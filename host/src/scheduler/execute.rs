@@ -33,6 +33,34 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
+    /// An ending whose checkpoint is 6 when a receipt is recorded, else `reached`; the
+    /// outcome and the note become the attempt's facts.
+    fn settled(
+        reached: u8,
+        mut facts: AttemptFacts,
+        outcome: AttemptOutcome,
+        transition: StepTransition,
+        note: Option<String>,
+        log: serde_json::Value,
+        events: Vec<NewEvent>,
+    ) -> Self {
+        facts.outcome = Some(outcome);
+        facts.observation = note.clone();
+        let checkpoint = if matches!(transition, StepTransition::Succeeded(_)) {
+            6
+        } else {
+            reached
+        };
+        Self {
+            checkpoint,
+            facts,
+            transition,
+            note,
+            log,
+            events,
+        }
+    }
+
     fn terminal(state: StepState, outcome: AttemptOutcome, note: String, event: NewEvent) -> Self {
         Self {
             checkpoint: 2,
@@ -343,7 +371,7 @@ where
             )
             .await;
         let log = log_json(&report);
-        let mut facts = Self::facts(prepared, &input.digest);
+        let facts = Self::facts(prepared, &input.digest);
         let now = self.clock.now_ms();
         let (transition, outcome, note, events) = match report.outcome {
             Ok(Ok(output)) => match serde_json::from_str::<serde_json::Value>(&output) {
@@ -410,20 +438,7 @@ where
                 (t, outcome, Some(why), vec![e])
             }
         };
-        facts.outcome = Some(outcome);
-        facts.observation = note.clone();
-        Ending {
-            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) {
-                6
-            } else {
-                2
-            },
-            facts,
-            transition,
-            note,
-            log,
-            events,
-        }
+        Ending::settled(2, facts, outcome, transition, note, log, events)
     }
 
     /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
@@ -753,20 +768,7 @@ where
                 (t, note, vec![seen, event], failure_outcome(&f))
             }
         };
-        facts.outcome = Some(outcome);
-        facts.observation = note.clone();
-        Ending {
-            checkpoint: if matches!(transition, StepTransition::Succeeded(_)) {
-                6
-            } else {
-                5
-            },
-            facts,
-            transition,
-            note,
-            log,
-            events,
-        }
+        Ending::settled(5, facts, outcome, transition, note, log, events)
     }
 
     /// The step's next state when its effect's outcome is unknown.
