@@ -2,7 +2,8 @@
 //!
 //! The file is in WAL mode with `synchronous=FULL`: every commit is fsynced before the
 //! caller hears about it, and readers never block the writer. Writes go through one writer
-//! task with group commit (see `writer.rs`); reads use a small pool of read connections.
+//! thread with group commit (see `writer.rs`); reads use a small sqlx pool of read
+//! connections. sqlx also owns the migrations.
 
 mod executor;
 mod read;
@@ -13,8 +14,9 @@ use super::{
     KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Row, SqliteConnection, SqlitePool};
+use sqlx::{ConnectOptions, Connection as _, Row, SqliteConnection, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -43,14 +45,20 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let mut write_conn = options
+        let mut setup = options
             .connect()
             .await
             .map_err(|e| StoreError::Backend(format!("cannot open `{url}`: {e}")))?;
         sqlx::migrate!("../migrations/sqlite")
-            .run(&mut write_conn)
+            .run(&mut setup)
             .await
             .map_err(|e| StoreError::Backend(format!("migrating `{url}`: {e}")))?;
+        setup
+            .close()
+            .await
+            .map_err(|e| StoreError::Backend(format!("closing `{url}` after migrating: {e}")))?;
+        let path = options.get_filename().to_path_buf();
+        let write_conn = writer::open_write_connection(&path)?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.read_only(true))
@@ -64,8 +72,8 @@ impl SqliteStore {
 }
 
 /// Appends events to a workflow's timeline, numbering them from its counter.
-pub(crate) async fn append_events(
-    conn: &mut SqliteConnection,
+pub(crate) fn append_events(
+    conn: &Connection,
     workflow_id: &WorkflowId,
     now: Millis,
     events: &[NewEvent],
@@ -73,43 +81,38 @@ pub(crate) async fn append_events(
     if events.is_empty() {
         return Ok(());
     }
-    let n = events.len() as i64;
-    let first: i64 = sqlx::query_scalar(
-        "UPDATE workflows SET next_seq = next_seq + ?1 WHERE workflow_id = ?2 RETURNING next_seq - ?1",
-    )
-    .bind(n)
-    .bind(workflow_id.as_str())
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_events(conn, workflow_id, first as u64, now, events).await
+    let first: i64 = conn
+        .prepare_cached(
+            "UPDATE workflows SET next_seq = next_seq + ?1 WHERE workflow_id = ?2 RETURNING next_seq - ?1",
+        )?
+        .query_row(params![events.len() as i64, workflow_id.as_str()], |r| r.get(0))?;
+    insert_events(conn, workflow_id, first as u64, now, events)
 }
 
-/// Inserts events numbered from `first` in one statement (each statement is a round trip
-/// to the connection's thread, so rows are batched).
-pub(crate) async fn insert_events(
-    conn: &mut SqliteConnection,
+/// Inserts events numbered from `first`.
+pub(crate) fn insert_events(
+    conn: &Connection,
     workflow_id: &WorkflowId,
     first: u64,
     now: Millis,
     events: &[NewEvent],
 ) -> StoreResult<()> {
-    let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; events.len()].join(", ");
-    let sql = format!(
-        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES {rows}"
-    );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )?;
     for (i, e) in events.iter().enumerate() {
-        q = q
-            .bind(workflow_id.as_str())
-            .bind((first + i as u64) as i64)
-            .bind(now as i64)
-            .bind(e.kind.as_str())
-            .bind(e.step.as_deref())
-            .bind(e.attempt_id.as_deref())
-            .bind(&e.text)
-            .bind(e.data.to_string());
+        insert.execute(params![
+            workflow_id.as_str(),
+            (first + i as u64) as i64,
+            now as i64,
+            e.kind.as_str(),
+            e.step.as_deref(),
+            e.attempt_id.as_deref(),
+            &e.text,
+            e.data.to_string(),
+        ])?;
     }
-    q.execute(&mut *conn).await?;
     Ok(())
 }
 
@@ -117,36 +120,32 @@ impl DefinitionStore for SqliteStore {
     async fn deploy_definition(&self, def: NewDefinition) -> StoreResult<DeployOutcome> {
         self.writer
             .write(move |conn| {
-                Box::pin(async move {
-                    let existing: Option<String> =
-                        sqlx::query_scalar("SELECT digest FROM definitions WHERE name = ? AND version = ?")
-                            .bind(&def.name)
-                            .bind(def.version as i64)
-                            .fetch_optional(&mut *conn)
-                            .await?;
-                    match existing {
-                        Some(d) if d == def.digest => Ok(DeployOutcome::Unchanged),
-                        Some(d) => Err(StoreError::DefinitionChanged {
-                            name: def.name,
-                            version: def.version,
-                            existing: d,
-                            new: def.digest,
-                        }),
-                        None => {
-                            sqlx::query(
-                                "INSERT INTO definitions (name, version, digest, source, deployed_at) VALUES (?, ?, ?, ?, ?)",
-                            )
-                            .bind(&def.name)
-                            .bind(def.version as i64)
-                            .bind(&def.digest)
-                            .bind(&def.source)
-                            .bind(def.deployed_at as i64)
-                            .execute(&mut *conn)
-                            .await?;
-                            Ok(DeployOutcome::Deployed)
-                        }
+                let existing: Option<String> = conn
+                    .prepare_cached("SELECT digest FROM definitions WHERE name = ? AND version = ?")?
+                    .query_row(params![&def.name, def.version as i64], |r| r.get(0))
+                    .optional()?;
+                match existing {
+                    Some(d) if d == def.digest => Ok(DeployOutcome::Unchanged),
+                    Some(d) => Err(StoreError::DefinitionChanged {
+                        name: def.name,
+                        version: def.version,
+                        existing: d,
+                        new: def.digest,
+                    }),
+                    None => {
+                        conn.prepare_cached(
+                            "INSERT INTO definitions (name, version, digest, source, deployed_at) VALUES (?, ?, ?, ?, ?)",
+                        )?
+                        .execute(params![
+                            &def.name,
+                            def.version as i64,
+                            &def.digest,
+                            &def.source,
+                            def.deployed_at as i64
+                        ])?;
+                        Ok(DeployOutcome::Deployed)
                     }
-                })
+                }
             })
             .await
     }
@@ -200,6 +199,22 @@ async fn key_in_scope(
     }))
 }
 
+/// [`key_in_scope`] inside a write transaction.
+fn key_in_scope_tx(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
+        )?
+        .query_row(params![&scope.subject.0, &scope.workflow, &scope.key], |r| {
+            Ok(KeyRecord {
+                workflow_id: WorkflowId(r.get(0)?),
+                input_digest: r.get(1)?,
+                expires_at: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+            })
+        })
+        .optional()?)
+}
+
 fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
     key.filter(|k| k.expires_at.is_none_or(|e| e > now))
 }
@@ -211,107 +226,108 @@ impl AdmissionStore for SqliteStore {
     }
 
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-        self.writer
-            .write(move |conn| {
-                Box::pin(async move {
-                    let existing = key_in_scope(conn, &req.scope).await?;
-                    if let Some(k) = live(existing.clone(), req.now) {
-                        if k.input_digest != req.input.digest {
-                            return Ok(AdmitOutcome::Conflict {
-                                workflow_id: k.workflow_id,
-                            });
-                        }
-                        let record = read::workflow_on(conn, &k.workflow_id)
-                            .await?
-                            .ok_or_else(|| StoreError::Corrupt(format!("key points at missing {}", k.workflow_id)))?;
-                        return Ok(AdmitOutcome::Replayed(record));
-                    }
-                    if existing.is_some() {
-                        // Past its retention: the key is free again.
-                        sqlx::query("DELETE FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?")
-                            .bind(&req.scope.subject.0)
-                            .bind(&req.scope.workflow)
-                            .bind(&req.scope.key)
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    let id = req.workflow_id.as_str();
-                    sqlx::query(
-                        "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-                             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                    )
-                    .bind(id)
-                    .bind(&req.scope.workflow)
-                    .bind(req.definition_version as i64)
-                    .bind(&req.scope.subject.0)
-                    .bind(&req.scope.key)
-                    .bind(&req.input.text)
-                    .bind(&req.input.digest)
-                    .bind(req.now as i64)
-                    .bind(req.deadline_at as i64)
-                    .bind(req.key_retention_ms as i64)
-                    .bind(req.events.len() as i64 + 1)
-                    .execute(&mut *conn)
-                    .await?;
-                    sqlx::query(
-                        "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest) VALUES (?, ?, ?, ?, ?)",
-                    )
-                    .bind(&req.scope.subject.0)
-                    .bind(&req.scope.workflow)
-                    .bind(&req.scope.key)
-                    .bind(id)
-                    .bind(&req.input.digest)
-                    .execute(&mut *conn)
-                    .await?;
-                    if !req.steps.is_empty() {
-                        let rows = vec!["(?, ?, ?, ?)"; req.steps.len()].join(", ");
-                        let sql = format!("INSERT INTO steps (workflow_id, step, state, ready_at) VALUES {rows}");
-                        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                        for step in &req.steps {
-                            let ready = step.depends_on.is_empty();
-                            q = q
-                                .bind(id)
-                                .bind(&step.id)
-                                .bind(if ready { StepState::Ready } else { StepState::Pending }.as_str())
-                                .bind(ready.then_some(req.now as i64));
-                        }
-                        q.execute(&mut *conn).await?;
-                    }
-                    let deps: Vec<(&String, &String)> =
-                        req.steps.iter().flat_map(|s| s.depends_on.iter().map(move |d| (&s.id, d))).collect();
-                    if !deps.is_empty() {
-                        let rows = vec!["(?, ?, ?)"; deps.len()].join(", ");
-                        let sql = format!("INSERT INTO step_deps (workflow_id, step, depends_on) VALUES {rows}");
-                        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                        for (step, dep) in deps {
-                            q = q.bind(id).bind(step).bind(dep);
-                        }
-                        q.execute(&mut *conn).await?;
-                    }
-                    if !req.events.is_empty() {
-                        insert_events(conn, &req.workflow_id, 1, req.now, &req.events).await?;
-                    }
-                    executor::outbox(conn, &req.workflow_id, "recorded", req.now).await?;
-                    let record = WorkflowRecord {
-                        workflow_id: req.workflow_id.clone(),
-                        workflow: req.scope.workflow.clone(),
-                        definition_version: req.definition_version,
-                        subject: req.scope.subject.clone(),
-                        idempotency_key: req.scope.key.clone(),
-                        input: req.input.text.clone(),
-                        input_digest: req.input.digest.clone(),
-                        state: WorkflowState::Running,
-                        created_at: req.now,
-                        ended_at: None,
-                        deadline_at: req.deadline_at,
-                        attempts_used: 0,
-                        external_calls_used: 0,
-                        runtime_used_ms: 0,
-                    };
-                    Ok(AdmitOutcome::Created(record))
-                })
-            })
-            .await
+        self.writer.write(move |conn| admit_tx(conn, req)).await
     }
+}
+
+fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+    let existing = key_in_scope_tx(conn, &req.scope)?;
+    if let Some(k) = live(existing.clone(), req.now) {
+        if k.input_digest != req.input.digest {
+            return Ok(AdmitOutcome::Conflict {
+                workflow_id: k.workflow_id,
+            });
+        }
+        let record = read::workflow_tx(conn, &k.workflow_id)?.ok_or_else(|| {
+            StoreError::Corrupt(format!("key points at missing {}", k.workflow_id))
+        })?;
+        return Ok(AdmitOutcome::Replayed(record));
+    }
+    if existing.is_some() {
+        // Past its retention: the key is free again.
+        conn.prepare_cached(
+            "DELETE FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
+        )?
+        .execute(params![
+            &req.scope.subject.0,
+            &req.scope.workflow,
+            &req.scope.key
+        ])?;
+    }
+    let id = req.workflow_id.as_str();
+    conn.prepare_cached(
+        "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
+             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        id,
+        &req.scope.workflow,
+        req.definition_version as i64,
+        &req.scope.subject.0,
+        &req.scope.key,
+        &req.input.text,
+        &req.input.digest,
+        req.now as i64,
+        req.deadline_at as i64,
+        req.key_retention_ms as i64,
+        req.events.len() as i64 + 1,
+    ])?;
+    conn.prepare_cached(
+        "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest) VALUES (?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        &req.scope.subject.0,
+        &req.scope.workflow,
+        &req.scope.key,
+        id,
+        &req.input.digest
+    ])?;
+    {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO steps (workflow_id, step, state, ready_at) VALUES (?, ?, ?, ?)",
+        )?;
+        for step in &req.steps {
+            let ready = step.depends_on.is_empty();
+            let state = if ready {
+                StepState::Ready
+            } else {
+                StepState::Pending
+            };
+            insert.execute(params![
+                id,
+                &step.id,
+                state.as_str(),
+                ready.then_some(req.now as i64)
+            ])?;
+        }
+        let mut dep = conn.prepare_cached(
+            "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)",
+        )?;
+        for step in &req.steps {
+            for d in &step.depends_on {
+                dep.execute(params![id, &step.id, d])?;
+            }
+        }
+    }
+    if !req.events.is_empty() {
+        insert_events(conn, &req.workflow_id, 1, req.now, &req.events)?;
+    }
+    executor::outbox(conn, &req.workflow_id, "recorded", req.now)?;
+    Ok(AdmitOutcome::Created(WorkflowRecord {
+        workflow_id: req.workflow_id.clone(),
+        workflow: req.scope.workflow.clone(),
+        definition_version: req.definition_version,
+        subject: req.scope.subject.clone(),
+        idempotency_key: req.scope.key.clone(),
+        input: req.input.text.clone(),
+        input_digest: req.input.digest.clone(),
+        state: WorkflowState::Running,
+        created_at: req.now,
+        ended_at: None,
+        deadline_at: req.deadline_at,
+        attempts_used: 0,
+        external_calls_used: 0,
+        runtime_used_ms: 0,
+    }))
 }

@@ -65,6 +65,45 @@ pub(crate) async fn workflow_on(
     row.as_ref().map(workflow_from_row).transpose()
 }
 
+/// One workflow, read inside a write transaction.
+pub(crate) fn workflow_tx(
+    conn: &rusqlite::Connection,
+    id: &WorkflowId,
+) -> StoreResult<Option<WorkflowRecord>> {
+    use rusqlite::OptionalExtension;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE workflow_id = ?"
+    ))?;
+    let row = stmt
+        .query_row([id.as_str()], |r| {
+            Ok((
+                WorkflowRecord {
+                    workflow_id: WorkflowId(r.get(0)?),
+                    workflow: r.get(1)?,
+                    definition_version: r.get::<_, i64>(2)? as u32,
+                    subject: Subject(r.get(3)?),
+                    idempotency_key: r.get(4)?,
+                    input: r.get(5)?,
+                    input_digest: r.get(6)?,
+                    state: WorkflowState::Running,
+                    created_at: r.get::<_, i64>(8)? as u64,
+                    ended_at: r.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+                    deadline_at: r.get::<_, i64>(10)? as u64,
+                    attempts_used: r.get::<_, i64>(11)? as u32,
+                    external_calls_used: r.get::<_, i64>(12)? as u32,
+                    runtime_used_ms: r.get::<_, i64>(13)? as u64,
+                },
+                r.get::<_, String>(7)?,
+            ))
+        })
+        .optional()?;
+    row.map(|(mut w, state)| {
+        w.state = parse(&state)?;
+        Ok(w)
+    })
+    .transpose()
+}
+
 fn step_from_row(r: &SqliteRow) -> StoreResult<StepRecord> {
     Ok(StepRecord {
         workflow_id: WorkflowId(r.get("workflow_id")),
