@@ -15,8 +15,8 @@ use crate::intent::{
 };
 use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
 use crate::store::{
-    AttemptFacts, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore, FinishRequest,
-    NewReceipt, StepTransition, StoreError,
+    AttemptFacts, AttemptResult, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore,
+    FinishRequest, NewReceipt, StepTransition, StoreError,
 };
 use crate::workflow::{ReceiptView, StepDef, StepKind};
 use std::sync::Arc;
@@ -581,15 +581,6 @@ where
             ),
             Err(f) => (failure_outcome(f), f.to_string()),
         };
-        // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
-        let result_facts = AttemptFacts {
-            observation: Some(observation.clone()),
-            outcome: Some(outcome),
-            ..AttemptFacts::default()
-        };
-        let seen = NewEvent::step(EventKind::Observation, id, att, observation.clone());
-        self.checkpoint(claimed, 5, result_facts, false, vec![seen])
-            .await?;
         let mut facts = Self::facts(prepared, &input.digest);
         facts.outcome = Some(outcome);
         let ending = |transition: StepTransition,
@@ -609,7 +600,7 @@ where
             let event = NewEvent::step(EventKind::Conclusion, id, att, text);
             ending(StepTransition::Terminal(state), Some(note), vec![event], 5)
         };
-        Some(match report.outcome {
+        let ending = match report.outcome {
             Ok(Ok(r)) => {
                 let output = serde_json::from_str(&r.output)
                     .unwrap_or(serde_json::Value::String(r.output.clone()));
@@ -674,7 +665,23 @@ where
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
                 ending(t, note, vec![event], 5)
             }
-        })
+        };
+        // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
+        let result_facts = AttemptFacts {
+            observation: Some(observation.clone()),
+            outcome: Some(outcome),
+            result: Some(AttemptResult {
+                outcome,
+                transition: ending.transition.clone(),
+                note: ending.note.clone(),
+                events: ending.events.clone(),
+            }),
+            ..AttemptFacts::default()
+        };
+        let seen = NewEvent::step(EventKind::Observation, id, att, observation);
+        self.checkpoint(claimed, 5, result_facts, false, vec![seen])
+            .await?;
+        Some(ending)
     }
 
     fn after_query(

@@ -17,8 +17,8 @@ use crate::capabilities::SecretSource;
 use crate::clock::Clock;
 use crate::intent::{AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger};
 use crate::store::{
-    AttemptFacts, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease, FinishRequest,
-    StepTransition, StoreError,
+    AttemptFacts, AttemptResult, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease,
+    FinishRequest, StepTransition, StoreError,
 };
 use recovery::{Uncertainty, Verdict, decide};
 use std::sync::Arc;
@@ -191,29 +191,9 @@ where
         let expired = self.store.expired_leases(now, 256).await?;
         let mut recovered = 0;
         for lease in expired {
-            let (transition, note, event, outcome) = self.recovery_for(&lease, now).await;
-            let request = FinishRequest {
-                fence: lease.fence.clone(),
-                attempt_id: lease
-                    .attempt_id
-                    .clone()
-                    .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
-                checkpoint: lease.checkpoint,
-                facts: AttemptFacts {
-                    outcome: Some(outcome),
-                    observation: Some(format!(
-                        "lease of {} expired at checkpoint {}",
-                        lease.lease_owner, lease.checkpoint
-                    )),
-                    ..AttemptFacts::default()
-                },
-                transition,
-                note: Some(note),
-                log: serde_json::Value::Array(vec![]),
-                runtime_ms: 0,
-                events: vec![event],
-                now,
-                expired_before: Some(now),
+            let request = match &lease.result {
+                Some(result) if lease.checkpoint >= 5 => Self::resume(&lease, result.clone(), now),
+                _ => self.recover(&lease, now).await,
             };
             match self.store.finish(request).await {
                 Ok(_) => recovered += 1,
@@ -226,6 +206,74 @@ where
             self.wake.notify_one();
         }
         Ok(recovered)
+    }
+
+    /// Resumes from checkpoint 5: the result is durable, so it is applied as stored and
+    /// nothing is sent or asked again.
+    fn resume(lease: &ExpiredLease, result: AttemptResult, now: Millis) -> FinishRequest {
+        let att = lease.attempt_id.as_ref();
+        let mut events = vec![NewEvent::step(
+            EventKind::Action,
+            &lease.fence.step,
+            att,
+            format!(
+                "Lease of {} expired after checkpoint 5: resuming from the stored result; nothing is sent again",
+                lease.lease_owner
+            ),
+        )];
+        events.extend(result.events);
+        let checkpoint = if matches!(result.transition, StepTransition::Succeeded(_)) {
+            6
+        } else {
+            5
+        };
+        FinishRequest {
+            fence: lease.fence.clone(),
+            attempt_id: lease
+                .attempt_id
+                .clone()
+                .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
+            checkpoint,
+            facts: AttemptFacts {
+                outcome: Some(result.outcome),
+                ..AttemptFacts::default()
+            },
+            transition: result.transition,
+            note: result.note,
+            log: serde_json::Value::Array(vec![]),
+            runtime_ms: 0,
+            events,
+            now,
+            expired_before: Some(now),
+        }
+    }
+
+    /// Decides an expired lease without a stored result by its last checkpoint.
+    async fn recover(&self, lease: &ExpiredLease, now: Millis) -> FinishRequest {
+        let (transition, note, event, outcome) = self.recovery_for(lease, now).await;
+        FinishRequest {
+            fence: lease.fence.clone(),
+            attempt_id: lease
+                .attempt_id
+                .clone()
+                .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
+            checkpoint: lease.checkpoint,
+            facts: AttemptFacts {
+                outcome: Some(outcome),
+                observation: Some(format!(
+                    "lease of {} expired at checkpoint {}",
+                    lease.lease_owner, lease.checkpoint
+                )),
+                ..AttemptFacts::default()
+            },
+            transition,
+            note: Some(note),
+            log: serde_json::Value::Array(vec![]),
+            runtime_ms: 0,
+            events: vec![event],
+            now,
+            expired_before: Some(now),
+        }
     }
 
     async fn recovery_for(

@@ -218,6 +218,19 @@ pub struct AttemptFacts {
     pub request_identity: Option<String>,
     pub observation: Option<String>,
     pub outcome: Option<AttemptOutcome>,
+    /// The adapter's result as decided at checkpoint 5, so recovery can resume from it.
+    pub result: Option<AttemptResult>,
+}
+
+/// An adapter attempt's result, stored at checkpoint 5 before anything follows from it:
+/// what the step becomes and what the timeline will say. A crash between 5 and 6 resumes
+/// from here instead of asking the provider again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptResult {
+    pub outcome: AttemptOutcome,
+    pub transition: StepTransition,
+    pub note: Option<String>,
+    pub events: Vec<NewEvent>,
 }
 
 /// A checkpoint write.
@@ -234,7 +247,8 @@ pub struct CheckpointRequest {
 }
 
 /// The step's state after an attempt.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StepTransition {
     /// A receipt closes the step; dependents whose dependencies all succeeded become ready.
     Succeeded(Box<NewReceipt>),
@@ -250,7 +264,7 @@ pub enum StepTransition {
 }
 
 /// A receipt to record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewReceipt {
     pub receipt_id: ReceiptId,
     pub evidence_kind: EvidenceKind,
@@ -320,4 +334,6 @@ pub struct ExpiredLease {
     pub workflow: String,
     pub definition_version: u32,
     pub uncertain_since: Option<Millis>,
+    /// The result stored at checkpoint 5, if the attempt got that far.
+    pub result: Option<AttemptResult>,
 }

@@ -75,13 +75,19 @@ fn apply_facts(
     finished_at: Option<Millis>,
     log: Option<&serde_json::Value>,
 ) -> StoreResult<()> {
+    let result = facts
+        .result
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))?;
     conn.prepare_cached(
         "UPDATE attempts SET checkpoint = MAX(checkpoint, ?),
              component = COALESCE(?, component), component_version = COALESCE(?, component_version),
              component_digest = COALESCE(?, component_digest), input_digest = COALESCE(?, input_digest),
              request_identity = COALESCE(?, request_identity), observation = COALESCE(?, observation),
              outcome = COALESCE(?, outcome), finished_at = COALESCE(?, finished_at),
-             log = COALESCE(?, log)
+             log = COALESCE(?, log), result = COALESCE(?, result)
          WHERE attempt_id = ?",
     )?
     .execute(params![
@@ -95,6 +101,7 @@ fn apply_facts(
         facts.outcome.map(AttemptOutcome::as_str),
         finished_at.map(|v| v as i64),
         log.map(|l| l.to_string()),
+        result,
         attempt.as_str(),
     ])?;
     Ok(())
@@ -470,7 +477,7 @@ impl ExecutorStore for SqliteStore {
         let rows = sqlx::query(
             "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
                     s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
-                    a.component, a.component_version, w.workflow, w.definition_version
+                    a.component, a.component_version, a.result, w.workflow, w.definition_version
              FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
              LEFT JOIN attempts a
                ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
@@ -507,6 +514,14 @@ impl ExecutorStore for SqliteStore {
                     workflow: r.get("workflow"),
                     definition_version: r.get::<i64, _>("definition_version") as u32,
                     uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(|v| v as u64),
+                    result: r
+                        .get::<Option<String>, _>("result")
+                        .map(|t| {
+                            serde_json::from_str(&t).map_err(|e| {
+                                StoreError::Corrupt(format!("stored attempt result: {e}"))
+                            })
+                        })
+                        .transpose()?,
                 })
             })
             .collect()
