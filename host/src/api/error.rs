@@ -35,6 +35,8 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// 409: the key is already used with a different input.
     KeyConflict,
+    /// 409: an operator action the step's state or the adapter's contract does not allow.
+    InvalidTransition,
     /// 413: the body is over the configured limit.
     PayloadTooLarge,
     /// 422: the input does not satisfy the definition's schema.
@@ -59,6 +61,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::KeyConflict => "key_conflict",
+            ErrorCode::InvalidTransition => "invalid_transition",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::Internal => "internal",
@@ -79,6 +82,7 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
+            ErrorCode::InvalidTransition => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidInput => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -188,15 +192,22 @@ impl From<DeployError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({
+impl ApiError {
+    /// The JSON envelope of this error.
+    pub fn body(&self) -> Value {
+        json!({
             "error": {
                 "code": self.code.as_str(),
                 "message": self.message,
                 "details": self.details,
             }
-        });
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
         let mut response = (self.code.status(), Json(body)).into_response();
         match self.code {
             ErrorCode::Unavailable => {

@@ -94,7 +94,7 @@ fn unquote(raw: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The key of a `POST`: exactly one `Idempotency-Key` header, well formed.
-fn key_from_headers(headers: &HeaderMap) -> ApiResult<String> {
+pub(super) fn key_from_headers(headers: &HeaderMap) -> ApiResult<String> {
     let mut values = headers.get_all(KEY_HEADER).iter();
     let Some(value) = values.next() else {
         return Err(ApiError::new(
@@ -116,7 +116,7 @@ fn key_from_headers(headers: &HeaderMap) -> ApiResult<String> {
 }
 
 /// Reads the body, refusing more than `limit` bytes with `413`.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<Bytes> {
+pub(super) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<Bytes> {
     let too_large = || {
         ApiError::new(
             ErrorCode::PayloadTooLarge,

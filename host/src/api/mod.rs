@@ -13,6 +13,7 @@
 //!   indistinguishable from absence;
 //! - every refusal is an [`ApiError`]; internal causes are logged, never sent.
 
+mod actions;
 mod auth;
 mod controls;
 mod error;
@@ -34,9 +35,11 @@ pub use projection::{
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
 pub use time::rfc3339;
 
+use crate::clock::Clock;
 use crate::clock::SystemClock;
+use crate::scheduler::Components;
 use crate::scheduler::Deployments;
-use crate::store::{AdmissionStore, DefinitionStore, ReadStore};
+use crate::store::{AdmissionStore, DefinitionStore, OperatorStore, ReadStore};
 use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
@@ -46,12 +49,12 @@ use tokio::sync::Notify;
 
 /// The store capabilities the API needs.
 pub trait ApiStore:
-    AdmissionStore + ReadStore + DefinitionStore + Clone + Send + Sync + 'static
+    AdmissionStore + ReadStore + DefinitionStore + OperatorStore + Clone + Send + Sync + 'static
 {
 }
 
 impl<S> ApiStore for S where
-    S: AdmissionStore + ReadStore + DefinitionStore + Clone + Send + Sync + 'static
+    S: AdmissionStore + ReadStore + DefinitionStore + OperatorStore + Clone + Send + Sync + 'static
 {
 }
 
@@ -94,6 +97,9 @@ pub struct ApiContext<S> {
     /// Notified after an intent is created or the clock moves, so the scheduler looks for
     /// work at once instead of at its next poll.
     pub wake: Arc<Notify>,
+    /// Loaded components, for the contracts operator actions are judged by (`None`: every
+    /// action that needs a contract is refused).
+    pub components: Option<Arc<Components>>,
 }
 
 impl<S> ApiContext<S> {
@@ -107,7 +113,12 @@ impl<S> ApiContext<S> {
             limits: ApiLimits::default(),
             test_controls: false,
             wake: Arc::new(Notify::new()),
+            components: None,
         }
+    }
+
+    fn clock_now(&self) -> crate::intent::Millis {
+        self.clock.now_ms()
     }
 }
 
@@ -126,6 +137,10 @@ pub fn router<S: ApiStore>(ctx: ApiContext<S>) -> Router {
         .route(
             "/v1/workflows/{id}/steps/{step}/attempts",
             get(workflows::attempts::<S>),
+        )
+        .route(
+            "/v1/workflows/{id}/steps/{step}/{action}",
+            post(actions::act::<S>),
         );
     if test_controls {
         routes = routes.route("/v1/_test/clock", post(controls::advance_clock::<S>));

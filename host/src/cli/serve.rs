@@ -171,7 +171,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     let scheduler = Scheduler::new(
         store.clone(),
         deployments.clone(),
-        components,
+        components.clone(),
         Arc::new(config.secrets.clone()),
         clock.clone(),
         SchedulerConfig {
@@ -215,6 +215,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     };
     ctx.test_controls = args.test_controls;
     ctx.wake = wake;
+    ctx.components = Some(components.clone());
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

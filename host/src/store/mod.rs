@@ -160,3 +160,26 @@ pub trait ExecutorStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<ExpiredLease>>> + Send;
 }
+
+/// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.
+pub trait OperatorStore: Send + Sync {
+    /// The action stored under this key, if any.
+    fn action(
+        &self,
+        scope: &ActionScope,
+    ) -> impl Future<Output = StoreResult<Option<ActionRecord>>> + Send;
+    /// Records the key and applies the change (or the refusal) in one transaction: the
+    /// step moves only if it is still in the expected state and not leased; the events go
+    /// to the timeline and the workflow's state is recomputed.
+    fn act(
+        &self,
+        request: ActionRequest,
+    ) -> impl Future<Output = StoreResult<ActionOutcome>> + Send;
+    /// Stores the answer of an applied action (once; a stored answer is never replaced).
+    fn answer(
+        &self,
+        scope: &ActionScope,
+        status: u16,
+        body: String,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+}

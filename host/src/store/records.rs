@@ -337,3 +337,67 @@ pub struct ExpiredLease {
     /// The result stored at checkpoint 5, if the attempt got that far.
     pub result: Option<AttemptResult>,
 }
+
+/// Where an operator action's idempotency key lives: (subject, workflow, step, action).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionScope {
+    pub subject: Subject,
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    /// `query`, `retry`, `resolve` or `escalate`.
+    pub action: String,
+    pub key: String,
+}
+
+/// An operator action as stored under its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionRecord {
+    pub request_digest: String,
+    /// The HTTP answer (status, JSON body) once known; `None` while the action runs.
+    pub answer: Option<(u16, String)>,
+}
+
+/// What an operator action does to its step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepChange {
+    /// Claimable now, as a new attempt of this kind. `settle_uncertainty` forgets that the
+    /// effect was uncertain (a person established that it did not happen).
+    Ready {
+        trigger: Trigger,
+        settle_uncertainty: bool,
+    },
+    /// Closed by a manual receipt; dependents are released.
+    Succeed(Box<NewReceipt>),
+    /// Ended with nothing automatic to follow, with the reason as its note.
+    Terminal { state: StepState, note: String },
+    /// Marked for another person (`{"note", "by", "at"}`); the state is unchanged.
+    Escalate(serde_json::Value),
+}
+
+/// An operator action to apply in one transaction, with its key.
+#[derive(Debug, Clone)]
+pub struct ActionRequest {
+    pub scope: ActionScope,
+    pub request_digest: String,
+    /// The step state the decision was made in; if the step moved meanwhile, nothing
+    /// changes and `stale_answer` is stored as the answer.
+    pub expected_state: StepState,
+    /// `Err(answer)`: the action is refused; the refusal is stored under the key.
+    pub change: Result<StepChange, (u16, String)>,
+    pub stale_answer: (u16, String),
+    pub events: Vec<NewEvent>,
+    pub now: Millis,
+}
+
+/// What applying an operator action did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionOutcome {
+    /// Applied now; the answer is still to be stored.
+    Applied { workflow_state: WorkflowState },
+    /// Refused (or the step moved meanwhile); this answer is stored under the key.
+    Refused { answer: (u16, String) },
+    /// The key was used before with the same request.
+    Replayed(ActionRecord),
+    /// The key was used before with another request.
+    KeyConflict,
+}

@@ -109,7 +109,7 @@ fn apply_facts(
 
 /// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
 /// key's retention, tells the timeline and queues a notification.
-fn recompute_state(
+pub(crate) fn recompute_state(
     conn: &Connection,
     id: &WorkflowId,
     current: WorkflowState,
@@ -409,7 +409,11 @@ fn finish_tx(conn: &Connection, req: FinishRequest) -> StoreResult<FinishOutcome
 }
 
 /// Makes ready every pending step of the workflow whose dependencies have all succeeded.
-fn release_dependents(conn: &Connection, id: &WorkflowId, now: Millis) -> StoreResult<Vec<String>> {
+pub(crate) fn release_dependents(
+    conn: &Connection,
+    id: &WorkflowId,
+    now: Millis,
+) -> StoreResult<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "UPDATE steps SET state = 'ready', ready_at = ?1
          WHERE workflow_id = ?2 AND state = 'pending' AND NOT EXISTS (

@@ -5,6 +5,7 @@
 //! thread with group commit (see `writer.rs`); reads use a small sqlx pool of read
 //! connections. sqlx also owns the migrations.
 
+mod actions;
 mod executor;
 mod read;
 mod writer;

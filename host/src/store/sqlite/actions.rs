@@ -1,0 +1,194 @@
+//! Operator actions: the key, the guarded step change, the receipt and the timeline, in
+//! one transaction.
+
+use super::executor::{recompute_state, release_dependents};
+use super::read::parse;
+use super::{SqliteStore, append_events};
+use crate::intent::WorkflowState;
+use crate::store::{
+    ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+use sqlx::Row;
+
+fn scope_params(s: &ActionScope) -> [&str; 5] {
+    [
+        &s.subject.0,
+        s.workflow_id.as_str(),
+        &s.step,
+        &s.action,
+        &s.key,
+    ]
+}
+
+fn action_tx(conn: &Connection, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT request_digest, status, answer FROM operator_actions
+             WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
+        )?
+        .query_row(scope_params(scope), |r| {
+            let status: Option<i64> = r.get(1)?;
+            let answer: Option<String> = r.get(2)?;
+            Ok(ActionRecord {
+                request_digest: r.get(0)?,
+                answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+            })
+        })
+        .optional()?)
+}
+
+fn store_answer(conn: &Connection, scope: &ActionScope, answer: &(u16, String)) -> StoreResult<()> {
+    let [subject, workflow_id, step, action, key] = scope_params(scope);
+    conn.prepare_cached(
+        "UPDATE operator_actions SET status = ?, answer = ?
+         WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ? AND status IS NULL",
+    )?
+    .execute(params![answer.0 as i64, &answer.1, subject, workflow_id, step, action, key])?;
+    Ok(())
+}
+
+fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
+    if let Some(existing) = action_tx(conn, &req.scope)? {
+        return Ok(if existing.request_digest == req.request_digest {
+            ActionOutcome::Replayed(existing)
+        } else {
+            ActionOutcome::KeyConflict
+        });
+    }
+    let [subject, workflow_id, step, action, key] = scope_params(&req.scope);
+    conn.prepare_cached(
+        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![subject, workflow_id, step, action, key, &req.request_digest, req.now as i64])?;
+    let change = match req.change {
+        Ok(change) => change,
+        Err(answer) => {
+            store_answer(conn, &req.scope, &answer)?;
+            return Ok(ActionOutcome::Refused { answer });
+        }
+    };
+    let now = req.now as i64;
+    // Every change is guarded by the state the decision saw, and never touches a leased step.
+    let guard = "workflow_id = ?1 AND step = ?2 AND state = ?3 AND lease_token IS NULL";
+    let base = params![workflow_id, step, req.expected_state.as_str()];
+    let moved = match &change {
+        StepChange::Ready {
+            trigger,
+            settle_uncertainty,
+        } => conn
+            .prepare_cached(&format!(
+                "UPDATE steps SET state = 'ready', ready_at = ?4, next_trigger = ?5, note = NULL,
+                     uncertain_since = CASE WHEN ?6 THEN NULL ELSE uncertain_since END
+                 WHERE {guard}"
+            ))?
+            .execute(params![base[0], base[1], base[2], now, trigger.as_str(), settle_uncertainty])?,
+        StepChange::Succeed(receipt) => conn
+            .prepare_cached(&format!(
+                "UPDATE steps SET state = 'succeeded', receipt_id = ?4, note = NULL, uncertain_since = NULL
+                 WHERE {guard}"
+            ))?
+            .execute(params![base[0], base[1], base[2], receipt.receipt_id.as_str()])?,
+        StepChange::Terminal { state, note } => conn
+            .prepare_cached(&format!("UPDATE steps SET state = ?4, note = ?5 WHERE {guard}"))?
+            .execute(params![base[0], base[1], base[2], state.as_str(), note])?,
+        StepChange::Escalate(value) => conn
+            .prepare_cached(&format!("UPDATE steps SET escalated = ?4 WHERE {guard}"))?
+            .execute(params![base[0], base[1], base[2], value.to_string()])?,
+    };
+    if moved == 0 {
+        store_answer(conn, &req.scope, &req.stale_answer)?;
+        return Ok(ActionOutcome::Refused {
+            answer: req.stale_answer,
+        });
+    }
+    let mut events = req.events;
+    if let StepChange::Succeed(r) = &change {
+        let latest: Option<String> = conn
+            .prepare_cached(
+                "SELECT attempt_id FROM attempts WHERE workflow_id = ? AND step = ? ORDER BY number DESC LIMIT 1",
+            )?
+            .query_row(params![workflow_id, step], |r| r.get(0))
+            .optional()?;
+        conn.prepare_cached(
+            "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
+                 component, component_version, component_digest, input_digest,
+                 external_reference, output, recorded_at, author, reason, evidence)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )?
+        .execute(params![
+            r.receipt_id.as_str(),
+            workflow_id,
+            step,
+            latest,
+            r.evidence_kind.as_str(),
+            &r.component,
+            &r.component_version,
+            &r.component_digest,
+            &r.input_digest,
+            r.external_reference.as_deref(),
+            r.output.to_string(),
+            now,
+            r.author.as_deref(),
+            r.reason.as_deref(),
+            r.evidence.as_deref(),
+        ])?;
+        let released = release_dependents(conn, &req.scope.workflow_id, req.now)?;
+        if !released.is_empty() {
+            events.push(crate::intent::NewEvent::workflow(
+                crate::intent::EventKind::Action,
+                format!(
+                    "Released {} after its dependencies succeeded",
+                    released.join(", ")
+                ),
+            ));
+        }
+    }
+    append_events(conn, &req.scope.workflow_id, req.now, &events)?;
+    let current: String = conn
+        .prepare_cached("SELECT state FROM workflows WHERE workflow_id = ?")?
+        .query_row([workflow_id], |r| r.get(0))?;
+    let workflow_state = recompute_state(
+        conn,
+        &req.scope.workflow_id,
+        parse::<WorkflowState>(&current)?,
+        req.now,
+    )?;
+    Ok(ActionOutcome::Applied { workflow_state })
+}
+
+impl OperatorStore for SqliteStore {
+    async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
+        let row = sqlx::query(
+            "SELECT request_digest, status, answer FROM operator_actions
+             WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
+        )
+        .bind(&scope.subject.0)
+        .bind(scope.workflow_id.as_str())
+        .bind(&scope.step)
+        .bind(&scope.action)
+        .bind(&scope.key)
+        .fetch_optional(&self.read)
+        .await?;
+        Ok(row.map(|r| {
+            let status: Option<i64> = r.get("status");
+            let answer: Option<String> = r.get("answer");
+            ActionRecord {
+                request_digest: r.get("request_digest"),
+                answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+            }
+        }))
+    }
+
+    async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {
+        self.writer.write(move |conn| act_tx(conn, request)).await
+    }
+
+    async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {
+        let scope = scope.clone();
+        self.writer
+            .write(move |conn| store_answer(conn, &scope, &(status, body)))
+            .await
+    }
+}
