@@ -51,6 +51,8 @@ pub struct ServeArgs {
 pub struct Host {
     pub addr: SocketAddr,
     pub sim: Option<RunningSim>,
+    /// The clock every part of the host reads; in-process callers (the demo) may move it.
+    pub clock: Arc<SystemClock>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
 }
@@ -69,7 +71,12 @@ fn sqlite_path(db: &str) -> PathBuf {
 
 /// Builds and starts a host from the arguments and the config file.
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
-    let mut config = HostConfig::load(args.config.as_deref())?;
+    let config = HostConfig::load(args.config.as_deref())?;
+    start_with(args, config).await
+}
+
+/// Builds and starts a host from the arguments and an already loaded configuration.
+pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Result<Host> {
     let listen = args
         .listen
         .or(config.listen)
@@ -207,7 +214,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
             )
         }))
     };
-    let mut ctx = ApiContext::new(store, deployments, clock);
+    let mut ctx = ApiContext::new(store, deployments, clock.clone());
     ctx.auth = auth;
     ctx.limits = ApiLimits {
         max_body_bytes: config.max_body_bytes,
@@ -225,6 +232,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     Ok(Host {
         addr,
         sim,
+        clock,
         server,
         scheduler,
     })
