@@ -535,8 +535,9 @@ where
             EventKind::Action,
             step.id.as_str(),
             Some(&claimed.attempt_id),
+            // Written before the call: it may still never leave (a crash right here).
             format!(
-                "Request to {} sent with idempotency key {}…",
+                "Sending the request to {} with idempotency key {}…",
                 prepared.component.name(),
                 short(&key)
             ),
