@@ -5,6 +5,7 @@
 
 mod cli_adapter;
 mod common;
+mod crash_matrix;
 mod host_e2e;
 mod host_process;
 mod runtime_contracts;
