@@ -35,7 +35,8 @@ pub struct ServeArgs {
     /// Host configuration file (`docket.toml`).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Enable the test controls of the API (clock); refused unless listening on loopback.
+    /// Enable the test controls: the API's clock and `DOCKET_FAILPOINT`; refused unless
+    /// listening on loopback.
     #[arg(long)]
     pub test_controls: bool,
     /// Where the embedded provider simulator listens when it is used (default: any free
@@ -174,6 +175,11 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
     )
     .await?;
 
+    // Failpoints are a test control: a stray variable must not crash a production host.
+    let failpoint = crate::scheduler::failpoint_from_env();
+    if failpoint.is_some() && !args.test_controls {
+        tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
+    }
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
         store.clone(),
@@ -184,6 +190,7 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         SchedulerConfig {
             lease: config.lease,
             max_concurrent: config.max_concurrent,
+            failpoint: failpoint.filter(|_| args.test_controls),
             ..SchedulerConfig::default()
         },
         wake.clone(),

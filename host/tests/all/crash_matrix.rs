@@ -186,6 +186,7 @@ async fn run_case(contract: Contract, checkpoint: u8) {
             .unwrap_or_default(),
         dir,
         provider: Some(provider.clone()),
+        without_test_controls: false,
     };
     let mut case = Case {
         name,
@@ -435,4 +436,29 @@ async fn crash_matrix_fire_and_forget() {
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_matrix_fire_and_forget_at_checkpoint_5_resumes_from_the_stored_result() {
     run_matrix(Contract::FireAndForget, &[5]).await;
+}
+
+/// A failpoint is a test control: without `--test-controls` the variable is ignored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failpoint_without_test_controls_is_ignored() {
+    let mut host = HostProcess::start(HostOptions {
+        env: vec![("DOCKET_FAILPOINT".into(), "checkpoint-3".into())],
+        without_test_controls: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (_, created) = host
+        .submit("document-delivery", "no-failpoint", document("Production"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap();
+    host.wait_for(id, &["completed"], Duration::from_secs(30))
+        .await;
+    assert!(host.wait_exit(Duration::ZERO).await.is_none());
+    assert_eq!(host.world().await.len(), 1);
+    assert!(
+        host.log_text()
+            .contains("DOCKET_FAILPOINT is ignored: failpoints need --test-controls"),
+        "{}",
+        host.log_tail(20)
+    );
 }

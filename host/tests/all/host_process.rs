@@ -121,6 +121,8 @@ pub struct HostOptions {
     /// adapters point at it and [`HostProcess::world`] reads it. Without it the host embeds
     /// its own simulator.
     pub provider: Option<String>,
+    /// Run without `--test-controls` (no clock control, no failpoints).
+    pub without_test_controls: bool,
 }
 
 impl HostProcess {
@@ -156,12 +158,8 @@ impl HostProcess {
         let sim_port = free_port();
         let log = dir.path().join(format!("serve-{port}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-            .args([
-                "serve",
-                "--test-controls",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args((!options.without_test_controls).then_some("--test-controls"))
             .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
             .args(["--db", &dir.path().join("docket.db").display().to_string()])
             .args(["--config", &config.display().to_string()])
