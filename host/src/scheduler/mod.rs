@@ -195,6 +195,20 @@ where
         let mut recovered = 0;
         for lease in expired {
             let (transition, note, event, outcome) = self.recovery_for(&lease, now).await;
+            // From checkpoint 5 on, the attempt already holds what the call returned (or its
+            // uncertainty); that evidence stays, and the expiry is told by the timeline.
+            let facts = if lease.checkpoint >= 5 {
+                AttemptFacts::default()
+            } else {
+                AttemptFacts {
+                    outcome: Some(outcome),
+                    observation: Some(format!(
+                        "lease of {} expired at checkpoint {}",
+                        lease.lease_owner, lease.checkpoint
+                    )),
+                    ..AttemptFacts::default()
+                }
+            };
             let request = FinishRequest {
                 fence: lease.fence.clone(),
                 attempt_id: lease
@@ -202,14 +216,7 @@ where
                     .clone()
                     .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
                 checkpoint: lease.checkpoint,
-                facts: AttemptFacts {
-                    outcome: Some(outcome),
-                    observation: Some(format!(
-                        "lease of {} expired at checkpoint {}",
-                        lease.lease_owner, lease.checkpoint
-                    )),
-                    ..AttemptFacts::default()
-                },
+                facts,
                 transition,
                 note: Some(note),
                 log: serde_json::Value::Array(vec![]),

@@ -338,6 +338,17 @@ async fn run_case(contract: Contract, checkpoint: u8) {
         identities.len() <= 1,
         "attempts carry different request identities: {identities:?}"
     );
+    if checkpoint == 5 {
+        // What the call returned was stored at checkpoint 5; recovery must not overwrite it.
+        check!(
+            case,
+            &host,
+            &id,
+            attempts[0]["outcome"] == "accepted" && attempts[0]["checkpoint"] == 5,
+            "the crashed attempt lost its stored result: {:#}",
+            attempts[0]
+        );
+    }
     if expect.state == "needs_review" {
         // Review means no automatic action, however much time passes.
         host.advance_clock(24 * 3600 * 1000).await;
