@@ -5,6 +5,7 @@
 
 mod adapter;
 mod client;
+mod demo;
 pub mod serve;
 mod workflow;
 
@@ -27,6 +28,9 @@ enum Command {
     Adapter(adapter::AdapterCommand),
     /// Run the host: API, scheduler, store (SQLite by default) and components.
     Serve(serve::ServeArgs),
+    /// A guided tour of recovery: a host and the provider simulator in this process, a lost
+    /// response recovered by query, and a fire-and-forget delivery that ends in review.
+    Demo(demo::DemoArgs),
     /// Submit an intent to a running host.
     Submit {
         /// The workflow definition name.
@@ -106,6 +110,7 @@ pub fn run() -> ExitCode {
         match cli.command {
             Command::Adapter(cmd) => adapter::run(cmd).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Demo(args) => demo::demo(args).await,
             Command::Submit {
                 workflow,
                 key,

@@ -35,7 +35,8 @@ pub struct ServeArgs {
     /// Host configuration file (`docket.toml`).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Enable the test controls of the API (clock); refused unless listening on loopback.
+    /// Enable the test controls: the API's clock and `DOCKET_FAILPOINT`; refused unless
+    /// listening on loopback.
     #[arg(long)]
     pub test_controls: bool,
     /// Where the embedded provider simulator listens when it is used (default: any free
@@ -51,6 +52,8 @@ pub struct ServeArgs {
 pub struct Host {
     pub addr: SocketAddr,
     pub sim: Option<RunningSim>,
+    /// The clock every part of the host reads; in-process callers (the demo) may move it.
+    pub clock: Arc<SystemClock>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
 }
@@ -69,7 +72,12 @@ fn sqlite_path(db: &str) -> PathBuf {
 
 /// Builds and starts a host from the arguments and the config file.
 pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
-    let mut config = HostConfig::load(args.config.as_deref())?;
+    let config = HostConfig::load(args.config.as_deref())?;
+    start_with(args, config).await
+}
+
+/// Builds and starts a host from the arguments and an already loaded configuration.
+pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Result<Host> {
     let listen = args
         .listen
         .or(config.listen)
@@ -167,6 +175,11 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     )
     .await?;
 
+    // Failpoints are a test control: a stray variable must not crash a production host.
+    let failpoint = crate::scheduler::failpoint_from_env();
+    if failpoint.is_some() && !args.test_controls {
+        tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
+    }
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
         store.clone(),
@@ -177,6 +190,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
         SchedulerConfig {
             lease: config.lease,
             max_concurrent: config.max_concurrent,
+            failpoint: failpoint.filter(|_| args.test_controls),
             ..SchedulerConfig::default()
         },
         wake.clone(),
@@ -207,7 +221,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
             )
         }))
     };
-    let mut ctx = ApiContext::new(store, deployments, clock);
+    let mut ctx = ApiContext::new(store, deployments, clock.clone());
     ctx.auth = auth;
     ctx.limits = ApiLimits {
         max_body_bytes: config.max_body_bytes,
@@ -226,6 +240,7 @@ pub async fn start(args: &ServeArgs) -> anyhow::Result<Host> {
     Ok(Host {
         addr,
         sim,
+        clock,
         server,
         scheduler,
     })

@@ -30,6 +30,8 @@ pub(crate) struct Ending {
     pub note: Option<String>,
     pub log: serde_json::Value,
     pub events: Vec<NewEvent>,
+    /// Whether an adapter ran (its checkpoint 6 is a failpoint; a handler's is not).
+    pub adapter: bool,
 }
 
 impl Ending {
@@ -58,6 +60,7 @@ impl Ending {
             note,
             log,
             events,
+            adapter: false,
         }
     }
 
@@ -73,6 +76,7 @@ impl Ending {
             note: Some(note),
             log: serde_json::Value::Array(vec![]),
             events: vec![event],
+            adapter: false,
         }
     }
 }
@@ -93,6 +97,7 @@ where
         let ending = self.attempt(&claimed).await;
         renewer.abort();
         let Some(ending) = ending else { return };
+        let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
         let now = self.clock.now_ms();
         let request = FinishRequest {
             fence: claimed.fence.clone(),
@@ -109,6 +114,10 @@ where
         };
         match self.store.finish(request).await {
             Ok(outcome) => {
+                // Checkpoint 6: the receipt and the release of dependents are durable.
+                if receipt_of_adapter {
+                    self.failpoint(6);
+                }
                 if !outcome.released.is_empty() {
                     self.wake.notify_one();
                 }
@@ -166,6 +175,10 @@ where
             );
             return Some(self.blocked(claimed, note));
         };
+        // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
+        if step.kind == StepKind::Adapter {
+            self.failpoint(1);
+        }
         let now = self.clock.now_ms();
         let budget = &deployed.def.budget;
         if now > claimed.deadline_at {
@@ -233,10 +246,13 @@ where
         };
         match step.kind {
             StepKind::Handler => Some(self.run_handler(claimed, step, &component, &input).await),
-            StepKind::Adapter => {
-                self.run_adapter(claimed, step, &component, &input, budget.max_external_calls)
-                    .await
-            }
+            StepKind::Adapter => self
+                .run_adapter(claimed, step, &component, &input, budget.max_external_calls)
+                .await
+                .map(|ending| Ending {
+                    adapter: true,
+                    ..ending
+                }),
         }
     }
 
@@ -519,8 +535,9 @@ where
             EventKind::Action,
             step.id.as_str(),
             Some(&claimed.attempt_id),
+            // Written before the call: it may still never leave (a crash right here).
             format!(
-                "Request to {} sent with idempotency key {}…",
+                "Sending the request to {} with idempotency key {}…",
                 prepared.component.name(),
                 short(&key)
             ),
@@ -593,6 +610,7 @@ where
             note,
             log: log.clone(),
             events,
+            adapter: true,
         };
         // A step that nothing automatic will run again, with why, told as a conclusion.
         let terminal = |state: StepState, note: String, headline: &str| {

@@ -38,6 +38,9 @@ pub struct SchedulerConfig {
     pub max_concurrent: usize,
     /// How often to look for work when nobody wakes the scheduler.
     pub poll: Duration,
+    /// Abort the process right after this checkpoint of the next adapter attempt (test
+    /// controls only; see [`failpoint_from_env`]). `None` in production.
+    pub failpoint: Option<u8>,
 }
 
 impl Default for SchedulerConfig {
@@ -48,6 +51,7 @@ impl Default for SchedulerConfig {
             batch: 64,
             max_concurrent: 128,
             poll: Duration::from_millis(200),
+            failpoint: None,
         }
     }
 }
@@ -60,9 +64,10 @@ pub fn default_owner() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The process-wide failpoint (`DOCKET_FAILPOINT=checkpoint-N`): abort right after
-/// checkpoint N of the next adapter attempt. Read once; inert when unset.
-fn failpoint_from_env() -> Option<u8> {
+/// The failpoint asked for by the environment (`DOCKET_FAILPOINT=checkpoint-N`): abort right
+/// after checkpoint N of the next adapter attempt. The caller decides whether test controls
+/// allow it; `None` when unset or malformed.
+pub fn failpoint_from_env() -> Option<u8> {
     let value = std::env::var("DOCKET_FAILPOINT").ok()?;
     match value
         .strip_prefix("checkpoint-")
@@ -88,7 +93,6 @@ pub struct Scheduler<S> {
     config: SchedulerConfig,
     wake: Arc<Notify>,
     slots: Arc<Semaphore>,
-    failpoint: Option<u8>,
 }
 
 impl<S> Scheduler<S>
@@ -114,13 +118,12 @@ where
             config,
             wake,
             slots,
-            failpoint: failpoint_from_env(),
         })
     }
 
     /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
     fn failpoint(&self, n: u8) {
-        if self.failpoint == Some(n) {
+        if self.config.failpoint == Some(n) {
             eprintln!("docket: failpoint checkpoint-{n} reached; aborting");
             std::process::abort();
         }
@@ -251,6 +254,20 @@ where
     /// Decides an expired lease without a stored result by its last checkpoint.
     async fn recover(&self, lease: &ExpiredLease, now: Millis) -> FinishRequest {
         let (transition, note, event, outcome) = self.recovery_for(lease, now).await;
+        // From checkpoint 5 on, the attempt already holds what the call returned (or its
+        // uncertainty); that evidence stays, and the expiry is told by the timeline.
+        let facts = if lease.checkpoint >= 5 {
+            AttemptFacts::default()
+        } else {
+            AttemptFacts {
+                outcome: Some(outcome),
+                observation: Some(format!(
+                    "lease of {} expired at checkpoint {}",
+                    lease.lease_owner, lease.checkpoint
+                )),
+                ..AttemptFacts::default()
+            }
+        };
         FinishRequest {
             fence: lease.fence.clone(),
             attempt_id: lease
@@ -258,14 +275,7 @@ where
                 .clone()
                 .unwrap_or_else(|| crate::intent::AttemptId("att_unknown".into())),
             checkpoint: lease.checkpoint,
-            facts: AttemptFacts {
-                outcome: Some(outcome),
-                observation: Some(format!(
-                    "lease of {} expired at checkpoint {}",
-                    lease.lease_owner, lease.checkpoint
-                )),
-                ..AttemptFacts::default()
-            },
+            facts,
             transition,
             note: Some(note),
             log: serde_json::Value::Array(vec![]),

@@ -4,8 +4,86 @@
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// The bearer token of the provider simulators the tests start themselves.
+pub const PROVIDER_TOKEN: &str = "crash-test-token";
+
+/// The delivery adapter contracts, each a build of `http-delivery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    /// Idempotent (sends `Idempotency-Key`) and queryable.
+    Idempotent,
+    /// Queryable, no idempotency claim.
+    QueryOnly,
+    /// Neither: an uncertain outcome can only go to a person.
+    FireAndForget,
+}
+
+impl Contract {
+    pub fn component(self) -> &'static str {
+        match self {
+            Contract::Idempotent => "http-delivery",
+            Contract::QueryOnly => "http-delivery-query-only",
+            Contract::FireAndForget => "http-delivery-fire-and-forget",
+        }
+    }
+
+    /// The name of the workflow that delivers through this contract.
+    pub fn workflow(self) -> &'static str {
+        match self {
+            Contract::Idempotent => "delivery-idempotent",
+            Contract::QueryOnly => "delivery-query-only",
+            Contract::FireAndForget => "delivery-fire-and-forget",
+        }
+    }
+
+    /// The shipped `document-delivery` definition renamed, delivering through this contract:
+    /// (file name, text), for [`HostOptions::workflows`].
+    pub fn definition(self) -> (String, String) {
+        let shipped =
+            std::fs::read_to_string(repo_root().join("workflows/document-delivery.toml")).unwrap();
+        let text = shipped
+            .replace(
+                "name = \"document-delivery\"",
+                &format!("name = {:?}", self.workflow()),
+            )
+            .replace(
+                "component = \"http-delivery\"",
+                &format!("component = {:?}", self.component()),
+            );
+        assert!(
+            text.contains(self.component()) && text.contains(self.workflow()),
+            "the shipped definition changed shape; update Contract::definition"
+        );
+        (format!("{}.toml", self.workflow()), text)
+    }
+}
+
+/// `docket.toml` text pointing every delivery adapter at the provider at `base`.
+pub fn provider_config(base: &str) -> String {
+    let mut text = format!("[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?} }}\n");
+    for contract in [
+        Contract::Idempotent,
+        Contract::QueryOnly,
+        Contract::FireAndForget,
+    ] {
+        text.push_str(&format!(
+            "[adapters.{}]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\n",
+            contract.component()
+        ));
+    }
+    text
+}
+
+/// Compiled components shared by every host the tests start, so that a fresh host directory
+/// loads them instead of compiling them again.
+fn shared_component_cache() -> PathBuf {
+    let dir = repo_root().join("target/test-serve-component-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 pub struct HostProcess {
     child: Child,
@@ -39,11 +117,21 @@ pub struct HostOptions {
     pub env: Vec<(String, String)>,
     /// Reuse this directory (restart on the same database).
     pub dir: Option<tempfile::TempDir>,
+    /// Base URL of a provider outside the process (see [`provider_config`]); the delivery
+    /// adapters point at it and [`HostProcess::world`] reads it. Without it the host embeds
+    /// its own simulator.
+    pub provider: Option<String>,
+    /// Run without `--test-controls` (no clock control, no failpoints).
+    pub without_test_controls: bool,
 }
 
 impl HostProcess {
     pub async fn start(options: HostOptions) -> Self {
         let dir = options.dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
+        let cache = dir.path().join("components");
+        if !cache.exists() {
+            std::os::unix::fs::symlink(shared_component_cache(), &cache).unwrap();
+        }
         let workflows = dir.path().join("workflows");
         std::fs::create_dir_all(&workflows).unwrap();
         let shipped = repo_root().join("workflows/document-delivery.toml");
@@ -52,10 +140,15 @@ impl HostProcess {
             std::fs::write(workflows.join(name), text).unwrap();
         }
         let config = dir.path().join("docket.toml");
+        let provider = options
+            .provider
+            .as_deref()
+            .map(provider_config)
+            .unwrap_or_default();
         std::fs::write(
             &config,
             format!(
-                "workflows = {:?}\n{}",
+                "workflows = {:?}\n{}\n{provider}",
                 workflows.display().to_string(),
                 options.config
             ),
@@ -65,12 +158,8 @@ impl HostProcess {
         let sim_port = free_port();
         let log = dir.path().join(format!("serve-{port}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-            .args([
-                "serve",
-                "--test-controls",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args((!options.without_test_controls).then_some("--test-controls"))
             .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
             .args(["--db", &dir.path().join("docket.db").display().to_string()])
             .args(["--config", &config.display().to_string()])
@@ -97,11 +186,75 @@ impl HostProcess {
         Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
-            sim_url: format!("http://127.0.0.1:{sim_port}"),
+            sim_url: options
+                .provider
+                .unwrap_or_else(|| format!("http://127.0.0.1:{sim_port}")),
             dir,
             log,
             client: reqwest::Client::new(),
         }
+    }
+
+    /// Waits until the process exits by itself (e.g. a failpoint aborted it); `None` if it
+    /// still runs after `within`.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if start.elapsed() > within {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Moves the host's clock forward (test controls).
+    pub async fn advance_clock(&self, ms: u64) {
+        let (status, body) = self
+            .post("/v1/_test/clock", json!({"advance_ms": ms}))
+            .await;
+        assert_eq!(status, 200, "advancing the clock: {body}");
+    }
+
+    /// The attempts of one step, oldest first.
+    pub async fn attempts(&self, id: &str, step: &str) -> Vec<Value> {
+        let (status, page) = self
+            .get(&format!(
+                "/v1/workflows/{id}/steps/{step}/attempts?limit=500"
+            ))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        page["data"].as_array().unwrap().clone()
+    }
+
+    /// The timeline as text, one `kind step text` line per event.
+    pub async fn timeline_text(&self, id: &str) -> String {
+        let (_, page) = self
+            .get(&format!("/v1/workflows/{id}/timeline?limit=500"))
+            .await;
+        page["data"]
+            .as_array()
+            .map(|events| {
+                events
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {} {}\n",
+                            e["kind"].as_str().unwrap_or("?"),
+                            e["step"].as_str().unwrap_or("-"),
+                            e["text"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| format!("(no timeline: {page})"))
+    }
+
+    /// The last `lines` lines of the process's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log_text(), lines)
     }
 
     /// Kills the process and hands back its directory (to restart on the same database).
@@ -208,6 +361,12 @@ impl Drop for HostProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A valid document-delivery input.

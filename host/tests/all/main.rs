@@ -4,9 +4,12 @@
 //! HTTP on loopback and real processes; nothing is mocked.
 
 mod cli_adapter;
+mod cli_demo;
 mod common;
+mod crash_matrix;
 mod host_e2e;
 mod host_process;
+mod recovery_scenarios;
 mod runtime_contracts;
 mod runtime_http_delivery;
 mod runtime_load;

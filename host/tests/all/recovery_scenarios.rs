@@ -1,0 +1,308 @@
+//! Recovery from an uncertain outcome against a real `docket serve` and its provider
+//! simulator: a response lost after the provider committed, eventual visibility of lookups,
+//! and a provider that saw the key with a different request.
+//!
+//! The simulator's record is the ground truth: whatever the host concludes, the provider
+//! must hold at most one delivery per intent.
+
+use crate::host_process::{Contract, HostOptions, HostProcess, document};
+use docket::intent::{WorkflowId, external_idempotency_key};
+use docket::sim::SimConfig;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The idempotency namespace every `http-delivery` variant declares.
+const NAMESPACE: &str = "reference-provider";
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+async fn host_with(contract: Contract) -> HostProcess {
+    HostProcess::start(HostOptions {
+        workflows: vec![contract.definition()],
+        ..HostOptions::default()
+    })
+    .await
+}
+
+fn deliver_step(wf: &Value) -> &Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "deliver"))
+        .unwrap_or_else(|| panic!("no deliver step: {wf:#}"))
+}
+
+fn field<'a>(attempts: &'a [Value], name: &str) -> Vec<&'a str> {
+    attempts
+        .iter()
+        .map(|a| a[name].as_str().unwrap_or("-"))
+        .collect()
+}
+
+/// Asserts that every attempt that reached checkpoint 3 carries the same request identity.
+fn one_identity(attempts: &[Value]) {
+    let mut identities: Vec<&str> = attempts
+        .iter()
+        .filter_map(|a| a["request_identity"].as_str())
+        .collect();
+    identities.dedup();
+    assert_eq!(identities.len(), 1, "{attempts:#?}");
+}
+
+/// Moves the clock far ahead, a day at a time, and asserts nothing new happens to the step.
+async fn nothing_runs_again(host: &HostProcess, id: &str, deliveries: usize) {
+    let before = host.attempts(id, "deliver").await.len();
+    for _ in 0..3 {
+        host.advance_clock(DAY_MS).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let after = host.attempts(id, "deliver").await;
+    assert_eq!(after.len(), before, "a new attempt appeared: {after:#?}");
+    assert_eq!(host.world().await.len(), deliveries);
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_response_is_recovered_by_query_with_no_second_delivery() {
+    let host = host_with(Contract::Idempotent).await;
+    // The provider commits the delivery, then closes the connection without answering.
+    host.faults(json!({"lose_next": 1})).await;
+    let (status, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "lost-1",
+            document("Lost answer"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(id).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}\n{timeline}");
+
+    // The first attempt ended outcome-unknown with its uncertainty stored; the second asked.
+    let attempts = host.attempts(id, "deliver").await;
+    assert_eq!(
+        field(&attempts, "trigger"),
+        ["initial", "recovery_query"],
+        "{attempts:#?}"
+    );
+    assert_eq!(
+        field(&attempts, "outcome"),
+        ["timed_out", "lookup_found"],
+        "{attempts:#?}"
+    );
+    assert_eq!(attempts[0]["checkpoint"], 5, "{attempts:#?}");
+    one_identity(&attempts);
+
+    // A verified receipt from the query, naming the provider's one delivery.
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    let receipt = &deliver_step(&wf)["receipt"];
+    assert_eq!(receipt["evidence_kind"], "query", "{receipt:#}");
+    assert_eq!(receipt["external_reference"], world[0]["id"]);
+    assert_eq!(receipt["attempt_id"], attempts[1]["attempt_id"]);
+    for text in [
+        "outcome unknown",
+        "query by the stable reference",
+        "Lookup by reference found",
+        "verified by query",
+    ] {
+        assert!(timeline.contains(text), "no {text:?} in:\n{timeline}");
+    }
+    assert!(!timeline.contains("same idempotency key"), "{timeline}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fire_and_forget_with_a_lost_response_waits_for_review_and_is_never_retried() {
+    let host = host_with(Contract::FireAndForget).await;
+    host.faults(json!({"lose_next": 1})).await;
+    let (_, created) = host
+        .submit(
+            Contract::FireAndForget.workflow(),
+            "lost-ff-1",
+            document("Lost answer"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}\n{timeline}");
+    assert_eq!(deliver_step(&wf)["state"], "outcome_unknown", "{wf:#}");
+    assert_eq!(
+        wf["next_action"],
+        json!({"kind": "review", "step": "deliver"})
+    );
+    assert!(
+        timeline.contains("needs review, no automatic retry"),
+        "{timeline}"
+    );
+    let attempts = host.attempts(id, "deliver").await;
+    assert_eq!(field(&attempts, "outcome"), ["timed_out"], "{attempts:#?}");
+    // The provider did deliver once; the host must not find out by trying again.
+    assert_eq!(host.world().await.len(), 1);
+    nothing_runs_again(&host, id, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eventual_visibility_is_queried_again_until_the_delivery_shows() {
+    let host = host_with(Contract::QueryOnly).await;
+    // Lookups see a new delivery only after 3 s: inside the adapter's 5 s visibility window.
+    host.faults(json!({"lose_next": 1, "visibility_delay_ms": 3000}))
+        .await;
+    let started = Instant::now();
+    let (_, created) = host
+        .submit(
+            Contract::QueryOnly.workflow(),
+            "late-1",
+            document("Seen late"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(id).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}\n{timeline}");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+
+    // Empty lookups were asked again later, never taken as proof, never followed by a retry.
+    let attempts = host.attempts(id, "deliver").await;
+    let triggers = field(&attempts, "trigger");
+    let outcomes = field(&attempts, "outcome");
+    assert!(attempts.len() >= 3, "{attempts:#?}");
+    assert_eq!(triggers[0], "initial");
+    assert!(
+        triggers[1..].iter().all(|t| *t == "recovery_query"),
+        "{attempts:#?}"
+    );
+    assert_eq!(outcomes[0], "timed_out");
+    assert_eq!(
+        outcomes[outcomes.len() - 1],
+        "lookup_found",
+        "{attempts:#?}"
+    );
+    assert!(
+        outcomes[1..outcomes.len() - 1]
+            .iter()
+            .all(|o| *o == "lookup_absent"),
+        "{attempts:#?}"
+    );
+    one_identity(&attempts);
+    assert!(timeline.contains("found nothing (yet)"), "{timeline}");
+    assert!(timeline.contains("verified by query"), "{timeline}");
+    assert!(!timeline.contains("needs review"), "{timeline}");
+
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    assert_eq!(
+        deliver_step(&wf)["receipt"]["external_reference"],
+        world[0]["id"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_reused_with_another_request_goes_to_review_and_never_to_a_new_key() {
+    let host = host_with(Contract::Idempotent).await;
+    // The first delivery attempt is rate limited for ten minutes of host time (well inside the
+    // workflow's 1 h deadline), which leaves room to make the provider remember the step's key
+    // with a different request.
+    host.faults(json!({"rate_limit_next": 1, "retry_after_s": 600}))
+        .await;
+    let (_, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "conflict-1",
+            document("Conflict"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap();
+    let start = Instant::now();
+    loop {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        if deliver_step(&wf)["state"] == "failed_retryable" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the first attempt was not rate limited: {wf:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let key = external_idempotency_key(&WorkflowId(id.to_string()), "deliver", NAMESPACE);
+    let shown = host.attempts(id, "deliver").await[0]["request_identity"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('…')
+        .to_string();
+    assert!(
+        key.starts_with(&shown),
+        "{key} is not the key shown as {shown}"
+    );
+    let planted = reqwest::Client::new()
+        .post(format!("{}/v1/deliveries", host.sim_url))
+        .bearer_auth(SimConfig::DEFAULT_TOKEN)
+        .header("Idempotency-Key", &key)
+        .json(&json!({
+            "client_reference": key,
+            "recipient": "someone-else@example.com",
+            "document_digest": "sha256:00",
+            "document": "another request"
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(planted.status().as_u16(), 201);
+
+    host.advance_clock(600 * 1000 + 1000).await;
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}\n{timeline}");
+    assert_eq!(
+        deliver_step(&wf)["state"],
+        "waiting_for_review",
+        "{wf:#}\n{timeline}"
+    );
+    let attempts = host.attempts(id, "deliver").await;
+    assert_eq!(
+        field(&attempts, "trigger"),
+        ["initial", "retry"],
+        "{attempts:#?}"
+    );
+    assert_eq!(
+        field(&attempts, "outcome"),
+        ["rejected", "rejected"],
+        "{attempts:#?}"
+    );
+    one_identity(&attempts);
+    assert!(
+        timeline.contains("never retried under a new key"),
+        "{timeline}"
+    );
+    // Only the planted delivery exists: the host created nothing under any key.
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    assert_eq!(world[0]["recipient"], "someone-else@example.com");
+    nothing_runs_again(&host, id, 1).await;
+}
