@@ -39,8 +39,6 @@ struct Expect {
     timeline_any: &'static [&'static str],
     /// The receipt's evidence kind is one of these (empty: no receipt).
     evidence: &'static [&'static str],
-    /// Why this expectation may not hold on this branch yet; shown when it fails.
-    pending: Option<&'static str>,
 }
 
 /// The recoveries of DESIGN.md ("Attempt checkpoints") for each contract and checkpoint.
@@ -55,7 +53,6 @@ fn expected(contract: Contract, checkpoint: u8) -> Expect {
         timeline,
         timeline_any,
         evidence,
-        pending: None,
     };
     let review = |at_death, timeline| Expect {
         state: "needs_review",
@@ -65,7 +62,6 @@ fn expected(contract: Contract, checkpoint: u8) -> Expect {
         timeline,
         timeline_any: &[],
         evidence: &[],
-        pending: None,
     };
     match (checkpoint, contract) {
         // Before the request identity: nothing can have been sent; simply run it again.
@@ -110,23 +106,8 @@ fn expected(contract: Contract, checkpoint: u8) -> Expect {
                 "neither lookups nor idempotency",
             ],
         ),
-        // The result is stored: resume from it, or (until resuming exists) the query path.
-        (5, Idempotent | QueryOnly) => completed(
-            1,
-            &[],
-            &["verified by query", "resum"],
-            &["query", "response"],
-        ),
-        // EXPECTATION PENDING MERGE: a fire-and-forget attempt crashed after checkpoint 5 must
-        // be finished from its stored result ("resume"), so it completes. This holds once the
-        // store keeps the adapter result at checkpoint 5 (being added on main); before that
-        // the host cannot know the result and sends the step to review.
-        (5, FireAndForget) => Expect {
-            pending: Some(
-                "PENDING MERGE: resuming from the result stored at checkpoint 5 needs the store to keep the adapter result (being added on main)",
-            ),
-            ..completed(1, &[], &["resum"], &["response"])
-        },
+        // The result is stored: resume from it; nothing is sent or asked again.
+        (5, _) => completed(1, &["resuming from the stored result"], &[], &["response"]),
         // The receipt is committed: nothing to recover.
         (6, _) => completed(1, &[], &[], &["response"]),
         _ => unreachable!("checkpoints are 1 to 6"),
@@ -136,7 +117,6 @@ fn expected(contract: Contract, checkpoint: u8) -> Expect {
 /// One cell of the matrix, with everything a failure report needs.
 struct Case {
     name: String,
-    pending: Option<&'static str>,
     sim: RunningSim,
     /// The log of the process that crashed, kept for reports after the restart.
     crashed_log: Option<PathBuf>,
@@ -157,9 +137,8 @@ impl Case {
             .map(|p| tail(&std::fs::read_to_string(p).unwrap_or_default(), 25))
             .unwrap_or_default();
         format!(
-            "[{}] {problem}{}\n--- workflow: {wf:#}\n--- timeline:\n{}--- attempts of deliver: {attempts:#}\n--- provider record: {:#?}\n--- log of the crashed process (tail):\n{crashed}\n--- log of the restarted process (tail):\n{}\n",
+            "[{}] {problem}\n--- workflow: {wf:#}\n--- timeline:\n{}--- attempts of deliver: {attempts:#}\n--- provider record: {:#?}\n--- log of the crashed process (tail):\n{crashed}\n--- log of the restarted process (tail):\n{}\n",
             self.name,
-            self.pending.map(|p| format!(" ({p})")).unwrap_or_default(),
             host.timeline_text(id).await,
             self.sim.sim().world(),
             host.log_tail(40)
@@ -201,7 +180,6 @@ async fn run_case(contract: Contract, checkpoint: u8) {
     };
     let mut case = Case {
         name,
-        pending: expect.pending,
         sim,
         crashed_log: None,
     };
@@ -351,12 +329,15 @@ async fn run_case(contract: Contract, checkpoint: u8) {
         "attempts carry different request identities: {identities:?}"
     );
     if checkpoint == 5 {
-        // What the call returned was stored at checkpoint 5; recovery must not overwrite it.
+        // What the call returned was stored at checkpoint 5: recovery resumes that attempt to
+        // its receipt (checkpoint 6) and keeps its outcome; no second attempt.
         check!(
             case,
             &host,
             &id,
-            attempts[0]["outcome"] == "accepted" && attempts[0]["checkpoint"] == 5,
+            attempts.len() == 1
+                && attempts[0]["outcome"] == "accepted"
+                && attempts[0]["checkpoint"] == 6,
             "the crashed attempt lost its stored result: {:#}",
             attempts[0]
         );
@@ -451,14 +432,7 @@ async fn crash_matrix_query_only() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_matrix_fire_and_forget() {
-    run_matrix(Contract::FireAndForget, &[1, 2, 3, 4, 6]).await;
-}
-
-/// EXPECTATION PENDING MERGE (see `expected`): completes by resuming from the result stored
-/// at checkpoint 5. Fails on a host that cannot resume yet, which sends the step to review.
-#[tokio::test(flavor = "multi_thread")]
-async fn crash_matrix_fire_and_forget_at_checkpoint_5_resumes_from_the_stored_result() {
-    run_matrix(Contract::FireAndForget, &[5]).await;
+    run_matrix(Contract::FireAndForget, &[1, 2, 3, 4, 5, 6]).await;
 }
 
 /// A failpoint is a test control: without `--test-controls` the variable is ignored.
