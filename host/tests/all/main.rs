@@ -9,6 +9,7 @@ mod common;
 mod crash_matrix;
 mod host_e2e;
 mod host_process;
+mod operator_actions;
 mod recovery_scenarios;
 mod runtime_contracts;
 mod runtime_http_delivery;

@@ -233,6 +233,7 @@ impl Host {
                             request_identity: Some(identity),
                             observation: Some("done".into()),
                             outcome: Some(AttemptOutcome::Accepted),
+                            result: None,
                         },
                         transition: StepTransition::Succeeded(Box::new(NewReceipt {
                             receipt_id: ReceiptId::new(now),

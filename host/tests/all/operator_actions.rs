@@ -1,0 +1,353 @@
+//! Operator actions (`query`, `retry`, `resolve`, `escalate`) against a real `docket serve`
+//! and its provider simulator: each decided by the step's state and the adapter's contract,
+//! each idempotent under its key, each told on the timeline with author, evidence and reason.
+
+use crate::host_process::{Contract, HostOptions, HostProcess, document};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const ENDED: &[&str] = &["completed", "needs_review", "failed"];
+
+/// POSTs an action with an explicit key (and optionally a bearer token).
+async fn act(
+    host: &HostProcess,
+    id: &str,
+    action: &str,
+    key: &str,
+    body: Value,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/workflows/{id}/steps/deliver/{action}",
+            host.url
+        ))
+        .header("Idempotency-Key", key)
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+fn deliver(wf: &Value) -> Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "deliver"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no deliver step: {wf:#}"))
+}
+
+/// A fire-and-forget delivery whose response was lost: it waits for review.
+async fn stuck_fire_and_forget(host: &HostProcess, key: &str) -> String {
+    host.faults(json!({"lose_next": 1})).await;
+    let (status, created) = host
+        .submit(Contract::FireAndForget.workflow(), key, document(key))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
+    id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_with_evidence_completes_a_stuck_step_and_acts_once_per_key() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::FireAndForget.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    let id = stuck_fire_and_forget(&host, "resolve-1").await;
+    let delivery = host.world().await[0]["id"].as_str().unwrap().to_string();
+
+    // The contract allows neither a lookup nor a same-key retry: both are refused, and say why.
+    let (status, body) = act(&host, &id, "query", "q-1", json!({}), None).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert_eq!(body["error"]["code"], "invalid_transition");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not declare lookups")
+    );
+    let (status, body) = act(&host, &id, "retry", "r-1", json!({}), None).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert_eq!(body["error"]["code"], "invalid_transition");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not declare idempotency")
+    );
+
+    // No resolution without evidence and a reason.
+    let (status, body) = act(
+        &host,
+        &id,
+        "resolve",
+        "res-0",
+        json!({"outcome": "succeeded", "reason": "seen"}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body:#}");
+    assert_eq!(body["error"]["code"], "invalid_request");
+    assert_eq!(body["error"]["details"][0]["pointer"], "/evidence");
+
+    let resolution = json!({
+        "outcome": "succeeded",
+        "evidence": format!("provider dashboard lists {delivery} for this recipient"),
+        "reason": "the provider confirmed the delivery by phone",
+        "external_reference": delivery,
+    });
+    let (status, first) = act(&host, &id, "resolve", "res-1", resolution.clone(), None).await;
+    assert_eq!(status, 200, "{first:#}");
+    assert_eq!(first["state"], "succeeded", "{first:#}");
+    let receipt = &first["receipt"];
+    assert_eq!(receipt["evidence_kind"], "manual");
+    assert_eq!(receipt["author"], "local");
+    assert_eq!(
+        receipt["reason"],
+        "the provider confirmed the delivery by phone"
+    );
+    assert_eq!(receipt["external_reference"], delivery.as_str());
+    assert!(receipt["evidence"].as_str().unwrap().contains(&delivery));
+
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(10)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    assert!(
+        wf["milestones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| !m["reached_at"].is_null()),
+        "{wf:#}"
+    );
+
+    // The same key and body: the stored answer, and nothing acts twice.
+    let (status, again) = act(&host, &id, "resolve", "res-1", resolution.clone(), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(again, first);
+    let timeline = host.timeline_text(&id).await;
+    assert_eq!(
+        timeline.matches("resolved by local as succeeded").count(),
+        1,
+        "{timeline}"
+    );
+    assert!(timeline.contains("reconciled the step with manual evidence"));
+    // The same key with another body is a conflict; a new key finds the step settled.
+    let mut other = resolution.clone();
+    other["reason"] = json!("another reason");
+    let (status, body) = act(&host, &id, "resolve", "res-1", other, None).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert_eq!(body["error"]["code"], "key_conflict");
+    let (status, body) = act(&host, &id, "resolve", "res-2", resolution.clone(), None).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert_eq!(body["error"]["code"], "invalid_transition");
+    // A refusal is an answer too: repeating it returns it, even if things change.
+    let (status, again) = act(&host, &id, "resolve", "res-2", resolution, None).await;
+    assert_eq!((status, again), (409, body));
+
+    // One delivery at the provider, the one the receipt names; the evidence is on the timeline.
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    let (_, events) = host
+        .get(&format!("/v1/workflows/{id}/timeline?limit=500"))
+        .await;
+    let conclusion = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "conclusion" && e["data"]["action"] == "resolve")
+        .cloned()
+        .expect("a resolve conclusion");
+    assert_eq!(conclusion["data"]["author"], "local");
+    assert_eq!(conclusion["data"]["outcome"], "succeeded");
+    assert!(conclusion["data"]["evidence"].is_string());
+    assert!(conclusion["data"]["reason"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_action_verifies_a_delivery_that_became_visible_late() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::QueryOnly.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    // The answer is lost and lookups see the delivery only after 6 s of real time: longer than
+    // the adapter's 5 s window of host time, which the test moves past quickly.
+    host.faults(json!({"lose_next": 1, "visibility_delay_ms": 6000}))
+        .await;
+    let submitted = Instant::now();
+    let (_, created) = host
+        .submit(Contract::QueryOnly.workflow(), "late-q", document("late"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = loop {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        if wf["state"] != "running" {
+            break wf;
+        }
+        assert!(submitted.elapsed() < Duration::from_secs(5), "{wf:#}");
+        if deliver(&wf)["state"] != "running" {
+            host.advance_clock(2_000).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
+    let before = host.attempts(&id, "deliver").await.len();
+
+    // Retry is refused (the adapter does not deduplicate); escalation only marks the step.
+    let (status, body) = act(&host, &id, "retry", "r-1", json!({}), None).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("invalid_transition"))
+    );
+    let (status, body) = act(
+        &host,
+        &id,
+        "escalate",
+        "e-1",
+        json!({"note": "ask the provider's support desk"}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["state"], "outcome_unknown");
+    assert_eq!(body["escalated"]["note"], "ask the provider's support desk");
+    assert_eq!(body["escalated"]["by"], "local");
+
+    // Once the provider shows the delivery, the operator's query finds it.
+    tokio::time::sleep(Duration::from_millis(6_500).saturating_sub(submitted.elapsed())).await;
+    let (status, step) = act(&host, &id, "query", "q-1", json!({}), None).await;
+    assert_eq!(status, 200, "{step:#}");
+    assert_eq!(step["state"], "succeeded", "{step:#}");
+    assert_eq!(step["receipt"]["evidence_kind"], "query");
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    assert_eq!(step["receipt"]["external_reference"], world[0]["id"]);
+    let attempts = host.attempts(&id, "deliver").await;
+    assert_eq!(attempts.len(), before + 1, "{attempts:#?}");
+    assert_eq!(attempts[before]["trigger"], "recovery_query");
+    assert_eq!(attempts[before]["outcome"], "lookup_found");
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(10)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    // Pressing again acts once: same answer, no new attempt.
+    let (status, again) = act(&host, &id, "query", "q-1", json!({}), None).await;
+    assert_eq!((status, &again), (200, &step));
+    assert_eq!(host.attempts(&id, "deliver").await.len(), before + 1);
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("Operator local asked for a query"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("Escalated by local"), "{timeline}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn actions_need_an_operator_and_abandon_ends_the_step() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::FireAndForget.definition()],
+        config: r#"
+[[tokens]]
+token = "client-a"
+subject = "team-a"
+role = "client"
+[[tokens]]
+token = "client-b"
+subject = "team-b"
+role = "client"
+[[tokens]]
+token = "ops"
+subject = "alice"
+role = "operator"
+"#
+        .into(),
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"lose_next": 1})).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/intents", host.url))
+        .bearer_auth("client-a")
+        .header("Idempotency-Key", "abandon-1")
+        .json(&json!({"workflow": Contract::FireAndForget.workflow(), "input": document("x")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    loop {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v1/workflows/{id}", host.url))
+            .bearer_auth("ops")
+            .send()
+            .await
+            .unwrap();
+        let wf: Value = r.json().await.unwrap();
+        if wf["state"] == "needs_review" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{wf:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let abandon = json!({"outcome": "abandon", "evidence": "no trace at the provider",
+                         "reason": "the customer withdrew the request"});
+    // The owner is a client: forbidden. Another client cannot even see it.
+    let (status, body) = act(
+        &host,
+        &id,
+        "resolve",
+        "a-1",
+        abandon.clone(),
+        Some("client-a"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("forbidden"))
+    );
+    let (status, body) = act(
+        &host,
+        &id,
+        "resolve",
+        "a-1",
+        abandon.clone(),
+        Some("client-b"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (404, json!("not_found"))
+    );
+    let (status, body) = act(&host, &id, "resolve", "a-1", abandon.clone(), Some("ops")).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["state"], "failed_terminal");
+    assert!(body["receipt"].is_null());
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/workflows/{id}", host.url))
+        .bearer_auth("ops")
+        .send()
+        .await
+        .unwrap();
+    let wf: Value = r.json().await.unwrap();
+    assert_eq!(wf["state"], "failed", "{wf:#}");
+    // No key: refused before anything happens.
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/workflows/{id}/steps/deliver/escalate",
+            host.url
+        ))
+        .bearer_auth("ops")
+        .json(&json!({"note": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}
