@@ -3,12 +3,7 @@
 //! The store keeps milliseconds since the Unix epoch; only the API turns them into text.
 
 use crate::intent::Millis;
-use std::time::{Duration, UNIX_EPOCH};
-
-/// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(ms: Millis) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
+pub use crate::intent::rfc3339;
 
 /// [`rfc3339`] of an optional time.
 pub fn rfc3339_opt(ms: Option<Millis>) -> Option<String> {

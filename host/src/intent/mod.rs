@@ -100,3 +100,9 @@ pub struct Receipt {
     pub reason: Option<String>,
     pub evidence: Option<String>,
 }
+
+/// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds, as times are shown.
+pub fn rfc3339(ms: Millis) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}

@@ -179,26 +179,13 @@ where
         if step.kind == StepKind::Adapter {
             self.failpoint(1);
         }
-        let now = self.clock.now_ms();
-        let budget = &deployed.def.budget;
-        if now > claimed.deadline_at {
-            return Some(
-                self.budget_exceeded(claimed, "the workflow's deadline has passed".into()),
-            );
-        }
-        if claimed.attempts_used > budget.max_attempts {
-            return Some(self.budget_exceeded(
-                claimed,
-                format!(
-                    "the workflow's budget of {} attempts is used up",
-                    budget.max_attempts
-                ),
-            ));
-        }
-        if claimed.runtime_used_ms > budget.max_runtime.as_millis() as u64 {
-            return Some(
-                self.budget_exceeded(claimed, "the workflow's runtime budget is used up".into()),
-            );
+        // A recovery query only gathers evidence about an effect that may already have
+        // happened: the budgets bound new effects and must never leave an outcome unasked
+        // (the visibility window bounds how often a query runs).
+        if claimed.trigger != Trigger::RecoveryQuery
+            && let Some(why) = over_budget(claimed, &deployed.def.budget, self.clock.now_ms())
+        {
+            return Some(self.budget_exceeded(claimed, why));
         }
         // Map the input from the workflow input and committed receipts.
         let context = match self.store.step_context(&fence.workflow_id).await {
@@ -247,7 +234,13 @@ where
         match step.kind {
             StepKind::Handler => Some(self.run_handler(claimed, step, &component, &input).await),
             StepKind::Adapter => self
-                .run_adapter(claimed, step, &component, &input, budget.max_external_calls)
+                .run_adapter(
+                    claimed,
+                    step,
+                    &component,
+                    &input,
+                    deployed.def.budget.max_external_calls,
+                )
                 .await
                 .map(|ending| Ending {
                     adapter: true,
@@ -846,7 +839,10 @@ where
                     EventKind::Action,
                     id,
                     att,
-                    "Outcome unknown: retry with the same idempotency key (the provider deduplicates it)",
+                    format!(
+                        "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
+                        remembered_until(contract, since)
+                    ),
                 ),
             ),
             Verdict::Review { reason } => (
@@ -866,6 +862,23 @@ where
     }
 }
 
+/// Why a new attempt would exceed the workflow's deadline or budget, if it would.
+fn over_budget(claimed: &Claimed, budget: &crate::workflow::Budget, now: Millis) -> Option<String> {
+    if now > claimed.deadline_at {
+        return Some("the workflow's deadline has passed".into());
+    }
+    if claimed.attempts_used > budget.max_attempts {
+        return Some(format!(
+            "the workflow's budget of {} attempts is used up",
+            budget.max_attempts
+        ));
+    }
+    if claimed.runtime_used_ms > budget.max_runtime.as_millis() as u64 {
+        return Some("the workflow's runtime budget is used up".into());
+    }
+    None
+}
+
 /// The attempt outcome of a call that ended without a plugin value.
 fn failure_outcome(f: &CallFailure) -> AttemptOutcome {
     match f {
@@ -875,6 +888,13 @@ fn failure_outcome(f: &CallFailure) -> AttemptOutcome {
             AttemptOutcome::Interrupted
         }
     }
+}
+
+/// " until …": when the provider forgets the key (the retention deadline), for the timeline.
+pub(crate) fn remembered_until(contract: &Contract, since: Millis) -> String {
+    crate::scheduler::recovery::retention_deadline(contract, since)
+        .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
+        .unwrap_or_default()
 }
 
 /// The first characters of a key: enough to recognise, not to reuse.

@@ -392,7 +392,8 @@ where
                     step,
                     att,
                     format!(
-                        "{expired_text}; the request may have been sent: retry with the same idempotency key"
+                        "{expired_text}; the request may have been sent: retry with the same idempotency key{}",
+                        execute::remembered_until(&contract, since)
                     ),
                 ),
                 AttemptOutcome::Interrupted,

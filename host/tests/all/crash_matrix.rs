@@ -459,3 +459,61 @@ async fn a_failpoint_without_test_controls_is_ignored() {
         host.log_tail(20)
     );
 }
+
+/// An idempotent step whose host died after recording the request identity, restarted only
+/// after the provider's key retention ended: a same-key retry could now duplicate the effect,
+/// so after an empty lookup the step waits for review with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_the_retention_deadline_an_unknown_outcome_goes_to_review() {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    let options = |dir, failpoint: Option<&str>| HostOptions {
+        config: format!("[limits]\nlease = \"{LEASE_MS}ms\"\n"),
+        workflows: vec![Contract::Idempotent.definition()],
+        env: failpoint
+            .map(|f| vec![("DOCKET_FAILPOINT".to_string(), f.to_string())])
+            .unwrap_or_default(),
+        dir,
+        provider: Some(provider.clone()),
+        without_test_controls: false,
+    };
+    let mut host = HostProcess::start(options(None, Some("checkpoint-3"))).await;
+    let (_, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "retention-1",
+            document("Too late"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    assert!(host.wait_exit(Duration::from_secs(60)).await.is_some());
+    let host = HostProcess::start(options(Some(host.kill()), None)).await;
+    // Two days later: past the adapter's 24 h retention.
+    host.advance_clock(2 * 24 * 3600 * 1000).await;
+    let wf = host
+        .wait_for(
+            &id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(&id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}\n{timeline}");
+    assert!(
+        timeline.contains("no longer remembers the key"),
+        "{timeline}"
+    );
+    assert!(!timeline.contains("retry with the same"), "{timeline}");
+    let attempts = host.attempts(&id, "deliver").await;
+    let triggers: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["trigger"].as_str().unwrap())
+        .collect();
+    assert_eq!(triggers, ["initial", "recovery_query"], "{attempts:#?}");
+    assert_eq!(sim.sim().world().len(), 0);
+}
