@@ -450,6 +450,45 @@ where
         Ending::settled(2, facts, outcome, transition, note, log, events)
     }
 
+    /// Records a result that arrived after the attempt's lease was lost.
+    async fn record_late(&self, claimed: &Claimed, facts: AttemptFacts, events: Vec<NewEvent>) {
+        let step = claimed.fence.step.as_str();
+        let mut told: Vec<NewEvent> = events
+            .into_iter()
+            .map(|e| {
+                let text = format!(
+                    "Late result of attempt {} (its lease had expired; recovery owns the step): {}",
+                    claimed.attempt_number, e.text
+                );
+                NewEvent::step(
+                    EventKind::Observation,
+                    step,
+                    Some(&claimed.attempt_id),
+                    text,
+                )
+                .with_data(e.data)
+            })
+            .collect();
+        if told.is_empty() {
+            told.push(NewEvent::step(
+                EventKind::Observation,
+                step,
+                Some(&claimed.attempt_id),
+                format!("Late result of attempt {}", claimed.attempt_number),
+            ));
+        }
+        let late = crate::store::LateEvidence {
+            workflow_id: claimed.fence.workflow_id.clone(),
+            attempt_id: claimed.attempt_id.clone(),
+            facts,
+            events: told,
+            now: self.clock.now_ms(),
+        };
+        if let Err(e) = self.store.late_evidence(late).await {
+            tracing::error!(workflow = %claimed.fence.workflow_id, step, "recording a late result failed: {e}");
+        }
+    }
+
     /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
     async fn checkpoint(
         &self,
@@ -468,10 +507,18 @@ where
             events,
             now: self.clock.now_ms(),
         };
+        let late = (n == 5).then(|| (request.facts.clone(), request.events.clone()));
         match self.store.checkpoint(request).await {
             Ok(()) => {
                 self.failpoint(n);
                 Some(())
+            }
+            Err(StoreError::LeaseLost { .. }) if late.is_some() => {
+                // The call returned after recovery took the step over: what it returned is
+                // still evidence, kept on the attempt and told on the timeline.
+                let (facts, events) = late.expect("checked");
+                self.record_late(claimed, facts, events).await;
+                None
             }
             Err(e) => {
                 tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "checkpoint {n} not recorded: {e}");

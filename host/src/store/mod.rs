@@ -148,6 +148,11 @@ pub trait ExecutorStore: Send + Sync {
         &self,
         request: FinishRequest,
     ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
+    /// Adds what an attempt learned after losing its lease (a late result) to its evidence:
+    /// fills only what the attempt has not recorded and appends the events; the step is
+    /// untouched, so a late observation never reverses what recovery concluded meanwhile.
+    fn late_evidence(&self, evidence: LateEvidence)
+    -> impl Future<Output = StoreResult<()>> + Send;
     /// Everything needed to run a claimed step: the workflow input and prior receipts.
     fn step_context(
         &self,

@@ -246,6 +246,17 @@ pub struct CheckpointRequest {
     pub now: Millis,
 }
 
+/// What an attempt learned after its lease was lost: added to its evidence, never
+/// rewriting what was recorded, never moving the step.
+#[derive(Debug, Clone)]
+pub struct LateEvidence {
+    pub workflow_id: WorkflowId,
+    pub attempt_id: AttemptId,
+    pub facts: AttemptFacts,
+    pub events: Vec<NewEvent>,
+    pub now: Millis,
+}
+
 /// The step's state after an attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -306,3 +306,70 @@ async fn a_key_reused_with_another_request_goes_to_review_and_never_to_a_new_key
     assert_eq!(world[0]["recipient"], "someone-else@example.com");
     nothing_runs_again(&host, id, 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_that_arrives_after_recovery_took_over_is_kept_as_evidence_and_changes_nothing() {
+    let host = host_with(Contract::Idempotent).await;
+    // The provider commits at once but answers only after 2.5 s.
+    host.faults(json!({"slow_next": 1, "slow_ms": 2500})).await;
+    let (_, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "late-answer-1",
+            document("Slow answer"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    // Wait until the call is under way (checkpoint 3), then let the lease run out in host
+    // time: recovery takes the step over while the call still waits for its answer.
+    let start = Instant::now();
+    loop {
+        let attempts = host.attempts(&id, "deliver").await;
+        if attempts.first().is_some_and(|a| a["checkpoint"] == 3) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{attempts:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.advance_clock(31_000).await;
+    let wf = host
+        .wait_for(
+            &id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let receipt = deliver_step(&wf)["receipt"].clone();
+    assert_eq!(receipt["evidence_kind"], "query", "{receipt:#}");
+    // The late answer arrives and is added to the first attempt's evidence.
+    let start = Instant::now();
+    let timeline = loop {
+        let timeline = host.timeline_text(&id).await;
+        if timeline.contains("Late result of attempt 1") {
+            break timeline;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{timeline}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(timeline.contains("accepted the request"), "{timeline}");
+    let attempts = host.attempts(&id, "deliver").await;
+    assert_eq!(
+        field(&attempts, "trigger"),
+        ["initial", "recovery_query"],
+        "{attempts:#?}"
+    );
+    // What recovery recorded stays: the late answer neither rewrites the first attempt's
+    // observation nor touches the step or its receipt.
+    assert!(
+        attempts[0]["observation"]
+            .as_str()
+            .unwrap()
+            .contains("expired at checkpoint 3"),
+        "{attempts:#?}"
+    );
+    let (_, after) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(deliver_step(&after)["receipt"], receipt);
+    assert_eq!(after["state"], "completed");
+    assert_eq!(host.world().await.len(), 1);
+}

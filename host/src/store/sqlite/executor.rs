@@ -8,8 +8,8 @@ use crate::intent::{
 };
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
-    FinishOutcome, FinishRequest, RenewRequest, StepContext, StepTransition, StoreError,
-    StoreResult,
+    FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
+    StoreError, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::Row;
@@ -462,6 +462,33 @@ impl ExecutorStore for SqliteStore {
 
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
         self.writer.write(move |conn| finish_tx(conn, req)).await
+    }
+
+    async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                let result = late
+                    .facts
+                    .result
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()
+                    .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))?;
+                conn.prepare_cached(
+                    "UPDATE attempts SET observation = COALESCE(observation, ?1),
+                         outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE(?2, outcome) ELSE outcome END,
+                         result = COALESCE(result, ?3)
+                     WHERE attempt_id = ?4",
+                )?
+                .execute(params![
+                    late.facts.observation.as_deref(),
+                    late.facts.outcome.map(AttemptOutcome::as_str),
+                    result,
+                    late.attempt_id.as_str(),
+                ])?;
+                append_events(conn, &late.workflow_id, late.now, &late.events)
+            })
+            .await
     }
 
     async fn step_context(&self, id: &WorkflowId) -> StoreResult<StepContext> {
