@@ -192,18 +192,30 @@ where
     /// decides — query, same-key retry, or review. Returns how many steps were recovered.
     pub async fn recovery_tick(&self, now: Millis) -> Result<usize, StoreError> {
         let expired = self.store.expired_leases(now, 256).await?;
-        let mut recovered = 0;
+        // Decide every lease first, then write them all at once so they share commits.
+        let mut writes = tokio::task::JoinSet::new();
         for lease in expired {
             let request = match &lease.result {
                 Some(result) if lease.checkpoint >= 5 => Self::resume(&lease, result.clone(), now),
                 _ => self.recover(&lease, now).await,
             };
-            match self.store.finish(request).await {
+            let store = self.store.clone();
+            writes.spawn(async move { store.finish(request).await });
+        }
+        let mut recovered = 0;
+        let mut failure = None;
+        while let Some(done) = writes.join_next().await {
+            match done
+                .map_err(|e| StoreError::Backend(format!("a recovery write panicked: {e}")))?
+            {
                 Ok(_) => recovered += 1,
                 // Renewed or finished meanwhile: nothing to recover.
                 Err(StoreError::LeaseLost { .. }) => {}
-                Err(e) => return Err(e),
+                Err(e) => failure = Some(e),
             }
+        }
+        if let Some(e) = failure {
+            return Err(e);
         }
         if recovered > 0 {
             self.wake.notify_one();
