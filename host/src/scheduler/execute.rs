@@ -188,13 +188,7 @@ where
             return Some(self.budget_exceeded(claimed, why));
         }
         // Map the input from the workflow input and committed receipts.
-        let context = match self.store.step_context(&fence.workflow_id).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!("reading the step's context failed: {e}");
-                return None;
-            }
-        };
+        let context = &claimed.context;
         let mapped = step.input.resolve(&context.input, |id| {
             context
                 .receipts

@@ -130,7 +130,8 @@ pub trait ReadStore: Send + Sync {
 /// The scheduler's operations. Every write but `claim` is fenced by the lease token.
 pub trait ExecutorStore: Send + Sync {
     /// Claims up to `limit` steps that are ready at `now`: each gets a lease and a new
-    /// attempt (checkpoint 1), in one commit.
+    /// attempt (checkpoint 1), in one commit, and comes with what it needs to run (the
+    /// workflow input and the receipts so far).
     fn claim(
         &self,
         request: ClaimRequest,
@@ -153,11 +154,6 @@ pub trait ExecutorStore: Send + Sync {
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.
     fn late_evidence(&self, evidence: LateEvidence)
     -> impl Future<Output = StoreResult<()>> + Send;
-    /// Everything needed to run a claimed step: the workflow input and prior receipts.
-    fn step_context(
-        &self,
-        id: &WorkflowId,
-    ) -> impl Future<Output = StoreResult<StepContext>> + Send;
     /// Steps whose lease expired before `now` (owner crashed or lost contact).
     fn expired_leases(
         &self,

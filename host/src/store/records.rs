@@ -198,6 +198,8 @@ pub struct Claimed {
     pub runtime_used_ms: u64,
     /// When the step's effect first became uncertain, if it did.
     pub uncertain_since: Option<Millis>,
+    /// The workflow input and the receipts so far, read in the claim's transaction.
+    pub context: StepContext,
 }
 
 /// A lease renewal.
@@ -319,7 +321,7 @@ pub struct FinishOutcome {
 }
 
 /// Inputs of a claimed step's mapping.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepContext {
     /// The workflow input (canonical JSON).
     pub input: serde_json::Value,

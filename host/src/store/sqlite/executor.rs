@@ -1,6 +1,6 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
-use super::read::{parse, receipts_on, workflow_on};
+use super::read::parse;
 use super::{SqliteStore, append_events};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId,
@@ -208,6 +208,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                 external_calls_used: 0,
                 runtime_used_ms: 0,
                 uncertain_since: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+                context: StepContext::default(),
             });
         }
     }
@@ -219,7 +220,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
          WHERE workflow_id = ?1
          RETURNING workflow, definition_version, deadline_at, attempts_used,
-                   external_calls_used, runtime_used_ms, next_seq - 1",
+                   external_calls_used, runtime_used_ms, next_seq - 1, input",
     )?;
     let mut attempt = conn.prepare_cached(
         "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
@@ -230,7 +231,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
          VALUES (?, ?, ?, 'action', ?, ?, ?, 'null')",
     )?;
     for c in &mut claimed {
-        let (wf, seq) = budget.query_row([c.fence.workflow_id.as_str()], |r| {
+        let (wf, seq, input) = budget.query_row([c.fence.workflow_id.as_str()], |r| {
             Ok((
                 ClaimedWorkflow {
                     workflow: r.get(0)?,
@@ -241,6 +242,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                     runtime_used_ms: r.get::<_, i64>(5)? as u64,
                 },
                 r.get::<_, i64>(6)?,
+                r.get::<_, String>(7)?,
             ))
         })?;
         c.workflow = wf.workflow;
@@ -249,6 +251,11 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         c.attempts_used = wf.attempts_used;
         c.external_calls_used = wf.external_calls_used;
         c.runtime_used_ms = wf.runtime_used_ms;
+        c.context = StepContext {
+            input: serde_json::from_str(&input)
+                .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?,
+            receipts: super::read::receipts_tx(conn, &c.fence.workflow_id)?,
+        };
         attempt.execute(params![
             c.attempt_id.as_str(),
             c.fence.workflow_id.as_str(),
@@ -489,19 +496,6 @@ impl ExecutorStore for SqliteStore {
                 append_events(conn, &late.workflow_id, late.now, &late.events)
             })
             .await
-    }
-
-    async fn step_context(&self, id: &WorkflowId) -> StoreResult<StepContext> {
-        let mut conn = self.read.acquire().await?;
-        let wf = workflow_on(&mut conn, id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-        let input = serde_json::from_str(&wf.input)
-            .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
-        Ok(StepContext {
-            input,
-            receipts: receipts_on(&mut conn, id).await?,
-        })
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {

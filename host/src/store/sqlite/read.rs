@@ -164,6 +164,43 @@ fn attempt_from_row(r: &SqliteRow) -> StoreResult<AttemptRecord> {
     })
 }
 
+/// A workflow's receipts, read inside a write transaction.
+pub(crate) fn receipts_tx(
+    conn: &rusqlite::Connection,
+    id: &WorkflowId,
+) -> StoreResult<Vec<Receipt>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT receipt_id, workflow_id, step, attempt_id, evidence_kind, component,
+                component_version, component_digest, input_digest, external_reference, output,
+                recorded_at, author, reason, evidence
+         FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id",
+    )?;
+    let mut rows = stmt.query([id.as_str()])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let kind: String = r.get(4)?;
+        let output: String = r.get(10)?;
+        out.push(Receipt {
+            receipt_id: ReceiptId(r.get(0)?),
+            workflow_id: WorkflowId(r.get(1)?),
+            step: r.get(2)?,
+            attempt_id: r.get::<_, Option<String>>(3)?.map(AttemptId),
+            evidence_kind: parse::<EvidenceKind>(&kind)?,
+            component: r.get(5)?,
+            component_version: r.get(6)?,
+            component_digest: r.get(7)?,
+            input_digest: r.get(8)?,
+            external_reference: r.get(9)?,
+            output: json(&output)?,
+            recorded_at: r.get::<_, i64>(11)? as u64,
+            author: r.get(12)?,
+            reason: r.get(13)?,
+            evidence: r.get(14)?,
+        });
+    }
+    Ok(out)
+}
+
 pub(crate) async fn receipts_on(
     conn: &mut SqliteConnection,
     id: &WorkflowId,

@@ -3,9 +3,15 @@
 //! SQLite allows one writer at a time, and every commit costs an fsync. All writes go
 //! through one thread that owns the write connection: it takes the first queued job, then
 //! every job that queued up behind it (up to a bound), and runs them in one `BEGIN
-//! IMMEDIATE` transaction, each inside its own savepoint so one job's failure (a lost lease,
-//! say) rolls back only that job. Nobody hears "done" before the commit: results are sent
-//! only after `COMMIT` returns, and if the commit fails every job in the batch fails.
+//! IMMEDIATE` transaction. Nobody hears "done" before the commit: results are sent only
+//! after `COMMIT` returns, and if the commit fails every job in the batch fails.
+//!
+//! Jobs check before they write (a fence, a key), so an expected refusal — a lost lease,
+//! say — leaves nothing behind and the batch goes on. A job that fails after writing
+//! (an I/O error, a bug) would leave half its writes in the transaction, so the whole batch
+//! is rolled back and every job in it fails with a backend error: nothing was acknowledged,
+//! and callers retry. That rule spares a savepoint per job, whose page copies cost more
+//! than the job itself.
 //!
 //! The writer is the one serial resource of the embedded store, so it runs its statements
 //! on its own thread against a plain SQLite handle with cached prepared statements (a few
@@ -146,11 +152,12 @@ fn run_writer(conn: Connection, mut rx: mpsc::UnboundedReceiver<Box<dyn Job>>) {
 fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<()> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     for job in batch.iter_mut() {
-        conn.prepare_cached("SAVEPOINT job")?.execute([])?;
-        if !job.run(conn) {
-            conn.prepare_cached("ROLLBACK TO job")?.execute([])?;
+        let before = conn.total_changes();
+        if !job.run(conn) && conn.total_changes() != before {
+            return Err(StoreError::Backend(
+                "a write failed part-way, so its whole transaction was rolled back; retry".into(),
+            ));
         }
-        conn.prepare_cached("RELEASE job")?.execute([])?;
     }
     // With synchronous=FULL this commit is fsynced before it returns.
     conn.prepare_cached("COMMIT")?.execute([])?;
