@@ -1,5 +1,6 @@
 //! Admission over HTTP: intents per second and latency percentiles with 64 concurrent
-//! loopback clients against a real `docket serve` process (release build, SQLite with
+//! loopback clients (a minimal keep-alive HTTP/1.1 client on one thread, so the load
+//! generator is not the bottleneck) against a real `docket serve` process (release build, SQLite with
 //! fsync, step execution paused so only admission is measured), then the latency of
 //! replaying a known key.
 //!
@@ -13,6 +14,18 @@ const CLIENTS: usize = 64;
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3
+}
+
+/// CPU time (user + system) the process `pid` has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // Linux reports in clock ticks of 1/100 s.
+    Duration::from_millis(ticks * 10)
 }
 
 fn main() {
@@ -40,40 +53,38 @@ fn main() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let server = child.id();
     let stdout = child.stdout.take().unwrap();
     let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
     assert!(line.starts_with("docket listening on"), "{line}");
-    let url = format!("http://127.0.0.1:{port}/v1/intents");
+    let addr = format!("127.0.0.1:{port}");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // One thread for the load generator: the host gets the rest of the machine.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(CLIENTS).build().unwrap();
-        let body = |i: usize| {
-            serde_json::json!({"workflow": "document-delivery",
-                "input": {"title": format!("Doc {i}"), "recipient": "a@example.com", "body": "x"}})
-        };
         // Warm up connections and caches.
+        let mut warm = Conn::open(&addr).await;
         for i in 0..CLIENTS {
-            let r = client.post(&url).header("Idempotency-Key", format!("warm-{i}")).json(&body(i)).send().await.unwrap();
-            assert_eq!(r.status(), 201);
+            assert_eq!(warm.submit(&format!("warm-{i}"), i).await, 201);
         }
         let per = total / CLIENTS;
+        let mut conns = Vec::with_capacity(CLIENTS);
+        for _ in 0..CLIENTS {
+            conns.push(Conn::open(&addr).await);
+        }
+        let server_cpu = cpu_time(server);
         let start = Instant::now();
         let mut set = tokio::task::JoinSet::new();
-        for c in 0..CLIENTS {
-            let client = client.clone();
-            let url = url.clone();
+        for (c, mut conn) in conns.into_iter().enumerate() {
             set.spawn(async move {
                 let mut lat = Vec::with_capacity(per);
                 for k in 0..per {
                     let i = c * per + k;
                     let t = Instant::now();
-                    let r = client.post(&url).header("Idempotency-Key", format!("k-{i}")).json(&body(i)).send().await.unwrap();
-                    assert_eq!(r.status(), 201);
-                    let _ = r.bytes().await;
+                    assert_eq!(conn.submit(&format!("k-{i}"), i).await, 201);
                     lat.push(t.elapsed());
                 }
                 lat
@@ -84,18 +95,22 @@ fn main() {
             all.extend(l.unwrap());
         }
         let elapsed = start.elapsed();
+        let server_cpu = cpu_time(server) - server_cpu;
         all.sort();
         println!("admission over HTTP: {} intents, {CLIENTS} concurrent loopback clients, SQLite fsync on", all.len());
         println!("  throughput  {:>8.0} intents/s", all.len() as f64 / elapsed.as_secs_f64());
         println!("  latency     p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms", pct(&all, 0.5), pct(&all, 0.9), pct(&all, 0.99));
+        println!(
+            "  host CPU    {:.0} µs per intent ({:.2} of the 2 cores while measuring)",
+            server_cpu.as_secs_f64() * 1e6 / all.len() as f64,
+            server_cpu.as_secs_f64() / elapsed.as_secs_f64()
+        );
 
         // Replays of a known key (one client, sequential).
         let mut replay = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();
-            let r = client.post(&url).header("Idempotency-Key", "k-0").json(&body(0)).send().await.unwrap();
-            assert_eq!(r.status(), 200);
-            let _ = r.bytes().await;
+            assert_eq!(warm.submit("k-0", 0).await, 200);
             replay.push(t.elapsed());
         }
         replay.sort();
@@ -103,4 +118,58 @@ fn main() {
     });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A minimal keep-alive HTTP/1.1 client: writes a prepared request and reads the status and
+/// the `Content-Length` body, so that generating load costs the host's machine little.
+struct Conn {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Self {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Self {
+            stream,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Submits intent `i` under `key`; returns the status.
+    async fn submit(&mut self, key: &str, i: usize) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = format!(
+            r#"{{"workflow":"document-delivery","input":{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}}}"#
+        );
+        let request = format!(
+            "POST /v1/intents HTTP/1.1\r\nHost: bench\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.stream.write_all(request.as_bytes()).await.unwrap();
+        self.buf.clear();
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the host closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = std::str::from_utf8(&self.buf[..end]).unwrap();
+            let status: u16 = head[9..12].parse().unwrap();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if self.buf.len() >= end + 4 + length {
+                return status;
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@ use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, WorkflowState, ca
 use docket::runtime::{Runtime, RuntimeConfig};
 use docket::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
 use docket::store::sqlite::SqliteStore;
-use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep, ReadStore};
+use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep, NewWorkflow, ReadStore};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,22 +151,24 @@ async fn admit(b: &Bench, key: &str) -> WorkflowId {
         .collect();
     b.store
         .admit(AdmitRequest {
-            workflow_id: id.clone(),
             scope: KeyScope {
                 subject: Subject("bench".into()),
                 workflow: "four-handlers".into(),
                 key: key.into(),
             },
-            definition_version: 1,
             input,
-            steps,
             now: b.clock.now_ms(),
-            deadline_at: b.clock.now_ms() + 3_600_000,
-            key_retention_ms: 1000,
-            events: vec![NewEvent::workflow(
-                EventKind::Observation,
-                "Request recorded",
-            )],
+            create: Some(NewWorkflow {
+                workflow_id: id.clone(),
+                definition_version: 1,
+                steps,
+                deadline_at: b.clock.now_ms() + 3_600_000,
+                key_retention_ms: 1000,
+                events: vec![NewEvent::workflow(
+                    EventKind::Observation,
+                    "Request recorded",
+                )],
+            }),
         })
         .await
         .unwrap();

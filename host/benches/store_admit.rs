@@ -5,39 +5,41 @@
 
 use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, canonicalize};
 use docket::store::sqlite::SqliteStore;
-use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep};
+use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep, NewWorkflow};
 use std::time::Instant;
 
 fn request(key: usize) -> AdmitRequest {
     let now = 1_700_000_000_000 + key as u64;
     AdmitRequest {
-        workflow_id: WorkflowId::new(now),
         scope: KeyScope {
             subject: Subject("bench".into()),
             workflow: "w".into(),
             key: format!("k-{key}"),
         },
-        definition_version: 1,
         input: canonicalize(&serde_json::json!({"n": key})).unwrap(),
-        steps: ["a", "b", "c", "d"]
-            .iter()
-            .enumerate()
-            .map(|(i, s)| NewStep {
-                id: s.to_string(),
-                depends_on: if i == 0 {
-                    vec![]
-                } else {
-                    vec![["a", "b", "c"][i - 1].to_string()]
-                },
-            })
-            .collect(),
         now,
-        deadline_at: now + 3_600_000,
-        key_retention_ms: 1000,
-        events: vec![
-            NewEvent::workflow(EventKind::Observation, "Request recorded"),
-            NewEvent::workflow(EventKind::Action, "Scheduled a"),
-        ],
+        create: Some(NewWorkflow {
+            workflow_id: WorkflowId::new(now),
+            definition_version: 1,
+            steps: ["a", "b", "c", "d"]
+                .iter()
+                .enumerate()
+                .map(|(i, s)| NewStep {
+                    id: s.to_string(),
+                    depends_on: if i == 0 {
+                        vec![]
+                    } else {
+                        vec![["a", "b", "c"][i - 1].to_string()]
+                    },
+                })
+                .collect(),
+            deadline_at: now + 3_600_000,
+            key_retention_ms: 1000,
+            events: vec![
+                NewEvent::workflow(EventKind::Observation, "Request recorded"),
+                NewEvent::workflow(EventKind::Action, "Scheduled a"),
+            ],
+        }),
     }
 }
 

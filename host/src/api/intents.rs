@@ -10,8 +10,8 @@ use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::projection::IntentView;
 use super::{ApiStore, Ctx};
 use crate::clock::Clock;
-use crate::intent::{CanonicalInput, EventKind, NewEvent, WorkflowId, canonicalize};
-use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewStep, WorkflowRecord};
+use crate::intent::{CanonicalInput, EventKind, Millis, NewEvent, WorkflowId, canonicalize};
+use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewStep, NewWorkflow, WorkflowRecord};
 use crate::workflow::WorkflowDef;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -356,6 +356,7 @@ pub(super) async fn submit<S: ApiStore>(
         key,
     };
     let now = ctx.clock.now_ms();
+    // A known key answers from a read, without queueing behind the writer.
     if let Some(known) = ctx.store.lookup_key(&scope, now).await? {
         if known.input_digest != canonical.digest {
             return Err(conflict(&scope, &known.workflow_id));
@@ -372,20 +373,51 @@ pub(super) async fn submit<S: ApiStore>(
             })?;
         return intent_response(StatusCode::OK, &record, true);
     }
+    // The key is free: check the definition and the input, then look the key up again and
+    // create the intent in one transaction (a concurrent submission may have won meanwhile).
+    let new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
+    let request = AdmitRequest {
+        scope: scope.clone(),
+        input: canonical,
+        now,
+        create: Some(new),
+    };
+    match ctx.store.admit(request).await? {
+        AdmitOutcome::Created(record) => {
+            ctx.wake.notify_one();
+            intent_response(StatusCode::CREATED, &record, false)
+        }
+        AdmitOutcome::Replayed(record) => intent_response(StatusCode::OK, &record, true),
+        AdmitOutcome::Conflict { workflow_id } => Err(conflict(&scope, &workflow_id)),
+        AdmitOutcome::KeyFree => Err(ApiError::internal(
+            "the store created nothing although an intent was given",
+        )),
+    }
+}
+
+/// The intent to create for a free key, or why none may be created (`404`: no such
+/// definition, `422`: the input does not satisfy its schema).
+async fn new_workflow<S: ApiStore>(
+    ctx: &Ctx<S>,
+    scope: &KeyScope,
+    input: &Value,
+    canonical: &CanonicalInput,
+    now: Millis,
+) -> ApiResult<Result<NewWorkflow, ApiError>> {
     let Some(deployed) = ctx.deployments.latest(&scope.workflow).await? else {
-        return Err(ApiError::not_found(format!(
+        return Ok(Err(ApiError::not_found(format!(
             "no workflow definition named `{}` is deployed; check the `workflow` field, or deploy the \
              definition first",
             quote(&scope.workflow)
-        )));
+        ))));
     };
     let def = &deployed.def;
-    deployed.validator.validate(&input).map_err(|errors| {
+    if let Err(errors) = deployed.validator.validate(input) {
         let listed: Vec<String> = errors
             .iter()
             .map(|e| format!("`{}`: {}", e.pointer, e.message))
             .collect();
-        ApiError::new(
+        return Ok(Err(ApiError::new(
             ErrorCode::InvalidInput,
             format!(
                 "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields \
@@ -400,10 +432,9 @@ pub(super) async fn submit<S: ApiStore>(
                 .iter()
                 .map(|e| json!({"pointer": e.pointer, "message": e.message}))
                 .collect(),
-        )
-    })?;
-    let events = admission_events(def, &scope, &canonical);
-    let request = AdmitRequest {
+        )));
+    }
+    Ok(Ok(NewWorkflow {
         workflow_id: WorkflowId::new(now),
         definition_version: def.version,
         steps: def
@@ -414,22 +445,10 @@ pub(super) async fn submit<S: ApiStore>(
                 depends_on: s.after.iter().map(ToString::to_string).collect(),
             })
             .collect(),
-        now,
         deadline_at: now.saturating_add(millis(def.deadline)),
         key_retention_ms: millis(ctx.limits.key_retention),
-        events,
-        input: canonical,
-        scope,
-    };
-    let scope = request.scope.clone();
-    match ctx.store.admit(request).await? {
-        AdmitOutcome::Created(record) => {
-            ctx.wake.notify_one();
-            intent_response(StatusCode::CREATED, &record, false)
-        }
-        AdmitOutcome::Replayed(record) => intent_response(StatusCode::OK, &record, true),
-        AdmitOutcome::Conflict { workflow_id } => Err(conflict(&scope, &workflow_id)),
-    }
+        events: admission_events(def, scope, canonical),
+    }))
 }
 
 fn millis(d: std::time::Duration) -> u64 {

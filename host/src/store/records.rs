@@ -62,15 +62,25 @@ pub struct NewStep {
     pub depends_on: Vec<String>,
 }
 
-/// Everything an intent is created with, committed in one transaction.
+/// An admission: the key is looked up and, if it is free, the intent created, in one
+/// transaction.
 #[derive(Debug, Clone)]
 pub struct AdmitRequest {
-    pub workflow_id: WorkflowId,
     pub scope: KeyScope,
-    pub definition_version: u32,
     pub input: CanonicalInput,
-    pub steps: Vec<NewStep>,
     pub now: Millis,
+    /// What to create if the key is free. `None` when the caller already knows a new intent
+    /// must be refused (an unknown definition, an invalid input) — a refusal that applies
+    /// only if the key is free, since a known key answers from what was stored.
+    pub create: Option<NewWorkflow>,
+}
+
+/// Everything an intent is created with.
+#[derive(Debug, Clone)]
+pub struct NewWorkflow {
+    pub workflow_id: WorkflowId,
+    pub definition_version: u32,
+    pub steps: Vec<NewStep>,
     /// The workflow's deadline.
     pub deadline_at: Millis,
     /// How long the key stays reserved after the workflow ends.
@@ -89,6 +99,8 @@ pub enum AdmitOutcome {
     Conflict {
         workflow_id: WorkflowId,
     },
+    /// The key is free and nothing was to be created.
+    KeyFree,
 }
 
 /// A workflow as stored.

@@ -17,7 +17,7 @@ use super::{
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection as _, Row, SqliteConnection, SqlitePool};
+use sqlx::{ConnectOptions, Connection as _, Row, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use writer::Writer;
 #[derive(Clone)]
 pub struct SqliteStore {
     read: SqlitePool,
+    points: std::sync::Arc<writer::PointReads>,
     writer: Writer,
 }
 
@@ -67,6 +68,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::Backend(format!("cannot open `{url}` for reading: {e}")))?;
         Ok(Self {
             read,
+            points: std::sync::Arc::new(writer::PointReads::new(&path)),
             writer: Writer::start(write_conn),
         })
     }
@@ -181,27 +183,8 @@ fn definition_from_row(r: &sqlx::sqlite::SqliteRow) -> StoredDefinition {
     }
 }
 
-async fn key_in_scope(
-    conn: &mut SqliteConnection,
-    scope: &KeyScope,
-) -> StoreResult<Option<KeyRecord>> {
-    let row = sqlx::query(
-        "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
-    )
-    .bind(&scope.subject.0)
-    .bind(&scope.workflow)
-    .bind(&scope.key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|r| KeyRecord {
-        workflow_id: WorkflowId(r.get("workflow_id")),
-        input_digest: r.get("input_digest"),
-        expires_at: r.get::<Option<i64>, _>("expires_at").map(|v| v as u64),
-    }))
-}
-
-/// [`key_in_scope`] inside a write transaction.
-fn key_in_scope_tx(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
+/// The key in scope, expired or not.
+fn key_in_scope(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
     Ok(conn
         .prepare_cached(
             "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
@@ -222,8 +205,10 @@ fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
 
 impl AdmissionStore for SqliteStore {
     async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
-        let mut conn = self.read.acquire().await?;
-        Ok(live(key_in_scope(&mut conn, scope).await?, now))
+        Ok(live(
+            self.points.with(|conn| key_in_scope(conn, scope))?,
+            now,
+        ))
     }
 
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
@@ -232,7 +217,7 @@ impl AdmissionStore for SqliteStore {
 }
 
 fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-    let existing = key_in_scope_tx(conn, &req.scope)?;
+    let existing = key_in_scope(conn, &req.scope)?;
     if let Some(k) = live(existing.clone(), req.now) {
         if k.input_digest != req.input.digest {
             return Ok(AdmitOutcome::Conflict {
@@ -244,6 +229,10 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         })?;
         return Ok(AdmitOutcome::Replayed(record));
     }
+    // A refused new intent changes nothing, not even an expired key.
+    let Some(new) = req.create else {
+        return Ok(AdmitOutcome::KeyFree);
+    };
     if existing.is_some() {
         // Past its retention: the key is free again.
         conn.prepare_cached(
@@ -255,7 +244,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
             &req.scope.key
         ])?;
     }
-    let id = req.workflow_id.as_str();
+    let id = new.workflow_id.as_str();
     conn.prepare_cached(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
              input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
@@ -264,15 +253,15 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     .execute(params![
         id,
         &req.scope.workflow,
-        req.definition_version as i64,
+        new.definition_version as i64,
         &req.scope.subject.0,
         &req.scope.key,
         &req.input.text,
         &req.input.digest,
         req.now as i64,
-        req.deadline_at as i64,
-        req.key_retention_ms as i64,
-        req.events.len() as i64 + 1,
+        new.deadline_at as i64,
+        new.key_retention_ms as i64,
+        new.events.len() as i64 + 1,
     ])?;
     conn.prepare_cached(
         "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest) VALUES (?, ?, ?, ?, ?)",
@@ -288,7 +277,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         let mut insert = conn.prepare_cached(
             "INSERT INTO steps (workflow_id, step, state, ready_at) VALUES (?, ?, ?, ?)",
         )?;
-        for step in &req.steps {
+        for step in &new.steps {
             let ready = step.depends_on.is_empty();
             let state = if ready {
                 StepState::Ready
@@ -305,20 +294,20 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         let mut dep = conn.prepare_cached(
             "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)",
         )?;
-        for step in &req.steps {
+        for step in &new.steps {
             for d in &step.depends_on {
                 dep.execute(params![id, &step.id, d])?;
             }
         }
     }
-    if !req.events.is_empty() {
-        insert_events(conn, &req.workflow_id, 1, req.now, &req.events)?;
+    if !new.events.is_empty() {
+        insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
     }
-    executor::outbox(conn, &req.workflow_id, "recorded", req.now)?;
+    executor::outbox(conn, &new.workflow_id, "recorded", req.now)?;
     Ok(AdmitOutcome::Created(WorkflowRecord {
-        workflow_id: req.workflow_id.clone(),
+        workflow_id: new.workflow_id.clone(),
         workflow: req.scope.workflow.clone(),
-        definition_version: req.definition_version,
+        definition_version: new.definition_version,
         subject: req.scope.subject.clone(),
         idempotency_key: req.scope.key.clone(),
         input: req.input.text.clone(),
@@ -326,7 +315,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         state: WorkflowState::Running,
         created_at: req.now,
         ended_at: None,
-        deadline_at: req.deadline_at,
+        deadline_at: new.deadline_at,
         attempts_used: 0,
         external_calls_used: 0,
         runtime_used_ms: 0,

@@ -51,21 +51,7 @@ const WORKFLOW_COLUMNS: &str =
     "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms";
 
-/// One workflow, read on the given connection (used inside write transactions too).
-pub(crate) async fn workflow_on(
-    conn: &mut SqliteConnection,
-    id: &WorkflowId,
-) -> StoreResult<Option<WorkflowRecord>> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE workflow_id = ?"
-    )))
-    .bind(id.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.as_ref().map(workflow_from_row).transpose()
-}
-
-/// One workflow, read inside a write transaction.
+/// One workflow (inside a write transaction, or on a point-read connection).
 pub(crate) fn workflow_tx(
     conn: &rusqlite::Connection,
     id: &WorkflowId,
@@ -216,8 +202,7 @@ pub(crate) async fn receipts_on(
 
 impl ReadStore for SqliteStore {
     async fn workflow(&self, id: &WorkflowId) -> StoreResult<Option<WorkflowRecord>> {
-        let mut conn = self.read.acquire().await?;
-        workflow_on(&mut conn, id).await
+        self.points.with(|conn| workflow_tx(conn, id))
     }
 
     async fn steps(&self, id: &WorkflowId) -> StoreResult<Vec<StepRecord>> {
