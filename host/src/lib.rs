@@ -7,13 +7,16 @@
 //!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
 //!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction).
 //! - [`store`]: durable state behind traits split by consumer; the only module that
-//!   touches sqlx. It never reads a clock.
+//!   touches sqlx (and, for the SQLite writer and point reads, rusqlite). It never reads a
+//!   clock.
 //! - [`runtime`]: the only module that touches wasmtime. Loads, checks and runs components
 //!   under an effective grant, a deadline and a memory cap, and returns typed outcomes; it
 //!   never touches the store.
 //! - [`scheduler`]: claims ready steps under leases, runs them through the runtime,
-//!   records outcomes through the store, and recovers expired leases.
-//! - [`api`]: the axum HTTP API over the store and the deployed definitions.
+//!   records outcomes through the store, and recovers expired leases (resume from a stored
+//!   result, query, same-key retry, or review, as the adapter's contract allows).
+//! - [`api`]: the axum HTTP API over the store and the deployed definitions, including the
+//!   operator actions on a step (judged by its state and the adapter's contract).
 //! - [`sim`]: the provider simulator (the reference delivery protocol with fault
 //!   injection), used by tests, `docket serve` and adapter authors.
 //! - [`config`] and [`cli`]: the operator's `docket.toml` and the clap commands; the only

@@ -1,8 +1,8 @@
-//! Durable state: the only module that touches sqlx.
+//! Durable state: the only module that touches the database drivers.
 //!
 //! The store is split by who uses it — [`DefinitionStore`] (deploys), [`AdmissionStore`]
-//! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler) — so a
-//! second backend implements the same traits without touching any caller. The store never
+//! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler),
+//! [`OperatorStore`] (operator actions) — so a second backend implements the same traits without touching any caller. The store never
 //! reads a clock: every method that needs "now" takes it in its request. Every write after a
 //! claim is fenced by the lease token; a lost lease is [`StoreError::LeaseLost`], never a
 //! silent overwrite.
