@@ -351,3 +351,55 @@ role = "operator"
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_sends_the_same_key_again_and_revives_a_failed_workflow() {
+    let host = HostProcess::start(HostOptions::default()).await;
+    // Five answers of 503: the delivery step uses up its five attempts and fails.
+    host.faults(json!({"unavailable_next": 5})).await;
+    let (_, created) = host
+        .submit("document-delivery", "retry-1", document("retry"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    let failed = loop {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        if wf["state"] != "running" {
+            break wf;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{wf:#}");
+        if deliver(&wf)["state"] == "failed_retryable" {
+            // Skip the backoff in host time.
+            host.advance_clock(60_000).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert_eq!(deliver(&failed)["state"], "failed_terminal");
+    assert!(!failed["ended_at"].is_null());
+    assert_eq!(host.world().await.len(), 0);
+
+    // The provider deduplicates and still remembers the key: a retry is safe.
+    let (status, step) = act(&host, &id, "retry", "r-1", json!({}), None).await;
+    assert_eq!(status, 200, "{step:#}");
+    assert_eq!(step["state"], "succeeded", "{step:#}");
+    assert_eq!(step["receipt"]["evidence_kind"], "response");
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(10)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let attempts = host.attempts(&id, "deliver").await;
+    assert_eq!(attempts.len(), 6, "{attempts:#?}");
+    assert_eq!(attempts[5]["trigger"], "manual_retry");
+    let identities: std::collections::BTreeSet<&str> = attempts
+        .iter()
+        .filter_map(|a| a["request_identity"].as_str())
+        .collect();
+    assert_eq!(
+        identities.len(),
+        1,
+        "one key for every attempt: {attempts:#?}"
+    );
+    assert_eq!(host.world().await.len(), 1);
+    let timeline = host.timeline_text(&id).await;
+    assert!(timeline.contains("ordered a retry with the same idempotency key"));
+    assert!(timeline.contains("Workflow running again"), "{timeline}");
+}

@@ -128,17 +128,17 @@ pub(crate) fn recompute_state(
     if next == current {
         return Ok(next);
     }
+    // A workflow an operator revives (a failed step retried) is not ended any more: its end
+    // and its key's retention start again when it ends again.
     let ended = next.is_ended().then_some(now as i64);
-    conn.prepare_cached(
-        "UPDATE workflows SET state = ?, ended_at = COALESCE(?, ended_at) WHERE workflow_id = ?",
-    )?
-    .execute(params![next.as_str(), ended, id.as_str()])?;
-    if next.is_ended() {
+    conn.prepare_cached("UPDATE workflows SET state = ?, ended_at = ? WHERE workflow_id = ?")?
+        .execute(params![next.as_str(), ended, id.as_str()])?;
+    if next.is_ended() || current.is_ended() {
         conn.prepare_cached(
             "UPDATE intent_keys SET expires_at = ?1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = ?2)
              WHERE workflow_id = ?2",
         )?
-        .execute(params![now as i64, id.as_str()])?;
+        .execute(params![ended, id.as_str()])?;
     }
     let text = match next {
         WorkflowState::Completed => "Workflow completed: every step has a receipt",
