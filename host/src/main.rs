@@ -1,12 +1,17 @@
 //! The `docket` binary: logging set-up, then the command line.
 
 fn main() -> std::process::ExitCode {
-    // The demo's story is on stdout; its host's routine logs would only bury it.
-    let default = if std::env::args().nth(1).as_deref() == Some("demo") {
-        "warn"
-    } else {
-        "info"
-    };
+    // The demo's story and the verifier's table are on stdout; routine logs of the host and
+    // the plugin would only bury them.
+    let args: Vec<String> = std::env::args().skip(1).take(2).collect();
+    let quiet = matches!(
+        args.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        ["demo", ..] | ["adapter", "verify"]
+    );
+    let default = if quiet { "warn" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DOCKET_LOG")

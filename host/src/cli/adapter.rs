@@ -1,4 +1,5 @@
-//! `docket adapter …`: tools for adapter authors — inspect a component, invoke it once.
+//! `docket adapter …`: tools for adapter authors — inspect a component, invoke it once,
+//! verify its declared claims (`verify.rs`).
 
 use crate::capabilities::{Grant, HostRule, SecretSource};
 use crate::clock::SystemClock;
@@ -26,6 +27,17 @@ pub enum AdapterCommand {
     },
     /// Run one call of a component and print its typed result.
     Invoke(InvokeArgs),
+    /// Check, claim by claim, that an adapter's declared idempotency, query and compensation
+    /// hold against the provider simulator (duplicate request, response lost after commit,
+    /// changed input under one key, two attempts at once, a restarted worker, eventual
+    /// visibility). Exits non-zero when a declared claim does not hold.
+    Verify {
+        /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
+        component: String,
+        /// Deadline of each call.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -72,11 +84,15 @@ pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AdapterCommand::Inspect { component, json } => inspect(&component, json).await,
         AdapterCommand::Invoke(args) => invoke(args).await,
+        AdapterCommand::Verify {
+            component,
+            timeout_ms,
+        } => super::verify::verify(&component, timeout_ms).await,
     }
 }
 
 /// A file path as given, or the built example of that name.
-fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(given);
     if path.exists() {
         return Ok(path.to_path_buf());

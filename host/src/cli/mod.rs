@@ -7,6 +7,7 @@ mod adapter;
 mod client;
 mod demo;
 pub mod serve;
+mod verify;
 mod workflow;
 
 use clap::{Parser, Subcommand};

@@ -1,4 +1,4 @@
-//! `docket adapter inspect` and `docket adapter invoke`, run as real processes.
+//! `docket adapter inspect`, `invoke` and `verify`, run as real processes.
 
 use docket::sim::{ProviderSim, SimConfig};
 use std::process::{Command, Output};
@@ -144,4 +144,73 @@ async fn invoke_delivers_through_a_granted_host_with_a_secret() {
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("wasi:http/"), "{stderr}");
+}
+
+/// The verdict lines of `adapter verify`: claim name → verdict.
+fn verdicts(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (claim, rest) = l.split_once(' ')?;
+            ["idempotency", "query", "compensation"]
+                .contains(&claim)
+                .then(|| rest.trim())
+                .filter(|rest| !rest.starts_with("yes") && !rest.starts_with("no "))
+                .map(|rest| (claim.to_string(), rest.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn verify_passes_the_honest_adapter() {
+    let out = docket(&["adapter", "verify", "http-delivery"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        verdicts(&stdout),
+        [
+            ("idempotency".to_string(), "held".to_string()),
+            ("query".to_string(), "held".to_string()),
+            ("compensation".to_string(), "held".to_string()),
+        ],
+        "{stdout}"
+    );
+    for scenario in [
+        "duplicate request",
+        "response lost after commit",
+        "changed input under one key",
+        "two attempts at once",
+        "a restarted worker",
+        "eventual visibility in lookups",
+    ] {
+        assert!(stdout.contains(scenario), "no {scenario:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("FAILED"), "{stdout}");
+}
+
+#[test]
+fn verify_fails_the_lying_adapter_on_exactly_the_idempotency_claim() {
+    let out = docket(&["adapter", "verify", "http-delivery-lying"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let verdicts = verdicts(&stdout);
+    assert_eq!(verdicts.len(), 3, "{stdout}");
+    assert!(verdicts[0].1.starts_with("FAILED"), "{stdout}");
+    assert_eq!(verdicts[1].1, "held", "{stdout}");
+    assert_eq!(verdicts[2].1, "held", "{stdout}");
+    assert!(
+        stdout.contains("declared claims that did not hold: idempotency\n"),
+        "{stdout}"
+    );
+    // The evidence is the provider's own record: the duplicate the lie left behind.
+    assert!(stdout.contains("2 deliveries recorded"), "{stdout}");
+}
+
+#[test]
+fn verify_does_not_hold_undeclared_claims_against_an_adapter() {
+    let out = docket(&["adapter", "verify", "http-delivery-fire-and-forget"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("idempotency   not declared"), "{stdout}");
+    assert!(stdout.contains("query         not declared"), "{stdout}");
 }
