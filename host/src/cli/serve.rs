@@ -91,10 +91,18 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         bail!("--test-controls is refused unless the host listens on loopback (it was {listen})");
     }
 
+    let clock = SystemClock::new();
     // The embedded provider simulator stands in for a delivery service nobody configured.
+    // It reads the host's clock, so moving that clock (test controls) moves the provider's
+    // time too: key retention and eventual visibility stay consistent with the host's.
     let mut sim = None;
     if !config.policy.adapters.contains_key("http-delivery") {
-        let running = ProviderSim::start(SimConfig::default(), args.sim_listen)
+        let host_clock = clock.clone();
+        let sim_clock: crate::sim::Clock = Arc::new(move || {
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(host_clock.now_ms())
+        });
+        let running = ProviderSim::with_clock(SimConfig::default(), sim_clock)
+            .spawn(args.sim_listen)
             .await
             .context("starting the built-in provider simulator")?;
         let url = running.base_url();
@@ -165,7 +173,6 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
     }
     let components = Arc::new(components);
 
-    let clock = SystemClock::new();
     let deployments = Arc::new(Deployments::new(store.clone()));
     deploy_dir(
         &deployments,
