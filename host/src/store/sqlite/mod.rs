@@ -17,7 +17,7 @@ use super::{
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection as _, Row, SqlitePool};
+use sqlx::{ConnectOptions, Connection as _, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -154,33 +154,38 @@ impl DefinitionStore for SqliteStore {
     }
 
     async fn definition(&self, name: &str, version: u32) -> StoreResult<Option<StoredDefinition>> {
-        let row = sqlx::query("SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ? AND version = ?")
-            .bind(name)
-            .bind(version as i64)
-            .fetch_optional(&self.read)
-            .await?;
-        Ok(row.map(|r| definition_from_row(&r)))
+        self.points.with(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ? AND version = ?",
+                )?
+                .query_row(params![name, version as i64], definition_from_row)
+                .optional()?)
+        })
     }
 
     async fn latest_definition(&self, name: &str) -> StoreResult<Option<StoredDefinition>> {
-        let row = sqlx::query(
-            "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ? ORDER BY version DESC LIMIT 1",
-        )
-        .bind(name)
-        .fetch_optional(&self.read)
-        .await?;
-        Ok(row.map(|r| definition_from_row(&r)))
+        // On every admission: a point read, never a hand-off to a connection thread.
+        self.points.with(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ?
+                     ORDER BY version DESC LIMIT 1",
+                )?
+                .query_row([name], definition_from_row)
+                .optional()?)
+        })
     }
 }
 
-fn definition_from_row(r: &sqlx::sqlite::SqliteRow) -> StoredDefinition {
-    StoredDefinition {
-        name: r.get("name"),
-        version: r.get::<i64, _>("version") as u32,
-        digest: r.get("digest"),
-        source: r.get("source"),
-        deployed_at: r.get::<i64, _>("deployed_at") as u64,
-    }
+fn definition_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDefinition> {
+    Ok(StoredDefinition {
+        name: r.get(0)?,
+        version: r.get::<_, i64>(1)? as u32,
+        digest: r.get(2)?,
+        source: r.get(3)?,
+        deployed_at: r.get::<_, i64>(4)? as u64,
+    })
 }
 
 /// The key in scope, expired or not.
