@@ -46,7 +46,8 @@ BEGIN
 END
 $$;
 SQL
-export DOCKET_TEST_POSTGRES="${DOCKET_TEST_POSTGRES:-postgres://docket:docket@127.0.0.1:5432/postgres}"
+pg_port=$(pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" { print $3 }')
+export DOCKET_TEST_POSTGRES="${DOCKET_TEST_POSTGRES:-postgres://docket:docket@127.0.0.1:${pg_port:-5432}/postgres}"
 echo "DOCKET_TEST_POSTGRES=$DOCKET_TEST_POSTGRES"
 
 step "Formatting"
