@@ -2,7 +2,7 @@
 //! one transaction.
 
 use super::executor::{insert_receipt, recompute_state, release_dependents};
-use super::{PgStore, append_events, lock_workflow};
+use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::intent::{AttemptId, EventKind, NewEvent};
 use crate::store::{
     ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
@@ -10,10 +10,7 @@ use crate::store::{
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
-async fn action_on(
-    conn: &mut PgConnection,
-    scope: &ActionScope,
-) -> StoreResult<Option<ActionRecord>> {
+async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
     let row = sqlx::query(
         "SELECT request_digest, status, answer FROM operator_actions
          WHERE subject = $1 AND workflow_id = $2 AND step = $3 AND action = $4 AND key = $5",
@@ -39,7 +36,7 @@ async fn store_answer(
     conn: &mut PgConnection,
     scope: &ActionScope,
     answer: &(u16, String),
-) -> StoreResult<()> {
+) -> PgResult<()> {
     sqlx::query(
         "UPDATE operator_actions SET status = $1, answer = $2
          WHERE subject = $3 AND workflow_id = $4 AND step = $5 AND action = $6 AND key = $7
@@ -57,7 +54,7 @@ async fn store_answer(
     Ok(())
 }
 
-async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> StoreResult<ActionOutcome> {
+async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionOutcome> {
     // The primary key decides who owns the key: a racing twin waits for the first
     // transaction and, once it commits, finds the key taken.
     let inserted = sqlx::query(
@@ -185,18 +182,15 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> StoreResult<Acti
 impl OperatorStore for PgStore {
     async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
         let mut conn = self.pool.acquire().await?;
-        action_on(&mut conn, scope).await
+        Ok(action_on(&mut conn, scope).await?)
     }
 
     async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = act_tx(&mut tx, request).await?;
-        tx.commit().await?;
-        Ok(outcome)
+        transaction!(self.pool, |conn| act_tx(conn, request.clone()))
     }
 
     async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {
         let mut conn = self.pool.acquire().await?;
-        store_answer(&mut conn, scope, &(status, body)).await
+        Ok(store_answer(&mut conn, scope, &(status, body)).await?)
     }
 }

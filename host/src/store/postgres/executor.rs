@@ -1,7 +1,7 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::read::{parse, receipts_on};
-use super::{PgStore, append_events, insert_events, lock_workflow, u};
+use super::{PgResult, PgStore, append_events, insert_events, lock_workflow, transaction, u};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
     WorkflowId, WorkflowState,
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 /// Fails with [`StoreError::LeaseLost`] unless the fence's lease is still held; otherwise
 /// locks the step until commit, so recovery cannot take the lease over in between.
-async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> StoreResult<()> {
+async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> PgResult<()> {
     let held = sqlx::query(
         "SELECT 1 FROM steps WHERE workflow_id = $1 AND step = $2 AND lease_token = $3
            AND state = 'running' FOR UPDATE",
@@ -29,7 +29,7 @@ async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> StoreResult<()> 
     .await?;
     match held {
         Some(_) => Ok(()),
-        None => Err(lease_lost(fence)),
+        None => Err(lease_lost(fence).into()),
     }
 }
 
@@ -46,7 +46,7 @@ pub(crate) async fn outbox(
     id: &WorkflowId,
     event: &str,
     now: Millis,
-) -> StoreResult<()> {
+) -> PgResult<()> {
     sqlx::query(
         "INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES ($1, $2, $3, $4)",
     )
@@ -75,7 +75,7 @@ async fn apply_facts(
     facts: &AttemptFacts,
     finished_at: Option<Millis>,
     log: Option<&serde_json::Value>,
-) -> StoreResult<()> {
+) -> PgResult<()> {
     sqlx::query(
         "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
              component = COALESCE($2, component), component_version = COALESCE($3, component_version),
@@ -110,7 +110,7 @@ pub(crate) async fn recompute_state(
     id: &WorkflowId,
     current: WorkflowState,
     now: Millis,
-) -> StoreResult<WorkflowState> {
+) -> PgResult<WorkflowState> {
     let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = $1")
         .bind(id.as_str())
         .fetch_all(&mut *conn)
@@ -163,7 +163,7 @@ pub(crate) async fn recompute_state(
     Ok(next)
 }
 
-async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<Claimed>> {
     let expires = req.now + req.lease_ms;
     // SKIP LOCKED: a step another claimer is taking is left to it, without waiting.
     let rows = sqlx::query(
@@ -299,7 +299,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> StoreResult<Ve
     Ok(claimed)
 }
 
-async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> StoreResult<()> {
+async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgResult<()> {
     check_fence(conn, &req.fence).await?;
     apply_facts(
         conn,
@@ -321,7 +321,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> Store
     append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
 }
 
-async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> StoreResult<FinishOutcome> {
+async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<FinishOutcome> {
     let FinishRequest {
         fence,
         attempt_id,
@@ -381,7 +381,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> StoreResult<F
     .await?
     .rows_affected();
     if moved == 0 {
-        return Err(lease_lost(&fence));
+        return Err(lease_lost(&fence).into());
     }
     apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now), Some(&log)).await?;
     // From here on this transaction sees every step change of the workflow committed by
@@ -425,6 +425,22 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> StoreResult<F
     })
 }
 
+async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {
+    sqlx::query(
+        "UPDATE attempts SET observation = COALESCE(observation, $1),
+             outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE($2, outcome) ELSE outcome END,
+             result = COALESCE(result, $3)
+         WHERE attempt_id = $4",
+    )
+    .bind(late.facts.observation.as_deref())
+    .bind(late.facts.outcome.map(AttemptOutcome::as_str))
+    .bind(result_text(&late.facts)?)
+    .bind(late.attempt_id.as_str())
+    .execute(&mut *conn)
+    .await?;
+    append_events(conn, &late.workflow_id, late.now, &late.events).await
+}
+
 /// Records a receipt for a step.
 pub(crate) async fn insert_receipt(
     conn: &mut PgConnection,
@@ -433,7 +449,7 @@ pub(crate) async fn insert_receipt(
     attempt_id: Option<&AttemptId>,
     r: &crate::store::NewReceipt,
     now: Millis,
-) -> StoreResult<()> {
+) -> PgResult<()> {
     sqlx::query(
         "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
              component, component_version, component_digest, input_digest,
@@ -466,7 +482,7 @@ pub(crate) async fn release_dependents(
     conn: &mut PgConnection,
     id: &WorkflowId,
     now: Millis,
-) -> StoreResult<Vec<String>> {
+) -> PgResult<Vec<String>> {
     Ok(sqlx::query_scalar(
         "WITH released AS (
              UPDATE steps SET state = 'ready', ready_at = $1
@@ -486,10 +502,7 @@ pub(crate) async fn release_dependents(
 
 impl ExecutorStore for PgStore {
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
-        let mut tx = self.pool.begin().await?;
-        let claimed = claim_tx(&mut tx, &req).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        transaction!(self.pool, |conn| claim_tx(conn, &req))
     }
 
     async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
@@ -511,36 +524,15 @@ impl ExecutorStore for PgStore {
     }
 
     async fn checkpoint(&self, req: CheckpointRequest) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        checkpoint_tx(&mut tx, req).await?;
-        tx.commit().await?;
-        Ok(())
+        transaction!(self.pool, |conn| checkpoint_tx(conn, req.clone()))
     }
 
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = finish_tx(&mut tx, req).await?;
-        tx.commit().await?;
-        Ok(outcome)
+        transaction!(self.pool, |conn| finish_tx(conn, req.clone()))
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "UPDATE attempts SET observation = COALESCE(observation, $1),
-                 outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE($2, outcome) ELSE outcome END,
-                 result = COALESCE(result, $3)
-             WHERE attempt_id = $4",
-        )
-        .bind(late.facts.observation.as_deref())
-        .bind(late.facts.outcome.map(AttemptOutcome::as_str))
-        .bind(result_text(&late.facts)?)
-        .bind(late.attempt_id.as_str())
-        .execute(&mut *tx)
-        .await?;
-        append_events(&mut tx, &late.workflow_id, late.now, &late.events).await?;
-        tx.commit().await?;
-        Ok(())
+        transaction!(self.pool, |conn| late_evidence_tx(conn, &late))
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {

@@ -31,9 +31,87 @@ use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 use std::time::Duration;
 
-/// How often an admission starts over after losing a race for its key; a race is lost at
-/// most once in practice (the second try sees the winner's key).
+/// How often an admission starts over after losing a race for its key (or a deadlock); a
+/// race is lost at most once in practice (the second try sees the winner's key).
 const ADMIT_TRIES: usize = 8;
+
+/// How often a transaction runs again after PostgreSQL aborted it to break a deadlock.
+const DEADLOCK_TRIES: usize = 8;
+
+/// A failure inside a transaction: a store error, or a database error kept whole so that
+/// a deadlock (or serialization failure) can be told apart and the transaction run again.
+pub(crate) enum Fail {
+    Store(StoreError),
+    Db(sqlx::Error),
+}
+
+pub(crate) type PgResult<T> = Result<T, Fail>;
+
+impl From<sqlx::Error> for Fail {
+    fn from(e: sqlx::Error) -> Self {
+        Fail::Db(e)
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+impl From<Fail> for StoreError {
+    fn from(f: Fail) -> Self {
+        match f {
+            Fail::Store(e) => e,
+            Fail::Db(e) => e.into(),
+        }
+    }
+}
+
+impl Fail {
+    /// Whether PostgreSQL rolled the transaction back to resolve a conflict with another
+    /// one (SQLSTATE 40P01 deadlock, 40001 serialization): running it again is safe.
+    fn retryable(&self) -> bool {
+        match self {
+            Fail::Db(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("40P01") | Some("40001"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs `$body` (with `$conn: &mut PgConnection`) in a transaction and commits it; if
+/// PostgreSQL aborts it to break a deadlock, the whole transaction runs again. Lock order
+/// (step, attempt, workflow) avoids most cycles, but an operator action on a pending step
+/// can still meet a concurrent release of that step.
+macro_rules! transaction {
+    ($pool:expr, |$conn:ident| $body:expr) => {{
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let run: $crate::store::postgres::PgResult<_> = async {
+                let mut tx = $pool.begin().await?;
+                let value = {
+                    let $conn: &mut sqlx::postgres::PgConnection = &mut tx;
+                    $body.await?
+                };
+                tx.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match run {
+                Err(f) if f.retryable() && tries < $crate::store::postgres::DEADLOCK_TRIES => {
+                    tracing::debug!(
+                        "a transaction was aborted to break a deadlock; running it again"
+                    );
+                }
+                other => break other.map_err($crate::store::StoreError::from),
+            }
+        }
+    }};
+}
+pub(crate) use transaction;
 
 /// The PostgreSQL store. Cheap to clone.
 #[derive(Clone)]
@@ -91,14 +169,14 @@ pub(crate) fn u(v: i64) -> u64 {
 pub(crate) async fn lock_workflow(
     conn: &mut PgConnection,
     id: &WorkflowId,
-) -> StoreResult<WorkflowState> {
+) -> PgResult<WorkflowState> {
     let state: String =
         sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = $1 FOR UPDATE")
             .bind(id.as_str())
             .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-    read::parse(&state)
+    Ok(read::parse(&state)?)
 }
 
 /// Appends events to a workflow's timeline, numbering them from its counter (which locks
@@ -108,7 +186,7 @@ pub(crate) async fn append_events(
     workflow_id: &WorkflowId,
     now: Millis,
     events: &[NewEvent],
-) -> StoreResult<()> {
+) -> PgResult<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -129,7 +207,7 @@ pub(crate) async fn insert_events(
     first: u64,
     now: Millis,
     events: &[NewEvent],
-) -> StoreResult<()> {
+) -> PgResult<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -227,7 +305,7 @@ fn definition_from_row(r: &PgRow) -> StoredDefinition {
 }
 
 /// The key in scope, expired or not.
-async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
+async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> PgResult<Option<KeyRecord>> {
     let row = sqlx::query(
         "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = $1 AND workflow = $2 AND key = $3",
     )
@@ -256,13 +334,15 @@ impl AdmissionStore for PgStore {
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         for _ in 0..ADMIT_TRIES {
             let mut tx = self.pool.begin().await?;
-            match admit_tx(&mut tx, &req).await? {
-                Some(outcome) => {
+            match admit_tx(&mut tx, &req).await {
+                Ok(Some(outcome)) => {
                     tx.commit().await?;
                     return Ok(outcome);
                 }
                 // Another admission took the key first: start over and answer from it.
-                None => tx.rollback().await?,
+                Ok(None) => tx.rollback().await?,
+                Err(f) if f.retryable() => drop(tx),
+                Err(f) => return Err(f.into()),
             }
         }
         Err(StoreError::Backend(format!(
@@ -273,10 +353,7 @@ impl AdmissionStore for PgStore {
 }
 
 /// One try at an admission; `None` when a concurrent admission took the key meanwhile.
-async fn admit_tx(
-    conn: &mut PgConnection,
-    req: &AdmitRequest,
-) -> StoreResult<Option<AdmitOutcome>> {
+async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Option<AdmitOutcome>> {
     if let Some(k) = live(key_in_scope(conn, &req.scope).await?, req.now) {
         if k.input_digest != req.input.digest {
             return Ok(Some(AdmitOutcome::Conflict {

@@ -1,6 +1,6 @@
 //! Reads for projections ([`ReadStore`]) and row mapping shared with the writes.
 
-use super::{PgStore, u};
+use super::{PgResult, PgStore, u};
 use crate::intent::{
     AttemptId, EventKind, EvidenceKind, Receipt, ReceiptId, StepState, Subject, TimelineEvent,
     WorkflowId, WorkflowState,
@@ -55,14 +55,14 @@ fn workflow_from_row(r: &PgRow) -> StoreResult<WorkflowRecord> {
 pub(crate) async fn workflow_on(
     conn: &mut PgConnection,
     id: &WorkflowId,
-) -> StoreResult<Option<WorkflowRecord>> {
+) -> PgResult<Option<WorkflowRecord>> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE workflow_id = $1"
     )))
     .bind(id.as_str())
     .fetch_optional(&mut *conn)
     .await?;
-    row.as_ref().map(workflow_from_row).transpose()
+    Ok(row.as_ref().map(workflow_from_row).transpose()?)
 }
 
 fn step_from_row(r: &PgRow) -> StoreResult<StepRecord> {
@@ -129,20 +129,23 @@ fn attempt_from_row(r: &PgRow) -> StoreResult<AttemptRecord> {
 pub(crate) async fn receipts_on(
     conn: &mut PgConnection,
     id: &WorkflowId,
-) -> StoreResult<Vec<Receipt>> {
+) -> PgResult<Vec<Receipt>> {
     let rows = sqlx::query(
         "SELECT * FROM receipts WHERE workflow_id = $1 ORDER BY recorded_at, receipt_id COLLATE \"C\"",
     )
     .bind(id.as_str())
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(receipt_from_row).collect()
+    Ok(rows
+        .iter()
+        .map(receipt_from_row)
+        .collect::<StoreResult<_>>()?)
 }
 
 impl ReadStore for PgStore {
     async fn workflow(&self, id: &WorkflowId) -> StoreResult<Option<WorkflowRecord>> {
         let mut conn = self.pool.acquire().await?;
-        workflow_on(&mut conn, id).await
+        Ok(workflow_on(&mut conn, id).await?)
     }
 
     async fn steps(&self, id: &WorkflowId) -> StoreResult<Vec<StepRecord>> {
@@ -155,7 +158,7 @@ impl ReadStore for PgStore {
 
     async fn receipts(&self, id: &WorkflowId) -> StoreResult<Vec<Receipt>> {
         let mut conn = self.pool.acquire().await?;
-        receipts_on(&mut conn, id).await
+        Ok(receipts_on(&mut conn, id).await?)
     }
 
     async fn timeline(
