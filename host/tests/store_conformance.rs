@@ -61,4 +61,5 @@ conformance!(
     concurrency::concurrent_reuse_of_an_expired_key_creates_one_workflow,
     concurrency::concurrent_timeline_appends_number_without_gaps,
     concurrency::concurrent_operator_actions_under_one_key_act_once,
+    concurrency::operator_actions_race_the_release_of_their_step,
 );

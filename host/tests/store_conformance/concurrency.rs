@@ -325,3 +325,63 @@ pub async fn concurrent_operator_actions_under_one_key_act_once<S: Store>(s: S) 
     assert_eq!(operator_events, 1);
     assert_gapless(&s, &id).await;
 }
+
+pub async fn operator_actions_race_the_release_of_their_step<S: Store>(s: S) {
+    // Finishing a and b releases c while an operator escalates c: the two lock c and the
+    // workflow in opposite orders, and every write must still succeed.
+    let mut ids = Vec::new();
+    for w in 0..20 {
+        ids.push(
+            workflow(
+                &s,
+                &format!("k{w}"),
+                &[("a", &[]), ("b", &[]), ("c", &["a", "b"])],
+                T0,
+            )
+            .await,
+        );
+    }
+    let claimed = claim(&s, "w1", T0 + 1, 100).await;
+    assert_eq!(claimed.len(), 40);
+    let mut tasks = Vec::new();
+    for c in claimed {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            succeed(&s, &c, T0 + 2).await;
+        }));
+    }
+    let mut actions = Vec::new();
+    for id in &ids {
+        let (s, id) = (s.clone(), id.clone());
+        actions.push(tokio::spawn(async move {
+            s.act(request(
+                action_scope(&id, "c", "escalate", "e"),
+                "d",
+                StepState::Pending,
+                Ok(StepChange::Escalate(
+                    json!({"note": "look", "by": "operator", "at": T0 + 2}),
+                )),
+                T0 + 2,
+            ))
+            .await
+            .unwrap()
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for (id, action) in ids.iter().zip(actions) {
+        let outcome = action.await.unwrap();
+        let c = &s.steps(id).await.unwrap()[2];
+        assert_eq!(c.state, StepState::Ready, "c of {id} was released");
+        match outcome {
+            ActionOutcome::Applied { .. } => assert!(c.escalated.is_some()),
+            ActionOutcome::Refused { answer } => {
+                assert_eq!(answer.0, 409);
+                assert!(c.escalated.is_none());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_gapless(&s, id).await;
+    }
+}
