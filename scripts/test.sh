@@ -5,6 +5,8 @@
 #
 # - the Rust toolchain and the wasm32-wasip2 target come from rust-toolchain.toml;
 # - the example and test plugins are built from adapters/ by the host's build script;
+# - PostgreSQL is installed if missing, started, and given a `docket` role; each
+#   PostgreSQL test creates (and drops) its own database through DOCKET_TEST_POSTGRES;
 # - everything runs on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,37 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
 fi
 rustc --version
+
+step "PostgreSQL (the store conformance suite runs against it)"
+if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+    sudo_if_needed apt-get update
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql
+fi
+# The installed major version (the highest, if several are), e.g. 15.
+pg_version=$(ls /usr/lib/postgresql | sort -n | tail -n 1)
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+if ! pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main"' | grep -q .; then
+    as_postgres pg_createcluster "$pg_version" main
+fi
+# Starting a running cluster fails; that is fine.
+if ! pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" && $4 == "online"' | grep -q .; then
+    as_postgres pg_ctlcluster "$pg_version" main start
+fi
+as_postgres psql -v ON_ERROR_STOP=1 -q <<'SQL'
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'docket') THEN
+        CREATE ROLE docket LOGIN PASSWORD 'docket' CREATEDB;
+    ELSE
+        ALTER ROLE docket LOGIN PASSWORD 'docket' CREATEDB;
+    END IF;
+END
+$$;
+SQL
+pg_port=$(pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" { print $3 }')
+export DOCKET_TEST_POSTGRES="${DOCKET_TEST_POSTGRES:-postgres://docket:docket@127.0.0.1:${pg_port:-5432}/postgres}"
+echo "DOCKET_TEST_POSTGRES=$DOCKET_TEST_POSTGRES"
 
 step "Formatting"
 cargo fmt --all --check

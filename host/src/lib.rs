@@ -6,9 +6,10 @@
 //!   declare and return), [`intent`] (ids, states, records, canonical input),
 //!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
 //!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction).
-//! - [`store`]: durable state behind traits split by consumer; the only module that
-//!   touches sqlx (and, for the SQLite writer and point reads, rusqlite). It never reads a
-//!   clock.
+//! - [`store`]: durable state behind traits split by consumer, with two backends —
+//!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
+//!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
+//!   point reads). It never reads a clock.
 //! - [`runtime`]: the only module that touches wasmtime. Loads, checks and runs components
 //!   under an effective grant, a deadline and a memory cap, and returns typed outcomes; it
 //!   never touches the store.

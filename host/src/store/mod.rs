@@ -1,5 +1,8 @@
 //! Durable state: the only module that touches the database drivers.
 //!
+//! Two backends implement every trait with the same meaning: [`sqlite`] (one file, the
+//! embedded default) and [`postgres`] (many hosts sharing one database).
+//!
 //! The store is split by who uses it — [`DefinitionStore`] (deploys), [`AdmissionStore`]
 //! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler),
 //! [`OperatorStore`] (operator actions) — so a second backend implements the same traits without touching any caller. The store never
@@ -7,6 +10,7 @@
 //! claim is fenced by the lease token; a lost lease is [`StoreError::LeaseLost`], never a
 //! silent overwrite.
 
+pub mod postgres;
 mod records;
 pub mod sqlite;
 

@@ -1,0 +1,196 @@
+//! Operator actions: the key, the guarded step change, the receipt and the timeline, in
+//! one transaction.
+
+use super::executor::{insert_receipt, recompute_state, release_dependents};
+use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
+use crate::intent::{AttemptId, EventKind, NewEvent};
+use crate::store::{
+    ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
+};
+use sqlx::Row;
+use sqlx::postgres::PgConnection;
+
+async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
+    let row = sqlx::query(
+        "SELECT request_digest, status, answer FROM operator_actions
+         WHERE subject = $1 AND workflow_id = $2 AND step = $3 AND action = $4 AND key = $5",
+    )
+    .bind(&scope.subject.0)
+    .bind(scope.workflow_id.as_str())
+    .bind(&scope.step)
+    .bind(&scope.action)
+    .bind(&scope.key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|r| {
+        let status: Option<i64> = r.get("status");
+        let answer: Option<String> = r.get("answer");
+        ActionRecord {
+            request_digest: r.get("request_digest"),
+            answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+        }
+    }))
+}
+
+async fn store_answer(
+    conn: &mut PgConnection,
+    scope: &ActionScope,
+    answer: &(u16, String),
+) -> PgResult<()> {
+    sqlx::query(
+        "UPDATE operator_actions SET status = $1, answer = $2
+         WHERE subject = $3 AND workflow_id = $4 AND step = $5 AND action = $6 AND key = $7
+           AND status IS NULL",
+    )
+    .bind(answer.0 as i64)
+    .bind(&answer.1)
+    .bind(&scope.subject.0)
+    .bind(scope.workflow_id.as_str())
+    .bind(&scope.step)
+    .bind(&scope.action)
+    .bind(&scope.key)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionOutcome> {
+    // The primary key decides who owns the key: a racing twin waits for the first
+    // transaction and, once it commits, finds the key taken.
+    let inserted = sqlx::query(
+        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+    )
+    .bind(&req.scope.subject.0)
+    .bind(req.scope.workflow_id.as_str())
+    .bind(&req.scope.step)
+    .bind(&req.scope.action)
+    .bind(&req.scope.key)
+    .bind(&req.request_digest)
+    .bind(req.now as i64)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        let existing = action_on(conn, &req.scope).await?.ok_or_else(|| {
+            crate::store::StoreError::Corrupt("an operator action key vanished".into())
+        })?;
+        return Ok(if existing.request_digest == req.request_digest {
+            ActionOutcome::Replayed(existing)
+        } else {
+            ActionOutcome::KeyConflict
+        });
+    }
+    let change = match req.change {
+        Ok(change) => change,
+        Err(answer) => {
+            store_answer(conn, &req.scope, &answer).await?;
+            return Ok(ActionOutcome::Refused { answer });
+        }
+    };
+    let workflow_id = req.scope.workflow_id.as_str();
+    let step = req.scope.step.as_str();
+    let expected = req.expected_state.as_str();
+    // Every change is guarded by the state the decision saw, and never touches a leased step.
+    let moved = match &change {
+        StepChange::Ready {
+            trigger,
+            settle_uncertainty,
+        } => sqlx::query(
+            "UPDATE steps SET state = 'ready', ready_at = $4, next_trigger = $5, note = NULL,
+                 uncertain_since = CASE WHEN $6 THEN NULL ELSE uncertain_since END
+             WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(req.now as i64)
+        .bind(trigger.as_str())
+        .bind(*settle_uncertainty),
+        StepChange::Succeed(receipt) => sqlx::query(
+            "UPDATE steps SET state = 'succeeded', receipt_id = $4, note = NULL, uncertain_since = NULL
+             WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(receipt.receipt_id.as_str()),
+        StepChange::Terminal { state, note } => sqlx::query(
+            "UPDATE steps SET state = $4, note = $5
+             WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(state.as_str())
+        .bind(note.as_str()),
+        StepChange::Escalate(value) => sqlx::query(
+            "UPDATE steps SET escalated = $4
+             WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(value.to_string()),
+    }
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if moved == 0 {
+        store_answer(conn, &req.scope, &req.stale_answer).await?;
+        return Ok(ActionOutcome::Refused {
+            answer: req.stale_answer,
+        });
+    }
+    // From here on the transaction sees every committed step change of the workflow.
+    let current = lock_workflow(conn, &req.scope.workflow_id).await?;
+    let mut events = req.events;
+    if let StepChange::Succeed(r) = &change {
+        let latest: Option<String> = sqlx::query_scalar(
+            "SELECT attempt_id FROM attempts WHERE workflow_id = $1 AND step = $2 ORDER BY number DESC LIMIT 1",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let latest = latest.map(AttemptId);
+        insert_receipt(
+            conn,
+            &req.scope.workflow_id,
+            step,
+            latest.as_ref(),
+            r,
+            req.now,
+        )
+        .await?;
+        let released = release_dependents(conn, &req.scope.workflow_id, req.now).await?;
+        if !released.is_empty() {
+            events.push(NewEvent::workflow(
+                EventKind::Action,
+                format!(
+                    "Released {} after its dependencies succeeded",
+                    released.join(", ")
+                ),
+            ));
+        }
+    }
+    append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
+    let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;
+    Ok(ActionOutcome::Applied { workflow_state })
+}
+
+impl OperatorStore for PgStore {
+    async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(action_on(&mut conn, scope).await?)
+    }
+
+    async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {
+        transaction!(self.pool, |conn| act_tx(conn, request.clone()))
+    }
+
+    async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(store_answer(&mut conn, scope, &(status, body)).await?)
+    }
+}

@@ -1,0 +1,590 @@
+//! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
+
+use super::read::{parse, receipts_on};
+use super::{PgResult, PgStore, append_events, insert_events, lock_workflow, transaction, u};
+use crate::intent::{
+    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
+    WorkflowId, WorkflowState,
+};
+use crate::store::{
+    AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
+    FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
+    StoreError, StoreResult,
+};
+use sqlx::Row;
+use sqlx::postgres::PgConnection;
+use std::collections::HashMap;
+
+/// Fails with [`StoreError::LeaseLost`] unless the fence's lease is still held; otherwise
+/// locks the step until commit, so recovery cannot take the lease over in between.
+async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> PgResult<()> {
+    let held = sqlx::query(
+        "SELECT 1 FROM steps WHERE workflow_id = $1 AND step = $2 AND lease_token = $3
+           AND state = 'running' FOR UPDATE",
+    )
+    .bind(fence.workflow_id.as_str())
+    .bind(&fence.step)
+    .bind(&fence.lease_token)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(lease_lost(fence).into()),
+    }
+}
+
+fn lease_lost(fence: &Fence) -> StoreError {
+    StoreError::LeaseLost {
+        workflow_id: fence.workflow_id.clone(),
+        step: fence.step.clone(),
+    }
+}
+
+/// Queues a notification of a meaningful transition, in the caller's transaction.
+pub(crate) async fn outbox(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    event: &str,
+    now: Millis,
+) -> PgResult<()> {
+    sqlx::query(
+        "INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(id.as_str())
+    .bind(event)
+    .bind(serde_json::json!({ "workflow_id": id, "event": event }).to_string())
+    .bind(now as i64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
+    facts
+        .result
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))
+}
+
+async fn apply_facts(
+    conn: &mut PgConnection,
+    attempt: &AttemptId,
+    checkpoint: u8,
+    facts: &AttemptFacts,
+    finished_at: Option<Millis>,
+    log: Option<&serde_json::Value>,
+) -> PgResult<()> {
+    sqlx::query(
+        "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
+             component = COALESCE($2, component), component_version = COALESCE($3, component_version),
+             component_digest = COALESCE($4, component_digest), input_digest = COALESCE($5, input_digest),
+             request_identity = COALESCE($6, request_identity), observation = COALESCE($7, observation),
+             outcome = COALESCE($8, outcome), finished_at = COALESCE($9, finished_at),
+             log = COALESCE($10, log), result = COALESCE($11, result)
+         WHERE attempt_id = $12",
+    )
+    .bind(checkpoint as i64)
+    .bind(facts.component.as_deref())
+    .bind(facts.component_version.as_deref())
+    .bind(facts.component_digest.as_deref())
+    .bind(facts.input_digest.as_deref())
+    .bind(facts.request_identity.as_deref())
+    .bind(facts.observation.as_deref())
+    .bind(facts.outcome.map(AttemptOutcome::as_str))
+    .bind(finished_at.map(|v| v as i64))
+    .bind(log.map(|l| l.to_string()))
+    .bind(result_text(facts)?)
+    .bind(attempt.as_str())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
+/// key's retention, tells the timeline and queues a notification. The caller holds the
+/// workflow row's lock, so the steps read here include every committed change.
+pub(crate) async fn recompute_state(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    current: WorkflowState,
+    now: Millis,
+) -> PgResult<WorkflowState> {
+    let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = $1")
+        .bind(id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let steps = states
+        .iter()
+        .map(|s| parse::<StepState>(s))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
+    if next == current {
+        return Ok(next);
+    }
+    let ended = next.is_ended().then_some(now as i64);
+    sqlx::query(
+        "UPDATE workflows SET state = $1, ended_at = COALESCE($2, ended_at) WHERE workflow_id = $3",
+    )
+    .bind(next.as_str())
+    .bind(ended)
+    .bind(id.as_str())
+    .execute(&mut *conn)
+    .await?;
+    if next.is_ended() {
+        sqlx::query(
+            "UPDATE intent_keys SET expires_at = $1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = $2)
+             WHERE workflow_id = $2",
+        )
+        .bind(now as i64)
+        .bind(id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    let text = match next {
+        WorkflowState::Completed => "Workflow completed: every step has a receipt",
+        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
+        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
+        WorkflowState::Running => "Workflow running again",
+        WorkflowState::Cancelled => "Workflow cancelled",
+    };
+    append_events(
+        conn,
+        id,
+        now,
+        &[NewEvent::workflow(EventKind::Conclusion, text)
+            .with_data(serde_json::json!({"from": current, "to": next}))],
+    )
+    .await?;
+    if next != WorkflowState::Running {
+        outbox(conn, id, next.as_str(), now).await?;
+    }
+    Ok(next)
+}
+
+async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<Claimed>> {
+    let expires = req.now + req.lease_ms;
+    // SKIP LOCKED: a step another claimer is taking is left to it, without waiting.
+    let rows = sqlx::query(
+        "WITH picked AS (
+             SELECT workflow_id, step FROM steps
+             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $3
+             ORDER BY ready_at, ord LIMIT $4
+             FOR UPDATE SKIP LOCKED)
+         UPDATE steps s SET state = 'running', attempts = s.attempts + 1, lease_owner = $1,
+             lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $2,
+             note = NULL
+         FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
+         RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
+                   s.lease_token, s.ready_at, s.ord",
+    )
+    .bind(&req.owner)
+    .bind(expires as i64)
+    .bind(req.now as i64)
+    .bind(req.limit as i64)
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Workflow rows are locked in id order, so concurrent claims never wait in a cycle.
+    let mut picked = rows
+        .iter()
+        .map(|r| {
+            Ok((
+                r.get::<String, _>("workflow_id"),
+                r.get::<i64, _>("ord"),
+                Claimed {
+                    fence: Fence {
+                        workflow_id: WorkflowId(r.get("workflow_id")),
+                        step: r.get("step"),
+                        lease_token: r.get("lease_token"),
+                    },
+                    attempt_id: AttemptId::new(req.now),
+                    attempt_number: r.get::<i64, _>("attempts") as u32,
+                    trigger: parse::<Trigger>(r.get("next_trigger"))?,
+                    workflow: String::new(),
+                    definition_version: 0,
+                    lease_expires_at: expires,
+                    deadline_at: 0,
+                    attempts_used: 0,
+                    external_calls_used: 0,
+                    runtime_used_ms: 0,
+                    uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(u),
+                    context: StepContext::default(),
+                },
+            ))
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    picked.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let mut claimed: Vec<Claimed> = picked.into_iter().map(|(_, _, c)| c).collect();
+    let mut contexts: HashMap<WorkflowId, (serde_json::Value, Vec<Receipt>)> = HashMap::new();
+    let mut seqs = Vec::with_capacity(claimed.len());
+    for c in &mut claimed {
+        // One attempt and one timeline entry per claim; the workflow counts both.
+        let r = sqlx::query(
+            "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
+             WHERE workflow_id = $1
+             RETURNING workflow, definition_version, deadline_at, attempts_used,
+                       external_calls_used, runtime_used_ms, next_seq - 1 AS seq, input",
+        )
+        .bind(c.fence.workflow_id.as_str())
+        .fetch_one(&mut *conn)
+        .await?;
+        c.workflow = r.get("workflow");
+        c.definition_version = r.get::<i64, _>("definition_version") as u32;
+        c.deadline_at = u(r.get("deadline_at"));
+        c.attempts_used = r.get::<i64, _>("attempts_used") as u32;
+        c.external_calls_used = r.get::<i64, _>("external_calls_used") as u32;
+        c.runtime_used_ms = u(r.get("runtime_used_ms"));
+        seqs.push(r.get::<i64, _>("seq"));
+        if !contexts.contains_key(&c.fence.workflow_id) {
+            let input = serde_json::from_str(r.get("input"))
+                .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
+            let receipts = receipts_on(conn, &c.fence.workflow_id).await?;
+            contexts.insert(c.fence.workflow_id.clone(), (input, receipts));
+        }
+        let (input, receipts) = &contexts[&c.fence.workflow_id];
+        c.context = StepContext {
+            input: input.clone(),
+            receipts: receipts.clone(),
+        };
+    }
+    let ids: Vec<&str> = claimed.iter().map(|c| c.attempt_id.as_str()).collect();
+    let workflows: Vec<&str> = claimed
+        .iter()
+        .map(|c| c.fence.workflow_id.as_str())
+        .collect();
+    let steps: Vec<&str> = claimed.iter().map(|c| c.fence.step.as_str()).collect();
+    let numbers: Vec<i64> = claimed.iter().map(|c| c.attempt_number as i64).collect();
+    let triggers: Vec<&str> = claimed.iter().map(|c| c.trigger.as_str()).collect();
+    let texts: Vec<String> = claimed
+        .iter()
+        .map(|c| {
+            format!(
+                "Attempt {} started ({}) by {}",
+                c.attempt_number, c.trigger, req.owner
+            )
+        })
+        .collect();
+    sqlx::query(
+        "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
+             checkpoint, outcome, started_at)
+         SELECT a, w, s, n, t, $6, 1, 'in_progress', $7
+         FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[]) AS x(a, w, s, n, t)",
+    )
+    .bind(&ids)
+    .bind(&workflows)
+    .bind(&steps)
+    .bind(&numbers)
+    .bind(&triggers)
+    .bind(&req.owner)
+    .bind(req.now as i64)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+         SELECT w, q, $6, 'action', s, a, t, 'null'
+         FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[]) AS x(w, q, s, a, t)",
+    )
+    .bind(&workflows)
+    .bind(&seqs)
+    .bind(&steps)
+    .bind(&ids)
+    .bind(&texts)
+    .bind(req.now as i64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(claimed)
+}
+
+async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgResult<()> {
+    check_fence(conn, &req.fence).await?;
+    apply_facts(
+        conn,
+        &req.attempt_id,
+        req.checkpoint,
+        &req.facts,
+        None,
+        None,
+    )
+    .await?;
+    if req.external_call {
+        sqlx::query(
+            "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = $1",
+        )
+        .bind(req.fence.workflow_id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
+}
+
+async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<FinishOutcome> {
+    let FinishRequest {
+        fence,
+        attempt_id,
+        checkpoint,
+        facts,
+        transition,
+        note,
+        log,
+        runtime_ms,
+        mut events,
+        now,
+        expired_before,
+    } = req;
+    let id = fence.workflow_id.as_str();
+    // The step's transition doubles as the fence: no row means the lease is gone.
+    let (state, ready_at, next_trigger, uncertain, receipt_id) = match &transition {
+        StepTransition::Succeeded(r) => (
+            StepState::Succeeded,
+            None,
+            None,
+            None,
+            Some(r.receipt_id.as_str()),
+        ),
+        StepTransition::Retry {
+            ready_at,
+            next_trigger,
+            uncertain_since,
+        } => (
+            StepState::FailedRetryable,
+            Some(*ready_at as i64),
+            Some(next_trigger.as_str()),
+            uncertain_since.map(|v| v as i64),
+            None,
+        ),
+        StepTransition::Terminal(state) => (*state, None, None, None, None),
+    };
+    let moved = sqlx::query(
+        "UPDATE steps SET state = $1, ready_at = $2, next_trigger = COALESCE($3, next_trigger),
+             uncertain_since = CASE WHEN $1 = 'succeeded' THEN NULL
+                                    ELSE COALESCE(uncertain_since, $4) END,
+             receipt_id = COALESCE($5, receipt_id), note = $6,
+             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+         WHERE workflow_id = $7 AND step = $8 AND lease_token = $9 AND state = 'running'
+           AND ($10::BIGINT IS NULL OR lease_expires_at < $10)",
+    )
+    .bind(state.as_str())
+    .bind(ready_at)
+    .bind(next_trigger)
+    .bind(uncertain)
+    .bind(receipt_id)
+    .bind(note.as_deref())
+    .bind(id)
+    .bind(&fence.step)
+    .bind(&fence.lease_token)
+    .bind(expired_before.map(|v| v as i64))
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if moved == 0 {
+        return Err(lease_lost(&fence).into());
+    }
+    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now), Some(&log)).await?;
+    // From here on this transaction sees every step change of the workflow committed by
+    // others. (The attempt row is locked first, as `late_evidence` does.)
+    lock_workflow(conn, &fence.workflow_id).await?;
+    let mut released = Vec::new();
+    if let StepTransition::Succeeded(r) = &transition {
+        insert_receipt(
+            conn,
+            &fence.workflow_id,
+            &fence.step,
+            Some(&attempt_id),
+            r,
+            now,
+        )
+        .await?;
+        released = release_dependents(conn, &fence.workflow_id, now).await?;
+    }
+    if !released.is_empty() {
+        let text = format!(
+            "Released {} after its dependencies succeeded",
+            released.join(", ")
+        );
+        events.push(NewEvent::workflow(EventKind::Action, text));
+    }
+    let r = sqlx::query(
+        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1, next_seq = next_seq + $2
+         WHERE workflow_id = $3 RETURNING next_seq - $2 AS first, state",
+    )
+    .bind(runtime_ms as i64)
+    .bind(events.len() as i64)
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    insert_events(conn, &fence.workflow_id, u(r.get("first")), now, &events).await?;
+    let current = parse::<WorkflowState>(r.get("state"))?;
+    let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
+    Ok(FinishOutcome {
+        workflow_state,
+        released,
+    })
+}
+
+async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {
+    sqlx::query(
+        "UPDATE attempts SET observation = COALESCE(observation, $1),
+             outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE($2, outcome) ELSE outcome END,
+             result = COALESCE(result, $3)
+         WHERE attempt_id = $4",
+    )
+    .bind(late.facts.observation.as_deref())
+    .bind(late.facts.outcome.map(AttemptOutcome::as_str))
+    .bind(result_text(&late.facts)?)
+    .bind(late.attempt_id.as_str())
+    .execute(&mut *conn)
+    .await?;
+    append_events(conn, &late.workflow_id, late.now, &late.events).await
+}
+
+/// Records a receipt for a step.
+pub(crate) async fn insert_receipt(
+    conn: &mut PgConnection,
+    workflow_id: &WorkflowId,
+    step: &str,
+    attempt_id: Option<&AttemptId>,
+    r: &crate::store::NewReceipt,
+    now: Millis,
+) -> PgResult<()> {
+    sqlx::query(
+        "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
+             component, component_version, component_digest, input_digest,
+             external_reference, output, recorded_at, author, reason, evidence)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    )
+    .bind(r.receipt_id.as_str())
+    .bind(workflow_id.as_str())
+    .bind(step)
+    .bind(attempt_id.map(AttemptId::as_str))
+    .bind(r.evidence_kind.as_str())
+    .bind(&r.component)
+    .bind(&r.component_version)
+    .bind(&r.component_digest)
+    .bind(&r.input_digest)
+    .bind(r.external_reference.as_deref())
+    .bind(r.output.to_string())
+    .bind(now as i64)
+    .bind(r.author.as_deref())
+    .bind(r.reason.as_deref())
+    .bind(r.evidence.as_deref())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Makes ready every pending step of the workflow whose dependencies have all succeeded,
+/// in definition order. The caller holds the workflow row's lock.
+pub(crate) async fn release_dependents(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    now: Millis,
+) -> PgResult<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "WITH released AS (
+             UPDATE steps SET state = 'ready', ready_at = $1
+             WHERE workflow_id = $2 AND state = 'pending' AND NOT EXISTS (
+                 SELECT 1 FROM step_deps d JOIN steps s2
+                   ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
+                 WHERE d.workflow_id = steps.workflow_id AND d.step = steps.step
+                   AND s2.state <> 'succeeded')
+             RETURNING step, ord)
+         SELECT step FROM released ORDER BY ord",
+    )
+    .bind(now as i64)
+    .bind(id.as_str())
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+impl ExecutorStore for PgStore {
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        transaction!(self.pool, |conn| claim_tx(conn, &req))
+    }
+
+    async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
+        let done = sqlx::query(
+            "UPDATE steps SET lease_expires_at = $1
+             WHERE workflow_id = $2 AND step = $3 AND lease_token = $4 AND state = 'running'",
+        )
+        .bind((req.now + req.lease_ms) as i64)
+        .bind(req.fence.workflow_id.as_str())
+        .bind(&req.fence.step)
+        .bind(&req.fence.lease_token)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if done == 0 {
+            return Err(lease_lost(&req.fence));
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(&self, req: CheckpointRequest) -> StoreResult<()> {
+        transaction!(self.pool, |conn| checkpoint_tx(conn, req.clone()))
+    }
+
+    async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
+        transaction!(self.pool, |conn| finish_tx(conn, req.clone()))
+    }
+
+    async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
+        transaction!(self.pool, |conn| late_evidence_tx(conn, &late))
+    }
+
+    async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
+        let rows = sqlx::query(
+            "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
+                    s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
+                    a.component, a.component_version, a.result, w.workflow, w.definition_version
+             FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
+             LEFT JOIN attempts a
+               ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
+             WHERE s.state = 'running' AND s.lease_expires_at < $1
+             ORDER BY s.lease_expires_at, s.ord LIMIT $2",
+        )
+        .bind(now as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let trigger: Option<String> = r.get("trigger");
+                Ok(ExpiredLease {
+                    fence: Fence {
+                        workflow_id: WorkflowId(r.get("workflow_id")),
+                        step: r.get("step"),
+                        lease_token: r
+                            .get::<Option<String>, _>("lease_token")
+                            .unwrap_or_default(),
+                    },
+                    lease_owner: r
+                        .get::<Option<String>, _>("lease_owner")
+                        .unwrap_or_default(),
+                    lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").map_or(0, u),
+                    attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
+                    checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
+                    attempt_number: r.get::<i64, _>("attempts") as u32,
+                    attempt_started_at: r.get::<Option<i64>, _>("started_at").map_or(0, u),
+                    trigger: parse(trigger.as_deref().unwrap_or("initial"))?,
+                    component: r.get("component"),
+                    component_version: r.get("component_version"),
+                    workflow: r.get("workflow"),
+                    definition_version: r.get::<i64, _>("definition_version") as u32,
+                    uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(u),
+                    result: r
+                        .get::<Option<String>, _>("result")
+                        .map(|t| {
+                            serde_json::from_str(&t).map_err(|e| {
+                                StoreError::Corrupt(format!("stored attempt result: {e}"))
+                            })
+                        })
+                        .transpose()?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,481 @@
+//! The PostgreSQL backend: many hosts on one database.
+//!
+//! It implements the same traits with the same meaning as the SQLite backend; only the
+//! means of keeping concurrent hosts apart differ. SQLite has one writer, so every write
+//! sees the one before it; here transactions from several hosts overlap, and these rules
+//! keep them correct under `READ COMMITTED`:
+//!
+//! - A claim picks steps with `FOR UPDATE SKIP LOCKED`, so racing claimers never take the
+//!   same step and never wait for each other's rows.
+//! - Every write that reads a workflow's steps to decide something (releasing dependents,
+//!   deriving the workflow's state) first locks the workflow row, so it sees every step
+//!   change committed before it. Rows are always locked step first, then workflow, and a
+//!   claim locks its workflows in id order, so transactions never wait in a cycle.
+//! - Timeline numbers come from `workflows.next_seq` under that row lock: per workflow,
+//!   no gaps and no duplicates.
+//! - Keys (intent keys, operator action keys) rely on their primary key: a racing
+//!   duplicate waits for the first transaction, then finds its key and answers as a replay.
+//!
+//! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
+
+mod actions;
+mod executor;
+mod read;
+
+use super::{
+    AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord,
+    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition, WorkflowRecord,
+};
+use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Row};
+use std::time::Duration;
+
+/// How often an admission starts over after losing a race for its key (or a deadlock); a
+/// race is lost at most once in practice (the second try sees the winner's key).
+const ADMIT_TRIES: usize = 8;
+
+/// How often a transaction runs again after PostgreSQL aborted it to break a deadlock.
+const DEADLOCK_TRIES: usize = 8;
+
+/// A failure inside a transaction: a store error, or a database error kept whole so that
+/// a deadlock (or serialization failure) can be told apart and the transaction run again.
+pub(crate) enum Fail {
+    Store(StoreError),
+    Db(sqlx::Error),
+}
+
+pub(crate) type PgResult<T> = Result<T, Fail>;
+
+impl From<sqlx::Error> for Fail {
+    fn from(e: sqlx::Error) -> Self {
+        Fail::Db(e)
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+impl From<Fail> for StoreError {
+    fn from(f: Fail) -> Self {
+        match f {
+            Fail::Store(e) => e,
+            Fail::Db(e) => e.into(),
+        }
+    }
+}
+
+impl Fail {
+    /// Whether PostgreSQL rolled the transaction back to resolve a conflict with another
+    /// one (SQLSTATE 40P01 deadlock, 40001 serialization): running it again is safe.
+    fn retryable(&self) -> bool {
+        match self {
+            Fail::Db(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("40P01") | Some("40001"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs `$body` (with `$conn: &mut PgConnection`) in a transaction and commits it; if
+/// PostgreSQL aborts it to break a deadlock, the whole transaction runs again. Lock order
+/// (step, attempt, workflow) avoids most cycles, but an operator action on a pending step
+/// can still meet a concurrent release of that step.
+macro_rules! transaction {
+    ($pool:expr, |$conn:ident| $body:expr) => {{
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let run: $crate::store::postgres::PgResult<_> = async {
+                let mut tx = $pool.begin().await?;
+                let value = {
+                    let $conn: &mut sqlx::postgres::PgConnection = &mut tx;
+                    $body.await?
+                };
+                tx.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match run {
+                Err(f) if f.retryable() && tries < $crate::store::postgres::DEADLOCK_TRIES => {
+                    tracing::debug!(
+                        "a transaction was aborted to break a deadlock; running it again"
+                    );
+                }
+                other => break other.map_err($crate::store::StoreError::from),
+            }
+        }
+    }};
+}
+pub(crate) use transaction;
+
+/// The PostgreSQL store. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`) and applies the
+    /// migrations.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_with(url, 16).await
+    }
+
+    /// Like [`PgStore::connect`], with at most `max_connections` connections in the pool.
+    pub async fn connect_with(url: &str, max_connections: u32) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(url)
+            .await
+            .map_err(|e| StoreError::Backend(format!("cannot connect to {}: {e}", redact(url))))?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Backend(format!("migrating {}: {e}", redact(url))))?;
+        Ok(Self { pool })
+    }
+
+    /// Closes every connection of the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// `url` without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("`{}{user}:***{}`", &url[..scheme + 3], &url[at..])
+        }
+        _ => format!("`{url}`"),
+    }
+}
+
+/// A stored count or time (BIGINT) as the unsigned value it stands for.
+pub(crate) fn u(v: i64) -> u64 {
+    v as u64
+}
+
+/// Locks the workflow row for the rest of the transaction and returns its state; later
+/// statements then see every step change committed before the lock was granted.
+pub(crate) async fn lock_workflow(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+) -> PgResult<WorkflowState> {
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
+    Ok(read::parse(&state)?)
+}
+
+/// Appends events to a workflow's timeline, numbering them from its counter (which locks
+/// the workflow row).
+pub(crate) async fn append_events(
+    conn: &mut PgConnection,
+    workflow_id: &WorkflowId,
+    now: Millis,
+    events: &[NewEvent],
+) -> PgResult<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let first: i64 = sqlx::query_scalar(
+        "UPDATE workflows SET next_seq = next_seq + $1 WHERE workflow_id = $2 RETURNING next_seq - $1",
+    )
+    .bind(events.len() as i64)
+    .bind(workflow_id.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    insert_events(conn, workflow_id, u(first), now, events).await
+}
+
+/// Inserts events numbered from `first`, in one statement.
+pub(crate) async fn insert_events(
+    conn: &mut PgConnection,
+    workflow_id: &WorkflowId,
+    first: u64,
+    now: Millis,
+    events: &[NewEvent],
+) -> PgResult<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let seqs: Vec<i64> = (0..events.len())
+        .map(|i| (first + i as u64) as i64)
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step.as_deref()).collect();
+    let attempts: Vec<Option<&str>> = events.iter().map(|e| e.attempt_id.as_deref()).collect();
+    let texts: Vec<&str> = events.iter().map(|e| e.text.as_str()).collect();
+    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    sqlx::query(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+         SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])",
+    )
+    .bind(workflow_id.as_str())
+    .bind(&seqs)
+    .bind(vec![now as i64; events.len()])
+    .bind(&kinds)
+    .bind(&steps)
+    .bind(&attempts)
+    .bind(&texts)
+    .bind(&data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+impl DefinitionStore for PgStore {
+    async fn deploy_definition(&self, def: NewDefinition) -> StoreResult<DeployOutcome> {
+        // The primary key settles racing deploys: the loser reads the winner's digest.
+        let inserted = sqlx::query(
+            "INSERT INTO definitions (name, version, digest, source, deployed_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name, version) DO NOTHING",
+        )
+        .bind(&def.name)
+        .bind(def.version as i64)
+        .bind(&def.digest)
+        .bind(&def.source)
+        .bind(def.deployed_at as i64)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(DeployOutcome::Deployed);
+        }
+        let existing: String =
+            sqlx::query_scalar("SELECT digest FROM definitions WHERE name = $1 AND version = $2")
+                .bind(&def.name)
+                .bind(def.version as i64)
+                .fetch_one(&self.pool)
+                .await?;
+        if existing == def.digest {
+            Ok(DeployOutcome::Unchanged)
+        } else {
+            Err(StoreError::DefinitionChanged {
+                name: def.name,
+                version: def.version,
+                existing,
+                new: def.digest,
+            })
+        }
+    }
+
+    async fn definition(&self, name: &str, version: u32) -> StoreResult<Option<StoredDefinition>> {
+        let row = sqlx::query(
+            "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = $1 AND version = $2",
+        )
+        .bind(name)
+        .bind(version as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| definition_from_row(&r)))
+    }
+
+    async fn latest_definition(&self, name: &str) -> StoreResult<Option<StoredDefinition>> {
+        let row = sqlx::query(
+            "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = $1 ORDER BY version DESC LIMIT 1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| definition_from_row(&r)))
+    }
+}
+
+fn definition_from_row(r: &PgRow) -> StoredDefinition {
+    StoredDefinition {
+        name: r.get("name"),
+        version: r.get::<i64, _>("version") as u32,
+        digest: r.get("digest"),
+        source: r.get("source"),
+        deployed_at: u(r.get("deployed_at")),
+    }
+}
+
+/// The key in scope, expired or not.
+async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> PgResult<Option<KeyRecord>> {
+    let row = sqlx::query(
+        "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = $1 AND workflow = $2 AND key = $3",
+    )
+    .bind(&scope.subject.0)
+    .bind(&scope.workflow)
+    .bind(&scope.key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|r| KeyRecord {
+        workflow_id: WorkflowId(r.get("workflow_id")),
+        input_digest: r.get("input_digest"),
+        expires_at: r.get::<Option<i64>, _>("expires_at").map(u),
+    }))
+}
+
+fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
+    key.filter(|k| k.expires_at.is_none_or(|e| e > now))
+}
+
+impl AdmissionStore for PgStore {
+    async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(live(key_in_scope(&mut conn, scope).await?, now))
+    }
+
+    async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+        for _ in 0..ADMIT_TRIES {
+            let mut tx = self.pool.begin().await?;
+            match admit_tx(&mut tx, &req).await {
+                Ok(Some(outcome)) => {
+                    tx.commit().await?;
+                    return Ok(outcome);
+                }
+                // Another admission took the key first: start over and answer from it.
+                Ok(None) => tx.rollback().await?,
+                Err(f) if f.retryable() => drop(tx),
+                Err(f) => return Err(f.into()),
+            }
+        }
+        Err(StoreError::Backend(format!(
+            "admission under key `{}` kept losing races for the key; retry",
+            req.scope.key
+        )))
+    }
+}
+
+/// One try at an admission; `None` when a concurrent admission took the key meanwhile.
+async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Option<AdmitOutcome>> {
+    if let Some(k) = live(key_in_scope(conn, &req.scope).await?, req.now) {
+        if k.input_digest != req.input.digest {
+            return Ok(Some(AdmitOutcome::Conflict {
+                workflow_id: k.workflow_id,
+            }));
+        }
+        let record = read::workflow_on(conn, &k.workflow_id)
+            .await?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("key points at missing {}", k.workflow_id))
+            })?;
+        return Ok(Some(AdmitOutcome::Replayed(record)));
+    }
+    // A refused new intent changes nothing, not even an expired key.
+    let Some(new) = &req.create else {
+        return Ok(Some(AdmitOutcome::KeyFree));
+    };
+    let id = new.workflow_id.as_str();
+    sqlx::query(
+        "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
+             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11)",
+    )
+    .bind(id)
+    .bind(&req.scope.workflow)
+    .bind(new.definition_version as i64)
+    .bind(&req.scope.subject.0)
+    .bind(&req.scope.key)
+    .bind(&req.input.text)
+    .bind(&req.input.digest)
+    .bind(req.now as i64)
+    .bind(new.deadline_at as i64)
+    .bind(new.key_retention_ms as i64)
+    .bind(new.events.len() as i64 + 1)
+    .execute(&mut *conn)
+    .await?;
+    // Takes the key if it is free or past its retention. A concurrent admission holding
+    // the key makes this wait for it; if it committed, nothing is written and we start over.
+    let took = sqlx::query(
+        "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest, expires_at)
+         VALUES ($1, $2, $3, $4, $5, NULL)
+         ON CONFLICT (subject, workflow, key) DO UPDATE
+             SET workflow_id = EXCLUDED.workflow_id, input_digest = EXCLUDED.input_digest,
+                 expires_at = NULL
+             WHERE intent_keys.expires_at IS NOT NULL AND intent_keys.expires_at <= $6",
+    )
+    .bind(&req.scope.subject.0)
+    .bind(&req.scope.workflow)
+    .bind(&req.scope.key)
+    .bind(id)
+    .bind(&req.input.digest)
+    .bind(req.now as i64)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if took == 0 {
+        return Ok(None);
+    }
+    let mut steps = Vec::with_capacity(new.steps.len());
+    let mut states = Vec::with_capacity(new.steps.len());
+    let mut ready_at = Vec::with_capacity(new.steps.len());
+    for step in &new.steps {
+        let ready = step.depends_on.is_empty();
+        steps.push(step.id.as_str());
+        states.push(
+            if ready {
+                StepState::Ready
+            } else {
+                StepState::Pending
+            }
+            .as_str(),
+        );
+        ready_at.push(ready.then_some(req.now as i64));
+    }
+    // WITH ORDINALITY keeps the definition's order in `ord`.
+    sqlx::query(
+        "INSERT INTO steps (workflow_id, step, state, ready_at)
+         SELECT $1, s, st, r FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[]) WITH ORDINALITY AS t(s, st, r, n)
+         ORDER BY n",
+    )
+    .bind(id)
+    .bind(&steps)
+    .bind(&states)
+    .bind(&ready_at)
+    .execute(&mut *conn)
+    .await?;
+    let (dep_steps, deps): (Vec<&str>, Vec<&str>) = new
+        .steps
+        .iter()
+        .flat_map(|s| {
+            s.depends_on
+                .iter()
+                .map(move |d| (s.id.as_str(), d.as_str()))
+        })
+        .unzip();
+    if !deps.is_empty() {
+        sqlx::query(
+            "INSERT INTO step_deps (workflow_id, step, depends_on)
+             SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[])",
+        )
+        .bind(id)
+        .bind(&dep_steps)
+        .bind(&deps)
+        .execute(&mut *conn)
+        .await?;
+    }
+    insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
+    executor::outbox(conn, &new.workflow_id, "recorded", req.now).await?;
+    Ok(Some(AdmitOutcome::Created(WorkflowRecord {
+        workflow_id: new.workflow_id.clone(),
+        workflow: req.scope.workflow.clone(),
+        definition_version: new.definition_version,
+        subject: req.scope.subject.clone(),
+        idempotency_key: req.scope.key.clone(),
+        input: req.input.text.clone(),
+        input_digest: req.input.digest.clone(),
+        state: WorkflowState::Running,
+        created_at: req.now,
+        ended_at: None,
+        deadline_at: new.deadline_at,
+        attempts_used: 0,
+        external_calls_used: 0,
+        runtime_used_ms: 0,
+    })))
+}

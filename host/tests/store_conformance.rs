@@ -1,0 +1,65 @@
+//! One store conformance suite, run against both backends through the store traits.
+//!
+//! Every case is a generic function over [`backends::Store`]; the `conformance!` list
+//! instantiates each one for SQLite (a temporary file) and for PostgreSQL (a fresh
+//! database per test, created through `DOCKET_TEST_POSTGRES` and dropped afterwards). The
+//! PostgreSQL half fails, rather than skips, when that variable is not set:
+//! `scripts/test.sh` starts PostgreSQL and sets it.
+//!
+//! Times are simulated: every request carries its own `now`, nothing sleeps for time to pass.
+
+#[path = "store_conformance/actions.rs"]
+mod actions;
+#[path = "store_conformance/admission.rs"]
+mod admission;
+#[path = "store_conformance/backends.rs"]
+mod backends;
+#[path = "store_conformance/concurrency.rs"]
+mod concurrency;
+#[path = "store_conformance/executor.rs"]
+mod executor;
+#[path = "store_conformance/fixtures.rs"]
+mod fixtures;
+
+/// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
+macro_rules! conformance {
+    ($($module:ident :: $case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    crate::backends::with_sqlite(crate::$module::$case).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    crate::backends::with_postgres(crate::$module::$case).await;
+                }
+            )+
+        }
+    };
+}
+
+conformance!(
+    admission::deploy_is_idempotent_per_version,
+    admission::admission_creates_once_then_replays_or_conflicts,
+    admission::an_expired_key_is_free_again,
+    admission::reads_filter_and_page,
+    executor::claims_respect_limit_readiness_and_carry_context,
+    executor::fenced_writes_refuse_a_stale_lease,
+    executor::success_releases_dependents_and_derives_the_workflow_state,
+    executor::expired_leases_report_checkpoint_and_stored_result,
+    executor::late_evidence_fills_gaps_and_moves_nothing,
+    actions::operator_actions_are_idempotent_and_guarded,
+    actions::a_manual_receipt_releases_dependents,
+    concurrency::concurrent_claims_take_each_step_exactly_once,
+    concurrency::concurrent_workers_run_dependent_steps_exactly_once,
+    concurrency::concurrent_admissions_of_one_key_create_one_workflow,
+    concurrency::concurrent_reuse_of_an_expired_key_creates_one_workflow,
+    concurrency::concurrent_timeline_appends_number_without_gaps,
+    concurrency::concurrent_operator_actions_under_one_key_act_once,
+    concurrency::operator_actions_race_the_release_of_their_step,
+);

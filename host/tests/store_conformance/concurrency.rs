@@ -1,0 +1,387 @@
+//! Races: several workers and clients on one store at once.
+
+use crate::actions::{action_scope, request};
+use crate::backends::Store;
+use crate::fixtures::*;
+use docket::intent::{StepState, Trigger, WorkflowId, WorkflowState};
+use docket::store::{ActionOutcome, AdmitOutcome, StepChange, WorkflowFilter};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const CLAIMERS: usize = 4;
+
+/// Asserts the workflow's timeline is numbered 1..=n with no gap or duplicate.
+async fn assert_gapless<S: Store>(s: &S, id: &WorkflowId) -> usize {
+    let timeline = s.timeline(id, 0, 10_000).await.unwrap();
+    let seqs: Vec<u64> = timeline.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "timeline of {id}"
+    );
+    seqs.len()
+}
+
+pub async fn concurrent_claims_take_each_step_exactly_once<S: Store>(s: S) {
+    let steps: Vec<String> = (0..5).map(|i| format!("s{i}")).collect();
+    let shape: Vec<(&str, &[&str])> = steps.iter().map(|s| (s.as_str(), &[][..])).collect();
+    let mut ids = Vec::new();
+    for w in 0..40 {
+        ids.push(workflow(&s, &format!("k{w}"), &shape, T0).await);
+    }
+    let total = ids.len() * steps.len();
+    let mut tasks = Vec::new();
+    for worker in 0..CLAIMERS {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let batch = claim(&s, &format!("w{worker}"), T0 + 1, 7).await;
+                assert!(batch.len() <= 7);
+                if batch.is_empty() {
+                    return mine;
+                }
+                mine.extend(batch);
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut tokens = HashSet::new();
+    for task in tasks {
+        for c in task.await.unwrap() {
+            assert_eq!(c.attempt_number, 1, "{c:?}");
+            assert!(tokens.insert(c.fence.lease_token.clone()));
+            assert!(
+                seen.insert((c.fence.workflow_id.clone(), c.fence.step.clone())),
+                "{}/{} was claimed twice",
+                c.fence.workflow_id,
+                c.fence.step
+            );
+        }
+    }
+    // Claimers stop at their first empty batch; whatever a racing transaction skipped was
+    // claimed by another, so nothing is left.
+    assert!(claim(&s, "late", T0 + 1, 100).await.is_empty());
+    assert_eq!(seen.len(), total);
+    for id in &ids {
+        let w = s.workflow(id).await.unwrap().unwrap();
+        assert_eq!(w.attempts_used, 5);
+        assert!(
+            s.steps(id)
+                .await
+                .unwrap()
+                .iter()
+                .all(|st| st.state == StepState::Running && st.attempts == 1)
+        );
+        // Two admission events and one per claim.
+        assert_eq!(assert_gapless(&s, id).await, 2 + 5);
+    }
+}
+
+pub async fn concurrent_workers_run_dependent_steps_exactly_once<S: Store>(s: S) {
+    // Diamonds: a and b race to release c.
+    let mut ids = Vec::new();
+    for w in 0..30 {
+        ids.push(
+            workflow(
+                &s,
+                &format!("k{w}"),
+                &[("a", &[]), ("b", &[]), ("c", &["a", "b"])],
+                T0,
+            )
+            .await,
+        );
+    }
+    let total = ids.len() * 3;
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..CLAIMERS {
+        let (s, done) = (s.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut mine = Vec::new();
+            let mut released = Vec::new();
+            while done.load(Ordering::SeqCst) < total {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "workers stalled"
+                );
+                let batch = claim(&s, &format!("w{worker}"), T0 + 20, 4).await;
+                if batch.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                for c in batch {
+                    let out = succeed(&s, &c, T0 + 20).await;
+                    released.extend(
+                        out.released
+                            .into_iter()
+                            .map(|r| (c.fence.workflow_id.clone(), r)),
+                    );
+                    mine.push((
+                        c.fence.workflow_id.clone(),
+                        c.fence.step.clone(),
+                        c.attempt_number,
+                    ));
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            (mine, released)
+        }));
+    }
+    let mut runs = HashMap::new();
+    let mut releases = Vec::new();
+    for task in tasks {
+        let (mine, released) = task.await.unwrap();
+        for (id, step, number) in mine {
+            assert_eq!(number, 1);
+            *runs.entry((id, step)).or_insert(0) += 1;
+        }
+        releases.extend(released);
+    }
+    assert_eq!(runs.len(), total);
+    assert!(runs.values().all(|n| *n == 1), "a step ran twice: {runs:?}");
+    // Each c was released exactly once, by whichever of a and b finished last.
+    releases.sort();
+    let mut expected: Vec<_> = ids.iter().map(|id| (id.clone(), "c".to_string())).collect();
+    expected.sort();
+    assert_eq!(releases, expected);
+    for id in &ids {
+        let w = s.workflow(id).await.unwrap().unwrap();
+        assert_eq!(w.state, WorkflowState::Completed);
+        assert_eq!(s.receipts(id).await.unwrap().len(), 3);
+        assert_gapless(&s, id).await;
+    }
+}
+
+pub async fn concurrent_admissions_of_one_key_create_one_workflow<S: Store>(s: S) {
+    let steps: &[(&str, &[&str])] = &[("a", &[]), ("b", &["a"])];
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let s = s.clone();
+        // A few submissions carry another command under the same key.
+        let value = if i % 5 == 4 {
+            json!({"to": "other"})
+        } else {
+            json!({"to": "ada"})
+        };
+        tasks.push(tokio::spawn(async move {
+            s.admit(admit(scope("alice", "shared"), value, steps, T0))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    let created: Vec<_> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            AdmitOutcome::Created(w) => Some(w.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 1, "{outcomes:?}");
+    let winner = &created[0];
+    for o in &outcomes {
+        match o {
+            AdmitOutcome::Created(_) => {}
+            AdmitOutcome::Replayed(w) => assert_eq!(w, winner),
+            AdmitOutcome::Conflict { workflow_id } => assert_eq!(workflow_id, &winner.workflow_id),
+            AdmitOutcome::KeyFree => panic!("nothing was refused"),
+        }
+    }
+    let all = s
+        .list_workflows(&WorkflowFilter {
+            limit: 100,
+            ..WorkflowFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all, vec![winner.clone()]);
+    assert_eq!(s.steps(&winner.workflow_id).await.unwrap().len(), 2);
+    assert_eq!(assert_gapless(&s, &winner.workflow_id).await, 2);
+}
+
+pub async fn concurrent_reuse_of_an_expired_key_creates_one_workflow<S: Store>(s: S) {
+    let steps: &[(&str, &[&str])] = &[("only", &[])];
+    let old = create(&s, admit(scope("alice", "k"), json!({"v": 0}), steps, T0)).await;
+    let c = claim(&s, "w1", T0, 1).await.remove(0);
+    succeed(&s, &c, T0 + 1).await;
+    let later = T0 + 1 + 10_000 + 1;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.admit(admit(scope("alice", "k"), json!({"v": 1}), steps, later))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut created = Vec::new();
+    let mut replayed = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            AdmitOutcome::Created(w) => created.push(w),
+            AdmitOutcome::Replayed(_) => replayed += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((created.len(), replayed), (1, 7));
+    assert_ne!(created[0].workflow_id, old.workflow_id);
+    let key = s
+        .lookup_key(&scope("alice", "k"), later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(key.workflow_id, created[0].workflow_id);
+    let all = s
+        .list_workflows(&WorkflowFilter {
+            limit: 100,
+            ..WorkflowFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+}
+
+pub async fn concurrent_timeline_appends_number_without_gaps<S: Store>(s: S) {
+    let names: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+    let shape: Vec<(&str, &[&str])> = names.iter().map(|s| (s.as_str(), &[][..])).collect();
+    let id = workflow(&s, "k", &shape, T0).await;
+    let claimed = claim(&s, "w1", T0, 100).await;
+    assert_eq!(claimed.len(), 8);
+    let mut tasks = Vec::new();
+    for c in claimed {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 2..=4u8 {
+                s.checkpoint(checkpoint(&c, n, Default::default(), 3, T0 + n as u64))
+                    .await
+                    .unwrap();
+            }
+            s.finish(finish_request(
+                &c,
+                retry(T0 + 100, Trigger::Retry, None),
+                T0 + 5,
+            ))
+            .await
+            .unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // 2 admission events, 8 claims, 8 × 3 checkpoints × 3 events, 8 finishes.
+    assert_eq!(assert_gapless(&s, &id).await, 2 + 8 + 72 + 8);
+    assert_eq!(
+        s.workflow(&id).await.unwrap().unwrap().external_calls_used,
+        8
+    );
+}
+
+pub async fn concurrent_operator_actions_under_one_key_act_once<S: Store>(s: S) {
+    let id = workflow(&s, "k", &[("a", &[])], T0).await;
+    let c = claim(&s, "w1", T0, 1).await.remove(0);
+    end(&s, &c, StepState::OutcomeUnknown, T0 + 1).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (s, id) = (s.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            s.act(request(
+                action_scope(&id, "a", "retry", "once"),
+                "d",
+                StepState::OutcomeUnknown,
+                Ok(StepChange::Ready {
+                    trigger: Trigger::ManualRetry,
+                    settle_uncertainty: false,
+                }),
+                T0 + 2,
+            ))
+            .await
+            .unwrap()
+        }));
+    }
+    let mut applied = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            ActionOutcome::Applied { .. } => applied += 1,
+            ActionOutcome::Replayed(r) => assert_eq!(r.request_digest, "d"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(applied, 1);
+    let operator_events = s
+        .timeline(&id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.text == "Operator: retry")
+        .count();
+    assert_eq!(operator_events, 1);
+    assert_gapless(&s, &id).await;
+}
+
+pub async fn operator_actions_race_the_release_of_their_step<S: Store>(s: S) {
+    // Finishing a and b releases c while an operator escalates c: the two lock c and the
+    // workflow in opposite orders, and every write must still succeed.
+    let mut ids = Vec::new();
+    for w in 0..20 {
+        ids.push(
+            workflow(
+                &s,
+                &format!("k{w}"),
+                &[("a", &[]), ("b", &[]), ("c", &["a", "b"])],
+                T0,
+            )
+            .await,
+        );
+    }
+    let claimed = claim(&s, "w1", T0 + 1, 100).await;
+    assert_eq!(claimed.len(), 40);
+    let mut tasks = Vec::new();
+    for c in claimed {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            succeed(&s, &c, T0 + 2).await;
+        }));
+    }
+    let mut actions = Vec::new();
+    for id in &ids {
+        let (s, id) = (s.clone(), id.clone());
+        actions.push(tokio::spawn(async move {
+            s.act(request(
+                action_scope(&id, "c", "escalate", "e"),
+                "d",
+                StepState::Pending,
+                Ok(StepChange::Escalate(
+                    json!({"note": "look", "by": "operator", "at": T0 + 2}),
+                )),
+                T0 + 2,
+            ))
+            .await
+            .unwrap()
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for (id, action) in ids.iter().zip(actions) {
+        let outcome = action.await.unwrap();
+        let c = &s.steps(id).await.unwrap()[2];
+        assert_eq!(c.state, StepState::Ready, "c of {id} was released");
+        match outcome {
+            ActionOutcome::Applied { .. } => assert!(c.escalated.is_some()),
+            ActionOutcome::Refused { answer } => {
+                assert_eq!(answer.0, 409);
+                assert!(c.escalated.is_none());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_gapless(&s, id).await;
+    }
+}

@@ -1,0 +1,489 @@
+//! The scheduler's operations: claims, fenced writes, release of dependents, recovery.
+
+use crate::backends::Store;
+use crate::fixtures::*;
+use docket::intent::{AttemptOutcome, EventKind, NewEvent, StepState, Trigger, WorkflowState};
+use docket::store::{AttemptFacts, LateEvidence, RenewRequest, StepTransition, StoreError};
+use serde_json::json;
+
+pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {
+    let a = workflow(&s, "a", &[("render", &[]), ("deliver", &["render"])], T0).await;
+    let b = workflow(&s, "b", &[("only", &[])], T0 + 1).await;
+    let later = workflow(&s, "later", &[("only", &[])], T0 + 100).await;
+
+    // The batch limit holds, and the oldest ready step goes first.
+    let first = claim(&s, "w1", T0 + 50, 1).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        (&first[0].fence.workflow_id, first[0].fence.step.as_str()),
+        (&a, "render")
+    );
+    let second = claim(&s, "w1", T0 + 50, 10).await;
+    assert_eq!(second.len(), 1, "only b's step is ready at T0+50");
+    assert_eq!(second[0].fence.workflow_id, b);
+    assert!(claim(&s, "w1", T0 + 99, 10).await.is_empty());
+    let third = claim(&s, "w2", T0 + 100, 10).await;
+    assert_eq!(third.len(), 1);
+    assert_eq!(third[0].fence.workflow_id, later);
+
+    let c = &first[0];
+    assert_eq!((c.attempt_number, c.trigger), (1, Trigger::Initial));
+    assert_eq!((c.workflow.as_str(), c.definition_version), ("letters", 1));
+    assert_eq!(c.lease_expires_at, T0 + 50 + LEASE);
+    assert_eq!(c.deadline_at, T0 + 3_600_000);
+    assert_eq!(
+        (c.attempts_used, c.external_calls_used, c.runtime_used_ms),
+        (1, 0, 0)
+    );
+    assert_eq!(c.uncertain_since, None);
+    assert_eq!(c.context.input, json!({"key": "a"}));
+    assert!(c.context.receipts.is_empty());
+    assert!(!c.fence.lease_token.is_empty());
+    assert_ne!(c.fence.lease_token, second[0].fence.lease_token);
+
+    let step = &s.steps(&a).await.unwrap()[0];
+    assert_eq!(step.state, StepState::Running);
+    assert_eq!(step.attempts, 1);
+    assert_eq!(step.lease_owner.as_deref(), Some("w1"));
+    assert_eq!(step.lease_expires_at, Some(T0 + 50 + LEASE));
+    let attempt = &s.attempts(&a, "render", 0, 10).await.unwrap()[0];
+    assert_eq!(attempt.attempt_id, c.attempt_id);
+    assert_eq!(
+        (attempt.checkpoint, attempt.outcome),
+        (1, AttemptOutcome::InProgress)
+    );
+    assert_eq!(
+        (attempt.trigger, attempt.started_at),
+        (Trigger::Initial, T0 + 50)
+    );
+    assert_eq!(attempt.log, json!([]));
+    let started = s.timeline(&a, 2, 10).await.unwrap();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].text, "Attempt 1 started (initial) by w1");
+    assert_eq!(started[0].kind, EventKind::Action);
+    assert_eq!(
+        started[0].attempt_id.as_deref(),
+        Some(c.attempt_id.as_str())
+    );
+    assert_eq!(s.workflow(&a).await.unwrap().unwrap().attempts_used, 1);
+
+    // The next step's claim carries the receipts so far.
+    let done = succeed(&s, c, T0 + 60).await;
+    assert_eq!(done.released, vec!["deliver".to_string()]);
+    let next = claim(&s, "w1", T0 + 60, 10).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].fence.step, "deliver");
+    assert_eq!(next[0].attempts_used, 2);
+    let receipts = &next[0].context.receipts;
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0].step, "render");
+    assert_eq!(receipts[0].attempt_id.as_ref(), Some(&c.attempt_id));
+    assert_eq!(receipts[0].output, json!({"step": "render"}));
+    assert_eq!(receipts, &s.receipts(&a).await.unwrap());
+}
+
+pub async fn fenced_writes_refuse_a_stale_lease<S: Store>(s: S) {
+    let id = workflow(&s, "k", &[("only", &[])], T0).await;
+    let c = claim(&s, "w1", T0, 10).await.remove(0);
+    let lost = |r: Result<_, StoreError>| match r {
+        Err(StoreError::LeaseLost { workflow_id, step }) => {
+            assert_eq!((workflow_id, step.as_str()), (id.clone(), "only"))
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    };
+
+    s.renew(RenewRequest {
+        fence: c.fence.clone(),
+        now: T0 + 500,
+        lease_ms: LEASE,
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        s.steps(&id).await.unwrap()[0].lease_expires_at,
+        Some(T0 + 1_500)
+    );
+
+    let mut stale = c.clone();
+    stale.fence.lease_token = "not-the-token".into();
+    lost(
+        s.renew(RenewRequest {
+            fence: stale.fence.clone(),
+            now: T0 + 600,
+            lease_ms: LEASE,
+        })
+        .await,
+    );
+    lost(
+        s.checkpoint(checkpoint(&stale, 2, AttemptFacts::default(), 1, T0 + 600))
+            .await,
+    );
+    lost(
+        s.finish(finish_request(
+            &stale,
+            StepTransition::Terminal(StepState::FailedTerminal),
+            T0 + 600,
+        ))
+        .await
+        .map(|_| ()),
+    );
+    // Recovery may not take over a lease that has not run out.
+    let mut recovery = finish_request(&c, retry(T0 + 700, Trigger::RecoveryQuery, None), T0 + 600);
+    recovery.expired_before = Some(T0 + 600);
+    lost(s.finish(recovery).await.map(|_| ()));
+    // None of the refused writes left a trace.
+    assert_eq!(s.timeline(&id, 0, 100).await.unwrap().len(), 3);
+    assert_eq!(s.steps(&id).await.unwrap()[0].state, StepState::Running);
+
+    s.checkpoint(checkpoint(
+        &c,
+        3,
+        facts("sent", AttemptOutcome::InProgress),
+        1,
+        T0 + 700,
+    ))
+    .await
+    .unwrap();
+    let attempt = &s.attempts(&id, "only", 0, 10).await.unwrap()[0];
+    assert_eq!(attempt.checkpoint, 3);
+    assert_eq!(attempt.component.as_deref(), Some("http-delivery"));
+    assert_eq!(attempt.request_identity.as_deref(), Some("dk-1"));
+    assert_eq!(attempt.observation.as_deref(), Some("sent"));
+    assert_eq!(
+        s.workflow(&id).await.unwrap().unwrap().external_calls_used,
+        1
+    );
+    // A later checkpoint with fewer facts keeps what was recorded; checkpoints never go back.
+    s.checkpoint(checkpoint(&c, 2, AttemptFacts::default(), 0, T0 + 710))
+        .await
+        .unwrap();
+    let attempt = &s.attempts(&id, "only", 0, 10).await.unwrap()[0];
+    assert_eq!(
+        (attempt.checkpoint, attempt.observation.as_deref()),
+        (3, Some("sent"))
+    );
+
+    let out = s
+        .finish(finish_request(
+            &c,
+            retry(T0 + 2_000, Trigger::Retry, Some(T0 + 700)),
+            T0 + 800,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.workflow_state, WorkflowState::Running);
+    let step = &s.steps(&id).await.unwrap()[0];
+    assert_eq!(step.state, StepState::FailedRetryable);
+    assert_eq!(step.ready_at, Some(T0 + 2_000));
+    assert_eq!(
+        (step.lease_owner.as_deref(), step.lease_expires_at),
+        (None, None)
+    );
+    assert_eq!(step.note.as_deref(), Some("finished"));
+    assert_eq!(s.workflow(&id).await.unwrap().unwrap().runtime_used_ms, 7);
+    // The finished lease is gone for good.
+    lost(
+        s.renew(RenewRequest {
+            fence: c.fence.clone(),
+            now: T0 + 900,
+            lease_ms: LEASE,
+        })
+        .await,
+    );
+    lost(
+        s.checkpoint(checkpoint(&c, 4, AttemptFacts::default(), 0, T0 + 900))
+            .await,
+    );
+
+    assert!(claim(&s, "w2", T0 + 1_999, 10).await.is_empty());
+    let c2 = claim(&s, "w2", T0 + 2_000, 10).await.remove(0);
+    assert_eq!((c2.attempt_number, c2.trigger), (2, Trigger::Retry));
+    assert_eq!(c2.uncertain_since, Some(T0 + 700));
+    assert_eq!(c2.external_calls_used, 1);
+    // The first lease's token does not fence the second attempt.
+    lost(
+        s.finish(finish_request(
+            &c,
+            StepTransition::Terminal(StepState::FailedTerminal),
+            T0 + 2_001,
+        ))
+        .await
+        .map(|_| ()),
+    );
+    let out = end(&s, &c2, StepState::FailedTerminal, T0 + 2_002).await;
+    assert_eq!(out.workflow_state, WorkflowState::Failed);
+    let w = s.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (w.state, w.ended_at, w.attempts_used),
+        (WorkflowState::Failed, Some(T0 + 2_002), 2)
+    );
+}
+
+pub async fn success_releases_dependents_and_derives_the_workflow_state<S: Store>(s: S) {
+    let id = workflow(
+        &s,
+        "diamond",
+        &[("a", &[]), ("b", &[]), ("c", &["a", "b"])],
+        T0,
+    )
+    .await;
+    let mut claimed = claim(&s, "w1", T0 + 1, 10).await;
+    claimed.sort_by(|x, y| x.fence.step.cmp(&y.fence.step));
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| c.fence.step.as_str())
+            .collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+    let out = succeed(&s, &claimed[0], T0 + 2).await;
+    assert_eq!(
+        (out.workflow_state, out.released.len()),
+        (WorkflowState::Running, 0)
+    );
+    assert_eq!(s.steps(&id).await.unwrap()[2].state, StepState::Pending);
+    let out = succeed(&s, &claimed[1], T0 + 3).await;
+    assert_eq!(out.released, vec!["c".to_string()]);
+    let c = &s.steps(&id).await.unwrap()[2];
+    assert_eq!((c.state, c.ready_at), (StepState::Ready, Some(T0 + 3)));
+    let texts: Vec<_> = s
+        .timeline(&id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.text)
+        .collect();
+    assert!(
+        texts.contains(&"Released c after its dependencies succeeded".to_string()),
+        "{texts:?}"
+    );
+
+    let last = claim(&s, "w1", T0 + 4, 10).await.remove(0);
+    let out = end(&s, &last, StepState::OutcomeUnknown, T0 + 5).await;
+    assert_eq!(out.workflow_state, WorkflowState::NeedsReview);
+    let w = s.workflow(&id).await.unwrap().unwrap();
+    // Needing review is not an end: no end time, and the key stays reserved.
+    assert_eq!((w.state, w.ended_at), (WorkflowState::NeedsReview, None));
+    assert_eq!(
+        s.lookup_key(&scope("alice", "diamond"), T0 + 5)
+            .await
+            .unwrap()
+            .unwrap()
+            .expires_at,
+        None
+    );
+    let timeline = s.timeline(&id, 0, 100).await.unwrap();
+    let conclusion = timeline.last().unwrap();
+    assert_eq!(conclusion.kind, EventKind::Conclusion);
+    assert_eq!(
+        conclusion.text,
+        "Workflow needs review: a person must decide how to continue"
+    );
+    assert_eq!(
+        conclusion.data,
+        json!({"from": "running", "to": "needs_review"})
+    );
+    // Numbering has no gaps.
+    assert_eq!(
+        timeline.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=timeline.len() as u64).collect::<Vec<_>>()
+    );
+
+    let done = workflow(&s, "single", &[("only", &[])], T0 + 10).await;
+    let c = claim(&s, "w1", T0 + 10, 10).await.remove(0);
+    let out = succeed(&s, &c, T0 + 11).await;
+    assert_eq!(
+        (out.workflow_state, out.released.len()),
+        (WorkflowState::Completed, 0)
+    );
+    let step = &s.steps(&done).await.unwrap()[0];
+    let receipts = s.receipts(&done).await.unwrap();
+    assert_eq!(step.receipt_id.as_ref(), Some(&receipts[0].receipt_id));
+    assert_eq!(receipts[0].recorded_at, T0 + 11);
+    assert_eq!(receipts[0].external_reference.as_deref(), Some("ext-only"));
+}
+
+pub async fn expired_leases_report_checkpoint_and_stored_result<S: Store>(s: S) {
+    let id = workflow(&s, "k", &[("only", &[])], T0).await;
+    let c = claim(&s, "w1", T0, 10).await.remove(0);
+    assert_eq!(c.fence.workflow_id, id);
+    s.checkpoint(checkpoint(
+        &c,
+        2,
+        facts("loaded", AttemptOutcome::InProgress),
+        0,
+        T0 + 1,
+    ))
+    .await
+    .unwrap();
+    let decided = stored_result(T0 + 2, "only");
+    let mut at5 = checkpoint(&c, 5, AttemptFacts::default(), 1, T0 + 2);
+    at5.facts.result = Some(decided.clone());
+    s.checkpoint(at5).await.unwrap();
+
+    // A lease runs out strictly after its expiry time.
+    assert!(s.expired_leases(T0 + LEASE, 10).await.unwrap().is_empty());
+    let expired = s.expired_leases(T0 + LEASE + 1, 10).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    let e = &expired[0];
+    assert_eq!(e.fence, c.fence);
+    assert_eq!(
+        (e.lease_owner.as_str(), e.lease_expires_at),
+        ("w1", T0 + LEASE)
+    );
+    assert_eq!(e.attempt_id.as_ref(), Some(&c.attempt_id));
+    assert_eq!(
+        (e.checkpoint, e.attempt_number, e.attempt_started_at),
+        (5, 1, T0)
+    );
+    assert_eq!(e.trigger, Trigger::Initial);
+    assert_eq!(e.component.as_deref(), Some("http-delivery"));
+    assert_eq!(e.component_version.as_deref(), Some("1.0.0"));
+    assert_eq!((e.workflow.as_str(), e.definition_version), ("letters", 1));
+    assert_eq!(e.uncertain_since, None);
+    assert_eq!(e.result.as_ref(), Some(&decided));
+    assert!(
+        s.expired_leases(T0 + LEASE + 1, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Recovery resumes from the stored result, fenced by the expiry.
+    let mut resume = finish_request(&c, decided.transition.clone(), T0 + LEASE + 2);
+    resume.expired_before = Some(T0 + LEASE + 1);
+    resume.events = decided.events.clone();
+    let out = s.finish(resume).await.unwrap();
+    assert_eq!(out.workflow_state, WorkflowState::Completed);
+    assert!(
+        s.expired_leases(T0 + 10 * LEASE, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let lost = s
+        .renew(RenewRequest {
+            fence: c.fence.clone(),
+            now: T0 + LEASE + 3,
+            lease_ms: LEASE,
+        })
+        .await;
+    assert!(
+        matches!(lost, Err(StoreError::LeaseLost { .. })),
+        "{lost:?}"
+    );
+
+    // Several expired leases come oldest first, up to the limit.
+    let mut ids = Vec::new();
+    for i in 0..3u64 {
+        ids.push(workflow(&s, &format!("many{i}"), &[("only", &[])], T0 + 100 + i).await);
+        claim(&s, "w2", T0 + 100 + i, 1).await;
+    }
+    let expired = s.expired_leases(T0 + 10 * LEASE, 2).await.unwrap();
+    assert_eq!(
+        expired
+            .iter()
+            .map(|e| e.fence.workflow_id.clone())
+            .collect::<Vec<_>>(),
+        ids[..2].to_vec()
+    );
+    assert!(
+        expired
+            .iter()
+            .all(|e| e.checkpoint == 1 && e.result.is_none())
+    );
+}
+
+pub async fn late_evidence_fills_gaps_and_moves_nothing<S: Store>(s: S) {
+    let id = workflow(&s, "k", &[("only", &[])], T0).await;
+    let c = claim(&s, "w1", T0, 10).await.remove(0);
+    let mut sent = checkpoint(&c, 3, AttemptFacts::default(), 0, T0 + 1);
+    sent.facts.request_identity = Some("dk-1".into());
+    s.checkpoint(sent).await.unwrap();
+
+    // Recovery concludes first: the outcome is unknown, a query will follow.
+    let mut recovery = finish_request(
+        &c,
+        retry(T0 + 5_000, Trigger::RecoveryQuery, Some(T0 + 1)),
+        T0 + 2_000,
+    );
+    recovery.expired_before = Some(T0 + 2_000);
+    recovery.facts = AttemptFacts {
+        observation: Some("lease expired after the request was sent".into()),
+        outcome: Some(AttemptOutcome::Interrupted),
+        ..AttemptFacts::default()
+    };
+    recovery.events = Vec::new();
+    s.finish(recovery).await.unwrap();
+    let before = s.steps(&id).await.unwrap();
+    let seq_before = s.timeline(&id, 0, 100).await.unwrap().len() as u64;
+
+    // Then the old worker's answer arrives.
+    s.late_evidence(LateEvidence {
+        workflow_id: id.clone(),
+        attempt_id: c.attempt_id.clone(),
+        facts: AttemptFacts {
+            observation: Some("provider accepted".into()),
+            outcome: Some(AttemptOutcome::Accepted),
+            result: Some(stored_result(T0 + 2_100, "only")),
+            ..AttemptFacts::default()
+        },
+        events: vec![NewEvent::step(
+            EventKind::Observation,
+            "only",
+            Some(&c.attempt_id),
+            "A late result arrived",
+        )],
+        now: T0 + 2_100,
+    })
+    .await
+    .unwrap();
+    let attempt = &s.attempts(&id, "only", 0, 10).await.unwrap()[0];
+    assert_eq!(
+        attempt.observation.as_deref(),
+        Some("lease expired after the request was sent")
+    );
+    assert_eq!(attempt.outcome, AttemptOutcome::Interrupted);
+    assert_eq!(attempt.request_identity.as_deref(), Some("dk-1"));
+    assert_eq!(
+        s.steps(&id).await.unwrap(),
+        before,
+        "late evidence never moves the step"
+    );
+    let late = s.timeline(&id, seq_before, 10).await.unwrap();
+    assert_eq!(late.len(), 1);
+    assert_eq!((late[0].seq, late[0].at), (seq_before + 1, T0 + 2_100));
+    assert_eq!(late[0].text, "A late result arrived");
+
+    // An attempt still in progress takes the late outcome; a result fills a gap only once.
+    let c2 = claim(&s, "w2", T0 + 5_000, 10).await.remove(0);
+    let first = stored_result(T0 + 5_001, "only");
+    for (outcome, result) in [
+        (AttemptOutcome::LookupFound, first.clone()),
+        (
+            AttemptOutcome::LookupAbsent,
+            stored_result(T0 + 5_002, "only"),
+        ),
+    ] {
+        s.late_evidence(LateEvidence {
+            workflow_id: id.clone(),
+            attempt_id: c2.attempt_id.clone(),
+            facts: AttemptFacts {
+                outcome: Some(outcome),
+                result: Some(result),
+                ..AttemptFacts::default()
+            },
+            events: Vec::new(),
+            now: T0 + 5_001,
+        })
+        .await
+        .unwrap();
+    }
+    let attempt = &s.attempts(&id, "only", 1, 10).await.unwrap()[0];
+    assert_eq!(attempt.outcome, AttemptOutcome::LookupFound);
+    let step = &s.steps(&id).await.unwrap()[0];
+    assert_eq!((step.state, step.attempts), (StepState::Running, 2));
+    // The stored result is the first one: recovery would resume from it.
+    let expired = s.expired_leases(T0 + 5_000 + LEASE + 1, 10).await.unwrap();
+    assert_eq!(expired[0].result.as_ref(), Some(&first));
+}
