@@ -1,6 +1,7 @@
 //! `docket serve`: assemble a host — store, runtime, components, definitions, scheduler,
 //! API — and run it until interrupted.
 
+use crate::api::ApiStore;
 use crate::api::{ApiContext, ApiLimits, Auth, Principal, Role, router};
 use crate::capabilities::{AdapterPolicy, HostRule};
 use crate::clock::{Clock, SystemClock};
@@ -8,7 +9,9 @@ use crate::config::{HostConfig, RoleToml};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
+use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
+use crate::store::{DefinitionStore, ExecutorStore};
 use anyhow::{Context, bail};
 use clap::Args;
 use std::net::SocketAddr;
@@ -29,7 +32,8 @@ pub struct ServeArgs {
     /// Address of the API (default 127.0.0.1:8080).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Database: `sqlite://PATH` or a file path (default `.docket/docket.db`).
+    /// Database: a SQLite file path or `sqlite://PATH` (default `.docket/docket.db`), or
+    /// `postgres://USER:PASSWORD@HOST/DB` for many hosts on one database.
     #[arg(long)]
     pub db: Option<String>,
     /// Host configuration file (`docket.toml`).
@@ -130,17 +134,58 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         .clone()
         .or(config.db.clone())
         .unwrap_or_else(|| ".docket/docket.db".into());
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        let store = PgStore::connect(&db)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {}", without_password(&db)))?;
+        tracing::info!("database: PostgreSQL at {}", without_password(&db));
+        // Compiled components are this host's own cache (DOCKET_CACHE_DIR, else the user's
+        // cache directory); the database holds the truth.
+        let cache_dir =
+            super::adapter::cache_dir().unwrap_or_else(|| PathBuf::from(".docket/components"));
+        return launch(args, config, store, cache_dir, sim, clock, listen).await;
+    }
     let db_path = sqlite_path(&db);
     if let Some(dir) = db_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let store = SqliteStore::open(&db_path).await?;
     tracing::info!("database: SQLite at {}", db_path.display());
-
     let cache_dir = db_path
         .parent()
         .unwrap_or(Path::new("."))
         .join("components");
+    launch(args, config, store, cache_dir, sim, clock, listen).await
+}
+
+/// A database URL fit for a log line: the password replaced by `***`.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The host on a given store: components, definitions, scheduler and API.
+#[allow(clippy::too_many_arguments)]
+async fn launch<S>(
+    args: &ServeArgs,
+    config: HostConfig,
+    store: S,
+    cache_dir: PathBuf,
+    sim: Option<RunningSim>,
+    clock: Arc<SystemClock>,
+    listen: SocketAddr,
+) -> anyhow::Result<Host>
+where
+    S: ApiStore + ExecutorStore,
+{
     let runtime = Runtime::new(RuntimeConfig {
         memory_cap_bytes: config.memory_cap_bytes,
         max_instances: (config.max_concurrent as u32 + 16).max(32),
@@ -254,8 +299,8 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
 }
 
 /// Deploys every `*.toml` in `dir`; a changed file under a deployed version stops the host.
-async fn deploy_dir(
-    deployments: &Deployments<SqliteStore>,
+async fn deploy_dir<S: DefinitionStore>(
+    deployments: &Deployments<S>,
     dir: &Path,
     env: &Components,
     now: u64,

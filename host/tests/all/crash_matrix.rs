@@ -8,6 +8,7 @@
 //! pass visibility windows and backoffs, instead of sleeping.
 
 use crate::host_process::{Contract, HostOptions, HostProcess, PROVIDER_TOKEN, document, tail};
+use crate::postgres::TestDatabase;
 use docket::sim::{ProviderSim, RunningSim, SimConfig};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -155,11 +156,23 @@ macro_rules! check {
     };
 }
 
-async fn run_case(contract: Contract, checkpoint: u8) {
+/// Where the host under test keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+async fn run_case(contract: Contract, checkpoint: u8, backend: Backend) {
     let name = format!(
-        "{} crashed at checkpoint {checkpoint}",
+        "{} crashed at checkpoint {checkpoint} ({backend:?})",
         contract.component()
     );
+    let database = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(TestDatabase::create().await),
+    };
+    let db = database.as_ref().map(|d| d.url.clone());
     let expect = expected(contract, checkpoint);
     let sim = ProviderSim::start(
         SimConfig::new(PROVIDER_TOKEN),
@@ -177,6 +190,7 @@ async fn run_case(contract: Contract, checkpoint: u8) {
         dir,
         provider: Some(provider.clone()),
         without_test_controls: false,
+        db: db.clone(),
     };
     let mut case = Case {
         name,
@@ -357,6 +371,10 @@ async fn run_case(contract: Contract, checkpoint: u8) {
             later.len()
         );
     }
+    drop(host);
+    if let Some(database) = database {
+        database.drop_now().await;
+    }
 }
 
 /// Moves the restarted host's clock until the workflow leaves `running`: once past the dead
@@ -389,14 +407,14 @@ async fn settle(case: &Case, host: &HostProcess, id: &str) -> Value {
 
 /// Runs the cases of one contract a few at a time and reports every failure, not just the
 /// first.
-async fn run_matrix(contract: Contract, checkpoints: &[u8]) {
+async fn run_matrix(contract: Contract, checkpoints: &[u8], backend: Backend) {
     let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     let mut cases = tokio::task::JoinSet::new();
     for &checkpoint in checkpoints {
         let slots = slots.clone();
         cases.spawn(async move {
             let _slot = slots.acquire_owned().await.unwrap();
-            run_case(contract, checkpoint).await;
+            run_case(contract, checkpoint, backend).await;
         });
     }
     let mut failures = Vec::new();
@@ -421,18 +439,43 @@ async fn run_matrix(contract: Contract, checkpoints: &[u8]) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn crash_matrix_idempotent_on_postgres() {
+    run_matrix(Contract::Idempotent, &[1, 2, 3, 4, 5, 6], Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_matrix_query_only_on_postgres() {
+    run_matrix(Contract::QueryOnly, &[1, 2, 3, 4, 5, 6], Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_matrix_fire_and_forget_on_postgres() {
+    run_matrix(
+        Contract::FireAndForget,
+        &[1, 2, 3, 4, 5, 6],
+        Backend::Postgres,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn crash_matrix_idempotent() {
-    run_matrix(Contract::Idempotent, &[1, 2, 3, 4, 5, 6]).await;
+    run_matrix(Contract::Idempotent, &[1, 2, 3, 4, 5, 6], Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_matrix_query_only() {
-    run_matrix(Contract::QueryOnly, &[1, 2, 3, 4, 5, 6]).await;
+    run_matrix(Contract::QueryOnly, &[1, 2, 3, 4, 5, 6], Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_matrix_fire_and_forget() {
-    run_matrix(Contract::FireAndForget, &[1, 2, 3, 4, 5, 6]).await;
+    run_matrix(
+        Contract::FireAndForget,
+        &[1, 2, 3, 4, 5, 6],
+        Backend::Sqlite,
+    )
+    .await;
 }
 
 /// A failpoint is a test control: without `--test-controls` the variable is ignored.
@@ -481,6 +524,7 @@ async fn past_the_retention_deadline_an_unknown_outcome_goes_to_review() {
         dir,
         provider: Some(provider.clone()),
         without_test_controls: false,
+        db: None,
     };
     let mut host = HostProcess::start(options(None, Some("checkpoint-3"))).await;
     let (_, created) = host

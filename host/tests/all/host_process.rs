@@ -123,6 +123,8 @@ pub struct HostOptions {
     pub provider: Option<String>,
     /// Run without `--test-controls` (no clock control, no failpoints).
     pub without_test_controls: bool,
+    /// The database URL (`postgres://…`); default: a SQLite file in the host's directory.
+    pub db: Option<String>,
 }
 
 impl HostProcess {
@@ -161,7 +163,14 @@ impl HostProcess {
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args((!options.without_test_controls).then_some("--test-controls"))
             .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
-            .args(["--db", &dir.path().join("docket.db").display().to_string()])
+            .args([
+                "--db",
+                &options
+                    .db
+                    .clone()
+                    .unwrap_or_else(|| dir.path().join("docket.db").display().to_string()),
+            ])
+            .env("DOCKET_CACHE_DIR", &cache)
             .args(["--config", &config.display().to_string()])
             .envs(options.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .env("DOCKET_LOG", "info")
