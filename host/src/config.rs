@@ -80,6 +80,8 @@ pub struct LimitsToml {
     pub memory_mib: Option<usize>,
     pub max_concurrent: Option<usize>,
     pub lease: Option<String>,
+    /// How long a stopping host waits for attempts under way before ending its leases.
+    pub shutdown_grace: Option<String>,
     pub key_retention: Option<String>,
     pub max_body_bytes: Option<usize>,
 }
@@ -106,6 +108,7 @@ pub struct HostConfig {
     pub memory_cap_bytes: usize,
     pub max_concurrent: usize,
     pub lease: Duration,
+    pub shutdown_grace: Duration,
     pub key_retention: Duration,
     pub max_body_bytes: usize,
 }
@@ -204,6 +207,11 @@ impl HostConfig {
             memory_cap_bytes: raw.limits.memory_mib.unwrap_or(128) << 20,
             max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
             lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
+            shutdown_grace: duration(
+                "shutdown_grace",
+                &raw.limits.shutdown_grace,
+                Duration::from_secs(10),
+            )?,
             key_retention: duration(
                 "key_retention",
                 &raw.limits.key_retention,

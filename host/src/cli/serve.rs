@@ -60,13 +60,36 @@ pub struct Host {
     pub clock: Arc<SystemClock>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
+    /// Waits (up to the grace) for the attempts under way, then ends this host's leases.
+    drain: Option<Drain>,
+    grace: std::time::Duration,
 }
 
+type Drain = Box<
+    dyn FnOnce(
+            std::time::Duration,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<u64, crate::store::StoreError>> + Send>,
+        > + Send,
+>;
+
 impl Host {
-    /// Stops the scheduler and the API.
+    /// Stops the scheduler and the API at once.
     pub fn stop(&self) {
         self.scheduler.abort();
         self.server.abort();
+    }
+
+    /// Stops claiming and serving, lets the attempts under way finish (up to the configured
+    /// grace), then ends this host's remaining leases so recovery can take them at once.
+    pub async fn shutdown(mut self) {
+        self.stop();
+        if let Some(drain) = self.drain.take() {
+            match drain(self.grace).await {
+                Ok(n) => tracing::info!("shut down; ended {n} leases still held"),
+                Err(e) => tracing::error!("shut down; ending the leases failed: {e}"),
+            }
+        }
     }
 }
 
@@ -247,6 +270,9 @@ where
         },
         wake.clone(),
     );
+    let draining = scheduler.clone();
+    let drain: Drain =
+        Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
     let scheduler = if args.pause_execution {
         tracing::warn!(
             "step execution is paused (--pause-execution): intents are admitted but no step runs"
@@ -295,6 +321,8 @@ where
         clock,
         server,
         scheduler,
+        drain: Some(drain),
+        grace: config.shutdown_grace,
     })
 }
 
@@ -339,8 +367,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let host = start(&args).await?;
     // A line on stdout that scripts (and tests) can wait for.
     println!("docket listening on http://{}", host.addr);
-    tokio::signal::ctrl_c().await?;
+    // Ctrl-C or SIGTERM (what service managers send): a graceful stop.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = terminate.recv() => {}
+    }
     tracing::info!("shutting down");
-    host.stop();
+    host.shutdown().await;
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -121,6 +121,18 @@ where
         })
     }
 
+    /// Graceful shutdown, once the run loop has stopped claiming: waits up to `grace` for
+    /// the attempts under way to finish, then ends this host's remaining leases at once so
+    /// recovery need not wait for them to run out. Returns how many leases were ended.
+    pub async fn shutdown(&self, grace: Duration) -> Result<u64, StoreError> {
+        let all = self.config.max_concurrent as u32;
+        // Every slot free means no attempt is running; the permits are dropped at once.
+        let _ = tokio::time::timeout(grace, self.slots.acquire_many(all)).await;
+        self.store
+            .release_leases(&self.config.owner, self.clock.now_ms())
+            .await
+    }
+
     /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
     fn failpoint(&self, n: u8) {
         if self.config.failpoint == Some(n) {

@@ -158,6 +158,14 @@ pub trait ExecutorStore: Send + Sync {
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.
     fn late_evidence(&self, evidence: LateEvidence)
     -> impl Future<Output = StoreResult<()>> + Send;
+    /// Ends every lease `owner` holds, at once (graceful shutdown): each is expired as of
+    /// `now`, so recovery — on this host after a restart, or on another — decides it by its
+    /// last checkpoint without waiting for it to run out. Returns how many were ended.
+    fn release_leases(
+        &self,
+        owner: &str,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
     /// Steps whose lease expired before `now` (owner crashed or lost contact).
     fn expired_leases(
         &self,

@@ -266,6 +266,15 @@ impl HostProcess {
         tail(&self.log_text(), lines)
     }
 
+    /// Asks the process to stop gracefully (SIGTERM, as a service manager would).
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
     /// Kills the process and hands back its directory (to restart on the same database).
     pub fn kill(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();

@@ -373,3 +373,71 @@ async fn a_result_that_arrives_after_recovery_took_over_is_kept_as_evidence_and_
     assert_eq!(after["state"], "completed");
     assert_eq!(host.world().await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graceful_stop_ends_its_leases_so_recovery_need_not_wait_for_them() {
+    use crate::host_process::PROVIDER_TOKEN;
+    use docket::sim::ProviderSim;
+    // The provider outlives the host: its record is the ground truth across the restart.
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let options = |dir| HostOptions {
+        config: "[limits]\nshutdown_grace = \"300ms\"\n".into(),
+        workflows: vec![Contract::Idempotent.definition()],
+        dir,
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    };
+    let mut host = HostProcess::start(options(None)).await;
+    // Committed at once, answered only after a minute: the call is under way at the stop.
+    sim.sim()
+        .set_faults(json!({"slow_next": 1, "slow_ms": 60_000}))
+        .unwrap();
+    let (_, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "graceful-1",
+            document("Stopping"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    while sim.sim().world().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.terminate();
+    let exit = host.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        exit.is_some(),
+        "the host did not stop: {}",
+        host.log_tail(20)
+    );
+    assert!(
+        host.log_text().contains("ended 1 leases still held"),
+        "{}",
+        host.log_tail(20)
+    );
+
+    // A new host on the same database takes the step over at once, without moving its
+    // clock past the 30 s lease, and recovers it by query: one delivery.
+    let restarted = Instant::now();
+    let host = HostProcess::start(options(Some(host.kill()))).await;
+    let wf = host
+        .wait_for(
+            &id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(20),
+        )
+        .await;
+    let timeline = host.timeline_text(&id).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}\n{timeline}");
+    assert!(restarted.elapsed() < Duration::from_secs(20));
+    assert!(timeline.contains("expired at checkpoint 3"), "{timeline}");
+    assert!(timeline.contains("verified by query"), "{timeline}");
+    assert_eq!(sim.sim().world().len(), 1);
+}

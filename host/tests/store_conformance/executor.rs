@@ -487,3 +487,30 @@ pub async fn late_evidence_fills_gaps_and_moves_nothing<S: Store>(s: S) {
     let expired = s.expired_leases(T0 + 5_000 + LEASE + 1, 10).await.unwrap();
     assert_eq!(expired[0].result.as_ref(), Some(&first));
 }
+
+/// Graceful shutdown: a host ends its own leases at once; others' stay.
+pub async fn a_host_ends_only_its_own_leases<S: Store>(s: S) {
+    workflow(&s, "a1", &[("only", &[])], T0).await;
+    workflow(&s, "a2", &[("only", &[])], T0).await;
+    workflow(&s, "b1", &[("only", &[])], T0).await;
+    let mine = claim(&s, "host-a", T0, 2).await;
+    assert_eq!(mine.len(), 2);
+    let theirs = claim(&s, "host-b", T0, 10).await;
+    assert_eq!(theirs.len(), 1);
+    assert!(s.expired_leases(T0 + 10, 10).await.unwrap().is_empty());
+
+    assert_eq!(s.release_leases("host-a", T0 + 10).await.unwrap(), 2);
+    let expired = s.expired_leases(T0 + 10, 10).await.unwrap();
+    assert_eq!(expired.len(), 2, "{expired:#?}");
+    assert!(expired.iter().all(|e| e.lease_owner == "host-a"));
+    // Once ended, nothing more to end; the other host's lease is untouched.
+    assert_eq!(s.release_leases("host-a", T0 + 11).await.unwrap(), 0);
+    assert_eq!(s.release_leases("host-c", T0 + 11).await.unwrap(), 0);
+    assert!(
+        s.expired_leases(T0 + 10, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.fence != theirs[0].fence)
+    );
+}

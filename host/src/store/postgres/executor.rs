@@ -535,6 +535,18 @@ impl ExecutorStore for PgStore {
         transaction!(self.pool, |conn| late_evidence_tx(conn, &late))
     }
 
+    async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE steps SET lease_expires_at = $1 - 1
+             WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
+        )
+        .bind(now as i64)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
         let rows = sqlx::query(
             "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,

@@ -498,6 +498,20 @@ impl ExecutorStore for SqliteStore {
             .await
     }
 
+    async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
+        let owner = owner.to_string();
+        self.writer
+            .write(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "UPDATE steps SET lease_expires_at = ?1 - 1
+                         WHERE state = 'running' AND lease_owner = ?2 AND lease_expires_at >= ?1",
+                    )?
+                    .execute(params![now as i64, owner])? as u64)
+            })
+            .await
+    }
+
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
         let rows = sqlx::query(
             "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
