@@ -507,6 +507,28 @@ async fn stored_answer<S: ApiStore>(ctx: &Ctx<S>, scope: &ActionScope) -> Option
     None
 }
 
+/// The answer stored under a repeated key; if the first request is still acting, its answer
+/// once stored, or (after waiting) the step as it stands.
+async fn replay<S: ApiStore>(
+    ctx: &Ctx<S>,
+    scope: &ActionScope,
+    record: &WorkflowRecord,
+    answer: Option<(u16, String)>,
+) -> ApiResult<Response> {
+    let answer = match answer {
+        Some(answer) => Some(answer),
+        None => stored_answer(ctx, scope).await,
+    };
+    Ok(match answer {
+        Some((status, body)) => respond(status, body),
+        None => respond(
+            200,
+            serde_json::to_string(&step_view(ctx, record, &scope.step).await?)
+                .map_err(ApiError::internal)?,
+        ),
+    })
+}
+
 fn key_conflict(scope: &ActionScope) -> ApiError {
     ApiError::new(
         ErrorCode::KeyConflict,
@@ -581,17 +603,7 @@ pub(super) async fn act<S: ApiStore>(
         if existing.request_digest != canonical.digest {
             return Err(key_conflict(&scope));
         }
-        return Ok(match existing.answer {
-            Some((status, body)) => respond(status, body),
-            None => match stored_answer(&ctx, &scope).await {
-                Some((status, body)) => respond(status, body),
-                None => respond(
-                    200,
-                    serde_json::to_string(&step_view(&ctx, &record, &step).await?)
-                        .map_err(ApiError::internal)?,
-                ),
-            },
-        });
+        return replay(&ctx, &scope, &record, existing.answer).await;
     }
     let def = ctx
         .deployments
@@ -643,23 +655,11 @@ pub(super) async fn act<S: ApiStore>(
     match ctx.store.act(request).await? {
         ActionOutcome::Refused { answer } => Ok(respond(answer.0, answer.1)),
         ActionOutcome::KeyConflict => Err(key_conflict(&scope)),
-        ActionOutcome::Replayed(existing) => Ok(match existing.answer {
-            Some((status, body)) => respond(status, body),
-            None => match stored_answer(&ctx, &scope).await {
-                Some((status, body)) => respond(status, body),
-                None => respond(
-                    200,
-                    serde_json::to_string(&step_view(&ctx, &record, &step).await?)
-                        .map_err(ApiError::internal)?,
-                ),
-            },
-        }),
+        ActionOutcome::Replayed(existing) => replay(&ctx, &scope, &record, existing.answer).await,
         ActionOutcome::Applied { .. } => {
+            ctx.wake.notify_one();
             if matches!(action, Action::Query | Action::Retry) {
-                ctx.wake.notify_one();
                 settle(&ctx, &record.workflow_id, &step, step_record.attempts).await;
-            } else {
-                ctx.wake.notify_one();
             }
             let view = step_view(&ctx, &record, &step).await?;
             let body = serde_json::to_string(&view).map_err(ApiError::internal)?;

@@ -7,6 +7,7 @@
 
 mod actions;
 mod executor;
+mod points;
 mod read;
 mod writer;
 
@@ -27,7 +28,7 @@ use writer::Writer;
 #[derive(Clone)]
 pub struct SqliteStore {
     read: SqlitePool,
-    points: std::sync::Arc<writer::PointReads>,
+    points: std::sync::Arc<points::PointReads>,
     writer: Writer,
 }
 
@@ -68,7 +69,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::Backend(format!("cannot open `{url}` for reading: {e}")))?;
         Ok(Self {
             read,
-            points: std::sync::Arc::new(writer::PointReads::new(&path)),
+            points: std::sync::Arc::new(points::PointReads::new(&path)),
             writer: Writer::start(write_conn),
         })
     }
