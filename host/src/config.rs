@@ -23,6 +23,12 @@ pub struct HostConfigToml {
     /// Extra component files to load besides the built examples.
     #[serde(default)]
     pub components: Vec<PathBuf>,
+    /// Load the example components built from `adapters/` (default true). A host without
+    /// them still runs every component stored in the database.
+    pub examples: Option<bool>,
+    /// This host's identity, recorded as the lease owner on every attempt (default
+    /// `<hostname>-<pid>`). Give each host on one database its own.
+    pub host_id: Option<String>,
     #[serde(default)]
     pub tokens: Vec<TokenToml>,
     #[serde(default)]
@@ -80,6 +86,8 @@ pub struct LimitsToml {
     pub memory_mib: Option<usize>,
     pub max_concurrent: Option<usize>,
     pub lease: Option<String>,
+    /// The longest an idle host waits before looking for work without being woken.
+    pub idle_poll: Option<String>,
     /// How long a stopping host waits for attempts under way before ending its leases.
     pub shutdown_grace: Option<String>,
     pub key_retention: Option<String>,
@@ -102,12 +110,15 @@ pub struct HostConfig {
     pub db: Option<String>,
     pub workflows: PathBuf,
     pub components: Vec<PathBuf>,
+    pub examples: bool,
+    pub host_id: Option<String>,
     pub tokens: Vec<TokenToml>,
     pub secrets: SecretSource,
     pub policy: HostPolicy,
     pub memory_cap_bytes: usize,
     pub max_concurrent: usize,
     pub lease: Duration,
+    pub idle_poll: Duration,
     pub shutdown_grace: Duration,
     pub key_retention: Duration,
     pub max_body_bytes: usize,
@@ -201,12 +212,15 @@ impl HostConfig {
             db: raw.db,
             workflows: raw.workflows.unwrap_or_else(|| PathBuf::from("workflows")),
             components: raw.components,
+            examples: raw.examples.unwrap_or(true),
+            host_id: raw.host_id,
             tokens: raw.tokens,
             secrets,
             policy: HostPolicy { adapters },
             memory_cap_bytes: raw.limits.memory_mib.unwrap_or(128) << 20,
             max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
             lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
+            idle_poll: duration("idle_poll", &raw.limits.idle_poll, Duration::from_secs(1))?,
             shutdown_grace: duration(
                 "shutdown_grace",
                 &raw.limits.shutdown_grace,

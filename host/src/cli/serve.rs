@@ -11,7 +11,7 @@ use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{DefinitionStore, ExecutorStore};
+use crate::store::{ComponentStore, DefinitionStore, ExecutorStore, NewComponent};
 use anyhow::{Context, bail};
 use clap::Args;
 use std::net::SocketAddr;
@@ -207,7 +207,7 @@ async fn launch<S>(
     listen: SocketAddr,
 ) -> anyhow::Result<Host>
 where
-    S: ApiStore + ExecutorStore,
+    S: ApiStore + ExecutorStore + ComponentStore,
 {
     let runtime = Runtime::new(RuntimeConfig {
         memory_cap_bytes: config.memory_cap_bytes,
@@ -215,28 +215,82 @@ where
         cache_dir: Some(cache_dir),
     })?;
     let mut components = Components::new(runtime, config.policy.clone());
-    for (name, path) in crate::guests::ALL {
-        match components.load_file(Path::new(path)).await {
-            Ok(c) => tracing::info!(
-                "component {}@{} ({}) from the built example `{name}`",
-                c.name(),
-                c.version(),
-                c.digest
-            ),
-            Err(e) => tracing::debug!("example `{name}` not loaded: {e}"),
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    if config.examples {
+        for (name, path) in crate::guests::ALL {
+            files.push((format!("the built example `{name}`"), PathBuf::from(path)));
         }
     }
     for path in &config.components {
-        let c = components
-            .load_file(path)
-            .await
-            .with_context(|| format!("loading component {}", path.display()))?;
+        files.push((path.display().to_string(), path.clone()));
+    }
+    for (i, (origin, path)) in files.iter().enumerate() {
+        let example = config.examples && i < crate::guests::ALL.len();
+        let loaded = match std::fs::read(path) {
+            Ok(bytes) => components
+                .load_bytes(&bytes)
+                .await
+                .map(|c| (c, bytes))
+                .map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::Error::from(e)),
+        };
+        let (c, bytes) = match loaded {
+            Ok(found) => found,
+            // An example that was not built is not an error; a configured file is.
+            Err(e) if example => {
+                tracing::debug!("{origin} not loaded: {e}");
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("loading component {}", path.display()))),
+        };
         tracing::info!(
-            "component {}@{} ({}) from {}",
+            "component {}@{} ({}) from {origin}",
             c.name(),
             c.version(),
-            c.digest,
-            path.display()
+            c.digest
+        );
+        // Kept in the database so that every host on it can run this component.
+        store
+            .store_component(NewComponent {
+                digest: c.digest.clone(),
+                name: c.name().to_string(),
+                version: c.version().to_string(),
+                kind: c.world_name().to_string(),
+                bytes,
+                registered_at: clock.now_ms(),
+            })
+            .await
+            .with_context(|| format!("storing component {}@{}", c.name(), c.version()))?;
+    }
+    // What other hosts stored that this one lacks.
+    for stored in store.stored_components().await? {
+        if components.has_digest(&stored.digest) {
+            continue;
+        }
+        if let Some(local) = components.exact(&stored.name, &stored.version) {
+            tracing::warn!(
+                "component {}@{} in the database has digest {}, but this host loaded other bytes under that version ({}); keeping this host's. Give changed code a new version",
+                stored.name,
+                stored.version,
+                stored.digest,
+                local.digest
+            );
+            continue;
+        }
+        let Some(bytes) = store.component_bytes(&stored.digest).await? else {
+            continue;
+        };
+        let c = components.load_bytes(&bytes).await.with_context(|| {
+            format!(
+                "loading component {}@{} ({}) from the database",
+                stored.name, stored.version, stored.digest
+            )
+        })?;
+        tracing::info!(
+            "component {}@{} ({}) from the database",
+            c.name(),
+            c.version(),
+            c.digest
         );
     }
     let components = Arc::new(components);
@@ -255,6 +309,11 @@ where
     if failpoint.is_some() && !args.test_controls {
         tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
     }
+    let owner = config
+        .host_id
+        .clone()
+        .unwrap_or_else(crate::scheduler::default_owner);
+    tracing::info!("host identity (lease owner): {owner}");
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
         store.clone(),
@@ -263,7 +322,9 @@ where
         Arc::new(config.secrets.clone()),
         clock.clone(),
         SchedulerConfig {
+            owner,
             lease: config.lease,
+            poll: config.idle_poll,
             max_concurrent: config.max_concurrent,
             failpoint: failpoint.filter(|_| args.test_controls),
             ..SchedulerConfig::default()

@@ -1,7 +1,8 @@
 //! The components this host can run, and how a step's component is resolved and granted.
 //!
-//! Until the registry exists, components come from files (the built examples or a
-//! directory): name and version from `describe()`, digest from the bytes. A step runs the
+//! Components come from files (the built examples, the configured ones) or from the
+//! database, where every host keeps the bytes of what it loaded so that any host can run
+//! any step: name and version from `describe()`, digest from the bytes. A step runs the
 //! highest loaded version that satisfies its definition's requirement, linked under the
 //! effective grant (definition request ∩ operator allowance).
 
@@ -48,6 +49,21 @@ impl Components {
     /// Loads one component file and makes it available by its declared name and version.
     pub async fn load_file(&mut self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
         let loaded = self.runtime.load_file(path).await?;
+        self.add(loaded)
+    }
+
+    /// Loads a component from its bytes (a file's, or the database's).
+    pub async fn load_bytes(&mut self, bytes: &[u8]) -> Result<Arc<LoadedComponent>, LoadError> {
+        let loaded = self.runtime.load(bytes).await?;
+        self.add(loaded)
+    }
+
+    /// Whether a component with this digest is loaded.
+    pub fn has_digest(&self, digest: &str) -> bool {
+        self.all().any(|c| c.digest == digest)
+    }
+
+    fn add(&mut self, loaded: Arc<LoadedComponent>) -> Result<Arc<LoadedComponent>, LoadError> {
         let version = semver::Version::parse(loaded.version()).map_err(|e| LoadError::Compile {
             reason: format!(
                 "`{}` declares version `{}`, which is not semantic versioning ({e}); declare e.g. `1.0.0`",

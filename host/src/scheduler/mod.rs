@@ -36,7 +36,8 @@ pub struct SchedulerConfig {
     pub batch: u32,
     /// Most attempts running at once on this host.
     pub max_concurrent: usize,
-    /// How often to look for work when nobody wakes the scheduler.
+    /// The longest an idle scheduler sleeps without a wake-up: the safety net for a missed
+    /// notification. It wakes earlier for known deadlines (retry times, lease expiries).
     pub poll: Duration,
     /// Abort the process right after this checkpoint of the next adapter attempt (test
     /// controls only; see [`failpoint_from_env`]). `None` in production.
@@ -50,7 +51,7 @@ impl Default for SchedulerConfig {
             lease: Duration::from_secs(30),
             batch: 64,
             max_concurrent: 128,
-            poll: Duration::from_millis(200),
+            poll: Duration::from_secs(1),
             failpoint: None,
         }
     }
@@ -93,6 +94,8 @@ pub struct Scheduler<S> {
     config: SchedulerConfig,
     wake: Arc<Notify>,
     slots: Arc<Semaphore>,
+    /// Set when a claim found every slot busy; the next attempt to end wakes the loop.
+    starved: std::sync::atomic::AtomicBool,
 }
 
 impl<S> Scheduler<S>
@@ -118,6 +121,7 @@ where
             config,
             wake,
             slots,
+            starved: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -142,7 +146,21 @@ where
     }
 
     /// Runs until the task is dropped: recovery, then claims, then waits for a wake-up.
+    ///
+    /// An idle scheduler does not poll the database in a tight loop: it sleeps until the
+    /// next known deadline (a retry time, a lease expiry) or a wake-up — from this host's
+    /// own admissions and finished steps, or from other hosts through the store's
+    /// [`ExecutorStore::watch`] — and at most [`SchedulerConfig::poll`] in case a wake-up
+    /// was missed.
     pub async fn run(self: Arc<Self>) {
+        match self.store.watch(self.wake.clone()).await {
+            Ok(true) => tracing::info!("listening for work made ready by other hosts"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "cannot listen for other hosts' work ({e}); polling every {:?} instead",
+                self.config.poll
+            ),
+        }
         loop {
             let now = self.clock.now_ms();
             if let Err(e) = self.recovery_tick(now).await {
@@ -155,11 +173,23 @@ where
                     0
                 }
             };
-            if claimed == 0 {
-                tokio::select! {
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(self.config.poll) => {}
+            if claimed > 0 {
+                continue;
+            }
+            let mut idle = self.config.poll;
+            if self.slots.available_permits() > 0 {
+                match self.store.next_due(now).await {
+                    Ok(Some(due)) => {
+                        idle = idle.min(Duration::from_millis(due.saturating_sub(now).max(1)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!("looking for the next deadline failed: {e}"),
                 }
+            }
+            // With every slot busy, the next attempt to end wakes the loop (`starved`).
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(idle) => {}
             }
         }
     }
@@ -171,6 +201,12 @@ where
             .available_permits()
             .min(self.config.batch as usize);
         if free == 0 {
+            self.starved
+                .store(true, std::sync::atomic::Ordering::Release);
+            // An attempt that ended just before the flag was set did not see it.
+            if self.slots.available_permits() > 0 {
+                self.wake.notify_one();
+            }
             return Ok(0);
         }
         let claimed = self
@@ -192,8 +228,12 @@ where
                 .expect("semaphore open");
             let me = self.clone();
             tokio::spawn(async move {
-                me.execute(c).await;
+                me.clone().execute(c).await;
                 drop(permit);
+                // A slot is free again: if the loop found none, it may claim now.
+                if me.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    me.wake.notify_one();
+                }
             });
         }
         Ok(n)

@@ -82,6 +82,23 @@ pub trait DefinitionStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
 }
 
+/// Component bytes, content-addressed, so that any host on the database can run any step.
+pub trait ComponentStore: Send + Sync {
+    /// Keeps a component's bytes; the same digest again is a no-op. Returns whether it was
+    /// new.
+    fn store_component(
+        &self,
+        component: NewComponent,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Every stored component, oldest first, without bytes.
+    fn stored_components(&self) -> impl Future<Output = StoreResult<Vec<StoredComponent>>> + Send;
+    /// The bytes stored under `digest`.
+    fn component_bytes(
+        &self,
+        digest: &str,
+    ) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+}
+
 /// The API's writes: admitting intents.
 pub trait AdmissionStore: Send + Sync {
     /// The live (not expired) key in scope, if any.
@@ -172,6 +189,18 @@ pub trait ExecutorStore: Send + Sync {
         now: Millis,
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<ExpiredLease>>> + Send;
+    /// The earliest time after `now` at which something becomes due without anyone
+    /// writing: a step waiting for its retry time, or a lease running out. An idle
+    /// scheduler sleeps until then instead of polling.
+    fn next_due(&self, now: Millis) -> impl Future<Output = StoreResult<Option<Millis>>> + Send;
+    /// Wakes `wake` whenever another host may have made work ready (new intents, released
+    /// dependents, retries, operator actions, ended leases). Returns `false` when the
+    /// backend has no other writers to hear from (SQLite: one host per file), and then does
+    /// nothing.
+    fn watch(
+        &self,
+        wake: std::sync::Arc<tokio::sync::Notify>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
 }
 
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.

@@ -36,6 +36,30 @@ pub struct StoredDefinition {
     pub deployed_at: Millis,
 }
 
+/// A component's bytes to keep, addressed by their digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewComponent {
+    /// `sha256:<hex>` of `bytes`.
+    pub digest: String,
+    pub name: String,
+    pub version: String,
+    /// `adapter` or `handler`.
+    pub kind: String,
+    pub bytes: Vec<u8>,
+    pub registered_at: Millis,
+}
+
+/// A stored component, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredComponent {
+    pub digest: String,
+    pub name: String,
+    pub version: String,
+    pub kind: String,
+    pub size_bytes: u64,
+    pub registered_at: Millis,
+}
+
 /// The scope of a client idempotency key: (subject, command type, key).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyScope {

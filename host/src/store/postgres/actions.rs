@@ -176,6 +176,10 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
     let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;
+    // A step made ready (query, retry) or dependents released: any host may take them.
+    if matches!(change, StepChange::Ready { .. } | StepChange::Succeed(_)) {
+        super::notify_work(conn).await?;
+    }
     Ok(ActionOutcome::Applied { workflow_state })
 }
 

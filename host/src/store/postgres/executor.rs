@@ -417,6 +417,11 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     .fetch_one(&mut *conn)
     .await?;
     insert_events(conn, &fence.workflow_id, u(r.get("first")), now, &events).await?;
+    // Released dependents and scheduled retries concern every host: a retry's time may be
+    // earlier than what an idle host is sleeping towards.
+    if !released.is_empty() || matches!(transition, StepTransition::Retry { .. }) {
+        super::notify_work(conn).await?;
+    }
     let current = parse::<WorkflowState>(r.get("state"))?;
     let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
     Ok(FinishOutcome {
@@ -536,15 +541,60 @@ impl ExecutorStore for PgStore {
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE steps SET lease_expires_at = $1 - 1
-             WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
+        transaction!(self.pool, |conn| async {
+            let done = sqlx::query(
+                "UPDATE steps SET lease_expires_at = $1 - 1
+                 WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
+            )
+            .bind(now as i64)
+            .bind(owner)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            // The other hosts recover these at once rather than at their next poll.
+            if done > 0 {
+                super::notify_work(conn).await?;
+            }
+            Ok::<_, super::Fail>(done)
+        })
+    }
+
+    async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
+        // Two index range reads: the earliest retry time, the earliest lease expiry (a
+        // lease is expired once `now` passes it, hence + 1).
+        let due: Option<i64> = sqlx::query_scalar(
+            "SELECT LEAST(
+               (SELECT MIN(ready_at) FROM steps
+                 WHERE state IN ('ready', 'failed_retryable') AND ready_at > $1),
+               (SELECT MIN(lease_expires_at) + 1 FROM steps
+                 WHERE state = 'running' AND lease_expires_at >= $1))",
         )
         .bind(now as i64)
-        .bind(owner)
-        .execute(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(due.map(u))
+    }
+
+    async fn watch(&self, wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(super::WORK_CHANNEL).await?;
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => wake.notify_one(),
+                    // The listener reconnects on the next `recv`; what was sent meanwhile is
+                    // lost, so wake once to look for it (the poll would find it too, later).
+                    Err(e) => {
+                        tracing::warn!(
+                            "listening for work on PostgreSQL failed: {e}; reconnecting"
+                        );
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        wake.notify_one();
+                    }
+                }
+            }
+        });
+        Ok(true)
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {

@@ -23,8 +23,9 @@ mod executor;
 mod read;
 
 use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord,
-    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition, WorkflowRecord,
+    AdmissionStore, AdmitOutcome, AdmitRequest, ComponentStore, DefinitionStore, DeployOutcome,
+    KeyRecord, KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
+    StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
@@ -157,6 +158,20 @@ fn redact(url: &str) -> String {
         }
         _ => format!("`{url}`"),
     }
+}
+
+/// The channel on which hosts hear that work may be ready (see [`notify_work`]).
+pub(crate) const WORK_CHANNEL: &str = "docket_work";
+
+/// Tells every listening host, once this transaction commits, that work may be ready:
+/// PostgreSQL delivers the notification on commit and drops it on rollback, and folds
+/// repeats within one transaction into one.
+pub(crate) async fn notify_work(conn: &mut PgConnection) -> PgResult<()> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(WORK_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// A stored count or time (BIGINT) as the unsigned value it stands for.
@@ -325,6 +340,55 @@ fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
     key.filter(|k| k.expires_at.is_none_or(|e| e > now))
 }
 
+impl ComponentStore for PgStore {
+    async fn store_component(&self, c: NewComponent) -> StoreResult<bool> {
+        let added = sqlx::query(
+            "INSERT INTO components (digest, name, version, kind, bytes, size_bytes, registered_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING",
+        )
+        .bind(&c.digest)
+        .bind(&c.name)
+        .bind(&c.version)
+        .bind(&c.kind)
+        .bind(&c.bytes)
+        .bind(c.bytes.len() as i64)
+        .bind(c.registered_at as i64)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(added == 1)
+    }
+
+    async fn stored_components(&self) -> StoreResult<Vec<StoredComponent>> {
+        let rows = sqlx::query(
+            "SELECT digest, name, version, kind, size_bytes, registered_at
+             FROM components ORDER BY registered_at, digest",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| StoredComponent {
+                digest: r.get("digest"),
+                name: r.get("name"),
+                version: r.get("version"),
+                kind: r.get("kind"),
+                size_bytes: u(r.get("size_bytes")),
+                registered_at: u(r.get("registered_at")),
+            })
+            .collect())
+    }
+
+    async fn component_bytes(&self, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(
+            sqlx::query_scalar("SELECT bytes FROM components WHERE digest = $1")
+                .bind(digest)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+}
+
 impl AdmissionStore for PgStore {
     async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
         let mut conn = self.pool.acquire().await?;
@@ -462,6 +526,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     }
     insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
     executor::outbox(conn, &new.workflow_id, "recorded", req.now).await?;
+    notify_work(conn).await?;
     Ok(Some(AdmitOutcome::Created(WorkflowRecord {
         workflow_id: new.workflow_id.clone(),
         workflow: req.scope.workflow.clone(),

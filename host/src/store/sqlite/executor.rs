@@ -565,4 +565,27 @@ impl ExecutorStore for SqliteStore {
             })
             .collect()
     }
+
+    async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
+        self.points.with(|conn| {
+            // Two index range reads: the earliest retry time, the earliest lease expiry
+            // (a lease is expired once `now` passes it, hence + 1).
+            let due: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT MIN(t) FROM (
+                       SELECT MIN(ready_at) AS t FROM steps
+                        WHERE state IN ('ready', 'failed_retryable') AND ready_at > ?1
+                       UNION ALL
+                       SELECT MIN(lease_expires_at) + 1 FROM steps
+                        WHERE state = 'running' AND lease_expires_at >= ?1)",
+                )?
+                .query_row(params![now as i64], |r| r.get(0))?;
+            Ok(due.map(|t| t as Millis))
+        })
+    }
+
+    async fn watch(&self, _wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {
+        // One host per file: every write comes from this process, which wakes itself.
+        Ok(false)
+    }
 }

@@ -12,8 +12,9 @@ mod read;
 mod writer;
 
 use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, DefinitionStore, DeployOutcome, KeyRecord,
-    KeyScope, NewDefinition, StoreError, StoreResult, StoredDefinition, WorkflowRecord,
+    AdmissionStore, AdmitOutcome, AdmitRequest, ComponentStore, DefinitionStore, DeployOutcome,
+    KeyRecord, KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
+    StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -207,6 +208,59 @@ fn key_in_scope(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRe
 
 fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
     key.filter(|k| k.expires_at.is_none_or(|e| e > now))
+}
+
+impl ComponentStore for SqliteStore {
+    async fn store_component(&self, c: NewComponent) -> StoreResult<bool> {
+        self.writer
+            .write(move |conn| {
+                let added = conn
+                    .prepare_cached(
+                        "INSERT INTO components (digest, name, version, kind, bytes, size_bytes, registered_at)
+                         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                    )?
+                    .execute(params![
+                        &c.digest,
+                        &c.name,
+                        &c.version,
+                        &c.kind,
+                        &c.bytes,
+                        c.bytes.len() as i64,
+                        c.registered_at as i64
+                    ])?;
+                Ok(added == 1)
+            })
+            .await
+    }
+
+    async fn stored_components(&self) -> StoreResult<Vec<StoredComponent>> {
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT digest, name, version, kind, size_bytes, registered_at
+                 FROM components ORDER BY registered_at, digest",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(StoredComponent {
+                    digest: r.get(0)?,
+                    name: r.get(1)?,
+                    version: r.get(2)?,
+                    kind: r.get(3)?,
+                    size_bytes: r.get::<_, i64>(4)? as u64,
+                    registered_at: r.get::<_, i64>(5)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    async fn component_bytes(&self, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.points.with(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT bytes FROM components WHERE digest = ?")?
+                .query_row(params![digest], |r| r.get(0))
+                .optional()?)
+        })
+    }
 }
 
 impl AdmissionStore for SqliteStore {
