@@ -189,8 +189,8 @@ async fn run_case(contract: Contract, checkpoint: u8, backend: Backend) {
             .unwrap_or_default(),
         dir,
         provider: Some(provider.clone()),
-        without_test_controls: false,
         db: db.clone(),
+        ..HostOptions::default()
     };
     let mut case = Case {
         name,
@@ -523,8 +523,7 @@ async fn past_the_retention_deadline_an_unknown_outcome_goes_to_review() {
             .unwrap_or_default(),
         dir,
         provider: Some(provider.clone()),
-        without_test_controls: false,
-        db: None,
+        ..HostOptions::default()
     };
     let mut host = HostProcess::start(options(None, Some("checkpoint-3"))).await;
     let (_, created) = host

@@ -125,6 +125,10 @@ pub struct HostOptions {
     pub without_test_controls: bool,
     /// The database URL (`postgres://…`); default: a SQLite file in the host's directory.
     pub db: Option<String>,
+    /// Admit and serve, but run no steps (`--pause-execution`).
+    pub pause_execution: bool,
+    /// Start with an empty workflows directory (definitions come from the database).
+    pub no_workflow_files: bool,
 }
 
 impl HostProcess {
@@ -136,8 +140,10 @@ impl HostProcess {
         }
         let workflows = dir.path().join("workflows");
         std::fs::create_dir_all(&workflows).unwrap();
-        let shipped = repo_root().join("workflows/document-delivery.toml");
-        std::fs::copy(&shipped, workflows.join("document-delivery.toml")).unwrap();
+        if !options.no_workflow_files {
+            let shipped = repo_root().join("workflows/document-delivery.toml");
+            std::fs::copy(&shipped, workflows.join("document-delivery.toml")).unwrap();
+        }
         for (name, text) in &options.workflows {
             std::fs::write(workflows.join(name), text).unwrap();
         }
@@ -162,6 +168,7 @@ impl HostProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args((!options.without_test_controls).then_some("--test-controls"))
+            .args(options.pause_execution.then_some("--pause-execution"))
             .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
             .args([
                 "--db",

@@ -10,6 +10,7 @@ mod crash_matrix;
 mod host_e2e;
 mod host_postgres;
 mod host_process;
+mod many_hosts;
 mod operator_actions;
 mod postgres;
 mod recovery_scenarios;

@@ -1,0 +1,308 @@
+//! Several `docket serve` processes on one PostgreSQL database: one key is one workflow
+//! whichever host hears it, hosts wake each other, any host runs any step (components come
+//! from the database), and hosts killed with SIGKILL lose their leases to the others
+//! without a second delivery.
+
+use crate::host_process::{HostOptions, HostProcess, PROVIDER_TOKEN, document};
+use crate::postgres::TestDatabase;
+use docket::sim::{ProviderSim, SimConfig};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// A host on `db` delivering through the provider at `provider`, with identity `id`.
+async fn host_on(
+    db: &str,
+    provider: &str,
+    id: &str,
+    extra: &str,
+    dir: Option<tempfile::TempDir>,
+) -> HostProcess {
+    HostProcess::start(HostOptions {
+        db: Some(db.to_string()),
+        provider: Some(provider.to_string()),
+        config: format!("host_id = {id:?}\n{extra}"),
+        dir,
+        ..HostOptions::default()
+    })
+    .await
+}
+
+async fn submit(url: &str, key: &str, input: &Value) -> Result<(u16, Value), reqwest::Error> {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/intents"))
+        .header("Idempotency-Key", key)
+        .timeout(Duration::from_secs(20))
+        .json(&json!({"workflow": "document-delivery", "input": input}))
+        .send()
+        .await?;
+    Ok((r.status().as_u16(), r.json().await?))
+}
+
+fn recipient(i: usize) -> String {
+    format!("reader-{i}@example.com")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_hosts_share_one_database_through_kills_without_a_second_delivery() {
+    let database = TestDatabase::create().await;
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    // Short leases: a killed host's steps go to the others within seconds.
+    let limits = "[limits]\nlease = \"3s\"\n";
+    let mut hosts = Vec::new();
+    for name in ["a", "b", "c"] {
+        hosts.push(host_on(&database.url, &provider, &format!("{name}-1"), limits, None).await);
+    }
+
+    // One key sent to all three hosts at once: one workflow.
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let url = hosts[i % 3].url.clone();
+        set.spawn(async move {
+            submit(&url, "spread-key", &document("Spread over three hosts"))
+                .await
+                .unwrap()
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(a) = set.join_next().await {
+        answers.push(a.unwrap());
+    }
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    assert_eq!(created, 1, "{answers:?}");
+    let ids: BTreeSet<&str> = answers
+        .iter()
+        .map(|(_, b)| b["workflow_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "{answers:?}");
+
+    // The provider loses one response in ten after committing, and is sometimes slow.
+    sim.sim()
+        .set_faults(json!({"lose": 0.1, "slow": 0.05, "slow_ms": 1500, "seed": 11}))
+        .unwrap();
+
+    // 500 intents, submitted at a steady pace to whichever hosts are up; a submission
+    // that meets a dead host is sent again, under the same key, to another one.
+    let live: Arc<RwLock<Vec<Option<String>>>> = Arc::new(RwLock::new(
+        hosts.iter().map(|h| Some(h.url.clone())).collect(),
+    ));
+    const INTENTS: usize = 500;
+    let submitter = {
+        let live = live.clone();
+        tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..INTENTS {
+                let live = live.clone();
+                tasks.spawn(async move {
+                    let input = json!({
+                        "title": format!("Statement {i}"),
+                        "recipient": recipient(i),
+                        "body": "Your statement is attached."
+                    });
+                    let mut turn = i;
+                    loop {
+                        let url = live.read().unwrap()[turn % 3].clone();
+                        turn += 1;
+                        let Some(url) = url else { continue };
+                        match submit(&url, &format!("statement-{i}"), &input).await {
+                            Ok((201 | 200, body)) => {
+                                return (i, body["workflow_id"].as_str().unwrap().to_string());
+                            }
+                            Ok((status, body)) => panic!("intent {i}: {status} {body}"),
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                });
+                tokio::time::sleep(Duration::from_millis(16)).await;
+            }
+            let mut ids = BTreeMap::new();
+            while let Some(r) = tasks.join_next().await {
+                let (i, id) = r.unwrap();
+                ids.insert(i, id);
+            }
+            ids
+        })
+    };
+
+    // One host after another dies mid-run (SIGKILL) and comes back as a new process.
+    let mut killed = Vec::new();
+    for (n, name) in ["a", "b", "c"].iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        live.write().unwrap()[n] = None;
+        let host = hosts.remove(n);
+        let dir = host.kill();
+        killed.push(format!("{name}-1"));
+        let back = host_on(
+            &database.url,
+            &provider,
+            &format!("{name}-2"),
+            limits,
+            Some(dir),
+        )
+        .await;
+        live.write().unwrap()[n] = Some(back.url.clone());
+        hosts.insert(n, back);
+    }
+    let ids = submitter.await.unwrap();
+    assert_eq!(ids.len(), INTENTS);
+    let distinct: BTreeSet<&String> = ids.values().collect();
+    assert_eq!(distinct.len(), INTENTS, "two intents share a workflow");
+
+    // Every intent ends completed or in review.
+    let reader = &hosts[0];
+    let start = Instant::now();
+    let mut ends = BTreeMap::<String, usize>::new();
+    let mut workflows = Vec::new();
+    for id in ids.values() {
+        let left = Duration::from_secs(180).saturating_sub(start.elapsed());
+        let wf = reader
+            .wait_for(id, &["completed", "needs_review", "failed"], left)
+            .await;
+        *ends
+            .entry(wf["state"].as_str().unwrap().to_string())
+            .or_default() += 1;
+        workflows.push(wf);
+    }
+    assert!(
+        ends.keys().all(|s| s == "completed" || s == "needs_review"),
+        "{ends:?}"
+    );
+
+    // The provider's own record: at most one delivery per intent.
+    let world = reader.world().await;
+    let mut per_recipient = BTreeMap::<String, usize>::new();
+    for d in &world {
+        *per_recipient
+            .entry(d["recipient"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = per_recipient.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    assert_eq!(
+        ends.get("completed").copied().unwrap_or(0),
+        workflows
+            .iter()
+            .filter(|w| w["state"] == "completed")
+            .count()
+    );
+
+    // Where a host died holding a lease, the step's next attempt has a new owner; lost
+    // responses were settled by asking the provider, not by sending again.
+    let mut takeovers = Vec::new();
+    let mut queried = 0;
+    for wf in &workflows {
+        let id = wf["workflow_id"].as_str().unwrap();
+        for step in wf["steps"].as_array().unwrap() {
+            if step["attempts"].as_u64().unwrap_or(0) < 2 {
+                continue;
+            }
+            let name = step["id"].as_str().unwrap();
+            let attempts = reader.attempts(id, name).await;
+            queried += attempts
+                .iter()
+                .filter(|a| a["trigger"] == "recovery_query")
+                .count();
+            for pair in attempts.windows(2) {
+                let before = pair[0]["lease_owner"].as_str().unwrap();
+                let after = pair[1]["lease_owner"].as_str().unwrap();
+                if killed.iter().any(|k| k == before) && after != before {
+                    takeovers.push(format!("{id}/{name}: {before} → {after}"));
+                }
+            }
+        }
+    }
+    assert!(queried > 0, "no lost response was recovered by query");
+    assert!(
+        !takeovers.is_empty(),
+        "no attempt shows a takeover from a killed host ({killed:?}); ends {ends:?}"
+    );
+    eprintln!(
+        "three hosts: {ends:?}, {} deliveries, {queried} recovery queries, {} takeovers, e.g. {}",
+        world.len(),
+        takeovers.len(),
+        takeovers[0]
+    );
+    drop(hosts);
+    database.drop_now().await;
+}
+
+/// Host A admits but runs nothing; host B has no example components and no workflow files,
+/// and polls only once a minute. B runs A's intent at once: woken by A's notification, with
+/// the definition and the component bytes from the database.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_is_woken_by_another_and_runs_components_it_only_has_from_the_database() {
+    let database = TestDatabase::create().await;
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    let a = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        provider: Some(provider.clone()),
+        config: "host_id = \"admitting\"\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let b = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        provider: Some(provider.clone()),
+        config: "host_id = \"running\"\nexamples = false\n[limits]\nidle_poll = \"60s\"\n".into(),
+        no_workflow_files: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let log = b.log_text();
+    assert!(
+        log.contains("component http-delivery@1.0.0") && log.contains("from the database"),
+        "{}",
+        b.log_tail(30)
+    );
+    assert!(!log.contains("built example"), "{}", b.log_tail(30));
+    assert!(
+        log.contains("listening for work made ready by other hosts"),
+        "{}",
+        b.log_tail(30)
+    );
+    // B is idle now: its next look without a wake-up is a minute away.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (status, created) = a
+        .submit("document-delivery", "woken-1", document("Wake up"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = a
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(15),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{}", a.timeline_text(id).await);
+    for step in ["validate", "render", "deliver"] {
+        let attempts = a.attempts(id, step).await;
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        assert_eq!(attempts[0]["lease_owner"], "running", "{attempts:#?}");
+    }
+    // Both hosts name the same bytes.
+    let deliver = &wf["steps"][2]["receipt"];
+    assert!(
+        a.log_text()
+            .contains(deliver["component_digest"].as_str().unwrap()),
+        "B ran other bytes than A loaded: {deliver:#}"
+    );
+    assert_eq!(a.world().await.len(), 1);
+    drop((a, b));
+    database.drop_now().await;
+}
