@@ -20,6 +20,8 @@ mod concurrency;
 mod executor;
 #[path = "store_conformance/fixtures.rs"]
 mod fixtures;
+#[path = "store_conformance/wakeups.rs"]
+mod wakeups;
 
 /// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
 macro_rules! conformance {
@@ -63,4 +65,7 @@ conformance!(
     concurrency::concurrent_timeline_appends_number_without_gaps,
     concurrency::concurrent_operator_actions_under_one_key_act_once,
     concurrency::operator_actions_race_the_release_of_their_step,
+    wakeups::next_due_names_the_earliest_retry_time_or_lease_expiry,
+    wakeups::admissions_wake_the_hosts_that_watch,
+    wakeups::component_bytes_are_kept_once_per_digest,
 );

@@ -2,18 +2,28 @@
 
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
-use docket::store::{AdmissionStore, DefinitionStore, ExecutorStore, OperatorStore, ReadStore};
+use docket::store::{
+    AdmissionStore, ComponentStore, DefinitionStore, ExecutorStore, OperatorStore, ReadStore,
+};
 use sqlx::{Connection, Executor, PgConnection};
 use std::future::Future;
 
 /// Every store role at once: what a backend must implement.
 pub trait Store:
-    DefinitionStore + AdmissionStore + ReadStore + ExecutorStore + OperatorStore + Clone + 'static
+    DefinitionStore
+    + AdmissionStore
+    + ReadStore
+    + ExecutorStore
+    + OperatorStore
+    + ComponentStore
+    + Clone
+    + 'static
 {
 }
 
 impl<T> Store for T where
     T: DefinitionStore
+        + ComponentStore
         + AdmissionStore
         + ReadStore
         + ExecutorStore

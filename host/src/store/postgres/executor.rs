@@ -582,6 +582,8 @@ impl ExecutorStore for PgStore {
             loop {
                 match listener.recv().await {
                     Ok(_) => wake.notify_one(),
+                    // The store was closed: stop, and give the connection back.
+                    Err(sqlx::Error::PoolClosed) => break,
                     // The listener reconnects on the next `recv`; what was sent meanwhile is
                     // lost, so wake once to look for it (the poll would find it too, later).
                     Err(e) => {

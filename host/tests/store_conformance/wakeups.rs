@@ -1,0 +1,95 @@
+//! What an idle scheduler needs: the next deadline, wake-ups from other hosts, and the
+//! component bytes any host may need to run a step.
+
+use crate::backends::Store;
+use crate::fixtures::*;
+use docket::intent::{StepState, Trigger};
+use docket::store::{ComponentStore, NewComponent};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+pub async fn next_due_names_the_earliest_retry_time_or_lease_expiry<S: Store>(s: S) {
+    assert_eq!(s.next_due(T0).await.unwrap(), None, "an empty store");
+    workflow(&s, "a", &[("only", &[])], T0).await;
+    workflow(&s, "b", &[("only", &[])], T0).await;
+    // Ready now: claimable, not a future deadline.
+    assert_eq!(s.next_due(T0).await.unwrap(), None);
+
+    let claimed = claim(&s, "w1", T0 + 10, 10).await;
+    assert_eq!(claimed.len(), 2);
+    // Both leased: due when the first lease runs out.
+    assert_eq!(
+        s.next_due(T0 + 10).await.unwrap(),
+        Some(T0 + 10 + LEASE + 1)
+    );
+    // One scheduled to retry before that.
+    s.finish(finish_request(
+        &claimed[0],
+        retry(T0 + 500, Trigger::Retry, None),
+        T0 + 20,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(s.next_due(T0 + 20).await.unwrap(), Some(T0 + 500));
+    // Past the retry time it is claimable, no longer a deadline ahead.
+    assert_eq!(
+        s.next_due(T0 + 600).await.unwrap(),
+        Some(T0 + 10 + LEASE + 1)
+    );
+    end(&s, &claimed[1], StepState::FailedTerminal, T0 + 700).await;
+    assert_eq!(s.next_due(T0 + 700).await.unwrap(), None);
+}
+
+pub async fn admissions_wake_the_hosts_that_watch<S: Store>(s: S) {
+    let wake = Arc::new(Notify::new());
+    if !s.watch(wake.clone()).await.unwrap() {
+        // One host per database (SQLite): nobody else writes, nothing to hear.
+        return;
+    }
+    workflow(&s, "a", &[("only", &[])], T0).await;
+    tokio::time::timeout(Duration::from_secs(10), wake.notified())
+        .await
+        .expect("the admission's notification wakes the watcher");
+}
+
+pub async fn component_bytes_are_kept_once_per_digest<S: Store>(s: S) {
+    let component = |digest: &str, version: &str, bytes: &[u8]| NewComponent {
+        digest: digest.into(),
+        name: "http-delivery".into(),
+        version: version.into(),
+        kind: "adapter".into(),
+        bytes: bytes.to_vec(),
+        registered_at: T0,
+    };
+    assert!(s.stored_components().await.unwrap().is_empty());
+    assert!(
+        s.store_component(component("sha256:aa", "1.0.0", b"\0asm one"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.store_component(component("sha256:aa", "1.0.0", b"\0asm one"))
+            .await
+            .unwrap(),
+        "the same digest again is a no-op"
+    );
+    assert!(
+        s.store_component(component("sha256:bb", "2.0.0", &[0, 159, 146, 150]))
+            .await
+            .unwrap()
+    );
+    let stored = s.stored_components().await.unwrap();
+    assert_eq!(
+        stored
+            .iter()
+            .map(|c| (c.digest.as_str(), c.version.as_str(), c.size_bytes))
+            .collect::<Vec<_>>(),
+        [("sha256:aa", "1.0.0", 8), ("sha256:bb", "2.0.0", 4)]
+    );
+    assert_eq!(
+        s.component_bytes("sha256:bb").await.unwrap().as_deref(),
+        Some(&[0u8, 159, 146, 150][..])
+    );
+    assert_eq!(s.component_bytes("sha256:cc").await.unwrap(), None);
+}
