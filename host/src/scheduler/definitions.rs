@@ -50,7 +50,7 @@ impl<S: DefinitionStore> Deployments<S> {
         &self,
         file_name: &str,
         source: &str,
-        env: &dyn CheckEnv,
+        env: &(dyn CheckEnv + Sync),
         now: Millis,
     ) -> Result<(Arc<DeployedDef>, DeployOutcome), DeployError> {
         let def = crate::workflow::check(file_name, source, env).map_err(DeployError::Invalid)?;

@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-#[tokio::test]
-async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays_it() {
+pub async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays_it() {
     let host = start(Auth::open(), true).await;
     let created = host.submit(None, "order-1", letter()).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
@@ -98,8 +97,7 @@ async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays_it(
     assert_eq!(timeline.body["next_cursor"], Value::Null);
 }
 
-#[tokio::test]
-async fn a_key_reused_with_another_input_conflicts_and_changes_nothing() {
+pub async fn a_key_reused_with_another_input_conflicts_and_changes_nothing() {
     let host = start(Auth::open(), true).await;
     let created = host.submit(None, "order-1", letter()).await;
     let id = created.id();
@@ -143,8 +141,7 @@ async fn a_key_reused_with_another_input_conflicts_and_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn malformed_requests_are_refused_in_the_documented_order() {
+pub async fn malformed_requests_are_refused_in_the_documented_order() {
     let host = start(Auth::open(), true).await;
     let good = json!({"workflow": "letters", "input": letter()}).to_string();
 
@@ -233,8 +230,7 @@ async fn malformed_requests_are_refused_in_the_documented_order() {
     );
 }
 
-#[tokio::test]
-async fn a_quoted_key_is_the_same_key() {
+pub async fn a_quoted_key_is_the_same_key() {
     let host = start(Auth::open(), true).await;
     let created = host.submit(None, "\"abc\"", letter()).await;
     assert_eq!(created.status, StatusCode::CREATED);
@@ -255,8 +251,7 @@ async fn a_quoted_key_is_the_same_key() {
     }
 }
 
-#[tokio::test]
-async fn an_unknown_workflow_is_not_found() {
+pub async fn an_unknown_workflow_is_not_found() {
     let host = start(Auth::open(), true).await;
     let body = json!({"workflow": "parcels", "input": {}}).to_string();
     let refused = host.post_raw(None, Some("k1"), body).await;
@@ -271,8 +266,7 @@ async fn an_unknown_workflow_is_not_found() {
     );
 }
 
-#[tokio::test]
-async fn a_body_over_the_limit_is_too_large() {
+pub async fn a_body_over_the_limit_is_too_large() {
     let host = start(Auth::open(), true).await;
     let filler = "x".repeat(ApiLimits::DEFAULT_MAX_BODY_BYTES);
     let body = json!({"workflow": "letters", "input": {"title": filler, "copies": 1}}).to_string();
@@ -288,8 +282,7 @@ async fn a_body_over_the_limit_is_too_large() {
     );
 }
 
-#[tokio::test]
-async fn an_input_against_the_schema_is_unprocessable_with_pointers() {
+pub async fn an_input_against_the_schema_is_unprocessable_with_pointers() {
     let host = start(Auth::open(), true).await;
     let refused = host
         .submit(None, "k1", json!({"title": 5, "colour": "red"}))
@@ -320,8 +313,7 @@ async fn an_input_against_the_schema_is_unprocessable_with_pointers() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_submissions_of_one_key_create_one_workflow() {
+pub async fn concurrent_submissions_of_one_key_create_one_workflow() {
     let host = Arc::new(start(Auth::open(), true).await);
     let tasks: Vec<_> = (0..100)
         .map(|_| {
@@ -350,8 +342,7 @@ async fn concurrent_submissions_of_one_key_create_one_workflow() {
     assert_eq!(list.body["data"].as_array().unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_key_is_retained_while_the_workflow_runs_and_for_the_retention_after_it_ends() {
+pub async fn a_key_is_retained_while_the_workflow_runs_and_for_the_retention_after_it_ends() {
     let host = start(Auth::open(), true).await;
     let first = host.submit(None, "monthly", letter()).await;
     assert_eq!(first.status, StatusCode::CREATED);

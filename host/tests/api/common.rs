@@ -1,17 +1,23 @@
-//! The harness: a served router over a fresh SQLite file, and request helpers.
+//! The harness: a served router over a fresh database (SQLite file or PostgreSQL database,
+//! by the backend the case runs on), and request helpers.
 
+use docket::api::ApiStore;
 use docket::api::{ApiContext, ApiLimits, Auth, Principal, Role, router};
 use docket::clock::{Clock, SystemClock};
 use docket::intent::{AttemptOutcome, EvidenceKind, ReceiptId, Subject};
 use docket::scheduler::Deployments;
+use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
-    AttemptFacts, ClaimRequest, ExecutorStore, FinishRequest, NewReceipt, StepTransition,
+    AttemptFacts, ClaimRequest, DefinitionStore, ExecutorStore, FinishRequest, NewReceipt,
+    StepTransition,
 };
 use docket::workflow::{ComponentWorld, StaticEnv};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
+use sqlx::{Connection, Executor, PgConnection};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,10 +61,87 @@ title = "$steps.prepare.output.title"
 /// The key retention of every test host.
 pub const RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The backend a case runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    /// The PostgreSQL URL of the running case's database; unset on SQLite.
+    static POSTGRES_URL: Option<String>;
+}
+
+const MISSING_URL: &str = "DOCKET_TEST_POSTGRES is not set, so the API tests on PostgreSQL \
+cannot run. Set it to the URL of a role that may create databases, e.g. \
+postgres://docket:docket@127.0.0.1:5432/postgres, or run `bash scripts/test.sh`, which starts \
+PostgreSQL, creates that role and sets the variable.";
+
+/// Runs `case` on `kind`; on PostgreSQL in a database of its own, dropped afterwards (also
+/// when the case fails).
+pub async fn on(kind: BackendKind, case: impl Future<Output = ()>) {
+    if kind == BackendKind::Sqlite {
+        return POSTGRES_URL.scope(None, case).await;
+    }
+    let admin_url =
+        std::env::var("DOCKET_TEST_POSTGRES").unwrap_or_else(|_| panic!("{MISSING_URL}"));
+    let name = format!("docket_t_{:016x}", rand::random::<u64>());
+    let mut admin = PgConnection::connect(&admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to DOCKET_TEST_POSTGRES ({admin_url}): {e}"));
+    admin
+        .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
+    let (base, _) = admin_url
+        .rsplit_once('/')
+        .expect("a database URL with a path");
+    let url = format!("{base}/{name}");
+    let _drop = DropDatabase { admin_url, name };
+    POSTGRES_URL.scope(Some(url), case).await;
+}
+
+/// Drops a test database when it goes out of scope, also while a failing case unwinds.
+struct DropDatabase {
+    admin_url: String,
+    name: String,
+}
+
+impl Drop for DropDatabase {
+    fn drop(&mut self) {
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        // Its own thread and runtime: this may run inside the case's runtime.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    if let Ok(mut admin) = PgConnection::connect(&url).await {
+                        let _ = admin
+                            .execute(sqlx::AssertSqlSafe(format!(
+                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                            )))
+                            .await;
+                    }
+                })
+        })
+        .join();
+    }
+}
+
+/// The store under the served router.
+#[derive(Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
 pub struct Host {
     pub base: String,
     pub http: reqwest::Client,
-    pub store: SqliteStore,
+    pub store: Store,
     pub clock: Arc<SystemClock>,
     _dir: tempfile::TempDir,
 }
@@ -81,10 +164,40 @@ pub fn tokens() -> Auth {
 
 pub async fn start(auth: Auth, test_controls: bool) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("docket.db"))
-        .await
-        .unwrap();
     let clock = SystemClock::new();
+    let url = POSTGRES_URL
+        .try_with(Clone::clone)
+        .expect("cases run through `common::on`");
+    let (store, base) = match url {
+        None => {
+            let store = SqliteStore::open(&dir.path().join("docket.db"))
+                .await
+                .unwrap();
+            let base = serve(store.clone(), auth, test_controls, clock.clone()).await;
+            (Store::Sqlite(store), base)
+        }
+        Some(url) => {
+            let store = PgStore::connect(&url).await.unwrap();
+            let base = serve(store.clone(), auth, test_controls, clock.clone()).await;
+            (Store::Postgres(store), base)
+        }
+    };
+    Host {
+        base,
+        http: reqwest::Client::new(),
+        store,
+        clock,
+        _dir: dir,
+    }
+}
+
+/// Deploys `letters` and serves the API over `store` on a loopback port; returns its URL.
+async fn serve<S: ApiStore + DefinitionStore>(
+    store: S,
+    auth: Auth,
+    test_controls: bool,
+    clock: Arc<SystemClock>,
+) -> String {
     let deployments = Arc::new(Deployments::new(store.clone()));
     let env = StaticEnv::new()
         .component(
@@ -101,7 +214,7 @@ pub async fn start(auth: Auth, test_controls: bool) -> Host {
         .deploy("letters.toml", DEFINITION, &env, clock.now_ms())
         .await
         .unwrap_or_else(|e| panic!("deploy: {e}"));
-    let mut ctx = ApiContext::new(store.clone(), deployments, clock.clone());
+    let mut ctx = ApiContext::new(store, deployments, clock);
     ctx.auth = auth;
     ctx.limits = ApiLimits {
         max_body_bytes: ApiLimits::DEFAULT_MAX_BODY_BYTES,
@@ -111,13 +224,7 @@ pub async fn start(auth: Auth, test_controls: bool) -> Host {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router(ctx)).await });
-    Host {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        store,
-        clock,
-        _dir: dir,
-    }
+    format!("http://{addr}")
 }
 
 pub struct Answer {
@@ -203,11 +310,19 @@ impl Host {
 
     /// Runs every ready step to success, as the scheduler would, until none is left.
     pub async fn finish_ready_steps(&self) -> usize {
+        match &self.store {
+            Store::Sqlite(s) => finish_ready_steps(s, &self.clock).await,
+            Store::Postgres(s) => finish_ready_steps(s, &self.clock).await,
+        }
+    }
+}
+
+async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) -> usize {
+    {
         let mut finished = 0;
         loop {
-            let now = self.clock.now_ms();
-            let claimed = self
-                .store
+            let now = clock.now_ms();
+            let claimed = store
                 .claim(ClaimRequest {
                     owner: "test-worker".into(),
                     now,
@@ -221,7 +336,7 @@ impl Host {
             }
             for c in claimed {
                 let identity = format!("{}:{}:letters-ns", c.fence.workflow_id, c.fence.step);
-                self.store
+                store
                     .finish(FinishRequest {
                         attempt_id: c.attempt_id.clone(),
                         checkpoint: 6,

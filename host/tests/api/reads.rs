@@ -8,8 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
-#[tokio::test]
-async fn keys_are_scoped_per_subject_and_clients_see_only_their_own() {
+pub async fn keys_are_scoped_per_subject_and_clients_see_only_their_own() {
     let host = start(tokens(), true).await;
     let alice = host
         .submit(Some("alice-token"), "shared-key", letter())
@@ -69,8 +68,7 @@ async fn keys_are_scoped_per_subject_and_clients_see_only_their_own() {
     assert_eq!(operator_view.status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn unknown_or_missing_tokens_are_unauthorized() {
+pub async fn unknown_or_missing_tokens_are_unauthorized() {
     let host = start(tokens(), true).await;
     for token in [None, Some("wrong-token")] {
         let refused = host.get(token, "/v1/workflows").await;
@@ -95,8 +93,7 @@ async fn unknown_or_missing_tokens_are_unauthorized() {
     );
 }
 
-#[tokio::test]
-async fn intents_are_read_back_by_key() {
+pub async fn intents_are_read_back_by_key() {
     let host = start(Auth::open(), true).await;
     let created = host.submit(None, "order/7", letter()).await;
     let found = host
@@ -130,8 +127,7 @@ async fn intents_are_read_back_by_key() {
     }
 }
 
-#[tokio::test]
-async fn lists_filter_and_paginate_newest_first() {
+pub async fn lists_filter_and_paginate_newest_first() {
     let host = start(Auth::open(), true).await;
     let mut created = Vec::new();
     for i in 0..5 {
@@ -221,8 +217,7 @@ async fn lists_filter_and_paginate_newest_first() {
     assert!(refused.message().contains("`done`") && refused.message().contains("needs_review"));
 }
 
-#[tokio::test]
-async fn the_clock_control_exists_only_with_test_controls() {
+pub async fn the_clock_control_exists_only_with_test_controls() {
     let host = start(Auth::open(), false).await;
     let refused = host.advance(1_000).await;
     assert_eq!(
@@ -244,8 +239,7 @@ async fn the_clock_control_exists_only_with_test_controls() {
     assert_eq!(answer(bad).await.code(), "invalid_request");
 }
 
-#[tokio::test]
-async fn unknown_paths_and_methods_answer_json_errors() {
+pub async fn unknown_paths_and_methods_answer_json_errors() {
     let host = start(Auth::open(), true).await;
     let missing = host.get(None, "/v2/things").await;
     assert_eq!(
