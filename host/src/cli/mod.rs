@@ -87,6 +87,7 @@ enum WorkflowCommand {
     /// Deploy definition files into the database.
     Deploy {
         files: Vec<std::path::PathBuf>,
+        /// A SQLite file path (or `sqlite://PATH`), or `postgres://USER:PASSWORD@HOST/DB`.
         #[arg(long, default_value = ".docket/docket.db")]
         db: String,
         #[arg(long)]

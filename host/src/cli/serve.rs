@@ -157,7 +157,7 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         .clone()
         .or(config.db.clone())
         .unwrap_or_else(|| ".docket/docket.db".into());
-    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+    if is_postgres(&db) {
         let store = PgStore::connect(&db)
             .await
             .with_context(|| format!("connecting to PostgreSQL at {}", without_password(&db)))?;
@@ -179,6 +179,11 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         .unwrap_or(Path::new("."))
         .join("components");
     launch(args, config, store, cache_dir, sim, clock, listen).await
+}
+
+/// Whether `db` names a PostgreSQL database rather than a SQLite file.
+pub(crate) fn is_postgres(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
 }
 
 /// A database URL fit for a log line: the password replaced by `***`.

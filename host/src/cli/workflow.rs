@@ -4,6 +4,8 @@ use crate::capabilities::HostPolicy;
 use crate::config::HostConfig;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::{Components, Deployments};
+use crate::store::DefinitionStore;
+use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -83,12 +85,23 @@ pub async fn deploy(
     config: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let env = check_env(config).await?;
+    if super::serve::is_postgres(db) {
+        let store = PgStore::connect(db).await?;
+        return deploy_to(Deployments::new(store), files, &env).await;
+    }
     let path = PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
     let store = SqliteStore::open(&path).await?;
-    let deployments = Deployments::new(store);
+    deploy_to(Deployments::new(store), files, &env).await
+}
+
+async fn deploy_to<S: DefinitionStore>(
+    deployments: Deployments<S>,
+    files: &[PathBuf],
+    env: &(dyn crate::workflow::CheckEnv + Sync),
+) -> anyhow::Result<ExitCode> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as u64;
@@ -97,7 +110,7 @@ pub async fn deploy(
         let source =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         match deployments
-            .deploy(&file.display().to_string(), &source, &env, now)
+            .deploy(&file.display().to_string(), &source, env, now)
             .await
         {
             Ok((d, outcome)) => println!(

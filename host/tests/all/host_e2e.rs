@@ -1,7 +1,10 @@
 //! End to end against a real `docket serve` process, its embedded provider simulator and
-//! a real SQLite file: admission, execution, retries, leases, definition versions, secrets.
+//! a real database: admission, execution, retries, leases, definition versions, secrets.
+//! Each case runs on a SQLite file (`sqlite::<case>`) and on a PostgreSQL database of its
+//! own (`postgres::<case>`).
 
 use crate::host_process::{HostOptions, HostProcess, document};
+use crate::postgres::TestDatabase;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -74,9 +77,12 @@ async fn timeline_text(host: &HostProcess, id: &str) -> String {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn document_delivery_completes_with_exactly_one_delivery() {
-    let host = HostProcess::start(HostOptions::default()).await;
+async fn document_delivery_completes_with_exactly_one_delivery(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        ..HostOptions::default()
+    })
+    .await;
     let (status, created) = host
         .submit("document-delivery", "order-1", document("Quarterly report"))
         .await;
@@ -147,13 +153,15 @@ async fn document_delivery_completes_with_exactly_one_delivery() {
     assert!(shown.len() < 20 && shown.ends_with('…'), "{shown}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not() {
+async fn rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not(
+    db: Option<String>,
+) {
     let host = HostProcess::start(HostOptions {
         workflows: vec![(
             "raw.toml".into(),
             raw_delivery(1, "http-delivery", "Deliver document"),
         )],
+        db: db.clone(),
         ..HostOptions::default()
     })
     .await;
@@ -212,14 +220,14 @@ async fn rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not(
     assert!(timeline_text(&host, id).await.contains("invalid_recipient"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once() {
+async fn a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once(db: Option<String>) {
     let host = HostProcess::start(HostOptions {
         config: "[limits]\nlease = \"1s\"\n".into(),
         workflows: vec![(
             "raw.toml".into(),
             raw_delivery(1, "http-delivery", "Deliver document"),
         )],
+        db: db.clone(),
         ..HostOptions::default()
     })
     .await;
@@ -238,13 +246,13 @@ async fn a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once() {
     assert!(!timeline_text(&host, id).await.contains("expired"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn definition_versions_never_change_under_running_workflows() {
+async fn definition_versions_never_change_under_running_workflows(db: Option<String>) {
     let host = HostProcess::start(HostOptions {
         workflows: vec![(
             "raw.toml".into(),
             raw_delivery(1, "http-delivery", "Deliver document"),
         )],
+        db: db.clone(),
         ..HostOptions::default()
     })
     .await;
@@ -258,7 +266,9 @@ async fn definition_versions_never_change_under_running_workflows() {
     // Deploy v2 into the same database while it runs.
     let v2 = host.path().join("raw-v2.toml");
     std::fs::write(&v2, raw_delivery(2, "http-delivery", "Send document")).unwrap();
-    let db = host.path().join("docket.db");
+    let db_arg = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
     let deploy = |file: &std::path::Path| {
         std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
             .args([
@@ -266,7 +276,7 @@ async fn definition_versions_never_change_under_running_workflows() {
                 "deploy",
                 file.to_str().unwrap(),
                 "--db",
-                db.to_str().unwrap(),
+                &db_arg,
             ])
             .output()
             .unwrap()
@@ -322,7 +332,7 @@ async fn definition_versions_never_change_under_running_workflows() {
     let port = crate::host_process::free_port();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--db", dir.path().join("docket.db").to_str().unwrap()])
+        .args(["--db", &db_arg])
         .args(["--config", dir.path().join("docket.toml").to_str().unwrap()])
         .output()
         .unwrap();
@@ -334,9 +344,12 @@ async fn definition_versions_never_change_under_running_workflows() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_admission_contract_holds_against_the_real_process() {
-    let host = HostProcess::start(HostOptions::default()).await;
+async fn the_admission_contract_holds_against_the_real_process(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        ..HostOptions::default()
+    })
+    .await;
     let input = json!({"title": "T", "recipient": "r@example.com", "body": "b"});
     let reordered: Value =
         serde_json::from_str(r#"{"body": "b", "recipient": "r@example.com", "title": "T"}"#)
@@ -445,3 +458,35 @@ async fn a_secret_occurs_nowhere_in_the_database_or_the_logs() {
         }
     }
 }
+
+/// Instantiates each case on both backends, as `sqlite::<case>` and `postgres::<case>`.
+macro_rules! on_both_backends {
+    ($($case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    super::$case(None).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    let database = super::TestDatabase::create().await;
+                    super::$case(Some(database.url.clone())).await;
+                    database.drop_now().await;
+                }
+            )+
+        }
+    };
+}
+
+on_both_backends!(
+    document_delivery_completes_with_exactly_one_delivery,
+    rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not,
+    a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once,
+    definition_versions_never_change_under_running_workflows,
+    the_admission_contract_holds_against_the_real_process,
+);
