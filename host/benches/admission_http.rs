@@ -4,7 +4,9 @@
 //! fsync, step execution paused so only admission is measured), then the latency of
 //! replaying a known key.
 //!
-//! Run: `cargo bench --bench admission_http` (optional argument: total intents, default 8000).
+//! Run: `cargo bench --bench admission_http [-- INTENTS [POSTGRES_ADMIN_URL]]` (default
+//! 8000 intents on SQLite). With a PostgreSQL URL (a role that may create databases) the
+//! host runs on a fresh database there, dropped afterwards.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -28,12 +30,41 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// Creates (or, with `drop`, drops) the bench database `name` through `admin`.
+fn pg_admin(admin: &str, sql: String) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            use sqlx::{Connection, Executor};
+            let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
+            conn.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
+        });
+}
+
 fn main() {
-    let total: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(8000);
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let total: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(8000);
+    let postgres = args.next();
     let dir = tempfile::tempdir().unwrap();
+    let (db, backend, cleanup) = match &postgres {
+        None => (
+            dir.path().join("bench.db").display().to_string(),
+            "SQLite fsync on",
+            None,
+        ),
+        Some(admin) => {
+            let name = format!("docket_bench_{:08x}", rand::random::<u32>());
+            pg_admin(admin, format!("CREATE DATABASE {name}"));
+            let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+            (
+                url,
+                "PostgreSQL",
+                Some(format!("DROP DATABASE {name} WITH (FORCE)")),
+            )
+        }
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -46,7 +77,7 @@ fn main() {
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
-        .args(["--db", &dir.path().join("bench.db").display().to_string()])
+        .args(["--db", &db])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .env("DOCKET_LOG", "warn")
         .stdout(Stdio::piped())
@@ -97,9 +128,20 @@ fn main() {
         let elapsed = start.elapsed();
         let server_cpu = cpu_time(server) - server_cpu;
         all.sort();
-        println!("admission over HTTP: {} intents, {CLIENTS} concurrent loopback clients, SQLite fsync on", all.len());
-        println!("  throughput  {:>8.0} intents/s", all.len() as f64 / elapsed.as_secs_f64());
-        println!("  latency     p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms", pct(&all, 0.5), pct(&all, 0.9), pct(&all, 0.99));
+        println!(
+            "admission over HTTP: {} intents, {CLIENTS} concurrent loopback clients, {backend}",
+            all.len()
+        );
+        println!(
+            "  throughput  {:>8.0} intents/s",
+            all.len() as f64 / elapsed.as_secs_f64()
+        );
+        println!(
+            "  latency     p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms",
+            pct(&all, 0.5),
+            pct(&all, 0.9),
+            pct(&all, 0.99)
+        );
         println!(
             "  host CPU    {:.0} µs per intent ({:.2} of the 2 cores while measuring)",
             server_cpu.as_secs_f64() * 1e6 / all.len() as f64,
@@ -114,10 +156,17 @@ fn main() {
             replay.push(t.elapsed());
         }
         replay.sort();
-        println!("  replay of a known key: p50 {:.2} ms   p99 {:.2} ms", pct(&replay, 0.5), pct(&replay, 0.99));
+        println!(
+            "  replay of a known key: p50 {:.2} ms   p99 {:.2} ms",
+            pct(&replay, 0.5),
+            pct(&replay, 0.99)
+        );
     });
     let _ = child.kill();
     let _ = child.wait();
+    if let (Some(admin), Some(sql)) = (&postgres, cleanup) {
+        pg_admin(admin, sql);
+    }
 }
 
 /// A minimal keep-alive HTTP/1.1 client: writes a prepared request and reads the status and

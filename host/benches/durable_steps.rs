@@ -1,16 +1,27 @@
 //! Durable steps per second: many intents of a 4-step pure-handler workflow run to
-//! completion on SQLite with fsync on every commit (WAL, synchronous=FULL). Also the
-//! unloaded latency of one workflow from admission to completion.
+//! completion on SQLite with fsync on every commit (WAL, synchronous=FULL), or on
+//! PostgreSQL with one or more hosts. Also the unloaded latency of one workflow from
+//! admission to completion.
 //!
-//! Run: `cargo bench --bench durable_steps` (optional args: INTENTS, default 2000).
+//! Run: `cargo bench --bench durable_steps [-- INTENTS [POSTGRES_ADMIN_URL [HOSTS]]]`
+//! (default 2000 intents on SQLite). With a PostgreSQL URL (a role that may create
+//! databases) the run gets a fresh database, dropped afterwards; HOSTS schedulers (one by
+//! default) share it, each with its own connection pool, lease owner and wake-ups
+//! (LISTEN/NOTIFY), as separate hosts would; they share one process and its compiled
+//! components.
 
 use docket::capabilities::{HostPolicy, SecretSource};
 use docket::clock::{Clock, SystemClock};
 use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, WorkflowState, canonicalize};
 use docket::runtime::{Runtime, RuntimeConfig};
 use docket::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
+use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
-use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep, NewWorkflow, ReadStore};
+use docket::store::{
+    AdmissionStore, AdmitRequest, DefinitionStore, ExecutorStore, KeyScope, NewStep, NewWorkflow,
+    ReadStore,
+};
+use sqlx::{Connection, Executor};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,23 +82,25 @@ recipient = "$steps.revalidate.output.recipient"
 body = "$steps.revalidate.output.body"
 "#;
 
+trait Store: AdmissionStore + ReadStore + ExecutorStore + DefinitionStore + Clone + 'static {}
+impl<T> Store for T where
+    T: AdmissionStore + ReadStore + ExecutorStore + DefinitionStore + Clone + 'static
+{
+}
+
 #[derive(Clone)]
-struct Bench {
-    store: SqliteStore,
+struct Bench<S> {
+    store: S,
     clock: Arc<SystemClock>,
     deployed: Arc<docket::scheduler::DeployedDef>,
     wake: Arc<Notify>,
-    _dir: Arc<tempfile::TempDir>,
 }
 
-async fn setup() -> Bench {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("bench.db"))
-        .await
-        .unwrap();
+/// Starts one scheduler per store (a host each) and returns the bench on the first store.
+async fn setup<S: Store>(stores: Vec<S>, cache: &Path) -> Bench<S> {
     let runtime = Runtime::new(RuntimeConfig {
-        max_instances: 300,
-        cache_dir: Some(dir.path().join("cache")),
+        max_instances: 300 * stores.len() as u32,
+        cache_dir: Some(cache.to_path_buf()),
         ..RuntimeConfig::default()
     })
     .unwrap();
@@ -100,42 +113,45 @@ async fn setup() -> Bench {
     }
     let components = Arc::new(components);
     let clock = SystemClock::new();
-    let deployments = Arc::new(Deployments::new(store.clone()));
-    let (deployed, _) = deployments
-        .deploy(
-            "bench.toml",
-            DEFINITION,
-            components.as_ref(),
-            clock.now_ms(),
-        )
-        .await
-        .unwrap();
-    let wake = Arc::new(Notify::new());
-    let scheduler = Scheduler::new(
-        store.clone(),
-        deployments,
-        components,
-        Arc::new(SecretSource::default()),
-        clock.clone(),
-        SchedulerConfig {
-            batch: 256,
-            max_concurrent: 256,
-            poll: Duration::from_millis(5),
-            ..SchedulerConfig::default()
-        },
-        wake.clone(),
-    );
-    tokio::spawn(scheduler.run());
-    Bench {
-        store,
-        clock,
-        deployed,
-        wake,
-        _dir: Arc::new(dir),
+    let mut first = None;
+    for (n, store) in stores.into_iter().enumerate() {
+        let deployments = Arc::new(Deployments::new(store.clone()));
+        let (deployed, _) = deployments
+            .deploy(
+                "bench.toml",
+                DEFINITION,
+                components.as_ref(),
+                clock.now_ms(),
+            )
+            .await
+            .unwrap();
+        let wake = Arc::new(Notify::new());
+        let scheduler = Scheduler::new(
+            store.clone(),
+            deployments,
+            components.clone(),
+            Arc::new(SecretSource::default()),
+            clock.clone(),
+            SchedulerConfig {
+                owner: format!("bench-host-{n}"),
+                batch: 256,
+                max_concurrent: 256,
+                ..SchedulerConfig::default()
+            },
+            wake.clone(),
+        );
+        tokio::spawn(scheduler.run());
+        first.get_or_insert(Bench {
+            store,
+            clock: clock.clone(),
+            deployed,
+            wake,
+        });
     }
+    first.unwrap()
 }
 
-async fn admit(b: &Bench, key: &str) -> WorkflowId {
+async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
     let input = canonicalize(&serde_json::json!({"title": "T", "recipient": "a@b.c", "body": "x"}))
         .unwrap();
     let id = WorkflowId::new(b.clock.now_ms());
@@ -176,7 +192,7 @@ async fn admit(b: &Bench, key: &str) -> WorkflowId {
     id
 }
 
-async fn wait_completed(b: &Bench, ids: &[WorkflowId]) {
+async fn wait_completed<S: Store>(b: &Bench<S>, ids: &[WorkflowId]) {
     for id in ids {
         loop {
             let wf = b.store.workflow(id).await.unwrap().unwrap();
@@ -195,40 +211,79 @@ async fn wait_completed(b: &Bench, ids: &[WorkflowId]) {
 }
 
 fn main() {
-    let intents: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2000);
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let intents: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let postgres = args.next();
+    let hosts: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let b = setup().await;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        match postgres {
+            None => {
+                let store = SqliteStore::open(&dir.path().join("bench.db"))
+                    .await
+                    .unwrap();
+                let b = setup(vec![store], &cache).await;
+                run(&b, intents, "SQLite (WAL, synchronous=FULL), 1 host").await;
+            }
+            Some(admin) => {
+                let name = format!("docket_bench_{:08x}", rand::random::<u32>());
+                let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+                conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .await
+                    .unwrap();
+                let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+                let mut stores = Vec::new();
+                for _ in 0..hosts {
+                    stores.push(PgStore::connect(&url).await.unwrap());
+                }
+                let b = setup(stores.clone(), &cache).await;
+                let what = format!(
+                    "PostgreSQL, {hosts} host{}",
+                    if hosts == 1 { "" } else { "s" }
+                );
+                run(&b, intents, &what).await;
+                for s in &stores {
+                    s.close().await;
+                }
+                conn.execute(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE {name} WITH (FORCE)"
+                )))
+                .await
+                .unwrap();
+            }
+        }
+    });
+}
+
+async fn run<S: Store>(b: &Bench<S>, intents: usize, what: &str) {
+    {
         // Warm up: compile caches, first instances.
-        let warm: Vec<_> = futures_join(&b, 0..20).await;
-        wait_completed(&b, &warm).await;
+        let warm: Vec<_> = futures_join(b, 0..20).await;
+        wait_completed(b, &warm).await;
 
         // Unloaded latency: one workflow at a time.
         let mut latencies = Vec::new();
         for i in 0..30 {
             let start = Instant::now();
-            let id = admit(&b, &format!("lat-{i}")).await;
-            wait_completed(&b, &[id]).await;
+            let id = admit(b, &format!("lat-{i}")).await;
+            wait_completed(b, &[id]).await;
             latencies.push(start.elapsed());
         }
         latencies.sort();
 
         // Throughput: all intents admitted at once, steps run as fast as commits allow.
         let start = Instant::now();
-        let ids = futures_join(&b, 1000..1000 + intents).await;
+        let ids = futures_join(b, 1000..1000 + intents).await;
         let admitted = start.elapsed();
-        wait_completed(&b, &ids).await;
+        wait_completed(b, &ids).await;
         let total = start.elapsed();
         let steps = intents * 4;
-        println!(
-            "durable steps: {intents} workflows x 4 handler steps on SQLite (WAL, synchronous=FULL)"
-        );
+        println!("durable steps: {intents} workflows x 4 handler steps on {what}");
         println!(
             "  admission of {intents} intents     {:>8.0} ms",
             admitted.as_secs_f64() * 1e3
@@ -246,11 +301,11 @@ fn main() {
             latencies[15].as_secs_f64() * 1e3,
             latencies[27].as_secs_f64() * 1e3
         );
-    });
+    }
 }
 
 /// Admits intents with keys from `range`, 64 at a time.
-async fn futures_join(b: &Bench, range: std::ops::Range<usize>) -> Vec<WorkflowId> {
+async fn futures_join<S: Store>(b: &Bench<S>, range: std::ops::Range<usize>) -> Vec<WorkflowId> {
     let keys: Vec<usize> = range.collect();
     let mut ids = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(64) {

@@ -67,7 +67,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
         /// Bearer token the simulator expects.
-        #[arg(long, default_value = "sim-token")]
+        #[arg(long, default_value = crate::sim::SimConfig::DEFAULT_TOKEN)]
         token: String,
         /// Initial fault settings as JSON, e.g. '{"lose": 0.3, "seed": 7}'.
         #[arg(long)]

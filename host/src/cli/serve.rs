@@ -158,6 +158,11 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         .or(config.db.clone())
         .unwrap_or_else(|| ".docket/docket.db".into());
     if is_postgres(&db) {
+        if sim.is_some() {
+            tracing::warn!(
+                "this host embeds its own provider simulator; other hosts on this database embed theirs, so a step recovered on another host would ask another provider. With several hosts, run one `docket sim-provider` and point [adapters.http-delivery] at it"
+            );
+        }
         let store = PgStore::connect(&db)
             .await
             .with_context(|| format!("connecting to PostgreSQL at {}", without_password(&db)))?;

@@ -4,7 +4,7 @@
 use crate::backends::Store;
 use crate::fixtures::*;
 use docket::intent::{StepState, Trigger};
-use docket::store::{ComponentStore, NewComponent};
+use docket::store::NewComponent;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;

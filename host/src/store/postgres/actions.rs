@@ -176,10 +176,6 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
     let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;
-    // A step made ready (query, retry) or dependents released: any host may take them.
-    if matches!(change, StepChange::Ready { .. } | StepChange::Succeed(_)) {
-        super::notify_work(conn).await?;
-    }
     Ok(ActionOutcome::Applied { workflow_state })
 }
 
@@ -190,7 +186,16 @@ impl OperatorStore for PgStore {
     }
 
     async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {
-        transaction!(self.pool, |conn| act_tx(conn, request.clone()))
+        // A step made ready (query, retry) or dependents released: any host may take them.
+        let wakes = matches!(
+            request.change,
+            Ok(StepChange::Ready { .. } | StepChange::Succeed(_))
+        );
+        let outcome = transaction!(self.pool, |conn| act_tx(conn, request.clone()))?;
+        if wakes && matches!(outcome, ActionOutcome::Applied { .. }) {
+            self.notifier.poke();
+        }
+        Ok(outcome)
     }
 
     async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {

@@ -417,11 +417,6 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     .fetch_one(&mut *conn)
     .await?;
     insert_events(conn, &fence.workflow_id, u(r.get("first")), now, &events).await?;
-    // Released dependents and scheduled retries concern every host: a retry's time may be
-    // earlier than what an idle host is sleeping towards.
-    if !released.is_empty() || matches!(transition, StepTransition::Retry { .. }) {
-        super::notify_work(conn).await?;
-    }
     let current = parse::<WorkflowState>(r.get("state"))?;
     let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
     Ok(FinishOutcome {
@@ -533,7 +528,14 @@ impl ExecutorStore for PgStore {
     }
 
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
-        transaction!(self.pool, |conn| finish_tx(conn, req.clone()))
+        let retry = matches!(req.transition, StepTransition::Retry { .. });
+        let outcome = transaction!(self.pool, |conn| finish_tx(conn, req.clone()))?;
+        // Released dependents and scheduled retries concern every host: a retry's time may
+        // be earlier than what an idle host is sleeping towards.
+        if retry || !outcome.released.is_empty() {
+            self.notifier.poke();
+        }
+        Ok(outcome)
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
@@ -541,22 +543,24 @@ impl ExecutorStore for PgStore {
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
-        transaction!(self.pool, |conn| async {
-            let done = sqlx::query(
-                "UPDATE steps SET lease_expires_at = $1 - 1
-                 WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
-            )
-            .bind(now as i64)
-            .bind(owner)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            // The other hosts recover these at once rather than at their next poll.
-            if done > 0 {
-                super::notify_work(conn).await?;
-            }
-            Ok::<_, super::Fail>(done)
-        })
+        let done = sqlx::query(
+            "UPDATE steps SET lease_expires_at = $1 - 1
+             WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
+        )
+        .bind(now as i64)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        // The other hosts recover these at once rather than at their next poll; sent
+        // directly, as a stopping host's notifier task may not get to run.
+        if done > 0 {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(super::WORK_CHANNEL)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(done)
     }
 
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {

@@ -118,6 +118,7 @@ pub(crate) use transaction;
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    notifier: std::sync::Arc<Notifier>,
 }
 
 impl PgStore {
@@ -139,12 +140,14 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Backend(format!("migrating {}: {e}", redact(url))))?;
-        Ok(Self { pool })
+        let notifier = Notifier::start(pool.clone());
+        Ok(Self { pool, notifier })
     }
 
-    /// Closes every connection of the pool.
+    /// Closes every connection of the pool (and stops listening and notifying).
     pub async fn close(&self) {
         self.pool.close().await;
+        self.notifier.poke();
     }
 }
 
@@ -160,18 +163,49 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// The channel on which hosts hear that work may be ready (see [`notify_work`]).
+/// The channel on which hosts hear that work may be ready (see [`Notifier`]).
 pub(crate) const WORK_CHANNEL: &str = "docket_work";
 
-/// Tells every listening host, once this transaction commits, that work may be ready:
-/// PostgreSQL delivers the notification on commit and drops it on rollback, and folds
-/// repeats within one transaction into one.
-pub(crate) async fn notify_work(conn: &mut PgConnection) -> PgResult<()> {
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(WORK_CHANNEL)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+/// Tells the other hosts that work may be ready, after the commit that made it so.
+///
+/// A `NOTIFY` inside the writing transaction would take PostgreSQL's notification lock at
+/// every commit, which serialises the commits of all hosts. Instead a committed write
+/// pokes this notifier, and one task per store sends one notification for all the pokes
+/// that arrived while the previous one was on its way. A host that dies between its commit
+/// and the notification only delays the others until their next poll.
+pub(crate) struct Notifier {
+    poke: tokio::sync::Notify,
+}
+
+impl Notifier {
+    fn start(pool: PgPool) -> std::sync::Arc<Self> {
+        let notifier = std::sync::Arc::new(Self {
+            poke: tokio::sync::Notify::new(),
+        });
+        let me = notifier.clone();
+        // Ends with the pool (`PgStore::close`).
+        tokio::spawn(async move {
+            loop {
+                me.poke.notified().await;
+                if pool.is_closed() {
+                    break;
+                }
+                if let Err(e) = sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(WORK_CHANNEL)
+                    .execute(&pool)
+                    .await
+                {
+                    tracing::debug!("notifying the other hosts failed: {e}; they will poll");
+                }
+            }
+        });
+        notifier
+    }
+
+    /// Work may be ready: tell the other hosts soon.
+    pub(crate) fn poke(&self) {
+        self.poke.notify_one();
+    }
 }
 
 /// A stored count or time (BIGINT) as the unsigned value it stands for.
@@ -401,6 +435,9 @@ impl AdmissionStore for PgStore {
             match admit_tx(&mut tx, &req).await {
                 Ok(Some(outcome)) => {
                     tx.commit().await?;
+                    if matches!(outcome, AdmitOutcome::Created(_)) {
+                        self.notifier.poke();
+                    }
                     return Ok(outcome);
                 }
                 // Another admission took the key first: start over and answer from it.
@@ -526,7 +563,6 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     }
     insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
     executor::outbox(conn, &new.workflow_id, "recorded", req.now).await?;
-    notify_work(conn).await?;
     Ok(Some(AdmitOutcome::Created(WorkflowRecord {
         workflow_id: new.workflow_id.clone(),
         workflow: req.scope.workflow.clone(),
