@@ -269,11 +269,19 @@ async fn a_host_is_woken_by_another_and_runs_components_it_only_has_from_the_dat
         b.log_tail(30)
     );
     assert!(!log.contains("built example"), "{}", b.log_tail(30));
-    assert!(
-        log.contains("listening for work made ready by other hosts"),
-        "{}",
-        b.log_tail(30)
-    );
+    // The scheduler starts listening just after the API is up.
+    let start = Instant::now();
+    while !b
+        .log_text()
+        .contains("listening for work made ready by other hosts")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "B does not listen for other hosts' work:\n{}",
+            b.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // B is idle now: its next look without a wake-up is a minute away.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
