@@ -19,12 +19,22 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
         "fire-and-forget",
     ),
     ("http-delivery-lying", "http-delivery", "lying"),
+    // Later versions of `http-delivery`, for registry tests: not loaded by `serve`.
+    ("http-delivery-2", "http-delivery", "version-2"),
+    (
+        "http-delivery-3-other-namespace",
+        "http-delivery",
+        "other-namespace",
+    ),
     ("noop", "noop", ""),
     ("validate-document", "validate-document", ""),
     ("render-document", "render-document", ""),
     ("hostile", "hostile", ""),
     ("hostile-import", "hostile-import", ""),
 ];
+
+/// Components above that are later versions of an example: built, not loaded by `serve`.
+const LATER_VERSIONS: &[&str] = &["http-delivery-2", "http-delivery-3-other-namespace"];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -38,6 +48,7 @@ fn main() {
 
     let mut consts = String::new();
     let mut all = String::new();
+    let mut versions = String::new();
     // Group builds by feature set: one cargo invocation for all default-feature packages.
     let default_pkgs: Vec<&str> = COMPONENTS
         .iter()
@@ -66,10 +77,18 @@ fn main() {
             },
             dest.display().to_string()
         ));
-        all.push_str(&format!("    ({name:?}, {ident}),\n"));
+        let list = if LATER_VERSIONS.contains(name) {
+            &mut versions
+        } else {
+            &mut all
+        };
+        list.push_str(&format!("    ({name:?}, {ident}),\n"));
     }
     consts.push_str(&format!(
-        "/// Every built component as (name, path).\npub const ALL: &[(&str, &str)] = &[\n{all}];\n"
+        "/// Every built example component as (name, path); `serve` loads these.\npub const ALL: &[(&str, &str)] = &[\n{all}];\n"
+    ));
+    consts.push_str(&format!(
+        "/// Later versions of the examples as (name, path), deployed by hand (registry tests).\npub const VERSIONS: &[(&str, &str)] = &[\n{versions}];\n"
     ));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs");
     std::fs::write(out, consts).unwrap();

@@ -104,7 +104,7 @@ async fn setup<S: Store>(stores: Vec<S>, cache: &Path) -> Bench<S> {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let mut components = Components::new(runtime, HostPolicy::default());
+    let components = Components::new(runtime, HostPolicy::default());
     for name in ["validate-document", "render-document"] {
         components
             .load_file(Path::new(docket::guests::path(name).unwrap()))

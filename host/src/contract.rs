@@ -17,6 +17,33 @@ pub struct Contract {
     pub capabilities: DeclaredCapabilities,
 }
 
+impl Contract {
+    /// Whether the declaration can be relied on: a semantic version, a namespace for the
+    /// keys (docket derives every external key from it), and a retention when the adapter
+    /// claims idempotency (a key remembered for no time protects nothing). The message
+    /// names the fix.
+    pub fn check(&self) -> Result<(), String> {
+        if semver::Version::parse(&self.version).is_err() {
+            return Err(format!(
+                "version `{}` is not semantic versioning; declare e.g. `1.0.0`",
+                self.version
+            ));
+        }
+        if self.idempotency.namespace.trim().is_empty() {
+            return Err(
+                "the idempotency namespace is empty; declare the provider's deduplication domain, e.g. `.namespace(\"my-provider\")`"
+                    .into(),
+            );
+        }
+        if self.idempotency.supported && self.idempotency.retention_seconds == 0 {
+            return Err(
+                "it claims idempotency with a retention of 0 seconds; declare how long the provider remembers a key".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Whether the provider deduplicates requests by key, for how long, and in which namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdempotencyClaim {

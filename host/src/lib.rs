@@ -40,8 +40,11 @@ pub mod workflow;
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 
-    /// The path of a built component by name (e.g. `http-delivery`).
+    /// The path of a built component by name (e.g. `http-delivery`, `http-delivery-2`).
     pub fn path(name: &str) -> Option<&'static str> {
-        ALL.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+        ALL.iter()
+            .chain(VERSIONS)
+            .find(|(n, _)| *n == name)
+            .map(|(_, p)| *p)
     }
 }

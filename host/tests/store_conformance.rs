@@ -68,4 +68,5 @@ conformance!(
     wakeups::next_due_names_the_earliest_retry_time_or_lease_expiry,
     wakeups::admissions_wake_the_hosts_that_watch,
     wakeups::component_bytes_are_kept_once_per_digest,
+    wakeups::the_registry_activates_rolls_back_and_keeps_its_history,
 );

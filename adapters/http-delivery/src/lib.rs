@@ -83,11 +83,21 @@ pub const VARIANT: Variant = Variant {
     sends_idempotency_key: false,
 };
 
-/// Version reported by every variant.
+/// Version reported by every contract variant; `version-2` and `other-namespace` build
+/// later versions of the honest adapter.
+#[cfg(not(any(feature = "version-2", feature = "other-namespace")))]
 const VERSION: &str = "1.0.0";
+#[cfg(all(feature = "version-2", not(feature = "other-namespace")))]
+const VERSION: &str = "2.0.0";
+#[cfg(feature = "other-namespace")]
+const VERSION: &str = "3.0.0";
 /// The provider's deduplication domain; shared by the variants because they talk to the
-/// same provider with the same keys.
+/// same provider with the same keys. Version 3 claims another one (as if it spoke to
+/// another region of the provider), which makes its keys different from the others'.
+#[cfg(not(feature = "other-namespace"))]
 const NAMESPACE: &str = "reference-provider";
+#[cfg(feature = "other-namespace")]
+const NAMESPACE: &str = "reference-provider-eu";
 /// The reference provider remembers keys for 24 h by default.
 const RETENTION_SECONDS: u64 = 86_400;
 /// How long a new delivery may stay invisible to lookups.

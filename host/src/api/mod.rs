@@ -14,6 +14,7 @@
 //! - every refusal is an [`ApiError`]; internal causes are logged, never sent.
 
 mod actions;
+mod adapters;
 mod auth;
 mod controls;
 mod error;
@@ -39,7 +40,7 @@ use crate::clock::Clock;
 use crate::clock::SystemClock;
 use crate::scheduler::Components;
 use crate::scheduler::Deployments;
-use crate::store::{AdmissionStore, DefinitionStore, OperatorStore, ReadStore};
+use crate::store::{AdmissionStore, ComponentStore, DefinitionStore, OperatorStore, ReadStore};
 use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
@@ -49,12 +50,28 @@ use tokio::sync::Notify;
 
 /// The store capabilities the API needs.
 pub trait ApiStore:
-    AdmissionStore + ReadStore + DefinitionStore + OperatorStore + Clone + Send + Sync + 'static
+    AdmissionStore
+    + ReadStore
+    + DefinitionStore
+    + OperatorStore
+    + ComponentStore
+    + Clone
+    + Send
+    + Sync
+    + 'static
 {
 }
 
 impl<S> ApiStore for S where
-    S: AdmissionStore + ReadStore + DefinitionStore + OperatorStore + Clone + Send + Sync + 'static
+    S: AdmissionStore
+        + ReadStore
+        + DefinitionStore
+        + OperatorStore
+        + ComponentStore
+        + Clone
+        + Send
+        + Sync
+        + 'static
 {
 }
 
@@ -141,7 +158,12 @@ pub fn router<S: ApiStore>(ctx: ApiContext<S>) -> Router {
         .route(
             "/v1/workflows/{id}/steps/{step}/{action}",
             post(actions::act::<S>),
-        );
+        )
+        .route(
+            "/v1/adapters",
+            get(adapters::list::<S>).post(adapters::deploy::<S>),
+        )
+        .route("/v1/adapters/{name}/{action}", post(adapters::change::<S>));
     if test_controls {
         routes = routes.route("/v1/_test/clock", post(controls::advance_clock::<S>));
     }
@@ -153,7 +175,7 @@ pub fn router<S: ApiStore>(ctx: ApiContext<S>) -> Router {
 
 async fn no_route(uri: Uri) -> ApiError {
     ApiError::not_found(format!(
-        "there is nothing at `{}`; the API's paths start with `/v1/intents` or `/v1/workflows`",
+        "there is nothing at `{}`; the API's paths start with `/v1/intents`, `/v1/workflows` or `/v1/adapters`",
         error::quote(uri.path())
     ))
 }

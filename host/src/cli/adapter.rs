@@ -38,6 +38,31 @@ pub enum AdapterCommand {
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
     },
+    /// Check a component and store it in the registry as a staged version.
+    Deploy {
+        /// A `.wasm` component, or the name of a built example (e.g. `http-delivery-2`).
+        component: String,
+        #[arg(long, default_value = ".docket/docket.db")]
+        db: String,
+    },
+    /// Make a deployed version the one new attempts use (running hosts pick it up).
+    Activate {
+        /// `NAME@VERSION`, e.g. `http-delivery@2.0.0`.
+        version: String,
+        #[arg(long, default_value = ".docket/docket.db")]
+        db: String,
+    },
+    /// Go back to the version that was active before the current one.
+    Rollback {
+        name: String,
+        #[arg(long, default_value = ".docket/docket.db")]
+        db: String,
+    },
+    /// Deployed versions, which is active, and the latest changes with their authors.
+    List {
+        #[arg(long, default_value = ".docket/docket.db")]
+        db: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +113,18 @@ pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
             component,
             timeout_ms,
         } => super::verify::verify(&component, timeout_ms).await,
+        AdapterCommand::Deploy { component, db } => {
+            super::registry::run(super::registry::Operation::Deploy(component), &db).await
+        }
+        AdapterCommand::Activate { version, db } => {
+            super::registry::run(super::registry::Operation::Activate(version), &db).await
+        }
+        AdapterCommand::Rollback { name, db } => {
+            super::registry::run(super::registry::Operation::Rollback(name), &db).await
+        }
+        AdapterCommand::List { db } => {
+            super::registry::run(super::registry::Operation::List, &db).await
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 mod adapter;
 mod client;
 mod demo;
+mod registry;
 pub mod serve;
 mod verify;
 mod workflow;

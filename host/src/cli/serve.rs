@@ -11,13 +11,20 @@ use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ComponentStore, DefinitionStore, ExecutorStore, NewComponent};
+use crate::store::{
+    ActiveChange, ActiveTarget, ComponentStore, DefinitionStore, ExecutorStore, NewComponent,
+};
 use anyhow::{Context, bail};
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::Notify;
+
+/// How often a host catches up with the registry: the bound within which every host picks
+/// up an activation or rollback made elsewhere (plus, for a version new to the host, the
+/// time to compile it once).
+pub const REGISTRY_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Adapters pointed at the built-in provider simulator when nothing else is configured.
 const SIM_ADAPTERS: &[&str] = &[
@@ -60,6 +67,7 @@ pub struct Host {
     pub clock: Arc<SystemClock>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
+    registry: tokio::task::JoinHandle<()>,
     /// Waits (up to the grace) for the attempts under way, then ends this host's leases.
     drain: Option<Drain>,
     grace: std::time::Duration,
@@ -77,6 +85,7 @@ impl Host {
     /// Stops the scheduler and the API at once.
     pub fn stop(&self) {
         self.scheduler.abort();
+        self.registry.abort();
         self.server.abort();
     }
 
@@ -224,7 +233,13 @@ where
         max_instances: (config.max_concurrent as u32 + 16).max(32),
         cache_dir: Some(cache_dir),
     })?;
-    let mut components = Components::new(runtime, config.policy.clone());
+    let owner = config
+        .host_id
+        .clone()
+        .unwrap_or_else(crate::scheduler::default_owner);
+    tracing::info!("host identity (lease owner): {owner}");
+    let author = format!("host {owner}");
+    let components = Components::new(runtime, config.policy.clone());
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     if config.examples {
         for (name, path) in crate::guests::ALL {
@@ -268,42 +283,59 @@ where
                 kind: c.world_name().to_string(),
                 bytes,
                 registered_at: clock.now_ms(),
+                author: author.clone(),
             })
             .await
             .with_context(|| format!("storing component {}@{}", c.name(), c.version()))?;
     }
-    // What other hosts stored that this one lacks.
-    for stored in store.stored_components().await? {
-        if components.has_digest(&stored.digest) {
-            continue;
-        }
-        if let Some(local) = components.exact(&stored.name, &stored.version) {
-            tracing::warn!(
-                "component {}@{} in the database has digest {}, but this host loaded other bytes under that version ({}); keeping this host's. Give changed code a new version",
-                stored.name,
-                stored.version,
-                stored.digest,
-                local.digest
-            );
-            continue;
-        }
-        let Some(bytes) = store.component_bytes(&stored.digest).await? else {
+    // A component's first registration makes its highest version from these files active;
+    // after that only the registry (`docket adapter activate`, the API) changes it.
+    let mut highest: std::collections::BTreeMap<String, (semver::Version, String)> =
+        Default::default();
+    for c in components.all() {
+        let Ok(v) = semver::Version::parse(c.version()) else {
             continue;
         };
-        let c = components.load_bytes(&bytes).await.with_context(|| {
-            format!(
-                "loading component {}@{} ({}) from the database",
-                stored.name, stored.version, stored.digest
-            )
-        })?;
-        tracing::info!(
-            "component {}@{} ({}) from the database",
-            c.name(),
-            c.version(),
-            c.digest
-        );
+        let entry = highest
+            .entry(c.name().to_string())
+            .or_insert((v.clone(), c.digest.clone()));
+        if v > entry.0 {
+            *entry = (v, c.digest.clone());
+        }
+    }
+    for (name, (_, digest)) in highest {
+        store
+            .set_active(ActiveChange {
+                name,
+                target: ActiveTarget::IfNone(digest),
+                author: author.clone(),
+                now: clock.now_ms(),
+            })
+            .await?;
+    }
+    // What other hosts stored that this one lacks, and the active versions.
+    for change in components.sync(&store).await? {
+        tracing::info!("{change}");
     }
     let components = Arc::new(components);
+    // Registry changes made elsewhere (another host, `docket adapter activate`) reach this
+    // host within REGISTRY_POLL.
+    let registry = {
+        let (components, store) = (components.clone(), store.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REGISTRY_POLL).await;
+                match components.sync(&store).await {
+                    Ok(changes) => {
+                        for change in changes {
+                            tracing::info!("registry: {change}");
+                        }
+                    }
+                    Err(e) => tracing::warn!("catching up with the registry failed: {e}"),
+                }
+            }
+        })
+    };
 
     let deployments = Arc::new(Deployments::new(store.clone()));
     deploy_dir(
@@ -319,11 +351,6 @@ where
     if failpoint.is_some() && !args.test_controls {
         tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
     }
-    let owner = config
-        .host_id
-        .clone()
-        .unwrap_or_else(crate::scheduler::default_owner);
-    tracing::info!("host identity (lease owner): {owner}");
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
         store.clone(),
@@ -392,6 +419,7 @@ where
         clock,
         server,
         scheduler,
+        registry,
         drain: Some(drain),
         grace: config.shutdown_grace,
     })

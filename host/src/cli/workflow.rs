@@ -40,7 +40,7 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
         ..RuntimeConfig::default()
     })?;
     let policy: HostPolicy = config.policy.clone();
-    let mut components = Components::new(runtime, policy);
+    let components = Components::new(runtime, policy);
     for (_, path) in crate::guests::ALL {
         let _ = components.load_file(Path::new(path)).await;
     }

@@ -50,7 +50,6 @@ pub struct LoadedComponent {
 }
 
 impl LoadedComponent {
-    /// The declared name (adapter or handler).
     /// `adapter` or `handler`: the world it was built against.
     pub fn world_name(&self) -> &'static str {
         match &self.kind {
@@ -59,6 +58,7 @@ impl LoadedComponent {
         }
     }
 
+    /// The declared name (adapter or handler).
     pub fn name(&self) -> &str {
         match &self.kind {
             ComponentKind::Adapter { contract } => &contract.name,

@@ -9,7 +9,7 @@ pub mod definitions;
 mod execute;
 pub mod recovery;
 
-pub use components::{Components, ResolveError};
+pub use components::{Components, ResolveError, SyncError};
 pub use definitions::{DeployError, DeployedDef, Deployments};
 pub use execute::short;
 

@@ -82,7 +82,8 @@ pub trait DefinitionStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
 }
 
-/// Component bytes, content-addressed, so that any host on the database can run any step.
+/// Component bytes, content-addressed, so that any host on the database can run any step,
+/// and the registry of which version is active.
 pub trait ComponentStore: Send + Sync {
     /// Keeps a component's bytes; the same digest again is a no-op. Returns whether it was
     /// new.
@@ -97,6 +98,21 @@ pub trait ComponentStore: Send + Sync {
         &self,
         digest: &str,
     ) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+    /// Changes which version of a component new attempts use, and records the change with
+    /// its author. [`StoreError::NotFound`] names what is missing: an unknown digest (or
+    /// one stored under another name), or no earlier version to roll back to.
+    fn set_active(
+        &self,
+        change: ActiveChange,
+    ) -> impl Future<Output = StoreResult<ActiveOutcome>> + Send;
+    /// The active version of every component name.
+    fn active_components(&self) -> impl Future<Output = StoreResult<Vec<ActiveComponent>>> + Send;
+    /// The registry's history, newest first, optionally of one name.
+    fn component_events(
+        &self,
+        name: Option<&str>,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<ComponentEvent>>> + Send;
 }
 
 /// The API's writes: admitting intents.

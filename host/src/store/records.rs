@@ -47,6 +47,8 @@ pub struct NewComponent {
     pub kind: String,
     pub bytes: Vec<u8>,
     pub registered_at: Millis,
+    /// Who deployed it (recorded with the `deployed` event when the digest is new).
+    pub author: String,
 }
 
 /// A stored component, without its bytes.
@@ -58,6 +60,57 @@ pub struct StoredComponent {
     pub kind: String,
     pub size_bytes: u64,
     pub registered_at: Millis,
+}
+
+/// Which version a registry change makes active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActiveTarget {
+    /// This stored digest.
+    Digest(String),
+    /// This digest, but only if the name has no active version yet (a first registration).
+    IfNone(String),
+    /// The version that was active before the current one (rollback).
+    Previous,
+}
+
+/// A change of a component's active version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveChange {
+    pub name: String,
+    pub target: ActiveTarget,
+    pub author: String,
+    pub now: Millis,
+}
+
+/// A component name's active version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveComponent {
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    pub since: Millis,
+}
+
+/// What a registry change did: the version now active and the one before (if any). An
+/// `IfNone` change that found an active version leaves it and reports it, `changed: false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveOutcome {
+    pub active: ActiveComponent,
+    pub previous: Option<String>,
+    pub changed: bool,
+}
+
+/// One entry of the registry's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentEvent {
+    pub seq: u64,
+    pub name: String,
+    pub version: String,
+    pub digest: String,
+    /// `deployed`, `activated` or `rolled_back`.
+    pub action: String,
+    pub author: String,
+    pub at: Millis,
 }
 
 /// The scope of a client idempotency key: (subject, command type, key).

@@ -14,6 +14,7 @@ mod many_hosts;
 mod operator_actions;
 mod postgres;
 mod recovery_scenarios;
+mod registry;
 mod runtime_contracts;
 mod runtime_http_delivery;
 mod runtime_load;

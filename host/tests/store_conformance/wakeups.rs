@@ -4,7 +4,7 @@
 use crate::backends::Store;
 use crate::fixtures::*;
 use docket::intent::{StepState, Trigger};
-use docket::store::NewComponent;
+use docket::store::{ActiveChange, ActiveTarget, NewComponent, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -61,6 +61,7 @@ pub async fn component_bytes_are_kept_once_per_digest<S: Store>(s: S) {
         kind: "adapter".into(),
         bytes: bytes.to_vec(),
         registered_at: T0,
+        author: "deployer".into(),
     };
     assert!(s.stored_components().await.unwrap().is_empty());
     assert!(
@@ -92,4 +93,106 @@ pub async fn component_bytes_are_kept_once_per_digest<S: Store>(s: S) {
         Some(&[0u8, 159, 146, 150][..])
     );
     assert_eq!(s.component_bytes("sha256:cc").await.unwrap(), None);
+}
+
+pub async fn the_registry_activates_rolls_back_and_keeps_its_history<S: Store>(s: S) {
+    for (digest, version) in [("sha256:v1", "1.0.0"), ("sha256:v2", "2.0.0")] {
+        s.store_component(NewComponent {
+            digest: digest.into(),
+            name: "http-delivery".into(),
+            version: version.into(),
+            kind: "adapter".into(),
+            bytes: vec![1, 2, 3],
+            registered_at: T0,
+            author: "alice".into(),
+        })
+        .await
+        .unwrap();
+    }
+    let change = |target: ActiveTarget, author: &str, at: u64| ActiveChange {
+        name: "http-delivery".into(),
+        target,
+        author: author.into(),
+        now: T0 + at,
+    };
+    assert!(s.active_components().await.unwrap().is_empty());
+    // Rollback with nothing active names what is missing.
+    match s.set_active(change(ActiveTarget::Previous, "ops", 1)).await {
+        Err(StoreError::NotFound(what)) => assert!(what.contains("to roll back from"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    // A first registration activates; a second one leaves the choice alone.
+    let first = s
+        .set_active(change(
+            ActiveTarget::IfNone("sha256:v1".into()),
+            "host a",
+            2,
+        ))
+        .await
+        .unwrap();
+    assert!(first.changed);
+    assert_eq!(first.active.version, "1.0.0");
+    let second = s
+        .set_active(change(
+            ActiveTarget::IfNone("sha256:v2".into()),
+            "host b",
+            3,
+        ))
+        .await
+        .unwrap();
+    assert!(!second.changed);
+    assert_eq!(second.active.digest, "sha256:v1");
+    // Activate 2.0.0, then roll back to 1.0.0.
+    let up = s
+        .set_active(change(ActiveTarget::Digest("sha256:v2".into()), "ops", 4))
+        .await
+        .unwrap();
+    assert_eq!(
+        (up.active.version.as_str(), up.previous.as_deref()),
+        ("2.0.0", Some("sha256:v1"))
+    );
+    let active = s.active_components().await.unwrap();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        (active[0].digest.as_str(), active[0].since),
+        ("sha256:v2", T0 + 4)
+    );
+    let back = s
+        .set_active(change(ActiveTarget::Previous, "ops", 5))
+        .await
+        .unwrap();
+    assert_eq!(back.active.digest, "sha256:v1");
+    // An unknown digest (or one of another name) is refused and changes nothing.
+    match s
+        .set_active(change(ActiveTarget::Digest("sha256:nope".into()), "ops", 6))
+        .await
+    {
+        Err(StoreError::NotFound(what)) => assert!(what.contains("sha256:nope"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.active_components().await.unwrap()[0].digest, "sha256:v1");
+    let history: Vec<(String, String, String)> = s
+        .component_events(Some("http-delivery"), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.action, e.version, e.author))
+        .collect();
+    let expect = |a: &str, v: &str, who: &str| (a.to_string(), v.to_string(), who.to_string());
+    assert_eq!(
+        history,
+        [
+            expect("rolled_back", "1.0.0", "ops"),
+            expect("activated", "2.0.0", "ops"),
+            expect("activated", "1.0.0", "host a"),
+            expect("deployed", "2.0.0", "alice"),
+            expect("deployed", "1.0.0", "alice"),
+        ]
+    );
+    assert!(
+        s.component_events(Some("other"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

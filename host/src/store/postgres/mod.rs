@@ -23,8 +23,9 @@ mod executor;
 mod read;
 
 use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, ComponentStore, DefinitionStore, DeployOutcome,
-    KeyRecord, KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
+    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
+    AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
+    KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
     StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
@@ -376,21 +377,85 @@ fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
 
 impl ComponentStore for PgStore {
     async fn store_component(&self, c: NewComponent) -> StoreResult<bool> {
-        let added = sqlx::query(
-            "INSERT INTO components (digest, name, version, kind, bytes, size_bytes, registered_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING",
+        transaction!(self.pool, |conn| async {
+            let added = sqlx::query(
+                "INSERT INTO components (digest, name, version, kind, bytes, size_bytes, registered_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (digest) DO NOTHING",
+            )
+            .bind(&c.digest)
+            .bind(&c.name)
+            .bind(&c.version)
+            .bind(&c.kind)
+            .bind(&c.bytes)
+            .bind(c.bytes.len() as i64)
+            .bind(c.registered_at as i64)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if added == 1 {
+                sqlx::query(
+                    "INSERT INTO component_events (name, version, digest, action, author, at)
+                     VALUES ($1, $2, $3, 'deployed', $4, $5)",
+                )
+                .bind(&c.name)
+                .bind(&c.version)
+                .bind(&c.digest)
+                .bind(&c.author)
+                .bind(c.registered_at as i64)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok::<_, Fail>(added == 1)
+        })
+    }
+
+    async fn set_active(&self, change: ActiveChange) -> StoreResult<ActiveOutcome> {
+        transaction!(self.pool, |conn| set_active_tx(conn, &change))
+    }
+
+    async fn active_components(&self) -> StoreResult<Vec<ActiveComponent>> {
+        let rows = sqlx::query(
+            "SELECT a.name, c.version, a.digest, a.since
+             FROM active_components a JOIN components c ON c.digest = a.digest ORDER BY a.name",
         )
-        .bind(&c.digest)
-        .bind(&c.name)
-        .bind(&c.version)
-        .bind(&c.kind)
-        .bind(&c.bytes)
-        .bind(c.bytes.len() as i64)
-        .bind(c.registered_at as i64)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(added == 1)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ActiveComponent {
+                name: r.get("name"),
+                version: r.get("version"),
+                digest: r.get("digest"),
+                since: u(r.get("since")),
+            })
+            .collect())
+    }
+
+    async fn component_events(
+        &self,
+        name: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<ComponentEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, name, version, digest, action, author, at FROM component_events
+             WHERE $1::TEXT IS NULL OR name = $1 ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(name)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ComponentEvent {
+                seq: u(r.get("seq")),
+                name: r.get("name"),
+                version: r.get("version"),
+                digest: r.get("digest"),
+                action: r.get("action"),
+                author: r.get("author"),
+                at: u(r.get("at")),
+            })
+            .collect())
     }
 
     async fn stored_components(&self) -> StoreResult<Vec<StoredComponent>> {
@@ -421,6 +486,111 @@ impl ComponentStore for PgStore {
                 .await?,
         )
     }
+}
+
+/// A registry change in one transaction (see [`ComponentStore::set_active`]). The name's
+/// row is locked first (inserted if missing), so concurrent changes of one name apply one
+/// after the other.
+async fn set_active_tx(conn: &mut PgConnection, change: &ActiveChange) -> PgResult<ActiveOutcome> {
+    let name = change.name.as_str();
+    let current: Option<(String, i64)> =
+        sqlx::query_as("SELECT digest, since FROM active_components WHERE name = $1 FOR UPDATE")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await?;
+    async fn version_of(
+        conn: &mut PgConnection,
+        name: &str,
+        digest: &str,
+    ) -> PgResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT version FROM components WHERE digest = $1 AND name = $2")
+                .bind(digest)
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?,
+        )
+    }
+    let keep = match (&change.target, &current) {
+        (ActiveTarget::IfNone(_), Some(c)) => Some(c.clone()),
+        (ActiveTarget::Digest(t), Some(c)) if *t == c.0 => Some(c.clone()),
+        _ => None,
+    };
+    if let Some((digest, since)) = keep {
+        return Ok(ActiveOutcome {
+            active: ActiveComponent {
+                name: name.to_string(),
+                version: version_of(conn, name, &digest).await?.unwrap_or_default(),
+                digest,
+                since: u(since),
+            },
+            previous: None,
+            changed: false,
+        });
+    }
+    let (digest, action) = match &change.target {
+        ActiveTarget::IfNone(d) | ActiveTarget::Digest(d) => (d.clone(), "activated"),
+        ActiveTarget::Previous => {
+            let Some((now_active, _)) = &current else {
+                return Err(StoreError::NotFound(format!(
+                    "active version of `{name}` to roll back from"
+                ))
+                .into());
+            };
+            let before: Option<String> = sqlx::query_scalar(
+                "SELECT digest FROM component_events
+                 WHERE name = $1 AND action IN ('activated', 'rolled_back') AND digest <> $2
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(name)
+            .bind(now_active)
+            .fetch_optional(&mut *conn)
+            .await?;
+            match before {
+                Some(d) => (d, "rolled_back"),
+                None => {
+                    return Err(StoreError::NotFound(format!(
+                        "earlier active version of `{name}` to roll back to"
+                    ))
+                    .into());
+                }
+            }
+        }
+    };
+    let version = version_of(conn, name, &digest).await?.ok_or_else(|| {
+        StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
+    })?;
+    sqlx::query(
+        "INSERT INTO active_components (name, digest, since) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET digest = $2, since = $3",
+    )
+    .bind(name)
+    .bind(&digest)
+    .bind(change.now as i64)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO component_events (name, version, digest, action, author, at)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(name)
+    .bind(&version)
+    .bind(&digest)
+    .bind(action)
+    .bind(&change.author)
+    .bind(change.now as i64)
+    .execute(&mut *conn)
+    .await?;
+    Ok(ActiveOutcome {
+        active: ActiveComponent {
+            name: name.to_string(),
+            version,
+            digest,
+            since: change.now,
+        },
+        previous: current.map(|(d, _)| d),
+        changed: true,
+    })
 }
 
 impl AdmissionStore for PgStore {

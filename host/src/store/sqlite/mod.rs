@@ -12,8 +12,9 @@ mod read;
 mod writer;
 
 use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, ComponentStore, DefinitionStore, DeployOutcome,
-    KeyRecord, KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
+    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
+    AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
+    KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
     StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
@@ -228,6 +229,13 @@ impl ComponentStore for SqliteStore {
                         c.bytes.len() as i64,
                         c.registered_at as i64
                     ])?;
+                if added == 1 {
+                    conn.prepare_cached(
+                        "INSERT INTO component_events (name, version, digest, action, author, at)
+                         VALUES (?, ?, ?, 'deployed', ?, ?)",
+                    )?
+                    .execute(params![&c.name, &c.version, &c.digest, &c.author, c.registered_at as i64])?;
+                }
                 Ok(added == 1)
             })
             .await
@@ -261,6 +269,147 @@ impl ComponentStore for SqliteStore {
                 .optional()?)
         })
     }
+
+    async fn set_active(&self, change: ActiveChange) -> StoreResult<ActiveOutcome> {
+        self.writer
+            .write(move |conn| set_active_tx(conn, change))
+            .await
+    }
+
+    async fn active_components(&self) -> StoreResult<Vec<ActiveComponent>> {
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT a.name, c.version, a.digest, a.since
+                 FROM active_components a JOIN components c ON c.digest = a.digest ORDER BY a.name",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(ActiveComponent {
+                    name: r.get(0)?,
+                    version: r.get(1)?,
+                    digest: r.get(2)?,
+                    since: r.get::<_, i64>(3)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    async fn component_events(
+        &self,
+        name: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<ComponentEvent>> {
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, name, version, digest, action, author, at FROM component_events
+                 WHERE ?1 IS NULL OR name = ?1 ORDER BY seq DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![name, limit as i64], |r| {
+                Ok(ComponentEvent {
+                    seq: r.get::<_, i64>(0)? as u64,
+                    name: r.get(1)?,
+                    version: r.get(2)?,
+                    digest: r.get(3)?,
+                    action: r.get(4)?,
+                    author: r.get(5)?,
+                    at: r.get::<_, i64>(6)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+}
+
+/// A registry change in the writer's transaction (see [`ComponentStore::set_active`]).
+fn set_active_tx(conn: &Connection, change: ActiveChange) -> StoreResult<ActiveOutcome> {
+    let name = change.name.as_str();
+    let current: Option<(String, i64)> = conn
+        .prepare_cached("SELECT digest, since FROM active_components WHERE name = ?")?
+        .query_row(params![name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let version_of = |digest: &str| -> StoreResult<Option<String>> {
+        Ok(conn
+            .prepare_cached("SELECT version FROM components WHERE digest = ? AND name = ?")?
+            .query_row(params![digest, name], |r| r.get(0))
+            .optional()?)
+    };
+    let unchanged = |digest: String, since: i64| -> StoreResult<ActiveOutcome> {
+        Ok(ActiveOutcome {
+            active: ActiveComponent {
+                name: name.to_string(),
+                version: version_of(&digest)?.unwrap_or_default(),
+                digest,
+                since: since as u64,
+            },
+            previous: None,
+            changed: false,
+        })
+    };
+    let (digest, action) = match change.target {
+        ActiveTarget::IfNone(_) | ActiveTarget::Digest(_)
+            if current.as_ref().is_some_and(|(d, _)| match &change.target {
+                ActiveTarget::Digest(t) => t == d,
+                _ => true,
+            }) =>
+        {
+            let (d, since) = current.expect("checked");
+            return unchanged(d, since);
+        }
+        ActiveTarget::IfNone(d) | ActiveTarget::Digest(d) => (d, "activated"),
+        ActiveTarget::Previous => {
+            let Some((now_active, _)) = &current else {
+                return Err(StoreError::NotFound(format!(
+                    "active version of `{name}` to roll back from"
+                )));
+            };
+            let before: Option<String> = conn
+                .prepare_cached(
+                    "SELECT digest FROM component_events
+                     WHERE name = ? AND action IN ('activated', 'rolled_back') AND digest <> ?
+                     ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row(params![name, now_active], |r| r.get(0))
+                .optional()?;
+            match before {
+                Some(d) => (d, "rolled_back"),
+                None => {
+                    return Err(StoreError::NotFound(format!(
+                        "earlier active version of `{name}` to roll back to"
+                    )));
+                }
+            }
+        }
+    };
+    let version = version_of(&digest)?.ok_or_else(|| {
+        StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
+    })?;
+    conn.prepare_cached(
+        "INSERT INTO active_components (name, digest, since) VALUES (?1, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET digest = ?2, since = ?3",
+    )?
+    .execute(params![name, &digest, change.now as i64])?;
+    conn.prepare_cached(
+        "INSERT INTO component_events (name, version, digest, action, author, at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        name,
+        &version,
+        &digest,
+        action,
+        &change.author,
+        change.now as i64
+    ])?;
+    Ok(ActiveOutcome {
+        active: ActiveComponent {
+            name: name.to_string(),
+            version,
+            digest,
+            since: change.now,
+        },
+        previous: current.map(|(d, _)| d),
+        changed: true,
+    })
 }
 
 impl AdmissionStore for SqliteStore {

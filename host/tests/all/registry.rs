@@ -1,0 +1,282 @@
+//! The adapter registry on a running host: deploy a new version (HTTP), activate it while
+//! workflows run, roll back (CLI, picked up by the running host), with every receipt naming
+//! the version that produced it and no delivery twice.
+
+use crate::host_process::{HostOptions, HostProcess};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// `document-delivery` renamed, delivering through any `http-delivery` from 1 to 2.
+fn swap_definition() -> (String, String) {
+    let shipped = std::fs::read_to_string(
+        crate::host_process::repo_root().join("workflows/document-delivery.toml"),
+    )
+    .unwrap();
+    let text = shipped
+        .replace("name = \"document-delivery\"", "name = \"swap-delivery\"")
+        .replace(
+            "component = \"http-delivery\"\nversion = \"^1\"",
+            "component = \"http-delivery\"\nversion = \">=1, <3\"",
+        );
+    assert!(
+        text.contains(">=1, <3"),
+        "the shipped definition changed shape"
+    );
+    ("swap-delivery.toml".into(), text)
+}
+
+async fn request(
+    method: reqwest::Method,
+    url: String,
+    body: Option<reqwest::Body>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new().request(method, url);
+    if let Some(b) = body {
+        r = r.body(b);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+fn docket(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_attempt() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![swap_definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    let db = host.path().join("docket.db").display().to_string();
+
+    // The examples registered themselves: 1.0.0 is active.
+    let (status, listed) = request(
+        reqwest::Method::GET,
+        format!("{}/v1/adapters", host.url),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let delivery = |listed: &Value| -> Value {
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == "http-delivery")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(delivery(&listed)["active_version"], "1.0.0", "{listed:#}");
+
+    // Deploy 2.0.0 over HTTP: staged, not active.
+    let v2 = std::fs::read(docket::guests::path("http-delivery-2").unwrap()).unwrap();
+    let (status, deployed) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(v2.clone().into()),
+    )
+    .await;
+    assert_eq!(status, 201, "{deployed}");
+    assert_eq!(
+        (deployed["version"].as_str(), deployed["state"].as_str()),
+        (Some("2.0.0"), Some("staged"))
+    );
+    assert_eq!(
+        deployed["declared"]["contract"]["idempotency"]["namespace"],
+        "reference-provider"
+    );
+    let (status, again) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(v2.into()),
+    )
+    .await;
+    assert_eq!(status, 200, "the same bytes again change nothing: {again}");
+    // Bytes that are no component are refused with the reason.
+    let (status, refused) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(b"not wasm".to_vec().into()),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a component"),
+        "{refused}"
+    );
+
+    // 200 workflows at a steady pace; 2.0.0 activated a third of the way, rolled back at
+    // two thirds (from the CLI, straight on the database: the host picks it up itself).
+    let mut ids: Vec<String> = Vec::new();
+    let started = Instant::now();
+    for i in 0..200 {
+        if i == 65 {
+            // Workflow 65's delivery is held by the provider across the activation: it
+            // started on 1.0.0 and must finish on it.
+            host.wait_for(&ids[64], &["completed"], Duration::from_secs(30))
+                .await;
+            host.faults(json!({"slow_next": 1, "slow_ms": 2500})).await;
+        }
+        if i == 66 {
+            let start = Instant::now();
+            while host.attempts(&ids[65], "deliver").await.is_empty() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "65 never started delivering"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let (status, body) = request(
+                reqwest::Method::POST,
+                format!("{}/v1/adapters/http-delivery/activate", host.url),
+                Some(json!({"version": "2.0.0"}).to_string().into()),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["active_version"], "2.0.0");
+        }
+        if i == 133 {
+            let out = docket(&["adapter", "rollback", "http-delivery", "--db", &db]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("http-delivery@1.0.0"), "{text}");
+            // The running host takes it up within its registry poll (1 s).
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let (status, created) = host
+            .submit(
+                "swap-delivery",
+                &format!("swap-{i}"),
+                json!({"title": format!("Letter {i}"), "recipient": format!("swap-{i}@example.com"), "body": "b"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        ids.push(created["workflow_id"].as_str().unwrap().to_string());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(60));
+
+    let mut by_version = BTreeMap::<String, usize>::new();
+    let mut digests = BTreeMap::<String, BTreeSet<String>>::new();
+    for (i, id) in ids.iter().enumerate() {
+        let wf = host
+            .wait_for(
+                id,
+                &["completed", "needs_review", "failed"],
+                Duration::from_secs(60),
+            )
+            .await;
+        assert_eq!(wf["state"], "completed", "{}", host.timeline_text(id).await);
+        let receipt = &wf["steps"][2]["receipt"];
+        let version = receipt["component_version"].as_str().unwrap().to_string();
+        digests
+            .entry(version.clone())
+            .or_default()
+            .insert(receipt["component_digest"].as_str().unwrap().to_string());
+        // Before the activation only 1.0.0 can have run (65 included, whose call was under way
+        // during the activation); after the rollback took effect, too.
+        if !(66..134).contains(&i) {
+            assert_eq!(version, "1.0.0", "workflow {i} ran on {version}");
+        }
+        *by_version.entry(version).or_default() += 1;
+        // No attempt failed because of the swap: one attempt each, accepted.
+        let attempts = host.attempts(id, "deliver").await;
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        assert_eq!(
+            attempts[0]["component_version"],
+            wf["steps"][2]["receipt"]["component_version"]
+        );
+    }
+    assert!(
+        by_version.get("2.0.0").copied().unwrap_or(0) > 0,
+        "nothing ran on 2.0.0: {by_version:?}"
+    );
+    // Each version has exactly one digest, and they differ.
+    assert!(digests.values().all(|d| d.len() == 1), "{digests:?}");
+    assert_ne!(digests["1.0.0"], digests["2.0.0"]);
+
+    // The provider's own record: one delivery per intent.
+    let world = host.world().await;
+    assert_eq!(world.len(), 200);
+    let recipients: BTreeSet<&str> = world
+        .iter()
+        .map(|d| d["recipient"].as_str().unwrap())
+        .collect();
+    assert_eq!(recipients.len(), 200);
+
+    // The history, with authors: registered by the host, activated over HTTP (the local
+    // operator), rolled back from the CLI.
+    let (_, listed) = request(
+        reqwest::Method::GET,
+        format!("{}/v1/adapters", host.url),
+        None,
+    )
+    .await;
+    assert_eq!(delivery(&listed)["active_version"], "1.0.0");
+    let events: Vec<(String, String, String)> = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "http-delivery")
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_string(),
+                e["version"].as_str().unwrap().to_string(),
+                e["author"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let actions: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(a, v, _)| (a.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("rolled_back", "1.0.0"),
+            ("activated", "2.0.0"),
+            ("deployed", "2.0.0"),
+            ("activated", "1.0.0"),
+            ("deployed", "1.0.0"),
+        ],
+        "{events:?}"
+    );
+    assert!(events[0].2.contains("(cli)"), "{events:?}");
+    assert!(events[3].2.starts_with("host "), "{events:?}");
+
+    // The CLI's list says the same.
+    let out = docket(&["adapter", "list", "--db", &db]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let line = |version: &str| {
+        text.lines()
+            .find(|l| l.starts_with("http-delivery ") && l.contains(version))
+            .unwrap_or_else(|| panic!("no line for {version}:\n{text}"))
+            .to_string()
+    };
+    assert!(line("1.0.0").contains("active"), "{text}");
+    assert!(line("2.0.0").contains("staged"), "{text}");
+    assert!(text.contains("rolled_back"), "{text}");
+
+    // Rolling back past the first version is refused with the reason.
+    let out = docket(&["adapter", "rollback", "noop", "--db", &db]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no earlier active version of `noop` to roll back to"),
+        "{err}"
+    );
+}
