@@ -253,6 +253,44 @@ where
         Ending::terminal(StepState::Blocked, AttemptOutcome::Interrupted, note, event)
     }
 
+    /// The step stays uncertain and goes to review: the version that would recover it
+    /// has another idempotency namespace than the one that may have sent the request.
+    fn namespace_changed(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        contract: &crate::contract::Contract,
+        input: &crate::intent::CanonicalInput,
+        sent: &str,
+    ) -> Ending {
+        let note = format!(
+            "outcome unknown: the request may have been sent under key {} by a version with another idempotency namespace; the active version {}@{} declares namespace `{}`, whose key the provider would take for a new request, so docket sends nothing. Activate a version with the namespace that sent it, or resolve the step",
+            short(sent),
+            contract.name,
+            contract.version,
+            contract.idempotency.namespace
+        );
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("{} waits for review: {note}", step.label),
+        );
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.outcome = Some(AttemptOutcome::Interrupted);
+        facts.observation = Some(note.clone());
+        Ending {
+            checkpoint: 2,
+            facts,
+            transition: StepTransition::Terminal(StepState::OutcomeUnknown),
+            note: Some(note),
+            log: serde_json::Value::Array(vec![]),
+            events: vec![event],
+            adapter: false,
+        }
+    }
+
     fn budget_exceeded(&self, claimed: &Claimed, note: String) -> Ending {
         let event = NewEvent::step(
             EventKind::Conclusion,
@@ -539,6 +577,14 @@ where
             step.id.as_str(),
             &contract.idempotency.namespace,
         );
+        // The namespace rule: an uncertain request is recovered only under the identity it
+        // may have been sent with. A version with another namespace derives another key,
+        // which the provider would take for a new request: a person decides instead.
+        if let Some(sent) = claimed.context.sent_identity.as_deref()
+            && sent != key
+        {
+            return Some(self.namespace_changed(claimed, step, prepared, &contract, input, sent));
+        }
         let querying = claimed.trigger == Trigger::RecoveryQuery;
         if !querying && claimed.external_calls_used >= max_external_calls {
             return Some(self.budget_exceeded(

@@ -416,6 +416,9 @@ pub struct StepContext {
     pub input: serde_json::Value,
     /// Receipts by step id.
     pub receipts: Vec<crate::intent::Receipt>,
+    /// While the step's outcome is uncertain: the external request identity under which an
+    /// earlier attempt may have sent its request. A recovery must use the same one.
+    pub sent_identity: Option<String>,
 }
 
 /// A lease that ran out.

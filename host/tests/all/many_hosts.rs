@@ -314,3 +314,146 @@ async fn a_host_is_woken_by_another_and_runs_components_it_only_has_from_the_dat
     drop((a, b));
     database.drop_now().await;
 }
+
+/// Waits until `host`'s log has a line containing every one of `parts`; returns how long
+/// that took.
+async fn log_line(host: &HostProcess, parts: &[&str], within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if host
+            .log_text()
+            .lines()
+            .any(|l| parts.iter().all(|p| l.contains(p)))
+        {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "no log line with {parts:?} within {within:?}:\n{}",
+            host.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An activation and a rollback made through one host reach another within the registry
+/// poll (1 s, plus compiling a version new to that host), and its next attempts use them.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_host_picks_up_an_activation_and_a_rollback_within_the_bound() {
+    let database = TestDatabase::create().await;
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    let definition = std::fs::read_to_string(
+        crate::host_process::repo_root().join("workflows/document-delivery.toml"),
+    )
+    .unwrap()
+    .replace("name = \"document-delivery\"", "name = \"any-delivery\"")
+    .replace(
+        "component = \"http-delivery\"\nversion = \"^1\"",
+        "component = \"http-delivery\"\nversion = \">=1, <3\"",
+    );
+    let admitting = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        provider: Some(provider.clone()),
+        workflows: vec![("any-delivery.toml".into(), definition)],
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let running = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        provider: Some(provider.clone()),
+        config: "host_id = \"runner\"\n".into(),
+        no_workflow_files: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let v2 = std::fs::read(docket::guests::path("http-delivery-2").unwrap()).unwrap();
+    let r = client
+        .post(format!("{}/v1/adapters", admitting.url))
+        .body(v2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+
+    let deliver_with = |host: &HostProcess, key: &'static str| {
+        let url = host.url.clone();
+        async move {
+            let r = reqwest::Client::new()
+                .post(format!("{url}/v1/intents"))
+                .header("Idempotency-Key", key)
+                .json(&json!({"workflow": "any-delivery", "input": document(key)}))
+                .send()
+                .await
+                .unwrap();
+            let body: Value = r.json().await.unwrap();
+            body["workflow_id"].as_str().unwrap().to_string()
+        }
+    };
+
+    for (action, body, version, key) in [
+        (
+            "activate",
+            json!({"version": "2.0.0"}),
+            "2.0.0",
+            "after-activate",
+        ),
+        ("rollback", json!({}), "1.0.0", "after-rollback"),
+    ] {
+        let r = client
+            .post(format!(
+                "{}/v1/adapters/http-delivery/{action}",
+                admitting.url
+            ))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+        let took = log_line(
+            &running,
+            &[
+                "registry:",
+                &format!("http-delivery@{version}"),
+                "is now active",
+            ],
+            Duration::from_secs(10),
+        )
+        .await;
+        // The documented bound: the registry poll (1 s) plus compiling a new version; the
+        // margin is for a loaded machine.
+        assert!(
+            took < Duration::from_secs(3),
+            "{action} took {took:?} to arrive"
+        );
+        let id = deliver_with(&admitting, key).await;
+        let wf = admitting
+            .wait_for(
+                &id,
+                &["completed", "needs_review", "failed"],
+                Duration::from_secs(30),
+            )
+            .await;
+        assert_eq!(
+            wf["state"],
+            "completed",
+            "{}",
+            admitting.timeline_text(&id).await
+        );
+        assert_eq!(
+            wf["steps"][2]["receipt"]["component_version"], version,
+            "{wf:#}"
+        );
+        let attempts = admitting.attempts(&id, "deliver").await;
+        assert_eq!(attempts[0]["lease_owner"], "runner");
+    }
+    drop((admitting, running));
+    database.drop_now().await;
+}

@@ -9,6 +9,12 @@ use std::time::{Duration, Instant};
 
 /// `document-delivery` renamed, delivering through any `http-delivery` from 1 to 2.
 fn swap_definition() -> (String, String) {
+    definition_requiring(">=1, <3")
+}
+
+/// `document-delivery` renamed `swap-delivery`, delivering through `http-delivery` versions
+/// matching `requirement`.
+fn definition_requiring(requirement: &str) -> (String, String) {
     let shipped = std::fs::read_to_string(
         crate::host_process::repo_root().join("workflows/document-delivery.toml"),
     )
@@ -17,10 +23,10 @@ fn swap_definition() -> (String, String) {
         .replace("name = \"document-delivery\"", "name = \"swap-delivery\"")
         .replace(
             "component = \"http-delivery\"\nversion = \"^1\"",
-            "component = \"http-delivery\"\nversion = \">=1, <3\"",
+            &format!("component = \"http-delivery\"\nversion = \"{requirement}\""),
         );
     assert!(
-        text.contains(">=1, <3"),
+        text.contains(requirement),
         "the shipped definition changed shape"
     );
     ("swap-delivery.toml".into(), text)
@@ -279,4 +285,196 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
         err.contains("no earlier active version of `noop` to roll back to"),
         "{err}"
     );
+}
+
+/// Runs one `swap-delivery` intent on a host that aborts right after the provider
+/// committed its delivery (failpoint 4), so the step's outcome is unknown; returns the
+/// workflow id and the host's directory.
+async fn crash_after_sending(
+    key: &str,
+    provider: &str,
+    dir: Option<tempfile::TempDir>,
+) -> (String, tempfile::TempDir) {
+    let mut host = HostProcess::start(HostOptions {
+        workflows: vec![definition_requiring(">=1, <4")],
+        config: "[limits]\nlease = \"2s\"\n".into(),
+        provider: Some(provider.to_string()),
+        env: vec![("DOCKET_FAILPOINT".into(), "checkpoint-4".into())],
+        dir,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit(
+            "swap-delivery",
+            key,
+            json!({"title": key, "recipient": format!("{key}@example.com"), "body": "b"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert!(
+        host.wait_exit(Duration::from_secs(30)).await.is_some(),
+        "the failpoint did not abort the host:\n{}",
+        host.log_tail(20)
+    );
+    (
+        created["workflow_id"].as_str().unwrap().to_string(),
+        host.kill(),
+    )
+}
+
+async fn restart(provider: &str, dir: tempfile::TempDir) -> HostProcess {
+    HostProcess::start(HostOptions {
+        workflows: vec![definition_requiring(">=1, <4")],
+        config: "[limits]\nlease = \"2s\"\n".into(),
+        provider: Some(provider.to_string()),
+        dir: Some(dir),
+        ..HostOptions::default()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_uncertain_request_is_recovered_only_through_a_version_with_its_namespace() {
+    let sim = docket::sim::ProviderSim::start(
+        docket::sim::SimConfig::new(crate::host_process::PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    let deliveries = |recipient: &str| {
+        sim.sim()
+            .world()
+            .iter()
+            .filter(|d| d.recipient == recipient)
+            .count()
+    };
+
+    // Sent under 1.0.0, outcome unknown; meanwhile 3.0.0 (another namespace) is activated.
+    let (first, dir) = crash_after_sending("ns-1", &provider, None).await;
+    assert_eq!(deliveries("ns-1@example.com"), 1);
+    let db = dir.path().join("docket.db").display().to_string();
+    for args in [
+        &[
+            "adapter",
+            "deploy",
+            "http-delivery-3-other-namespace",
+            "--db",
+            &db,
+        ][..],
+        &["adapter", "deploy", "http-delivery-2", "--db", &db][..],
+        &["adapter", "activate", "http-delivery@3.0.0", "--db", &db][..],
+    ] {
+        let out = docket(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let host = restart(&provider, dir).await;
+    let wf = host
+        .wait_for(
+            &first,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(&first).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}\n{timeline}");
+    let deliver = &wf["steps"][2];
+    assert_eq!(deliver["state"], "outcome_unknown", "{deliver:#}");
+    assert!(
+        timeline.contains("another idempotency namespace")
+            && timeline.contains("reference-provider-eu"),
+        "the reason is not on the timeline:\n{timeline}"
+    );
+    let attempts = host.attempts(&first, "deliver").await;
+    let last = attempts.last().unwrap();
+    assert_eq!(last["component_version"], "3.0.0", "{attempts:#?}");
+    assert!(
+        last["request_identity"].is_null(),
+        "3.0.0 sent something: {last:#}"
+    );
+    assert_eq!(deliveries("ns-1@example.com"), 1);
+
+    // 2.0.0 (the namespace that sent) becomes active: the intent stays in review until a
+    // person decides; a retry then goes through 2.0.0 under the same key, and the provider
+    // answers with the delivery it already has.
+    let (status, body) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters/http-delivery/activate", host.url),
+        Some(json!({"version": "2.0.0"}).to_string().into()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, still) = host.get(&format!("/v1/workflows/{first}")).await;
+    assert_eq!(still["state"], "needs_review", "{still:#}");
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/workflows/{first}/steps/deliver/retry",
+            host.url
+        ))
+        .header("Idempotency-Key", "retry-ns-1")
+        .json(&json!({"reason": "2.0.0 shares the namespace that sent the request"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let answer: Value = r.json().await.unwrap_or(Value::Null);
+    assert!(status == 200 || status == 202, "{status} {answer}");
+    let wf = host
+        .wait_for(&first, &["completed", "failed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        wf["state"],
+        "completed",
+        "{}",
+        host.timeline_text(&first).await
+    );
+    assert_eq!(wf["steps"][2]["receipt"]["component_version"], "2.0.0");
+    assert_eq!(deliveries("ns-1@example.com"), 1);
+
+    // Sent under 1.0.0 again, and 2.0.0 (same namespace) active when the host comes back:
+    // recovery proceeds through 2.0.0 by itself, with no second delivery.
+    let out = docket(&["adapter", "activate", "http-delivery@1.0.0", "--db", &db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = host.kill();
+    let (second, dir) = crash_after_sending("ns-2", &provider, Some(dir)).await;
+    assert_eq!(deliveries("ns-2@example.com"), 1);
+    let out = docket(&["adapter", "activate", "http-delivery@2.0.0", "--db", &db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = restart(&provider, dir).await;
+    let wf = host
+        .wait_for(
+            &second,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(&second).await;
+    assert_eq!(wf["state"], "completed", "{timeline}");
+    let attempts = host.attempts(&second, "deliver").await;
+    assert_eq!(attempts[0]["component_version"], "1.0.0", "{attempts:#?}");
+    assert_eq!(
+        wf["steps"][2]["receipt"]["component_version"], "2.0.0",
+        "{attempts:#?}"
+    );
+    assert_eq!(
+        attempts.last().unwrap()["request_identity"],
+        attempts[0]["request_identity"],
+        "{attempts:#?}"
+    );
+    assert_eq!(deliveries("ns-2@example.com"), 1);
 }

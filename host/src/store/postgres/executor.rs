@@ -246,9 +246,25 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
             contexts.insert(c.fence.workflow_id.clone(), (input, receipts));
         }
         let (input, receipts) = &contexts[&c.fence.workflow_id];
+        // Only an uncertain step needs it; read before this claim's attempt row exists.
+        let sent_identity: Option<String> = match c.uncertain_since {
+            Some(_) => {
+                sqlx::query_scalar(
+                    "SELECT request_identity FROM attempts
+                     WHERE workflow_id = $1 AND step = $2 AND checkpoint >= 3 AND request_identity IS NOT NULL
+                     ORDER BY number DESC LIMIT 1",
+                )
+                .bind(c.fence.workflow_id.as_str())
+                .bind(&c.fence.step)
+                .fetch_optional(&mut *conn)
+                .await?
+            }
+            None => None,
+        };
         c.context = StepContext {
             input: input.clone(),
             receipts: receipts.clone(),
+            sent_identity,
         };
     }
     let ids: Vec<&str> = claimed.iter().map(|c| c.attempt_id.as_str()).collect();

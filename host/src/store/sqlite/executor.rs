@@ -251,10 +251,23 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         c.attempts_used = wf.attempts_used;
         c.external_calls_used = wf.external_calls_used;
         c.runtime_used_ms = wf.runtime_used_ms;
+        // Only an uncertain step needs it; read before this claim's attempt row exists.
+        let sent_identity = match c.uncertain_since {
+            Some(_) => conn
+                .prepare_cached(
+                    "SELECT request_identity FROM attempts
+                     WHERE workflow_id = ? AND step = ? AND checkpoint >= 3 AND request_identity IS NOT NULL
+                     ORDER BY number DESC LIMIT 1",
+                )?
+                .query_row(params![c.fence.workflow_id.as_str(), &c.fence.step], |r| r.get(0))
+                .optional()?,
+            None => None,
+        };
         c.context = StepContext {
             input: serde_json::from_str(&input)
                 .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?,
             receipts: super::read::receipts_tx(conn, &c.fence.workflow_id)?,
+            sent_identity,
         };
         attempt.execute(params![
             c.attempt_id.as_str(),
