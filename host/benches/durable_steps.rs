@@ -18,8 +18,8 @@ use docket::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
-    AdmissionStore, AdmitRequest, DefinitionStore, ExecutorStore, KeyScope, NewStep, NewWorkflow,
-    ReadStore,
+    AdmissionStore, AdmitRequest, ComponentStore, DefinitionStore, ExecutorStore, KeyScope,
+    NewStep, NewWorkflow, ReadStore,
 };
 use sqlx::{Connection, Executor};
 use std::path::Path;
@@ -82,9 +82,18 @@ recipient = "$steps.revalidate.output.recipient"
 body = "$steps.revalidate.output.body"
 "#;
 
-trait Store: AdmissionStore + ReadStore + ExecutorStore + DefinitionStore + Clone + 'static {}
+trait Store:
+    AdmissionStore + ReadStore + ExecutorStore + DefinitionStore + ComponentStore + Clone + 'static
+{
+}
 impl<T> Store for T where
-    T: AdmissionStore + ReadStore + ExecutorStore + DefinitionStore + Clone + 'static
+    T: AdmissionStore
+        + ReadStore
+        + ExecutorStore
+        + DefinitionStore
+        + ComponentStore
+        + Clone
+        + 'static
 {
 }
 

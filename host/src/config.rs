@@ -88,6 +88,8 @@ pub struct LimitsToml {
     pub lease: Option<String>,
     /// The longest an idle host waits before looking for work without being woken.
     pub idle_poll: Option<String>,
+    /// How long a component version that is neither active nor running stays loaded.
+    pub unload_idle: Option<String>,
     /// How long a stopping host waits for attempts under way before ending its leases.
     pub shutdown_grace: Option<String>,
     pub key_retention: Option<String>,
@@ -119,6 +121,7 @@ pub struct HostConfig {
     pub max_concurrent: usize,
     pub lease: Duration,
     pub idle_poll: Duration,
+    pub unload_idle: Duration,
     pub shutdown_grace: Duration,
     pub key_retention: Duration,
     pub max_body_bytes: usize,
@@ -221,6 +224,11 @@ impl HostConfig {
             max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
             lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
             idle_poll: duration("idle_poll", &raw.limits.idle_poll, Duration::from_secs(1))?,
+            unload_idle: duration(
+                "unload_idle",
+                &raw.limits.unload_idle,
+                Duration::from_secs(60),
+            )?,
             shutdown_grace: duration(
                 "shutdown_grace",
                 &raw.limits.shutdown_grace,

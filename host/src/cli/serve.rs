@@ -239,7 +239,8 @@ where
         .unwrap_or_else(crate::scheduler::default_owner);
     tracing::info!("host identity (lease owner): {owner}");
     let author = format!("host {owner}");
-    let components = Components::new(runtime, config.policy.clone());
+    let mut components = Components::new(runtime, config.policy.clone());
+    components.unload_idle = config.unload_idle;
     let mut files: Vec<(String, PathBuf)> = Vec::new();
     if config.examples {
         for (name, path) in crate::guests::ALL {

@@ -390,6 +390,33 @@ impl Runtime {
         Ok(prepared)
     }
 
+    /// Drops a component's compiled and linked forms from memory unless something still
+    /// uses them: a running attempt (it holds a linked form or the component), or a holder
+    /// other than the `outside` references the caller declares. Returns whether it went.
+    pub fn unload_if_unused(&self, digest: &str, outside: usize) -> bool {
+        let mut loaded = self.inner.loaded.lock().unwrap();
+        let mut prepared = self.inner.prepared.lock().unwrap();
+        let Some(component) = loaded.get(digest) else {
+            return true;
+        };
+        let linked: Vec<&Arc<Prepared>> = prepared
+            .iter()
+            .filter(|((d, _), _)| d == digest)
+            .map(|(_, p)| p)
+            .collect();
+        // A linked form held outside the cache is an attempt under way.
+        if linked.iter().any(|p| Arc::strong_count(p) > 1) {
+            return false;
+        }
+        // This cache, each linked form, and the caller's own references.
+        if Arc::strong_count(component) > 1 + linked.len() + outside {
+            return false;
+        }
+        prepared.retain(|(d, _), _| d != digest);
+        loaded.remove(digest);
+        true
+    }
+
     /// A linker with the WASI baseline (empty context), docket's always-linked interfaces,
     /// and — only if granted, or for `describe` — `wasi:http` and `secrets`.
     fn linker(&self, grant: &Grant, everything: bool) -> wasmtime::Result<Linker<HostState>> {

@@ -8,11 +8,12 @@
 
 use crate::capabilities::{HostPolicy, PolicyError};
 use crate::runtime::{ComponentKind, LoadError, LoadedComponent, Prepared, Runtime};
-use crate::store::{ComponentStore, StoreError};
+use crate::store::{ComponentStore, StoreError, StoredComponent};
 use crate::workflow::{CheckEnv, ComponentWorld, StepDef};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Why a step's component cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,13 @@ pub struct Components {
     by_name: RwLock<BTreeMap<String, Versions>>,
     /// Name → digest of the active version (the registry's choice for new attempts).
     active: RwLock<BTreeMap<String, String>>,
+    /// When each version was last chosen for an attempt: a version stays loaded this long
+    /// after its last use, so a definition pinned to it does not reload it every time.
+    last_used: Mutex<HashMap<String, Instant>>,
+    /// How long a version that is neither active nor running stays loaded.
+    pub unload_idle: Duration,
+    /// Every version this host has seen, loaded or not (from files and the registry).
+    known: RwLock<BTreeMap<String, BTreeMap<semver::Version, ComponentWorld>>>,
 }
 
 impl Components {
@@ -52,6 +60,9 @@ impl Components {
             policy,
             by_name: RwLock::new(BTreeMap::new()),
             active: RwLock::new(BTreeMap::new()),
+            last_used: Mutex::new(HashMap::new()),
+            unload_idle: Duration::from_secs(60),
+            known: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -80,6 +91,16 @@ impl Components {
                 loaded.version()
             ),
         })?;
+        let world = match loaded.kind {
+            ComponentKind::Adapter { .. } => ComponentWorld::Adapter,
+            ComponentKind::Handler { .. } => ComponentWorld::Handler,
+        };
+        self.known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(loaded.name().to_string())
+            .or_default()
+            .insert(version.clone(), world);
         let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
         let versions = by_name.entry(loaded.name().to_string()).or_default();
         versions.retain(|(v, _)| *v != version);
@@ -119,61 +140,179 @@ impl Components {
             .cloned()
     }
 
-    /// Brings this host up to date with the registry in `store`: loads the components other
-    /// hosts (or `docket adapter deploy`) stored since, and takes over the active versions.
-    /// Returns a line per change of an active version, for the log.
+    /// Brings this host up to date with the registry in `store`: loads each name's active
+    /// version, takes over the active versions, and unloads versions that are not active,
+    /// not used by a running attempt, and not resolved for [`Components::unload_idle`].
+    /// (A step whose requirement the active version does not meet loads the version it
+    /// needs again, see [`Components::resolve_or_stored`].) Returns a line per change, for
+    /// the log.
     pub async fn sync<S: ComponentStore>(&self, store: &S) -> Result<Vec<String>, SyncError> {
-        for stored in store.stored_components().await? {
-            if self.has_digest(&stored.digest) {
-                continue;
-            }
-            if let Some(local) = self.exact(&stored.name, &stored.version) {
-                tracing::warn!(
-                    "component {}@{} in the database has digest {}, but this host loaded other bytes under that version ({}); keeping this host's. Give changed code a new version",
-                    stored.name,
-                    stored.version,
-                    stored.digest,
-                    local.digest
-                );
-                continue;
-            }
-            let Some(bytes) = store.component_bytes(&stored.digest).await? else {
-                continue;
-            };
-            let c = self.load_bytes(&bytes).await.map_err(|e| SyncError::Load {
-                component: format!("{}@{} ({})", stored.name, stored.version, stored.digest),
-                reason: e.to_string(),
-            })?;
-            tracing::info!(
-                "component {}@{} ({}) from the database",
-                c.name(),
-                c.version(),
-                c.digest
-            );
-        }
+        let stored = store.stored_components().await?;
         let active: BTreeMap<String, String> = store
             .active_components()
             .await?
             .into_iter()
             .map(|a| (a.name, a.digest))
             .collect();
+        {
+            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+            for c in &stored {
+                let world = if c.kind == "handler" {
+                    ComponentWorld::Handler
+                } else {
+                    ComponentWorld::Adapter
+                };
+                if let Ok(v) = semver::Version::parse(&c.version) {
+                    known.entry(c.name.clone()).or_default().insert(v, world);
+                }
+            }
+        }
+        // Each name's active version; every version of a name nobody activated.
+        let needed: BTreeSet<String> = stored
+            .iter()
+            .filter(|c| active.get(&c.name).is_none_or(|d| *d == c.digest))
+            .map(|c| c.digest.clone())
+            .collect();
         let mut changes = Vec::new();
+        for c in stored.iter().filter(|c| needed.contains(&c.digest)) {
+            if self.has_digest(&c.digest) {
+                continue;
+            }
+            self.load_stored(store, c).await?;
+        }
         {
             let before = self.active.read().unwrap_or_else(|e| e.into_inner());
             for (name, digest) in &active {
                 if before.get(name) != Some(digest) {
-                    let version = self
-                        .all()
-                        .into_iter()
+                    let version = stored
+                        .iter()
                         .find(|c| c.digest == *digest)
-                        .map(|c| c.version().to_string())
-                        .unwrap_or_else(|| "?".into());
+                        .map(|c| c.version.as_str())
+                        .unwrap_or("?");
                     changes.push(format!("{name}@{version} ({digest}) is now active"));
                 }
             }
         }
         self.set_active(active);
+        // Only what the registry knows is unloaded: components this host loaded but the
+        // database lacks (a store that failed) stay.
+        let known: BTreeSet<&str> = stored.iter().map(|c| c.digest.as_str()).collect();
+        let last_used = self
+            .last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
+        for versions in by_name.values_mut() {
+            versions.retain(|(v, c)| {
+                if needed.contains(&c.digest) || !known.contains(c.digest.as_str()) {
+                    return true;
+                }
+                let idle = last_used
+                    .get(&c.digest)
+                    .is_none_or(|t| t.elapsed() >= self.unload_idle);
+                if !idle {
+                    return true;
+                }
+                // This map's entry is the one reference the caller holds.
+                if self.runtime.unload_if_unused(&c.digest, 1) {
+                    changes.push(format!(
+                        "unloaded {}@{v} ({}): not active, and no attempt uses it",
+                        c.name(),
+                        c.digest
+                    ));
+                    false
+                } else {
+                    true
+                }
+            });
+        }
         Ok(changes)
+    }
+
+    /// Loads a stored component (`None` if its bytes are gone).
+    async fn load_stored<S: ComponentStore>(
+        &self,
+        store: &S,
+        c: &StoredComponent,
+    ) -> Result<Option<Arc<LoadedComponent>>, SyncError> {
+        if let Some(local) = self.exact(&c.name, &c.version) {
+            if local.digest != c.digest {
+                tracing::warn!(
+                    "component {}@{} in the database has digest {}, but this host loaded other bytes under that version ({}); keeping this host's. Give changed code a new version",
+                    c.name,
+                    c.version,
+                    c.digest,
+                    local.digest
+                );
+            }
+            return Ok(Some(local));
+        }
+        let Some(bytes) = store.component_bytes(&c.digest).await? else {
+            return Ok(None);
+        };
+        let loaded = self.load_bytes(&bytes).await.map_err(|e| SyncError::Load {
+            component: format!("{}@{} ({})", c.name, c.version, c.digest),
+            reason: e.to_string(),
+        })?;
+        tracing::info!(
+            "component {}@{} ({}) from the database",
+            c.name,
+            c.version,
+            c.digest
+        );
+        Ok(Some(loaded))
+    }
+
+    /// A version by exact name and version, loaded from the database if this host does not
+    /// hold it (recovery decides by the contract of the version that sent the request).
+    pub async fn exact_or_stored<S: ComponentStore>(
+        &self,
+        store: &S,
+        name: &str,
+        version: &str,
+    ) -> Option<Arc<LoadedComponent>> {
+        if let Some(c) = self.exact(name, version) {
+            return Some(c);
+        }
+        let stored = store.stored_components().await.ok()?;
+        let c = stored
+            .iter()
+            .find(|c| c.name == name && c.version == version)?;
+        match self.load_stored(store, c).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
+    }
+
+    /// [`Components::resolve`], loading from the database the newest stored version that
+    /// satisfies the step when no loaded one does (one unloaded as unused, say).
+    pub async fn resolve_or_stored<S: ComponentStore>(
+        &self,
+        store: &S,
+        step: &StepDef,
+    ) -> Result<Arc<LoadedComponent>, ResolveError> {
+        match self.resolve(step) {
+            Err(ResolveError::NoMatch { .. }) => {}
+            found => return found,
+        }
+        if let Ok(stored) = store.stored_components().await {
+            let best = stored
+                .iter()
+                .filter(|c| c.name == step.component)
+                .filter_map(|c| semver::Version::parse(&c.version).ok().map(|v| (v, c)))
+                .filter(|(v, _)| step.version_req.matches(v))
+                .max_by(|a, b| a.0.cmp(&b.0));
+            if let Some((_, c)) = best
+                && let Err(e) = self.load_stored(store, c).await
+            {
+                tracing::warn!("{e}");
+            }
+        }
+        self.resolve(step)
     }
 
     /// A loaded component by exact name and version (to recover an attempt on the version
@@ -202,6 +341,12 @@ impl Components {
             .and_then(|d| versions.iter().find(|(_, c)| c.digest == d))
             .filter(|entry| satisfying(entry))
             .or_else(|| versions.iter().rev().find(satisfying));
+        if let Some((_, c)) = chosen {
+            self.last_used
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(c.digest.clone(), Instant::now());
+        }
         chosen
             .map(|(_, c)| c.clone())
             .ok_or_else(|| ResolveError::NoMatch {
@@ -248,27 +393,18 @@ pub enum SyncError {
     Load { component: String, reason: String },
 }
 
+/// Definitions are checked against every version the registry knows, loaded or not.
 impl CheckEnv for Components {
     fn components(&self) -> Vec<String> {
-        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
-        by_name.keys().cloned().collect()
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        known.keys().cloned().collect()
     }
 
     fn versions(&self, component: &str) -> Vec<(semver::Version, ComponentWorld)> {
-        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
-        by_name
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        known
             .get(component)
-            .map(|v| {
-                v.iter()
-                    .map(|(version, c)| {
-                        let world = match c.kind {
-                            ComponentKind::Adapter { .. } => ComponentWorld::Adapter,
-                            ComponentKind::Handler { .. } => ComponentWorld::Handler,
-                        };
-                        (version.clone(), world)
-                    })
-                    .collect()
-            })
+            .map(|v| v.iter().map(|(v, w)| (v.clone(), *w)).collect())
             .unwrap_or_default()
     }
 

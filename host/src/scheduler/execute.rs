@@ -87,7 +87,7 @@ fn log_json<T>(report: &CallReport<T>) -> serde_json::Value {
 
 impl<S> Scheduler<S>
 where
-    S: ExecutorStore + DefinitionStore + Clone + 'static,
+    S: ExecutorStore + DefinitionStore + crate::store::ComponentStore + Clone + 'static,
 {
     /// Runs one claimed attempt and records its end. Errors are logged: the lease expiry
     /// and recovery take care of anything left half-done.
@@ -219,7 +219,8 @@ where
         let input = crate::intent::canonicalize(&mapped).expect("mapped JSON canonicalizes");
         let component = match self
             .components
-            .resolve(step)
+            .resolve_or_stored(&self.store, step)
+            .await
             .and_then(|c| Ok((self.components.prepare(&c, step)?, c)))
         {
             Ok((prepared, _)) => prepared,

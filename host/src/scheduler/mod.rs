@@ -17,8 +17,8 @@ use crate::capabilities::SecretSource;
 use crate::clock::Clock;
 use crate::intent::{AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger};
 use crate::store::{
-    AttemptFacts, AttemptResult, ClaimRequest, DefinitionStore, ExecutorStore, ExpiredLease,
-    FinishRequest, StepTransition, StoreError,
+    AttemptFacts, AttemptResult, ClaimRequest, ComponentStore, DefinitionStore, ExecutorStore,
+    ExpiredLease, FinishRequest, StepTransition, StoreError,
 };
 use recovery::{Uncertainty, Verdict, decide};
 use std::sync::Arc;
@@ -100,7 +100,7 @@ pub struct Scheduler<S> {
 
 impl<S> Scheduler<S>
 where
-    S: ExecutorStore + DefinitionStore + Clone + 'static,
+    S: ExecutorStore + DefinitionStore + ComponentStore + Clone + 'static,
 {
     pub fn new(
         store: S,
@@ -382,12 +382,19 @@ where
             return simple(Trigger::Retry);
         }
         // An adapter attempt that may have sent its request: the contract decides.
-        let contract = lease
+        let sender = match lease
             .component
             .as_ref()
             .zip(lease.component_version.as_ref())
-            .and_then(|(name, version)| self.components.exact(name, version))
-            .and_then(|c| c.contract().cloned());
+        {
+            Some((name, version)) => {
+                self.components
+                    .exact_or_stored(&self.store, name, version)
+                    .await
+            }
+            None => None,
+        };
+        let contract = sender.and_then(|c| c.contract().cloned());
         let Some(contract) = contract else {
             if lease.checkpoint < 3 {
                 return simple(Trigger::RecoveryQuery);

@@ -56,6 +56,8 @@ fn docket(args: &[&str]) -> std::process::Output {
 async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_attempt() {
     let host = HostProcess::start(HostOptions {
         workflows: vec![swap_definition()],
+        // Versions neither active nor running leave memory a second after their last use.
+        config: "[limits]\nunload_idle = \"1s\"\n".into(),
         ..HostOptions::default()
     })
     .await;
@@ -213,6 +215,18 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
     // Each version has exactly one digest, and they differ.
     assert!(digests.values().all(|d| d.len() == 1), "{digests:?}");
     assert_ne!(digests["1.0.0"], digests["2.0.0"]);
+
+    // Nothing runs on 2.0.0 any more: the host unloads it (and keeps 1.0.0).
+    let start = Instant::now();
+    while !host.log_text().contains("unloaded http-delivery@2.0.0") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "2.0.0 stays loaded:\n{}",
+            host.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!host.log_text().contains("unloaded http-delivery@1.0.0"));
 
     // The provider's own record: one delivery per intent.
     let world = host.world().await;
