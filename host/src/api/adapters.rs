@@ -7,8 +7,10 @@ use super::intents::read_body;
 use super::time::rfc3339;
 use super::{ApiStore, Ctx};
 use crate::api::auth::{Caller, Principal, Role};
+use crate::runtime::ComponentKind;
 use crate::scheduler::Components;
 use crate::store::{ActiveChange, ActiveTarget, NewComponent, StoreError};
+use crate::workflow::StepKind;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -123,6 +125,62 @@ pub(super) async fn deploy<S: ApiStore>(
                 ),
             )
         })?;
+    }
+    // Every step of a current definition that would run this version must be able to:
+    // its effective grant (the step's request within the operator's allowance) has to
+    // cover the component's imports and declared needs.
+    let version = semver::Version::parse(loaded.version()).ok();
+    let definitions = ctx
+        .deployments
+        .all_latest()
+        .await
+        .map_err(ApiError::internal)?;
+    for deployed in definitions {
+        let def = &deployed.def;
+        for step in def.steps.iter().filter(|s| {
+            s.component == loaded.name()
+                && version.as_ref().is_some_and(|v| s.version_req.matches(v))
+        }) {
+            let world_fits = matches!(
+                (step.kind, &loaded.kind),
+                (StepKind::Adapter, ComponentKind::Adapter { .. })
+                    | (StepKind::Handler, ComponentKind::Handler { .. })
+            );
+            let refused = if world_fits {
+                components
+                    .prepare(&loaded, step)
+                    .err()
+                    .map(|e| e.to_string())
+            } else {
+                Some(format!(
+                    "the step is {} step and this is {} component",
+                    if step.kind == StepKind::Adapter {
+                        "an adapter"
+                    } else {
+                        "a handler"
+                    },
+                    if loaded.contract().is_some() {
+                        "an adapter"
+                    } else {
+                        "a handler"
+                    },
+                ))
+            };
+            if let Some(reason) = refused {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "`{}@{}` would not run in step `{}` of workflow `{}` version {}, whose requirement `{}` it meets: {reason}. Grant what it needs in the definition (and the operator config), or give it a version outside that requirement",
+                        loaded.name(),
+                        loaded.version(),
+                        step.id.as_str(),
+                        def.name,
+                        def.version,
+                        step.version_req
+                    ),
+                ));
+            }
+        }
     }
     if let Some(other) = ctx.store.stored_components().await?.into_iter().find(|c| {
         c.name == loaded.name() && c.version == loaded.version() && c.digest != loaded.digest

@@ -85,8 +85,10 @@ pub async fn deploy(
     config: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let env = check_env(config).await?;
+    // Definitions may name any version in the database's registry, not only the examples.
     if super::serve::is_postgres(db) {
         let store = PgStore::connect(db).await?;
+        env.sync(&store).await?;
         return deploy_to(Deployments::new(store), files, &env).await;
     }
     let path = PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db));
@@ -94,6 +96,7 @@ pub async fn deploy(
         std::fs::create_dir_all(dir)?;
     }
     let store = SqliteStore::open(&path).await?;
+    env.sync(&store).await?;
     deploy_to(Deployments::new(store), files, &env).await
 }
 

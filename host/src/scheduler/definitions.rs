@@ -83,6 +83,24 @@ impl<S: DefinitionStore> Deployments<S> {
         self.parse_stored(stored).map(Some)
     }
 
+    /// The newest deployed version of every definition.
+    pub async fn all_latest(&self) -> Result<Vec<Arc<DeployedDef>>, DeployError> {
+        let mut all = Vec::new();
+        for stored in self.store.latest_definitions().await? {
+            let cached = self
+                .cache
+                .lock()
+                .unwrap()
+                .get(&(stored.name.clone(), stored.version))
+                .cloned();
+            all.push(match cached {
+                Some(found) => found,
+                None => self.parse_stored(stored)?,
+            });
+        }
+        Ok(all)
+    }
+
     /// The newest deployed version of `name` — what a new intent runs.
     pub async fn latest(&self, name: &str) -> Result<Option<Arc<DeployedDef>>, DeployError> {
         let Some(stored) = self.store.latest_definition(name).await? else {

@@ -80,6 +80,9 @@ pub trait DefinitionStore: Send + Sync {
         &self,
         name: &str,
     ) -> impl Future<Output = StoreResult<Option<StoredDefinition>>> + Send;
+    /// The highest deployed version of every definition, by name.
+    fn latest_definitions(&self)
+    -> impl Future<Output = StoreResult<Vec<StoredDefinition>>> + Send;
 }
 
 /// Component bytes, content-addressed, so that any host on the database can run any step,

@@ -492,3 +492,84 @@ async fn an_uncertain_request_is_recovered_only_through_a_version_with_its_names
     );
     assert_eq!(deliveries("ns-2@example.com"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_that_a_definition_using_it_cannot_grant_is_refused_at_deploy() {
+    let host = HostProcess::start(HostOptions::default()).await;
+    let db = host.path().join("docket.db").display().to_string();
+    // 3.0.0 first: no definition asks for it, so it is staged.
+    let v3 =
+        std::fs::read(docket::guests::path("http-delivery-3-other-namespace").unwrap()).unwrap();
+    let (status, body) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(v3.into()),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // A definition for any version from 2 on, granting nothing: definitions are checked
+    // against the registry, so 3.0.0 satisfies it.
+    let bare = host.path().join("bare.toml");
+    std::fs::write(
+        &bare,
+        r#"
+name = "bare-delivery"
+version = 1
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "deliver"
+label = "Deliver without grants"
+kind = "adapter"
+component = "http-delivery"
+version = ">=2"
+[steps.input]
+recipient = "$input.recipient"
+document = "$input.document"
+document_digest = "$input.document_digest"
+"#,
+    )
+    .unwrap();
+    let out = docket(&["workflow", "deploy", bare.to_str().unwrap(), "--db", &db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 2.0.0 would run in that step, which grants neither its secret nor outbound HTTP:
+    // refused, with the step, the workflow and the need named.
+    let v2 = std::fs::read(docket::guests::path("http-delivery-2").unwrap()).unwrap();
+    let (status, body) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(v2.into()),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("would not run in step `deliver` of workflow `bare-delivery` version 1")
+            && message.contains("which this step is not granted"),
+        "{message}"
+    );
+    // Nothing was stored.
+    let (_, listed) = request(
+        reqwest::Method::GET,
+        format!("{}/v1/adapters", host.url),
+        None,
+    )
+    .await;
+    let versions: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "http-delivery")
+        .unwrap()["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["1.0.0", "3.0.0"]);
+}

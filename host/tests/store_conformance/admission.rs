@@ -55,6 +55,20 @@ pub async fn deploy_is_idempotent_per_version<S: Store>(s: S) {
     assert_eq!((latest.version, latest.source.as_str()), (2, "b"));
     assert_eq!(s.definition("letters", 3).await.unwrap(), None);
     assert_eq!(s.latest_definition("parcels").await.unwrap(), None);
+    let mut parcels = definition(1, "p");
+    parcels.name = "parcels".into();
+    s.deploy_definition(parcels).await.unwrap();
+    let all: Vec<(String, u32)> = s
+        .latest_definitions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.name, d.version))
+        .collect();
+    assert_eq!(
+        all,
+        [("letters".to_string(), 2), ("parcels".to_string(), 1)]
+    );
 }
 
 pub async fn admission_creates_once_then_replays_or_conflicts<S: Store>(s: S) {

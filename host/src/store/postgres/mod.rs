@@ -342,6 +342,16 @@ impl DefinitionStore for PgStore {
         .await?;
         Ok(row.map(|r| definition_from_row(&r)))
     }
+
+    async fn latest_definitions(&self) -> StoreResult<Vec<StoredDefinition>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT ON (name) name, version, digest, source, deployed_at FROM definitions
+             ORDER BY name, version DESC",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(definition_from_row).collect())
+    }
 }
 
 fn definition_from_row(r: &PgRow) -> StoredDefinition {

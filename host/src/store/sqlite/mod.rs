@@ -179,6 +179,18 @@ impl DefinitionStore for SqliteStore {
                 .optional()?)
         })
     }
+
+    async fn latest_definitions(&self) -> StoreResult<Vec<StoredDefinition>> {
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, version, digest, source, deployed_at FROM definitions d
+                 WHERE version = (SELECT MAX(version) FROM definitions WHERE name = d.name)
+                 ORDER BY name",
+            )?;
+            let rows = stmt.query_map([], definition_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
 }
 
 fn definition_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDefinition> {
