@@ -7,6 +7,7 @@
 # - the example and test plugins are built from adapters/ by the host's build script;
 # - PostgreSQL is installed if missing, started, and given a `docket` role; each
 #   PostgreSQL test creates (and drops) its own database through DOCKET_TEST_POSTGRES;
+# - Chromium and chromedriver are installed if missing (the console's browser tests);
 # - everything runs on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +20,16 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
 fi
 rustc --version
 
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+    if [ -z "$apt_updated" ]; then sudo_if_needed apt-get update; apt_updated=1; fi
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
+}
+
 step "PostgreSQL (the store conformance suite runs against it)"
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
-    sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-    sudo_if_needed apt-get update
-    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql
+    apt_install postgresql
 fi
 # The installed major version (the highest, if several are), e.g. 15.
 pg_version=$(ls /usr/lib/postgresql | sort -n | tail -n 1)
@@ -49,6 +55,12 @@ SQL
 pg_port=$(pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" { print $3 }')
 export DOCKET_TEST_POSTGRES="${DOCKET_TEST_POSTGRES:-postgres://docket:docket@127.0.0.1:${pg_port:-5432}/postgres}"
 echo "DOCKET_TEST_POSTGRES=$DOCKET_TEST_POSTGRES"
+
+step "Chromium and chromedriver (the console's browser tests drive them)"
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+    apt_install chromium chromium-driver
+fi
+chromium --version || true
 
 step "Formatting"
 cargo fmt --all --check

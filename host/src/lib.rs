@@ -28,6 +28,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod contract;
 pub mod intent;
 pub mod runtime;

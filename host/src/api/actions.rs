@@ -41,7 +41,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// The four actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Query,
     Retry,
     Resolve,
@@ -49,7 +49,7 @@ enum Action {
 }
 
 impl Action {
-    fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         Some(match text {
             "query" => Self::Query,
             "retry" => Self::Retry,
@@ -59,7 +59,7 @@ impl Action {
         })
     }
 
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Query => "query",
             Self::Retry => "retry",
@@ -562,7 +562,20 @@ pub(super) async fn act<S: ApiStore>(
     })?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
-    let (parsed, value) = parse_body(action, &bytes)?;
+    perform(&ctx, caller, id, step, action, key, &bytes).await
+}
+
+/// One operator action, as the API and the console both run it: `bytes` is the JSON body.
+pub(crate) async fn perform<S: ApiStore>(
+    ctx: &Ctx<S>,
+    caller: Principal,
+    id: String,
+    step: String,
+    action: Action,
+    key: String,
+    bytes: &[u8],
+) -> ApiResult<Response> {
+    let (parsed, value) = parse_body(action, bytes)?;
     let record = ctx
         .store
         .workflow(&WorkflowId(id.clone()))
@@ -603,7 +616,7 @@ pub(super) async fn act<S: ApiStore>(
         if existing.request_digest != canonical.digest {
             return Err(key_conflict(&scope));
         }
-        return replay(&ctx, &scope, &record, existing.answer).await;
+        return replay(ctx, &scope, &record, existing.answer).await;
     }
     let def = ctx
         .deployments
@@ -655,13 +668,13 @@ pub(super) async fn act<S: ApiStore>(
     match ctx.store.act(request).await? {
         ActionOutcome::Refused { answer } => Ok(respond(answer.0, answer.1)),
         ActionOutcome::KeyConflict => Err(key_conflict(&scope)),
-        ActionOutcome::Replayed(existing) => replay(&ctx, &scope, &record, existing.answer).await,
+        ActionOutcome::Replayed(existing) => replay(ctx, &scope, &record, existing.answer).await,
         ActionOutcome::Applied { .. } => {
             ctx.wake.notify_one();
             if matches!(action, Action::Query | Action::Retry) {
-                settle(&ctx, &record.workflow_id, &step, step_record.attempts).await;
+                settle(ctx, &record.workflow_id, &step, step_record.attempts).await;
             }
-            let view = step_view(&ctx, &record, &step).await?;
+            let view = step_view(ctx, &record, &step).await?;
             let body = serde_json::to_string(&view).map_err(ApiError::internal)?;
             ctx.store.answer(&scope, 200, body.clone()).await?;
             Ok(respond(200, body))

@@ -13,7 +13,7 @@
 //!   indistinguishable from absence;
 //! - every refusal is an [`ApiError`]; internal causes are logged, never sent.
 
-mod actions;
+pub(crate) mod actions;
 mod adapters;
 mod auth;
 mod controls;
@@ -31,7 +31,7 @@ pub use intents::{MAX_KEY_LEN, parse_idempotency_key};
 pub use pagination::{Cursor, DEFAULT_LIMIT, MAX_LIMIT, Page};
 pub use projection::{
     AttemptView, IntentView, MilestoneView, ReceiptView, StepView, SummaryView, TimelineView,
-    WorkflowView, shorten_identity,
+    WorkflowView, shorten_identity, workflow_view,
 };
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
 pub use time::rfc3339;
@@ -134,16 +134,21 @@ impl<S> ApiContext<S> {
         }
     }
 
-    fn clock_now(&self) -> crate::intent::Millis {
+    pub(crate) fn clock_now(&self) -> crate::intent::Millis {
         self.clock.now_ms()
     }
 }
 
 /// The shared state of the router.
-type Ctx<S> = Arc<ApiContext<S>>;
+pub(crate) type Ctx<S> = Arc<ApiContext<S>>;
 
 /// The API's routes, ready to serve (`axum::serve`) or to call directly in tests.
 pub fn router<S: ApiStore>(ctx: ApiContext<S>) -> Router {
+    shared_router(Arc::new(ctx))
+}
+
+/// [`router`] over a context shared with other routers (the console).
+pub fn shared_router<S: ApiStore>(ctx: Arc<ApiContext<S>>) -> Router {
     let test_controls = ctx.test_controls;
     let mut routes = Router::new()
         .route("/v1/intents", post(intents::submit::<S>))
@@ -170,7 +175,7 @@ pub fn router<S: ApiStore>(ctx: ApiContext<S>) -> Router {
     routes
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
-        .with_state(Arc::new(ctx))
+        .with_state(ctx)
 }
 
 async fn no_route(uri: Uri) -> ApiError {

@@ -2,7 +2,7 @@
 //! API — and run it until interrupted.
 
 use crate::api::ApiStore;
-use crate::api::{ApiContext, ApiLimits, Auth, Principal, Role, router};
+use crate::api::{ApiContext, ApiLimits, Auth, Principal, Role};
 use crate::capabilities::{AdapterPolicy, HostRule};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{HostConfig, RoleToml};
@@ -411,7 +411,9 @@ where
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    let app = router(ctx);
+    // The console shares the API's context and listener.
+    let ctx = Arc::new(ctx);
+    let app = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     tracing::info!("docket is serving on http://{addr}");
     Ok(Host {

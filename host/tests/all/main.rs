@@ -6,6 +6,7 @@
 mod cli_adapter;
 mod cli_demo;
 mod common;
+mod console;
 mod crash_matrix;
 mod host_e2e;
 mod host_postgres;

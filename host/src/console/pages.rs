@@ -1,0 +1,634 @@
+//! The console's pages (maud templates): sign-in, workflows, one workflow, a stuck step,
+//! adapters. Reads go through the same store traits and projections as the API.
+
+use super::session::{Session, random_token};
+use crate::api::{ApiContext, ApiStore, rfc3339, shorten_identity, workflow_view};
+use crate::contract::Contract;
+use crate::intent::{EventKind, StepState, WorkflowId, WorkflowState};
+use crate::store::{AttemptRecord, WorkflowFilter};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use std::collections::HashMap;
+
+/// Events shown per page of a workflow's timeline.
+pub const EVENTS_PER_PAGE: usize = 50;
+/// Workflows per page of the list.
+const WORKFLOWS_PER_PAGE: u32 = 50;
+/// Log lines shown per attempt, and characters per line.
+const LOG_LINES: usize = 20;
+const LOG_LINE_CHARS: usize = 240;
+
+const STYLE: &str = r#"
+body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
+header{background:#1f2933;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}
+header a{color:#fff;text-decoration:none}header .who{margin-left:auto;opacity:.85}
+header form{display:inline}header button{background:none;border:1px solid #fff6;color:#fff;border-radius:4px;cursor:pointer}
+main{max-width:1100px;margin:1.2em auto;padding:0 1.2em}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.4em 0 .4em}
+table{border-collapse:collapse;width:100%;background:#fff}td,th{padding:.35em .5em;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}
+th{font-weight:600;background:#eef0f3}
+.state{display:inline-block;padding:0 .45em;border-radius:3px;font-size:.85em;background:#e3e6ea}
+.state.needs_review,.state.outcome_unknown,.state.waiting_for_review,.state.blocked{background:#fde68a}
+.state.completed,.state.succeeded{background:#bbf7d0}.state.failed,.state.failed_terminal{background:#fecaca}
+.kind{font-size:.8em;text-transform:uppercase;letter-spacing:.04em;padding:0 .35em;border-radius:3px}
+.kind.observation{background:#dbeafe}.kind.action{background:#ede9fe}.kind.conclusion{background:#dcfce7}
+.box{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.8em 1em;margin:.6em 0}
+.next{border-left:4px solid #f59e0b}.notice{border-left:4px solid #16a34a}.error{border-left:4px solid #dc2626}
+.muted{color:#5b6570}code{font-size:.9em}ol.milestones{padding-left:1.4em}
+form.action{margin:.4em 0}label{display:block;margin:.3em 0 .1em}
+input[type=text],textarea,select{width:100%;max-width:40em;padding:.3em;box-sizing:border-box}
+button.go{margin-top:.5em;padding:.35em .9em}details{margin:.4em 0}summary{cursor:pointer}
+pre{white-space:pre-wrap;word-break:break-all;background:#f1f3f5;padding:.5em;margin:0}
+"#;
+
+/// A URL path segment: ids and step names are plain, but never trust that.
+pub fn path_part(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn short(text: &str) -> String {
+    match text.split_once(':') {
+        Some((algo, hex)) if hex.len() > 12 => format!("{algo}:{}…", &hex[..12]),
+        _ => text.to_string(),
+    }
+}
+
+fn layout(who: Option<&Session>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · docket" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    strong { "docket" }
+                    @if let Some(who) = who {
+                        a href="/console/workflows?state=needs_review" { "Needs review" }
+                        a href="/console/workflows" { "Workflows" }
+                        a href="/console/adapters" { "Adapters" }
+                        span.who {
+                            "Signed in as " strong { (who.principal.subject.0) } " "
+                            form method="post" action="/console/sign-out" {
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+pub fn sign_in(open: bool, error: Option<&str>) -> Markup {
+    layout(
+        None,
+        "Sign in",
+        html! {
+            h1 { "Sign in to the recovery console" }
+            @if let Some(e) = error { div.box.error { (e) } }
+            form.box method="post" action="/console/sign-in" {
+                @if open {
+                    p.muted { "This host has no API tokens configured and listens on loopback only: you act as the local operator." }
+                    input type="hidden" name="token" value="";
+                } @else {
+                    label for="token" { "Operator token" }
+                    input #token type="password" name="token" autocomplete="off" required;
+                }
+                button.go type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+pub fn problem(who: &Session, message: &str) -> Markup {
+    layout(
+        Some(who),
+        "Problem",
+        html! { div.box.error { (message) } p { a href="/console/workflows" { "Back to the workflows" } } },
+    )
+}
+
+fn state_badge(state: &str) -> Markup {
+    html! { span class={ "state " (state) } { (state.replace('_', " ")) } }
+}
+
+fn kind_badge(kind: EventKind) -> Markup {
+    html! { span class={ "kind " (kind.as_str()) } { (kind.as_str()) } }
+}
+
+/// The workflows list: the needs-review queue first, then every workflow newest first,
+/// filtered by state, definition and age, paginated.
+pub async fn workflows<S: ApiStore>(
+    api: &ApiContext<S>,
+    who: &Session,
+    q: &HashMap<String, String>,
+) -> Result<Markup, String> {
+    let state = match q.get("state").filter(|s| !s.is_empty()) {
+        Some(s) => Some(s.parse::<WorkflowState>().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let definition = q.get("workflow").filter(|s| !s.is_empty()).cloned();
+    let age = q.get("age").filter(|s| !s.is_empty()).cloned();
+    let max_age_ms = match age.as_deref() {
+        None | Some("all") => None,
+        Some(a) => Some(
+            humantime::parse_duration(a)
+                .map_err(|e| format!("age `{a}`: {e}"))?
+                .as_millis() as u64,
+        ),
+    };
+    let before = q.get("cursor").and_then(|c| {
+        let (at, id) = c.split_once('~')?;
+        Some((at.parse().ok()?, WorkflowId(id.to_string())))
+    });
+    let now = api.clock_now();
+    let mut rows = api
+        .store
+        .list_workflows(&WorkflowFilter {
+            subject: None,
+            state,
+            workflow: definition.clone(),
+            before,
+            limit: WORKFLOWS_PER_PAGE + 1,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(max) = max_age_ms {
+        rows.retain(|w| now.saturating_sub(w.created_at) <= max);
+    }
+    let more = rows.len() > WORKFLOWS_PER_PAGE as usize;
+    rows.truncate(WORKFLOWS_PER_PAGE as usize);
+    let review = if state.is_none() && q.get("cursor").is_none() {
+        api.store
+            .list_workflows(&WorkflowFilter {
+                subject: None,
+                state: Some(WorkflowState::NeedsReview),
+                workflow: definition.clone(),
+                before: None,
+                limit: 100,
+            })
+            .await
+            .map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
+    let next = rows.last().filter(|_| more).map(|w| {
+        let mut params = vec![format!(
+            "cursor={}~{}",
+            w.created_at,
+            path_part(w.workflow_id.as_str())
+        )];
+        if let Some(s) = state {
+            params.push(format!("state={}", s.as_str()));
+        }
+        if let Some(d) = &definition {
+            params.push(format!("workflow={}", path_part(d)));
+        }
+        if let Some(a) = &age {
+            params.push(format!("age={}", path_part(a)));
+        }
+        format!("/console/workflows?{}", params.join("&"))
+    });
+    let row = |w: &crate::store::WorkflowRecord| {
+        html! {
+            tr {
+                td { a href={ "/console/workflows/" (path_part(w.workflow_id.as_str())) } { code { (w.workflow_id.as_str()) } } }
+                td { (w.workflow) " v" (w.definition_version) }
+                td { (state_badge(w.state.as_str())) }
+                td { (rfc3339(w.created_at)) }
+                td { code { (w.idempotency_key) } }
+            }
+        }
+    };
+    Ok(layout(
+        Some(who),
+        "Workflows",
+        html! {
+            @if !review.is_empty() {
+                h1 { "Needs review (" (review.len()) ")" }
+                p.muted { "These wait for a person's decision; open one to see what is known and what is safe to do." }
+                table { tr { th { "Workflow" } th { "Definition" } th { "State" } th { "Created" } th { "Key" } }
+                    @for w in &review { (row(w)) } }
+            }
+            h1 { "Workflows" }
+            form.box method="get" action="/console/workflows" {
+                label for="state" { "State" }
+                select #state name="state" {
+                    option value="" selected[state.is_none()] { "any" }
+                    @for s in WorkflowState::ALL {
+                        option value=(s.as_str()) selected[state == Some(*s)] { (s.as_str().replace('_', " ")) }
+                    }
+                }
+                label for="workflow" { "Definition" }
+                input #workflow type="text" name="workflow" value=(definition.clone().unwrap_or_default()) placeholder="e.g. document-delivery";
+                label for="age" { "Created within" }
+                select #age name="age" {
+                    @for (v, text) in [("all", "any time"), ("1h", "the last hour"), ("24h", "the last day"), ("7d", "the last week")] {
+                        option value=(v) selected[age.as_deref().unwrap_or("all") == v] { (text) }
+                    }
+                }
+                button.go type="submit" { "Filter" }
+            }
+            @if rows.is_empty() {
+                p.muted { "No workflows match." }
+            } @else {
+                table { tr { th { "Workflow" } th { "Definition" } th { "State" } th { "Created" } th { "Key" } }
+                    @for w in &rows { (row(w)) } }
+            }
+            @if let Some(next) = next { p { a href=(next) { "Older workflows →" } } }
+        },
+    ))
+}
+
+fn attempt_rows(attempts: &[AttemptRecord]) -> Markup {
+    html! {
+        table {
+            tr { th { "#" } th { "Trigger" } th { "Lease owner" } th { "Adapter version" } th { "Input digest" } th { "Request identity" } th { "Checkpoint" } th { "Outcome" } th { "Observation" } }
+            @for a in attempts {
+                tr {
+                    td { (a.number) }
+                    td { (a.trigger.as_str().replace('_', " ")) }
+                    td { code { (a.lease_owner) } }
+                    td {
+                        @if let (Some(c), Some(v)) = (&a.component, &a.component_version) { (c) "@" (v) br; }
+                        @if let Some(d) = &a.component_digest { code.muted title=(d) { (short(d)) } }
+                    }
+                    td { @if let Some(d) = &a.input_digest { code title=(d) { (short(d)) } } }
+                    td { @if let Some(r) = &a.request_identity { code { (shorten_identity(r)) } } @else { span.muted { "not sent" } } }
+                    td { (a.checkpoint) }
+                    td { (a.outcome.as_str().replace('_', " ")) }
+                    td {
+                        @if let Some(o) = &a.observation { (o) }
+                        @if let Some(lines) = a.log.as_array().filter(|l| !l.is_empty()) {
+                            details { summary { "log (" (lines.len()) " lines)" }
+                                pre { @for line in lines.iter().take(LOG_LINES) {
+                                    (line.as_str().map(str::to_string).unwrap_or_else(|| line.to_string()).chars().take(LOG_LINE_CHARS).collect::<String>()) "\n"
+                                } @if lines.len() > LOG_LINES { "… " (lines.len() - LOG_LINES) " more lines" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One workflow: what it is for, where it stands in words, milestones, the next action a
+/// person must take, the timeline (latest events first page, observations, actions and
+/// conclusions told apart), and the attempts folded under technical details.
+pub async fn render_workflow_page<S: ApiStore>(
+    api: &ApiContext<S>,
+    who: &Session,
+    id: &str,
+    events_before: Option<u64>,
+) -> Result<Option<Markup>, String> {
+    let e = |e: crate::store::StoreError| e.to_string();
+    let wid = WorkflowId(id.to_string());
+    let Some(record) = api.store.workflow(&wid).await.map_err(e)? else {
+        return Ok(None);
+    };
+    let def = api
+        .deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .ok()
+        .flatten();
+    let steps = api.store.steps(&wid).await.map_err(e)?;
+    let receipts = api.store.receipts(&wid).await.map_err(e)?;
+    let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    let mut events = api.store.timeline(&wid, 0, 100_000).await.map_err(e)?;
+    if let Some(before) = events_before {
+        events.retain(|ev| ev.seq < before);
+    }
+    let older = events.len() > EVENTS_PER_PAGE;
+    let page: Vec<_> = events.split_off(events.len().saturating_sub(EVENTS_PER_PAGE));
+    let mut attempts = Vec::new();
+    for s in &view.steps {
+        attempts.push((
+            s.label.clone(),
+            api.store
+                .attempts(&wid, &s.id, 0, 10_000)
+                .await
+                .map_err(e)?,
+        ));
+    }
+    let base = format!("/console/workflows/{}", path_part(id));
+    Ok(Some(layout(
+        Some(who),
+        &format!("{} {}", record.workflow, id),
+        html! {
+            p.muted { a href="/console/workflows" { "← Workflows" } }
+            h1 { (record.workflow) " v" (record.definition_version) " " (state_badge(view.state.as_str())) }
+            p { code { (id) } " · key " code { (record.idempotency_key) } " · by " (record.subject.0) " · created " (view.created_at) }
+            div.box { strong { (view.status_text) } }
+            @if let Some(next) = &view.next_action {
+                @let label = view.steps.iter().find(|s| s.id == next.step).map(|s| s.label.clone()).unwrap_or_else(|| next.step.clone());
+                div.box.next {
+                    "A person must decide: " strong { (label) } " waits for review. "
+                    a href={ (base) "/steps/" (path_part(&next.step)) } { "Open the step to decide →" }
+                }
+            }
+            h2 { "Milestones" }
+            ol.milestones {
+                @for m in &view.milestones {
+                    li { @if let Some(at) = &m.reached_at { "✓ " (m.name) span.muted { " — " (at) } } @else { span.muted { "○ " (m.name) " — not yet" } } }
+                }
+            }
+            h2 { "Steps" }
+            table {
+                tr { th { "Step" } th { "State" } th { "Attempts" } th { "Receipt" } }
+                @for s in &view.steps {
+                    tr {
+                        td { a href={ (base) "/steps/" (path_part(&s.id)) } { (s.label) } }
+                        td { (state_badge(s.state.as_str())) }
+                        td { (s.attempts) }
+                        td { @if let Some(r) = &s.receipt {
+                            (r.evidence_kind.as_str().replace('_', " ")) " · " (r.component) "@" (r.component_version)
+                            @if let Some(a) = &r.author { " · by " (a) }
+                        } }
+                    }
+                }
+            }
+            h2 { "Timeline" }
+            p.muted { "Latest " (page.len()) " events, oldest first. Observations are what docket saw, actions what it did, conclusions what it decided." }
+            @if older {
+                @if let Some(first) = page.first() {
+                    p { a href={ (base) "?events_before=" (first.seq) } { "← Older events" } }
+                }
+            }
+            table {
+                tr { th { "#" } th { "When" } th { "Kind" } th { "Step" } th { "What" } }
+                @for ev in &page {
+                    tr class={ "event " (ev.kind.as_str()) } {
+                        td { (ev.seq) }
+                        td { (rfc3339(ev.at)) }
+                        td { (kind_badge(ev.kind)) }
+                        td { (ev.step.clone().unwrap_or_default()) }
+                        td { (ev.text) }
+                    }
+                }
+            }
+            @if events_before.is_some() { p { a href=(base) { "Latest events →" } } }
+            h2 { "Technical details" }
+            @for (label, list) in &attempts {
+                details.attempts {
+                    summary { "Attempts of " (label) " (" (list.len()) ")" }
+                    (attempt_rows(list))
+                }
+            }
+        },
+    )))
+}
+
+/// What an action would change, in words.
+fn consequence(action: &str) -> &'static str {
+    match action {
+        "query" => {
+            "docket asks the provider, by the request's stable reference, whether it received the request. If it did, the step succeeds with a verified receipt; if not, the step waits for you again. Nothing is sent."
+        }
+        "retry" => {
+            "docket sends the same request again under the same idempotency key. The provider recognises the key and does not act twice while it remembers it."
+        }
+        "resolve" => {
+            "You record the outcome yourself. The step ends with a receipt that names you, your evidence and your reason; dependents run if you say it succeeded."
+        }
+        "escalate" => {
+            "Nothing changes in the step; your note goes to the timeline and the step is marked for the next person."
+        }
+        _ => "",
+    }
+}
+
+/// A stuck step: what docket intended to request, what evidence exists, which actions are
+/// safe now and what each would change. Every form carries a fresh idempotency key.
+pub async fn step<S: ApiStore>(
+    api: &ApiContext<S>,
+    who: &Session,
+    id: &str,
+    step: &str,
+    notice: Option<String>,
+    error: Option<String>,
+) -> Result<Option<Markup>, String> {
+    let e = |e: crate::store::StoreError| e.to_string();
+    let wid = WorkflowId(id.to_string());
+    let Some(record) = api.store.workflow(&wid).await.map_err(e)? else {
+        return Ok(None);
+    };
+    let steps = api.store.steps(&wid).await.map_err(e)?;
+    let Some(rec) = steps.iter().find(|s| s.step == step) else {
+        return Ok(None);
+    };
+    let def = api
+        .deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .ok()
+        .flatten();
+    let step_def = def.as_ref().and_then(|d| d.def.step(step));
+    let label = step_def.map_or(step.to_string(), |s| s.label.clone());
+    let attempts = api.store.attempts(&wid, step, 0, 10_000).await.map_err(e)?;
+    let receipts = api.store.receipts(&wid).await.map_err(e)?;
+    let receipt = receipts.iter().find(|r| r.step == step);
+    let sent = attempts.iter().rev().find(|a| a.request_identity.is_some());
+    let latest = attempts.last();
+    let contract: Option<Contract> = api.components.as_ref().and_then(|c| {
+        latest
+            .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
+            .and_then(|(n, v)| c.exact(n, v))
+            .or_else(|| step_def.and_then(|s| c.resolve(s).ok()))
+            .and_then(|c| c.contract().cloned())
+    });
+    let events: Vec<_> = api
+        .store
+        .timeline(&wid, 0, 100_000)
+        .await
+        .map_err(e)?
+        .into_iter()
+        .filter(|ev| ev.step.as_deref() == Some(step))
+        .collect();
+    let stuck = rec.state.needs_review()
+        || matches!(
+            rec.state,
+            StepState::FailedTerminal | StepState::FailedRetryable
+        );
+    let base = format!(
+        "/console/workflows/{}/steps/{}",
+        path_part(id),
+        path_part(step)
+    );
+    let form = |action: &'static str, title: &str, fields: Markup| {
+        html! {
+            form.action.box method="post" action={ (base) "/" (action) } {
+                h3 { (title) }
+                p.muted { (consequence(action)) }
+                input type="hidden" name="csrf" value=(who.csrf);
+                // A fresh key per rendered form: pressing twice sends the same key, and the
+                // action happens once.
+                input type="hidden" name="key" value=(random_token());
+                (fields)
+                button.go type="submit" name="go" value=(action) { (title) }
+            }
+        }
+    };
+    let (can_query, can_retry) = match &contract {
+        Some(c) => (c.query.supported, c.idempotency.supported),
+        None => (false, false),
+    };
+    Ok(Some(layout(
+        Some(who),
+        &format!("{label} · {id}"),
+        html! {
+            p.muted { a href={ "/console/workflows/" (path_part(id)) } { "← " (record.workflow) " " (id) } }
+            h1 { (label) " " (state_badge(rec.state.as_str())) }
+            @if let Some(n) = &notice { div.box.notice { (n) } }
+            @if let Some(err) = &error { div.box.error { "Refused: " (err) } }
+            @if let Some(note) = &rec.note { div.box { (note) } }
+
+            h2 { "What docket intended to request" }
+            div.box {
+                @if let Some(s) = step_def {
+                    p { (if s.kind == crate::workflow::StepKind::Adapter { "Adapter" } else { "Handler" }) " step using " code { (s.component) " " (s.version_req.to_string()) } }
+                }
+                @if let Some(a) = sent.or(latest) {
+                    p { "Adapter version: " @if let (Some(c), Some(v)) = (&a.component, &a.component_version) { code { (c) "@" (v) } } }
+                    @if let Some(d) = &a.input_digest { p { "Input digest: " code { (d) } } }
+                }
+                @if let Some(a) = sent {
+                    p { "External request identity: " code { (shorten_identity(a.request_identity.as_deref().unwrap_or(""))) } span.muted { " (shortened; the full key is never shown)" } }
+                } @else {
+                    p.muted { "No attempt reached the point of sending a request." }
+                }
+                details { summary { "The workflow's input" } pre { (record.input.chars().take(4000).collect::<String>()) } }
+            }
+
+            h2 { "What evidence exists" }
+            div.box {
+                @if let Some(r) = receipt {
+                    p { strong { "Receipt: " } (r.evidence_kind.as_str().replace('_', " ")) " from " (r.component) "@" (r.component_version)
+                        @if let Some(x) = &r.external_reference { " · provider reference " code { (x) } } }
+                    @if let Some(a) = &r.author { p { "Resolved by " strong { (a) } } }
+                    @if let Some(ev) = &r.evidence { p { "Evidence: " (ev) } }
+                    @if let Some(why) = &r.reason { p { "Reason: " (why) } }
+                } @else {
+                    p.muted { "No receipt: nothing has proven the outcome yet." }
+                }
+                ul {
+                    @for a in &attempts {
+                        li {
+                            "Attempt " (a.number) " (" (a.trigger.as_str().replace('_', " ")) ", " (a.lease_owner) "): "
+                            @if a.checkpoint >= 3 { "the request may have reached the provider; " } @else { "nothing was sent; " }
+                            (a.outcome.as_str().replace('_', " "))
+                            @if let Some(o) = &a.observation { " — " (o) }
+                        }
+                    }
+                }
+                @for ev in events.iter().filter(|ev| ev.kind == EventKind::Observation).rev().take(10) {
+                    p { (kind_badge(ev.kind)) " " (ev.text) }
+                }
+            }
+
+            h2 { "Which actions are safe now" }
+            @if !stuck {
+                p.muted { "Nothing to decide: the step is " (rec.state.as_str().replace('_', " ")) "." }
+            } @else {
+                @if can_query {
+                    (form("query", "Query the provider", html! {}))
+                } @else {
+                    p.muted { "Query: not possible — this adapter cannot look a request up." }
+                }
+                @if can_retry {
+                    (form("retry", "Retry with the same key", html! {}))
+                } @else {
+                    p.muted { "Retry: not offered — this adapter does not claim idempotency, so sending again could act twice." }
+                }
+                (form("resolve", "Resolve with a manual receipt", html! {
+                    fieldset {
+                        legend { "Outcome" }
+                        label { input type="radio" name="outcome" value="succeeded" required; " It happened (the step succeeds)" }
+                        label { input type="radio" name="outcome" value="not_happened"; " It did not happen (the step can be retried)" }
+                        label { input type="radio" name="outcome" value="abandon"; " Abandon the step" }
+                    }
+                    label for="evidence" { "Evidence (what shows the outcome)" }
+                    textarea #evidence name="evidence" rows="2" required {}
+                    label for="reason" { "Reason" }
+                    textarea #reason name="reason" rows="2" required {}
+                    label for="external_reference" { "Provider reference (optional)" }
+                    input #external_reference type="text" name="external_reference";
+                }))
+                (form("escalate", "Escalate", html! {
+                    label for="note" { "Note for the next person" }
+                    textarea #note name="note" rows="2" required {}
+                }))
+            }
+
+            h2 { "Timeline of this step" }
+            table {
+                @for ev in &events {
+                    tr { td { (rfc3339(ev.at)) } td { (kind_badge(ev.kind)) } td { (ev.text) } }
+                }
+            }
+        },
+    )))
+}
+
+/// Adapters: versions, which one is active, declared contracts, the registry's history.
+pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result<Markup, String> {
+    let e = |e: crate::store::StoreError| e.to_string();
+    let stored = api.store.stored_components().await.map_err(e)?;
+    let active = api.store.active_components().await.map_err(e)?;
+    let events = api.store.component_events(None, 50).await.map_err(e)?;
+    let loaded = api.components.as_ref().map(|c| c.all()).unwrap_or_default();
+    let mut names: Vec<&str> = stored.iter().map(|c| c.name.as_str()).collect();
+    names.sort();
+    names.dedup();
+    Ok(layout(
+        Some(who),
+        "Adapters",
+        html! {
+            h1 { "Adapters and handlers" }
+            p.muted { "Deploy, activate and roll back with " code { "docket adapter" } " or " code { "/v1/adapters" } ". Check a component's claims with " code { "docket adapter verify FILE.wasm" } "; its results are printed, not stored." }
+            @for name in &names {
+                h2 { (name) }
+                table {
+                    tr { th { "Version" } th { "State" } th { "Digest" } th { "Declared contract" } }
+                    @for c in stored.iter().filter(|c| c.name == *name) {
+                        @let is_active = active.iter().any(|a| a.digest == c.digest);
+                        tr {
+                            td { (c.version) }
+                            td { (state_badge(if is_active { "active" } else { "staged" })) }
+                            td { code title=(c.digest) { (short(&c.digest)) } }
+                            td {
+                                @match loaded.iter().find(|l| l.digest == c.digest).and_then(|l| l.contract()) {
+                                    Some(k) => {
+                                        "idempotency: " @if k.idempotency.supported { "yes, keys kept " (k.idempotency.retention_seconds) " s" } @else { "no" }
+                                        " · namespace " code { (k.idempotency.namespace) }
+                                        br;
+                                        "query: " @if k.query.supported { "yes, visible within " (k.query.visibility_window_ms) " ms" } @else { "no" }
+                                        " · compensation: " @if k.compensation.supported { "yes" } @else { "no" }
+                                    }
+                                    None => { span.muted { (c.kind) @if c.kind == "adapter" { " (not loaded on this host)" } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Changes" }
+            table {
+                tr { th { "When" } th { "Change" } th { "Version" } th { "By" } }
+                @for ev in &events {
+                    tr { td { (rfc3339(ev.at)) } td { (ev.action.replace('_', " ")) } td { (ev.name) "@" (ev.version) } td { (ev.author) } }
+                }
+            }
+        },
+    ))
+}

@@ -1,0 +1,403 @@
+//! The recovery console in a real browser: headless Chromium driven through chromedriver
+//! (WebDriver) against a real `docket serve`. Screenshots of the main pages are saved to
+//! `target/console-screenshots/` as artifacts.
+
+use crate::host_process::{Contract, HostOptions, HostProcess, document, free_port, repo_root};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chromedriver on a free port, and a WebDriver session in headless Chromium.
+struct Browser {
+    driver: Child,
+    client: Client,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect(
+                "chromedriver is not installed; run `bash scripts/test.sh`, which installs \
+                 Debian's chromium and chromium-driver",
+            );
+        let port = free_port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                            "--disable-dev-shm-usage", "--window-size=1280,1400"]}),
+        );
+        let start = Instant::now();
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(c) => break c,
+                Err(e) if start.elapsed() < Duration::from_secs(30) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("cannot open a Chromium session through chromedriver: {e}"),
+            }
+        };
+        Self { driver, client }
+    }
+
+    /// The page's text, once a page is there (a click may still be navigating).
+    async fn text(&self) -> String {
+        let start = Instant::now();
+        loop {
+            if let Ok(body) = self.client.find(Locator::Css("body")).await
+                && let Ok(text) = body.text().await
+            {
+                return text;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no page");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The page's text once it contains `needle` (after a navigation), or a failure that
+    /// shows the page.
+    async fn wait_text(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let text = self.text().await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the page never showed `{needle}`:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let dir = repo_root().join("target/console-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no `{css}` on the page: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+const ENDED: &[&str] = &["completed", "needs_review", "failed"];
+
+fn deliver(wf: &Value) -> Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "deliver"))
+        .cloned()
+        .unwrap()
+}
+
+/// A fire-and-forget delivery whose response was lost: outcome unknown, in review.
+async fn stuck_fire_and_forget(host: &HostProcess) -> String {
+    host.faults(json!({"lose_next": 1})).await;
+    let (_, created) = host
+        .submit(
+            Contract::FireAndForget.workflow(),
+            "ff-1",
+            document("Invoice"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(30)).await;
+    assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
+    id
+}
+
+/// A query-only delivery whose response was lost and that lookups see only after 60 s
+/// (past the adapter's window): outcome unknown, in review, but a later query can settle it.
+async fn stuck_query_only(host: &HostProcess) -> String {
+    host.faults(json!({"lose_next": 1, "visibility_delay_ms": 60_000}))
+        .await;
+    let (_, created) = host
+        .submit(Contract::QueryOnly.workflow(), "q-1", document("Statement"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    loop {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        if wf["state"] != "running" {
+            assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
+            return id;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{wf:#}");
+        if deliver(&wf)["state"] == "failed_retryable" {
+            host.advance_clock(1_000).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![
+            Contract::QueryOnly.definition(),
+            Contract::FireAndForget.definition(),
+        ],
+        ..HostOptions::default()
+    })
+    .await;
+    let resolved = stuck_fire_and_forget(&host).await;
+    let queried = stuck_query_only(&host).await;
+    let browser = Browser::start().await;
+    let b = &browser;
+
+    // Without a session every page leads to the sign-in.
+    b.client
+        .goto(&format!("{}/console/workflows", host.url))
+        .await
+        .unwrap();
+    assert!(
+        b.client
+            .current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/console/sign-in")
+    );
+    b.click("form[action='/console/sign-in'] button").await;
+
+    // The list: the needs-review queue first.
+    let text = b.wait_text("Needs review (").await;
+    assert!(text.contains("Needs review (2)"), "{text}");
+    assert!(
+        text.contains(&queried) && text.contains(&resolved),
+        "{text}"
+    );
+    b.screenshot("workflows").await;
+
+    // The stuck workflow: state in words, milestones, the next action, the timeline.
+    b.click(&format!("a[href='/console/workflows/{queried}']"))
+        .await;
+    let text = b.text().await;
+    assert!(text.contains("A person must decide"), "{text}");
+    assert!(
+        text.contains("Milestones") && text.contains("Delivery verified"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('%'),
+        "milestones are never a percentage: {text}"
+    );
+    for kind in ["OBSERVATION", "ACTION", "CONCLUSION"] {
+        assert!(
+            text.to_uppercase().contains(kind),
+            "no {kind} on the timeline: {text}"
+        );
+    }
+    b.screenshot("workflow").await;
+
+    // The stuck step answers the four questions and offers what is safe.
+    b.click("div.next a").await;
+    let text = b.wait_text("Which actions are safe now").await;
+    for heading in [
+        "What docket intended to request",
+        "What evidence exists",
+        "Which actions are safe now",
+    ] {
+        assert!(text.contains(heading), "no `{heading}`: {text}");
+    }
+    assert!(text.contains("Query the provider"), "{text}");
+    assert!(
+        text.contains("Retry: not offered"),
+        "a query-only adapter must not offer a same-key retry: {text}"
+    );
+    assert!(!text.to_lowercase().contains("force"), "{text}");
+    b.screenshot("stuck-step").await;
+
+    // The provider shows the delivery now; the query through the form verifies it.
+    host.advance_clock(60_000).await;
+    b.click("form[action$='/query'] button").await;
+    let text = b.wait_text("was recorded").await;
+    assert!(text.contains("The query action was recorded"), "{text}");
+    assert!(text.contains("Receipt: query"), "{text}");
+    let (_, wf) = host.get(&format!("/v1/workflows/{queried}")).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    assert_eq!(deliver(&wf)["receipt"]["evidence_kind"], "query");
+
+    // The other stuck step: a manual receipt with evidence and reason.
+    b.client
+        .goto(&format!(
+            "{}/console/workflows/{resolved}/steps/deliver",
+            host.url
+        ))
+        .await
+        .unwrap();
+    let text = b.wait_text("Which actions are safe now").await;
+    assert!(text.contains("Query: not possible"), "{text}");
+    let form = b
+        .client
+        .find(Locator::Css("form[action$='/resolve']"))
+        .await
+        .unwrap();
+    let key = form
+        .find(Locator::Css("input[name='key']"))
+        .await
+        .unwrap()
+        .attr("value")
+        .await
+        .unwrap()
+        .unwrap();
+    let csrf = form
+        .find(Locator::Css("input[name='csrf']"))
+        .await
+        .unwrap()
+        .attr("value")
+        .await
+        .unwrap()
+        .unwrap();
+    form.find(Locator::Css("input[value='succeeded']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    form.find(Locator::Css("textarea[name='evidence']"))
+        .await
+        .unwrap()
+        .send_keys("Provider support confirmed the delivery by phone")
+        .await
+        .unwrap();
+    form.find(Locator::Css("textarea[name='reason']"))
+        .await
+        .unwrap()
+        .send_keys("The customer received the invoice")
+        .await
+        .unwrap();
+    form.find(Locator::Css("button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let text = b.wait_text("was recorded").await;
+    assert!(text.contains("The resolve action was recorded"), "{text}");
+    assert!(text.contains("Resolved by local"), "{text}");
+
+    // Pressing again: the same rendered form (same key) submitted a second time.
+    b.client
+        .execute(
+            r#"
+            const [action, key, csrf] = arguments;
+            const f = document.createElement('form');
+            f.method = 'post';
+            f.action = action;
+            for (const [n, v] of Object.entries({key, csrf, outcome: 'succeeded',
+                 evidence: 'Provider support confirmed the delivery by phone',
+                 reason: 'The customer received the invoice'})) {
+                const i = document.createElement('input');
+                i.type = 'hidden'; i.name = n; i.value = v; f.appendChild(i);
+            }
+            document.body.appendChild(f);
+            f.submit();
+            "#,
+            vec![
+                json!(format!(
+                    "/console/workflows/{resolved}/steps/deliver/resolve"
+                )),
+                json!(key),
+                json!(csrf),
+            ],
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = b.wait_text("was recorded").await;
+    assert!(text.contains("The resolve action was recorded"), "{text}");
+    let (_, timeline) = host
+        .get(&format!("/v1/workflows/{resolved}/timeline?limit=500"))
+        .await;
+    let resolutions = timeline["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("resolved by local")
+        })
+        .count();
+    assert_eq!(resolutions, 1, "{timeline:#}");
+    let (_, wf) = host.get(&format!("/v1/workflows/{resolved}")).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let receipt = deliver(&wf)["receipt"].clone();
+    assert_eq!(receipt["author"], "local");
+    assert_eq!(receipt["reason"], "The customer received the invoice");
+
+    // Author, evidence and reason on the workflow's timeline.
+    b.client
+        .goto(&format!("{}/console/workflows/{resolved}", host.url))
+        .await
+        .unwrap();
+    let text = b.wait_text("Timeline").await;
+    assert!(
+        text.contains("resolved by local")
+            && text.contains("Provider support confirmed the delivery by phone")
+            && text.contains("The customer received the invoice"),
+        "{text}"
+    );
+    b.screenshot("resolved-workflow").await;
+
+    b.client
+        .goto(&format!("{}/console/adapters", host.url))
+        .await
+        .unwrap();
+    let text = b.wait_text("Changes").await;
+    assert!(
+        text.contains("http-delivery-query-only") && text.contains("active"),
+        "{text}"
+    );
+    b.screenshot("adapters").await;
+
+    // A form posted from elsewhere (the right cookie, no session token) does nothing.
+    let cookie = b.client.get_named_cookie("docket_console").await.unwrap();
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/console/workflows/{queried}/steps/deliver/escalate",
+            host.url
+        ))
+        .header("Cookie", format!("docket_console={}", cookie.value()))
+        .form(&[("csrf", "forged"), ("key", "k-1"), ("note", "forged")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let timeline = host.timeline_text(&queried).await;
+    assert!(!timeline.contains("forged"), "{timeline}");
+    let _ = browser.client.clone().close().await;
+}
