@@ -69,4 +69,5 @@ conformance!(
     wakeups::admissions_wake_the_hosts_that_watch,
     wakeups::component_bytes_are_kept_once_per_digest,
     wakeups::the_registry_activates_rolls_back_and_keeps_its_history,
+    wakeups::the_latest_verification_of_each_component_is_kept,
 );

@@ -37,6 +37,10 @@ pub enum AdapterCommand {
         /// Deadline of each call.
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
+        /// Record the verdicts in this database (SQLite path or `postgres://…`), where the
+        /// console's adapters page shows them.
+        #[arg(long)]
+        db: Option<String>,
     },
     /// Check a component and store it in the registry as a staged version.
     Deploy {
@@ -112,7 +116,8 @@ pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
         AdapterCommand::Verify {
             component,
             timeout_ms,
-        } => super::verify::verify(&component, timeout_ms).await,
+            db,
+        } => super::verify::verify(&component, timeout_ms, db.as_deref()).await,
         AdapterCommand::Deploy { component, db } => {
             super::registry::run(super::registry::Operation::Deploy(component), &db).await
         }

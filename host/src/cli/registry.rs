@@ -21,7 +21,7 @@ pub enum Operation {
 }
 
 /// Who makes a change from this shell: `$USER` on this machine.
-fn author() -> String {
+pub(crate) fn author() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
@@ -34,6 +34,26 @@ fn now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Stores a verification's verdicts in `db`.
+pub(crate) async fn record_verification(
+    db: &str,
+    verification: crate::store::Verification,
+) -> anyhow::Result<()> {
+    if is_postgres(db) {
+        PgStore::connect(db)
+            .await?
+            .record_verification(verification)
+            .await?;
+    } else {
+        let path = PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db));
+        SqliteStore::open(&path)
+            .await?
+            .record_verification(verification)
+            .await?;
+    }
+    Ok(())
 }
 
 pub async fn run(op: Operation, db: &str) -> anyhow::Result<ExitCode> {

@@ -201,7 +201,7 @@ pub(crate) fn is_postgres(db: &str) -> bool {
 }
 
 /// A database URL fit for a log line: the password replaced by `***`.
-fn without_password(url: &str) -> String {
+pub(crate) fn without_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];

@@ -173,7 +173,12 @@ fn sample_inputs() -> (String, String) {
 }
 
 /// Runs every scenario and prints the table; non-zero exit if a declared claim failed.
-pub async fn verify(component: &str, timeout_ms: u64) -> anyhow::Result<ExitCode> {
+/// Verifies `component`; with `db`, records the verdicts there for the console.
+pub async fn verify(
+    component: &str,
+    timeout_ms: u64,
+    db: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let path = super::adapter::resolve_component(component)?;
     let runtime = Runtime::new(RuntimeConfig {
         max_instances: 16,
@@ -271,7 +276,23 @@ pub async fn verify(component: &str, timeout_ms: u64) -> anyhow::Result<ExitCode
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(report(&contract, &findings))
+    let (code, verdicts) = report(&contract, &findings);
+    if let Some(db) = db {
+        let verification = crate::store::Verification {
+            digest: loaded.digest.clone(),
+            name: contract.name.clone(),
+            version: contract.version.clone(),
+            passed: code == ExitCode::SUCCESS,
+            verdicts,
+            author: super::registry::author(),
+            verified_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis() as u64,
+        };
+        super::registry::record_verification(db, verification).await?;
+        println!("recorded in {}", crate::cli::serve::without_password(db));
+    }
+    Ok(code)
 }
 
 fn finding(claim: Claim, scenario: &'static str, held: bool, detail: String) -> Finding {
@@ -492,8 +513,9 @@ fn brief(r: &Result<PluginReceipt, String>) -> String {
     }
 }
 
-/// Prints the table and the verdict per claim; the exit code is 1 if a declared claim failed.
-fn report(contract: &Contract, findings: &[Finding]) -> ExitCode {
+/// Prints the table and the verdict per claim; the exit code is 1 if a declared claim
+/// failed. Returns the verdicts too (claim → `held`, `failed` or `not declared`).
+fn report(contract: &Contract, findings: &[Finding]) -> (ExitCode, Vec<(String, String)>) {
     let mut failed = Vec::new();
     println!();
     println!(
@@ -524,17 +546,22 @@ fn report(contract: &Contract, findings: &[Finding]) -> ExitCode {
         }
     }
     println!();
+    let mut verdicts = Vec::new();
     for claim in [Claim::Idempotency, Claim::Query, Claim::Compensation] {
-        let verdict = if !claim.declared(contract) {
-            "not declared (not checked against the adapter)"
+        let (verdict, short) = if !claim.declared(contract) {
+            (
+                "not declared (not checked against the adapter)",
+                "not declared",
+            )
         } else if failed.contains(&claim.name()) {
-            "FAILED: the declared behaviour did not hold"
+            ("FAILED: the declared behaviour did not hold", "failed")
         } else {
-            "held"
+            ("held", "held")
         };
         println!("{:<13} {verdict}", claim.name());
+        verdicts.push((claim.name().to_string(), short.to_string()));
     }
-    if failed.is_empty() {
+    let code = if failed.is_empty() {
         println!("\n{}: every declared claim held", contract.name);
         ExitCode::SUCCESS
     } else {
@@ -544,5 +571,6 @@ fn report(contract: &Contract, findings: &[Finding]) -> ExitCode {
             failed.join(", ")
         );
         ExitCode::FAILURE
-    }
+    };
+    (code, verdicts)
 }

@@ -586,6 +586,7 @@ pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result
     let stored = api.store.stored_components().await.map_err(e)?;
     let active = api.store.active_components().await.map_err(e)?;
     let events = api.store.component_events(None, 50).await.map_err(e)?;
+    let verified = api.store.verifications().await.map_err(e)?;
     let loaded = api.components.as_ref().map(|c| c.all()).unwrap_or_default();
     let mut names: Vec<&str> = stored.iter().map(|c| c.name.as_str()).collect();
     names.sort();
@@ -595,11 +596,11 @@ pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result
         "Adapters",
         html! {
             h1 { "Adapters and handlers" }
-            p.muted { "Deploy, activate and roll back with " code { "docket adapter" } " or " code { "/v1/adapters" } ". Check a component's claims with " code { "docket adapter verify FILE.wasm" } "; its results are printed, not stored." }
+            p.muted { "Deploy, activate and roll back with " code { "docket adapter" } " or " code { "/v1/adapters" } ". Check a component's claims with " code { "docket adapter verify FILE.wasm --db …" } "; the verdicts show here." }
             @for name in &names {
                 h2 { (name) }
                 table {
-                    tr { th { "Version" } th { "State" } th { "Digest" } th { "Declared contract" } }
+                    tr { th { "Version" } th { "State" } th { "Digest" } th { "Declared contract" } th { "Verification" } }
                     @for c in stored.iter().filter(|c| c.name == *name) {
                         @let is_active = active.iter().any(|a| a.digest == c.digest);
                         tr {
@@ -616,6 +617,16 @@ pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result
                                         " · compensation: " @if k.compensation.supported { "yes" } @else { "no" }
                                     }
                                     None => { span.muted { (c.kind) @if c.kind == "adapter" { " (not loaded on this host)" } } }
+                                }
+                            }
+                            td {
+                                @match verified.iter().find(|v| v.digest == c.digest) {
+                                    Some(v) => {
+                                        strong { @if v.passed { "every declared claim held" } @else { "a declared claim FAILED" } }
+                                        @for (claim, verdict) in &v.verdicts { br; (claim) ": " (verdict) }
+                                        br; span.muted { "by " (v.author) ", " (rfc3339(v.verified_at)) }
+                                    }
+                                    None => { span.muted { @if c.kind == "adapter" { "not verified" } } }
                                 }
                             }
                         }

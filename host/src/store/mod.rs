@@ -110,6 +110,13 @@ pub trait ComponentStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<ActiveOutcome>> + Send;
     /// The active version of every component name.
     fn active_components(&self) -> impl Future<Output = StoreResult<Vec<ActiveComponent>>> + Send;
+    /// Records the outcome of verifying a component's claims.
+    fn record_verification(
+        &self,
+        verification: Verification,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// The latest verification of each verified digest.
+    fn verifications(&self) -> impl Future<Output = StoreResult<Vec<Verification>>> + Send;
     /// The registry's history, newest first, optionally of one name.
     fn component_events(
         &self,

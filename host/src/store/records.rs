@@ -113,6 +113,20 @@ pub struct ComponentEvent {
     pub at: Millis,
 }
 
+/// The outcome of `docket adapter verify` for one component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    pub digest: String,
+    pub name: String,
+    pub version: String,
+    /// Every declared claim held.
+    pub passed: bool,
+    /// Claim → `held`, `failed` or `not declared`, in the report's order.
+    pub verdicts: Vec<(String, String)>,
+    pub author: String,
+    pub verified_at: Millis,
+}
+
 /// The scope of a client idempotency key: (subject, command type, key).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyScope {
@@ -505,4 +519,14 @@ pub enum ActionOutcome {
     Replayed(ActionRecord),
     /// The key was used before with another request.
     KeyConflict,
+}
+
+/// Verdicts as stored: a JSON array of `[claim, verdict]` pairs (order kept).
+pub(crate) fn verdicts_text(v: &[(String, String)]) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
+}
+
+pub(crate) fn verdicts_from(text: &str) -> super::StoreResult<Vec<(String, String)>> {
+    serde_json::from_str(text)
+        .map_err(|e| super::StoreError::Corrupt(format!("stored verdicts: {e}")))
 }

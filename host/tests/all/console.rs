@@ -373,6 +373,17 @@ async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
     );
     b.screenshot("resolved-workflow").await;
 
+    // The adapters page shows versions, the active one, contracts and recorded verdicts.
+    let db = host.path().join("docket.db").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["adapter", "verify", "http-delivery-query-only", "--db", &db])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     b.client
         .goto(&format!("{}/console/adapters", host.url))
         .await
@@ -380,6 +391,12 @@ async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
     let text = b.wait_text("Changes").await;
     assert!(
         text.contains("http-delivery-query-only") && text.contains("active"),
+        "{text}"
+    );
+    assert!(
+        text.contains("every declared claim held")
+            && text.contains("query: held")
+            && text.contains("idempotency: not declared"),
         "{text}"
     );
     b.screenshot("adapters").await;

@@ -196,3 +196,51 @@ pub async fn the_registry_activates_rolls_back_and_keeps_its_history<S: Store>(s
             .is_empty()
     );
 }
+
+pub async fn the_latest_verification_of_each_component_is_kept<S: Store>(s: S) {
+    let verification = |digest: &str, passed: bool, at: u64| docket::store::Verification {
+        digest: digest.into(),
+        name: "http-delivery".into(),
+        version: if digest == "sha256:v1" {
+            "1.0.0"
+        } else {
+            "2.0.0"
+        }
+        .into(),
+        passed,
+        verdicts: vec![
+            (
+                "idempotency".into(),
+                if passed { "held" } else { "failed" }.into(),
+            ),
+            ("query".into(), "held".into()),
+        ],
+        author: "ci".into(),
+        verified_at: T0 + at,
+    };
+    assert!(s.verifications().await.unwrap().is_empty());
+    s.record_verification(verification("sha256:v1", false, 1))
+        .await
+        .unwrap();
+    s.record_verification(verification("sha256:v1", true, 2))
+        .await
+        .unwrap();
+    s.record_verification(verification("sha256:v2", false, 3))
+        .await
+        .unwrap();
+    let latest = s.verifications().await.unwrap();
+    assert_eq!(latest.len(), 2);
+    assert_eq!(
+        (
+            latest[0].digest.as_str(),
+            latest[0].passed,
+            latest[0].verified_at
+        ),
+        ("sha256:v1", true, T0 + 2)
+    );
+    assert_eq!(latest[0].verdicts[0], ("idempotency".into(), "held".into()));
+    assert_eq!(
+        (latest[1].digest.as_str(), latest[1].passed),
+        ("sha256:v2", false)
+    );
+}

@@ -29,6 +29,7 @@ use super::{
     StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use crate::store::Verification;
 use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 use std::time::Duration;
@@ -439,6 +440,49 @@ impl ComponentStore for PgStore {
                 since: u(r.get("since")),
             })
             .collect())
+    }
+
+    async fn record_verification(&self, v: Verification) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO component_verifications
+               (digest, name, version, passed, verdicts, author, verified_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&v.digest)
+        .bind(&v.name)
+        .bind(&v.version)
+        .bind(v.passed)
+        .bind(super::records::verdicts_text(&v.verdicts))
+        .bind(&v.author)
+        .bind(v.verified_at as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn verifications(&self) -> StoreResult<Vec<Verification>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT ON (digest) digest, name, version, passed, verdicts, author, verified_at
+             FROM component_verifications ORDER BY digest, seq DESC",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut all = rows
+            .iter()
+            .map(|r| {
+                Ok(Verification {
+                    digest: r.get("digest"),
+                    name: r.get("name"),
+                    version: r.get("version"),
+                    passed: r.get("passed"),
+                    verdicts: super::records::verdicts_from(r.get("verdicts"))?,
+                    author: r.get("author"),
+                    verified_at: u(r.get("verified_at")),
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        all.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+        Ok(all)
     }
 
     async fn component_events(

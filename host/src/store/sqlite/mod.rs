@@ -18,6 +18,7 @@ use super::{
     StoredDefinition, WorkflowRecord,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use crate::store::Verification;
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection as _, SqlitePool};
@@ -303,6 +304,64 @@ impl ComponentStore for SqliteStore {
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    async fn record_verification(&self, v: Verification) -> StoreResult<()> {
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO component_verifications
+                       (digest, name, version, passed, verdicts, author, verified_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )?
+                .execute(params![
+                    &v.digest,
+                    &v.name,
+                    &v.version,
+                    v.passed,
+                    super::records::verdicts_text(&v.verdicts),
+                    &v.author,
+                    v.verified_at as i64
+                ])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn verifications(&self) -> StoreResult<Vec<Verification>> {
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT digest, name, version, passed, verdicts, author, verified_at
+                 FROM component_verifications v
+                 WHERE seq = (SELECT MAX(seq) FROM component_verifications WHERE digest = v.digest)
+                 ORDER BY name, version",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, bool>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })?;
+            let mut all = Vec::new();
+            for row in rows {
+                let (digest, name, version, passed, verdicts, author, at) = row?;
+                all.push(Verification {
+                    digest,
+                    name,
+                    version,
+                    passed,
+                    verdicts: super::records::verdicts_from(&verdicts)?,
+                    author,
+                    verified_at: at as u64,
+                });
+            }
+            Ok(all)
         })
     }
 
