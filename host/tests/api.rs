@@ -13,6 +13,8 @@ mod admission;
 mod common;
 #[path = "api/reads.rs"]
 mod reads;
+#[path = "support/test_database.rs"]
+mod test_database;
 
 /// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
 macro_rules! on_both_backends {

@@ -20,6 +20,8 @@ mod concurrency;
 mod executor;
 #[path = "store_conformance/fixtures.rs"]
 mod fixtures;
+#[path = "support/test_database.rs"]
+mod test_database;
 #[path = "store_conformance/wakeups.rs"]
 mod wakeups;
 

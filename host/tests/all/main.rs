@@ -13,6 +13,7 @@ mod host_postgres;
 mod host_process;
 mod many_hosts;
 mod operator_actions;
+#[path = "../support/test_database.rs"]
 mod postgres;
 mod recovery_scenarios;
 mod registry;

@@ -16,7 +16,6 @@ use docket::workflow::{ComponentWorld, StaticEnv};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-use sqlx::{Connection, Executor, PgConnection};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,61 +72,22 @@ tokio::task_local! {
     static POSTGRES_URL: Option<String>;
 }
 
-const MISSING_URL: &str = "DOCKET_TEST_POSTGRES is not set, so the API tests on PostgreSQL \
-cannot run. Set it to the URL of a role that may create databases, e.g. \
-postgres://docket:docket@127.0.0.1:5432/postgres, or run `bash scripts/test.sh`, which starts \
-PostgreSQL, creates that role and sets the variable.";
-
 /// Runs `case` on `kind`; on PostgreSQL in a database of its own, dropped afterwards (also
 /// when the case fails).
 pub async fn on(kind: BackendKind, case: impl Future<Output = ()>) {
     if kind == BackendKind::Sqlite {
         return POSTGRES_URL.scope(None, case).await;
     }
-    let admin_url =
-        std::env::var("DOCKET_TEST_POSTGRES").unwrap_or_else(|_| panic!("{MISSING_URL}"));
-    let name = format!("docket_t_{:016x}", rand::random::<u64>());
-    let mut admin = PgConnection::connect(&admin_url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to DOCKET_TEST_POSTGRES ({admin_url}): {e}"));
-    admin
-        .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
-    let (base, _) = admin_url
-        .rsplit_once('/')
-        .expect("a database URL with a path");
-    let url = format!("{base}/{name}");
-    let _drop = DropDatabase { admin_url, name };
-    POSTGRES_URL.scope(Some(url), case).await;
+    let database = DropOnExit(crate::test_database::TestDatabase::create().await);
+    POSTGRES_URL.scope(Some(database.0.url.clone()), case).await;
 }
 
-/// Drops a test database when it goes out of scope, also while a failing case unwinds.
-struct DropDatabase {
-    admin_url: String,
-    name: String,
-}
+/// Drops the test database when it goes out of scope, also while a failing case unwinds.
+struct DropOnExit(crate::test_database::TestDatabase);
 
-impl Drop for DropDatabase {
+impl Drop for DropOnExit {
     fn drop(&mut self) {
-        let (url, name) = (self.admin_url.clone(), self.name.clone());
-        // Its own thread and runtime: this may run inside the case's runtime.
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    if let Ok(mut admin) = PgConnection::connect(&url).await {
-                        let _ = admin
-                            .execute(sqlx::AssertSqlSafe(format!(
-                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                            )))
-                            .await;
-                    }
-                })
-        })
-        .join();
+        self.0.drop_blocking();
     }
 }
 

@@ -5,7 +5,6 @@ use docket::store::sqlite::SqliteStore;
 use docket::store::{
     AdmissionStore, ComponentStore, DefinitionStore, ExecutorStore, OperatorStore, ReadStore,
 };
-use sqlx::{Connection, Executor, PgConnection};
 use std::future::Future;
 
 /// Every store role at once: what a backend must implement.
@@ -46,11 +45,6 @@ where
     case(store).await;
 }
 
-const MISSING_URL: &str = "DOCKET_TEST_POSTGRES is not set, so the PostgreSQL half of the store \
-conformance suite cannot run. Set it to the URL of a role that may create databases, e.g. \
-postgres://docket:docket@127.0.0.1:5432/postgres, or run `bash scripts/test.sh`, which starts \
-PostgreSQL, creates that role and sets the variable.";
-
 /// Runs `case` against a PostgreSQL store in a database of its own, dropped afterwards
 /// (also when the case fails).
 pub async fn with_postgres<F, Fut>(case: F)
@@ -58,49 +52,16 @@ where
     F: FnOnce(PgStore) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let admin_url =
-        std::env::var("DOCKET_TEST_POSTGRES").unwrap_or_else(|_| panic!("{MISSING_URL}"));
-    let name = format!("docket_t_{:016x}", rand::random::<u64>());
-    let mut admin = PgConnection::connect(&admin_url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to DOCKET_TEST_POSTGRES ({admin_url}): {e}"));
-    admin
-        .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
-    let store = PgStore::connect(&database_url(&admin_url, &name))
+    let database = crate::test_database::TestDatabase::create().await;
+    let store = PgStore::connect(&database.url)
         .await
         .expect("connecting to the test database");
     // A spawned task turns a failing case into a JoinError, so the database is dropped
     // before the failure is passed on.
     let outcome = tokio::spawn(case(store.clone())).await;
     store.close().await;
-    if let Err(e) = admin
-        .execute(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .await
-    {
-        eprintln!("could not drop the test database {name}: {e}");
-    }
+    database.drop_now().await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-/// `url` with its database name replaced by `name`.
-fn database_url(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
     }
 }
