@@ -1,5 +1,6 @@
-//! The console's workflow page for a long story: 50 attempts and more than 200 timeline
-//! events. It shows the latest 50 events with a link to older ones, and folds attempts.
+//! The console's pages served in-process: the workflow page of a long story (50 attempts,
+//! more than 200 timeline events) shows the latest 50 events with a link to older ones and
+//! folds the attempts; the list puts the review queue first, filters and paginates.
 
 #[path = "console_page/fixture.rs"]
 mod fixture;
@@ -63,4 +64,58 @@ async fn a_long_story_shows_the_latest_fifty_events_and_folds_its_attempts() {
         "{milestones}"
     );
     assert!(page.contains("A person must decide"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_list_puts_review_first_then_filters_and_pages_newest_first() {
+    let (app, stuck, cookie, _dir) = fixture::long_story_and(60).await;
+    let ids = |page: &str| -> Vec<String> {
+        page.split("<a href=\"/console/workflows/wf_")
+            .skip(1)
+            .map(|rest| format!("wf_{}", rest.split('"').next().unwrap()))
+            .collect()
+    };
+
+    // Review first, then everything newest first, 50 to a page.
+    let (status, page) = fixture::get(&app, &cookie, "/console/workflows").await;
+    assert_eq!(status, 200);
+    let review_at = page.find("Needs review (1)").expect("no review queue");
+    let all_at = page.find("<h1>Workflows</h1>").unwrap();
+    assert!(review_at < all_at);
+    let listed = ids(&page[all_at..]);
+    assert_eq!(listed.len(), 50);
+    let mut sorted = listed.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(listed, sorted, "not newest first");
+    assert!(
+        !listed.contains(&stuck.as_str().to_string()),
+        "the oldest is on page 2"
+    );
+    let next = page
+        .split("href=\"")
+        .find(|h| h.starts_with("/console/workflows?cursor="))
+        .and_then(|h| h.split('"').next())
+        .expect("no link to older workflows")
+        .replace("&amp;", "&");
+    let (_, second) = fixture::get(&app, &cookie, &next).await;
+    let rest = ids(&second[second.find("<h1>Workflows</h1>").unwrap()..]);
+    assert_eq!(rest.len(), 11, "60 fresh and the long story: {rest:?}");
+    assert_eq!(rest.last().unwrap(), stuck.as_str());
+    assert!(!second.contains("Older workflows"));
+
+    // By state, by definition, by age.
+    let (_, review) = fixture::get(&app, &cookie, "/console/workflows?state=needs_review").await;
+    let body = &review[review.find("<h1>Workflows</h1>").unwrap()..];
+    assert_eq!(ids(body), [stuck.as_str().to_string()]);
+    let (_, none) = fixture::get(&app, &cookie, "/console/workflows?workflow=other").await;
+    assert!(none.contains("No workflows match."));
+    let (_, recent) = fixture::get(&app, &cookie, "/console/workflows?age=1h").await;
+    let body = &recent[recent.find("<h1>Workflows</h1>").unwrap()..];
+    assert!(
+        !body.contains(stuck.as_str()),
+        "two hours old is not within the last hour"
+    );
+    let (status, bad) = fixture::get(&app, &cookie, "/console/workflows?state=sleeping").await;
+    assert_eq!(status, 400);
+    assert!(bad.contains("sleeping"), "the refusal names the bad value");
 }

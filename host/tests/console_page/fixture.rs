@@ -40,6 +40,12 @@ pub const ATTEMPTS: u32 = 50;
 /// The console over a fresh SQLite store holding one long workflow; returns the app, the
 /// workflow id, a signed-in session cookie and the directory to keep alive.
 pub async fn long_story() -> (Router, WorkflowId, String, tempfile::TempDir) {
+    long_story_and(0).await
+}
+
+/// [`long_story`] (begun two hours ago) and `running` fresh one-step workflows, admitted
+/// a millisecond apart just now.
+pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("docket.db"))
         .await
@@ -55,7 +61,7 @@ pub async fn long_story() -> (Router, WorkflowId, String, tempfile::TempDir) {
         .deploy("persistent.toml", DEFINITION, &env, clock.now_ms())
         .await
         .unwrap();
-    let mut now = clock.now_ms() - 3_600_000;
+    let mut now = clock.now_ms() - 2 * 3_600_000;
     let id = WorkflowId::new(now);
     store
         .admit(AdmitRequest {
@@ -150,6 +156,36 @@ pub async fn long_story() -> (Router, WorkflowId, String, tempfile::TempDir) {
                 events,
                 now: now + 10,
                 expired_before: None,
+            })
+            .await
+            .unwrap();
+    }
+    let fresh = clock.now_ms();
+    for i in 0..running {
+        let at = fresh + i as u64;
+        store
+            .admit(AdmitRequest {
+                scope: KeyScope {
+                    subject: Subject("local".into()),
+                    workflow: "persistent".into(),
+                    key: format!("fresh-{i}"),
+                },
+                input: canonicalize(&serde_json::json!({"job": i})).unwrap(),
+                now: at,
+                create: Some(NewWorkflow {
+                    workflow_id: WorkflowId::new(at),
+                    definition_version: 1,
+                    steps: vec![NewStep {
+                        id: "work".into(),
+                        depends_on: vec![],
+                    }],
+                    deadline_at: at + 86_400_000,
+                    key_retention_ms: 86_400_000,
+                    events: vec![NewEvent::workflow(
+                        EventKind::Observation,
+                        "Request recorded",
+                    )],
+                }),
             })
             .await
             .unwrap();
