@@ -7,10 +7,9 @@ use super::intents::read_body;
 use super::time::rfc3339;
 use super::{ApiStore, Ctx};
 use crate::api::auth::{Caller, Principal, Role};
-use crate::runtime::ComponentKind;
 use crate::scheduler::Components;
-use crate::store::{ActiveChange, ActiveTarget, NewComponent, StoreError};
-use crate::workflow::StepKind;
+use crate::scheduler::registry::{self, RegistryError};
+use crate::store::ActiveTarget;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -51,19 +50,10 @@ pub(super) async fn list<S: ApiStore>(
     let stored = ctx.store.stored_components().await?;
     let active = ctx.store.active_components().await?;
     let loaded = ctx.components.as_ref().map(|c| c.all()).unwrap_or_default();
-    let mut names: Vec<&str> = stored.iter().map(|c| c.name.as_str()).collect();
-    names.dedup();
-    names.sort();
-    names.dedup();
-    let data: Vec<Value> = names
-        .iter()
-        .map(|name| {
-            let active = active.iter().find(|a| a.name == *name);
-            let mut versions: Vec<_> = stored.iter().filter(|c| c.name == *name).collect();
-            versions.sort_by(|a, b| {
-                let parse = |v: &str| semver::Version::parse(v).ok();
-                parse(&a.version).cmp(&parse(&b.version))
-            });
+    let data: Vec<Value> = registry::by_name(&stored)
+        .into_iter()
+        .map(|(name, versions)| {
+            let active = active.iter().find(|a| a.name == name);
             json!({
                 "name": name,
                 "active_version": active.map(|a| a.version.clone()),
@@ -98,7 +88,8 @@ pub(super) async fn list<S: ApiStore>(
 }
 
 /// `POST /v1/adapters` with the component's bytes: checks it (it compiles, targets the
-/// adapter or handler world, declares a sane contract) and stores it as a staged version.
+/// adapter or handler world, declares a sane contract, runs in every current step that
+/// would choose it) and stores it as a staged version.
 pub(super) async fn deploy<S: ApiStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
@@ -114,107 +105,23 @@ pub(super) async fn deploy<S: ApiStore>(
             format!("the body is not a component this host can run: {e}"),
         )
     })?;
-    if let Some(contract) = loaded.contract() {
-        contract.check().map_err(|e| {
-            ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "`{}@{}` declares an unusable contract: {e}",
-                    loaded.name(),
-                    loaded.version()
-                ),
-            )
-        })?;
-    }
-    // Every step of a current definition that would run this version must be able to:
-    // its effective grant (the step's request within the operator's allowance) has to
-    // cover the component's imports and declared needs.
-    let version = semver::Version::parse(loaded.version()).ok();
     let definitions = ctx
         .deployments
         .all_latest()
         .await
         .map_err(ApiError::internal)?;
-    for deployed in definitions {
-        let def = &deployed.def;
-        for step in def.steps.iter().filter(|s| {
-            s.component == loaded.name()
-                && version.as_ref().is_some_and(|v| s.version_req.matches(v))
-        }) {
-            let world_fits = matches!(
-                (step.kind, &loaded.kind),
-                (StepKind::Adapter, ComponentKind::Adapter { .. })
-                    | (StepKind::Handler, ComponentKind::Handler { .. })
-            );
-            let refused = if world_fits {
-                components
-                    .prepare(&loaded, step)
-                    .err()
-                    .map(|e| e.to_string())
-            } else {
-                Some(format!(
-                    "the step is {} step and this is {} component",
-                    if step.kind == StepKind::Adapter {
-                        "an adapter"
-                    } else {
-                        "a handler"
-                    },
-                    if loaded.contract().is_some() {
-                        "an adapter"
-                    } else {
-                        "a handler"
-                    },
-                ))
-            };
-            if let Some(reason) = refused {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidRequest,
-                    format!(
-                        "`{}@{}` would not run in step `{}` of workflow `{}` version {}, whose requirement `{}` it meets: {reason}. Grant what it needs in the definition (and the operator config), or give it a version outside that requirement",
-                        loaded.name(),
-                        loaded.version(),
-                        step.id.as_str(),
-                        def.name,
-                        def.version,
-                        step.version_req
-                    ),
-                ));
-            }
-        }
-    }
-    if let Some(other) = ctx.store.stored_components().await?.into_iter().find(|c| {
-        c.name == loaded.name() && c.version == loaded.version() && c.digest != loaded.digest
-    }) {
-        return Err(ApiError::new(
-            ErrorCode::InvalidTransition,
-            format!(
-                "`{}@{}` is already deployed with digest {}, and these bytes have digest {}; a deployed version never changes: give the changed component a new version",
-                loaded.name(),
-                loaded.version(),
-                other.digest,
-                loaded.digest
-            ),
-        ));
-    }
-    let added = ctx
-        .store
-        .store_component(NewComponent {
-            digest: loaded.digest.clone(),
-            name: loaded.name().to_string(),
-            version: loaded.version().to_string(),
-            kind: loaded.world_name().to_string(),
-            bytes: bytes.to_vec(),
-            registered_at: ctx.clock_now(),
-            author: caller.subject.0.clone(),
-        })
-        .await?;
-    let active = ctx.store.active_components().await?;
-    let state = if active.iter().any(|a| a.digest == loaded.digest) {
-        "active"
-    } else {
-        "staged"
-    };
-    let status = if added {
+    let deployed = registry::deploy(
+        &ctx.store,
+        loaded,
+        bytes.to_vec(),
+        &definitions,
+        Some(components),
+        caller.subject.0.clone(),
+        ctx.clock_now(),
+    )
+    .await?;
+    let c = &deployed.component;
+    let status = if deployed.added {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -222,12 +129,12 @@ pub(super) async fn deploy<S: ApiStore>(
     Ok((
         status,
         Json(json!({
-            "name": loaded.name(),
-            "version": loaded.version(),
-            "digest": loaded.digest,
-            "world": loaded.world_name(),
-            "state": state,
-            "declared": loaded.kind,
+            "name": c.name(),
+            "version": c.version(),
+            "digest": c.digest,
+            "world": c.world_name(),
+            "state": if deployed.active { "active" } else { "staged" },
+            "declared": c.kind,
         })),
     )
         .into_response())
@@ -246,62 +153,36 @@ pub(super) async fn change<S: ApiStore>(
         .map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
     operator(&caller, "changing the active version")?;
-    let target =
-        match verb.as_str() {
-            "activate" => {
-                let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
-                let version = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("version").and_then(Value::as_str).map(str::to_string))
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorCode::InvalidRequest,
-                            "send the version to activate as {\"version\": \"2.0.0\"}",
-                        )
-                    })?;
-                let stored = ctx.store.stored_components().await?;
-                let found = stored
-                .iter()
-                .find(|c| c.name == name && c.version == version)
+    let target = match verb.as_str() {
+        "activate" => {
+            let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
+            let version = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("version").and_then(Value::as_str).map(str::to_string))
                 .ok_or_else(|| {
-                    let known: Vec<&str> = stored
-                        .iter()
-                        .filter(|c| c.name == name)
-                        .map(|c| c.version.as_str())
-                        .collect();
-                    ApiError::not_found(format!(
-                        "there is no deployed version {} of `{}` (deployed: {}); deploy it first",
-                        quote(&version),
-                        quote(&name),
-                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
-                    ))
+                    ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        "send the version to activate as {\"version\": \"2.0.0\"}",
+                    )
                 })?;
-                ActiveTarget::Digest(found.digest.clone())
-            }
-            "rollback" => ActiveTarget::Previous,
-            other => {
-                return Err(ApiError::not_found(format!(
-                    "there is no adapter action `{}`; the actions are activate and rollback",
-                    quote(other)
-                )));
-            }
-        };
-    let outcome = ctx
-        .store
-        .set_active(ActiveChange {
-            name: name.clone(),
-            target,
-            author: caller.subject.0.clone(),
-            now: ctx.clock_now(),
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(what) => ApiError::new(
-                ErrorCode::InvalidTransition,
-                format!("cannot change `{}`: no {what}", quote(&name)),
-            ),
-            other => other.into(),
-        })?;
+            ActiveTarget::Digest(registry::find_version(&ctx.store, &name, &version).await?)
+        }
+        "rollback" => ActiveTarget::Previous,
+        other => {
+            return Err(ApiError::not_found(format!(
+                "there is no adapter action `{}`; the actions are activate and rollback",
+                quote(other)
+            )));
+        }
+    };
+    let outcome = registry::change(
+        &ctx.store,
+        &name,
+        target,
+        caller.subject.0.clone(),
+        ctx.clock_now(),
+    )
+    .await?;
     // This host at once; the others within their registry poll.
     if let Some(components) = &ctx.components
         && let Err(e) = components.sync(&ctx.store).await
@@ -315,4 +196,37 @@ pub(super) async fn change<S: ApiStore>(
         "previous_digest": outcome.previous,
         "changed": outcome.changed,
     })))
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> Self {
+        // Names and versions here may come from the client: quote them safely.
+        let (code, e) = match e {
+            RegistryError::Store(inner) => return inner.into(),
+            e @ (RegistryError::UnusableContract { .. } | RegistryError::WouldNotRun(_)) => {
+                (ErrorCode::InvalidRequest, e)
+            }
+            e @ RegistryError::VersionChanged { .. } => (ErrorCode::InvalidTransition, e),
+            RegistryError::NoTarget { name, what } => (
+                ErrorCode::InvalidTransition,
+                RegistryError::NoTarget {
+                    name: quote(&name),
+                    what,
+                },
+            ),
+            RegistryError::UnknownVersion {
+                name,
+                version,
+                known,
+            } => (
+                ErrorCode::NotFound,
+                RegistryError::UnknownVersion {
+                    name: quote(&name),
+                    version: quote(&version),
+                    known,
+                },
+            ),
+        };
+        ApiError::new(code, e.to_string())
+    }
 }

@@ -5,10 +5,12 @@
 use super::adapter::{cache_dir, resolve_component};
 use super::serve::is_postgres;
 use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::Deployments;
+use crate::scheduler::registry;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ActiveChange, ActiveTarget, ComponentStore, NewComponent, StoreError};
-use anyhow::{Context, bail};
+use crate::store::{ActiveTarget, ComponentStore, DefinitionStore};
+use anyhow::{Context, anyhow, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -72,7 +74,10 @@ pub async fn run(op: Operation, db: &str) -> anyhow::Result<ExitCode> {
     on(&store, op).await
 }
 
-async fn on<S: ComponentStore>(store: &S, op: Operation) -> anyhow::Result<ExitCode> {
+async fn on<S: ComponentStore + DefinitionStore + Clone>(
+    store: &S,
+    op: Operation,
+) -> anyhow::Result<ExitCode> {
     match op {
         Operation::Deploy(file) => deploy(store, &file).await,
         Operation::Activate(spec) => {
@@ -81,33 +86,20 @@ async fn on<S: ComponentStore>(store: &S, op: Operation) -> anyhow::Result<ExitC
                     "`{spec}` is not NAME@VERSION; e.g. `docket adapter activate http-delivery@2.0.0`"
                 );
             };
-            let stored = store.stored_components().await?;
-            let Some(found) = stored
-                .iter()
-                .find(|c| c.name == name && c.version == version)
-            else {
-                let known: Vec<&str> = stored
-                    .iter()
-                    .filter(|c| c.name == name)
-                    .map(|c| c.version.as_str())
-                    .collect();
-                bail!(
-                    "there is no deployed version {version} of `{name}` (deployed: {}); deploy it first with `docket adapter deploy FILE.wasm`",
-                    if known.is_empty() {
-                        "none".into()
-                    } else {
-                        known.join(", ")
-                    }
-                );
-            };
-            change(store, name, ActiveTarget::Digest(found.digest.clone())).await
+            let digest = registry::find_version(store, name, version)
+                .await
+                .map_err(|e| anyhow!("{e} with `docket adapter deploy FILE.wasm`"))?;
+            change(store, name, ActiveTarget::Digest(digest)).await
         }
         Operation::Rollback(name) => change(store, &name, ActiveTarget::Previous).await,
         Operation::List => list(store).await,
     }
 }
 
-async fn deploy<S: ComponentStore>(store: &S, file: &str) -> anyhow::Result<ExitCode> {
+async fn deploy<S: ComponentStore + DefinitionStore + Clone>(
+    store: &S,
+    file: &str,
+) -> anyhow::Result<ExitCode> {
     let path = resolve_component(file)?;
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let runtime = Runtime::new(RuntimeConfig {
@@ -115,53 +107,23 @@ async fn deploy<S: ComponentStore>(store: &S, file: &str) -> anyhow::Result<Exit
         cache_dir: cache_dir(),
         ..RuntimeConfig::default()
     })?;
-    // The same checks as a host's: it compiles, targets a docket world, and describes itself.
-    let c = runtime
+    let loaded = runtime
         .load(&bytes)
         .await
         .with_context(|| format!("{} is not a component docket can run", path.display()))?;
-    if let Some(contract) = c.contract()
-        && let Err(e) = contract.check()
-    {
-        bail!(
-            "{}: `{}@{}` declares an unusable contract: {e}",
-            path.display(),
-            c.name(),
-            c.version()
-        );
-    }
-    if let Some(other) = store
-        .stored_components()
-        .await?
-        .into_iter()
-        .find(|s| s.name == c.name() && s.version == c.version() && s.digest != c.digest)
-    {
-        bail!(
-            "`{}@{}` is already deployed with digest {}, and {} has digest {}; a deployed version never changes: give the changed component a new version",
-            c.name(),
-            c.version(),
-            other.digest,
-            path.display(),
-            c.digest
-        );
-    }
-    let added = store
-        .store_component(NewComponent {
-            digest: c.digest.clone(),
-            name: c.name().to_string(),
-            version: c.version().to_string(),
-            kind: c.world_name().to_string(),
-            bytes,
-            registered_at: now(),
-            author: author(),
-        })
-        .await?;
+    // The host's grants come from its config, which this shell does not have: the steps
+    // are checked for the world here, and for grants by `POST /v1/adapters`.
+    let definitions = Deployments::new(store.clone()).all_latest().await?;
+    let deployed = registry::deploy(store, loaded, bytes, &definitions, None, author(), now())
+        .await
+        .with_context(|| format!("deploying {}", path.display()))?;
+    let c = &deployed.component;
     println!(
         "{}@{} ({}) {}; activate it with `docket adapter activate {}@{}`",
         c.name(),
         c.version(),
         c.digest,
-        if added {
+        if deployed.added {
             "deployed (staged)"
         } else {
             "was already deployed"
@@ -177,20 +139,7 @@ async fn change<S: ComponentStore>(
     name: &str,
     target: ActiveTarget,
 ) -> anyhow::Result<ExitCode> {
-    let outcome = store
-        .set_active(ActiveChange {
-            name: name.to_string(),
-            target,
-            author: author(),
-            now: now(),
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(what) => {
-                anyhow::anyhow!("cannot change `{name}`: no {what}")
-            }
-            other => other.into(),
-        })?;
+    let outcome = registry::change(store, name, target, author(), now()).await?;
     if outcome.changed {
         println!(
             "{}@{} ({}) is now active; running hosts pick it up within {:?}",
@@ -215,24 +164,18 @@ async fn list<S: ComponentStore>(store: &S) -> anyhow::Result<ExitCode> {
         "{:<34} {:<9} {:<8} {:<8} DIGEST",
         "NAME", "VERSION", "WORLD", "STATE"
     );
-    let mut rows: Vec<_> = stored.iter().collect();
-    rows.sort_by(|a, b| {
-        a.name.cmp(&b.name).then_with(|| {
-            semver::Version::parse(&a.version)
-                .ok()
-                .cmp(&semver::Version::parse(&b.version).ok())
-        })
-    });
-    for c in rows {
-        let state = if active.iter().any(|a| a.digest == c.digest) {
-            "active"
-        } else {
-            "staged"
-        };
-        println!(
-            "{:<34} {:<9} {:<8} {:<8} {}",
-            c.name, c.version, c.kind, state, c.digest
-        );
+    for (_, versions) in registry::by_name(&stored) {
+        for c in versions {
+            let state = if active.iter().any(|a| a.digest == c.digest) {
+                "active"
+            } else {
+                "staged"
+            };
+            println!(
+                "{:<34} {:<9} {:<8} {:<8} {}",
+                c.name, c.version, c.kind, state, c.digest
+            );
+        }
     }
     let events = store.component_events(None, 20).await?;
     if !events.is_empty() {

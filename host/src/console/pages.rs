@@ -5,9 +5,13 @@ use super::session::{Session, random_token};
 use crate::api::{ApiContext, ApiStore, rfc3339, shorten_identity, workflow_view};
 use crate::contract::Contract;
 use crate::intent::{EventKind, StepState, WorkflowId, WorkflowState};
+use crate::scheduler::registry;
 use crate::store::{AttemptRecord, WorkflowFilter};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::HashMap;
+
+/// The latest events of one step its page shows (a stuck step's story is seldom longer).
+const STEP_EVENTS: u32 = 500;
 
 /// Events shown per page of a workflow's timeline.
 pub const EVENTS_PER_PAGE: usize = 50;
@@ -305,12 +309,16 @@ pub async fn render_workflow_page<S: ApiStore>(
     let steps = api.store.steps(&wid).await.map_err(e)?;
     let receipts = api.store.receipts(&wid).await.map_err(e)?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
-    let mut events = api.store.timeline(&wid, 0, 100_000).await.map_err(e)?;
-    if let Some(before) = events_before {
-        events.retain(|ev| ev.seq < before);
+    // One more than a page tells whether older events exist.
+    let mut page = api
+        .store
+        .timeline_latest(&wid, None, events_before, EVENTS_PER_PAGE as u32 + 1)
+        .await
+        .map_err(e)?;
+    let older = page.len() > EVENTS_PER_PAGE;
+    if older {
+        page.remove(0);
     }
-    let older = events.len() > EVENTS_PER_PAGE;
-    let page: Vec<_> = events.split_off(events.len().saturating_sub(EVENTS_PER_PAGE));
     let mut attempts = Vec::new();
     for s in &view.steps {
         attempts.push((
@@ -447,14 +455,11 @@ pub async fn step<S: ApiStore>(
             .or_else(|| step_def.and_then(|s| c.resolve(s).ok()))
             .and_then(|c| c.contract().cloned())
     });
-    let events: Vec<_> = api
+    let events = api
         .store
-        .timeline(&wid, 0, 100_000)
+        .timeline_latest(&wid, Some(step), None, STEP_EVENTS)
         .await
-        .map_err(e)?
-        .into_iter()
-        .filter(|ev| ev.step.as_deref() == Some(step))
-        .collect();
+        .map_err(e)?;
     let stuck = rec.state.needs_review()
         || matches!(
             rec.state,
@@ -588,20 +593,17 @@ pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result
     let events = api.store.component_events(None, 50).await.map_err(e)?;
     let verified = api.store.verifications().await.map_err(e)?;
     let loaded = api.components.as_ref().map(|c| c.all()).unwrap_or_default();
-    let mut names: Vec<&str> = stored.iter().map(|c| c.name.as_str()).collect();
-    names.sort();
-    names.dedup();
     Ok(layout(
         Some(who),
         "Adapters",
         html! {
             h1 { "Adapters and handlers" }
             p.muted { "Deploy, activate and roll back with " code { "docket adapter" } " or " code { "/v1/adapters" } ". Check a component's claims with " code { "docket adapter verify FILE.wasm --db …" } "; the verdicts show here." }
-            @for name in &names {
+            @for (name, versions) in registry::by_name(&stored) {
                 h2 { (name) }
                 table {
                     tr { th { "Version" } th { "State" } th { "Digest" } th { "Declared contract" } th { "Verification" } }
-                    @for c in stored.iter().filter(|c| c.name == *name) {
+                    @for c in versions {
                         @let is_active = active.iter().any(|a| a.digest == c.digest);
                         tr {
                             td { (c.version) }

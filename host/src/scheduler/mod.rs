@@ -8,6 +8,7 @@ pub mod components;
 pub mod definitions;
 mod execute;
 pub mod recovery;
+pub mod registry;
 
 pub use components::{Components, ResolveError, SyncError};
 pub use definitions::{DeployError, DeployedDef, Deployments};

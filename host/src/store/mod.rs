@@ -12,6 +12,7 @@
 
 pub mod postgres;
 mod records;
+mod rows;
 pub mod sqlite;
 
 pub use records::*;
@@ -157,6 +158,16 @@ pub trait ReadStore: Send + Sync {
         &self,
         id: &WorkflowId,
         after: u64,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<crate::intent::TimelineEvent>>> + Send;
+    /// The latest `limit` timeline entries with `seq < before` (any, without `before`),
+    /// only those of `step` when one is named; oldest first. How a long story is shown:
+    /// its last page, then pages further back.
+    fn timeline_latest(
+        &self,
+        id: &WorkflowId,
+        step: Option<&str>,
+        before: Option<u64>,
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<crate::intent::TimelineEvent>>> + Send;
     /// Attempts of one step with `number > after`, oldest first.

@@ -376,6 +376,38 @@ pub async fn reads_filter_and_page<S: Store>(s: S) {
         .collect();
     assert_eq!(page, vec![3, 4, 5]);
     assert!(s.timeline(id, 7, 10).await.unwrap().is_empty());
+    // Latest pages, going back: `before` is exclusive; a step filter keeps its own events.
+    let seqs = |events: Vec<docket::intent::TimelineEvent>| {
+        events.iter().map(|e| e.seq).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        seqs(s.timeline_latest(id, None, None, 3).await.unwrap()),
+        vec![5, 6, 7]
+    );
+    assert_eq!(
+        seqs(s.timeline_latest(id, None, Some(5), 2).await.unwrap()),
+        vec![3, 4]
+    );
+    assert!(
+        s.timeline_latest(id, None, Some(1), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let of_step: Vec<u64> = all
+        .iter()
+        .filter(|e| e.step.as_deref() == Some("only"))
+        .map(|e| e.seq)
+        .collect();
+    assert!(!of_step.is_empty() && of_step.len() < all.len());
+    assert_eq!(
+        seqs(
+            s.timeline_latest(id, Some("only"), None, 100)
+                .await
+                .unwrap()
+        ),
+        of_step
+    );
 
     // Attempt pages: a retry makes a second attempt of the same step.
     s.finish(finish_request(

@@ -4,10 +4,10 @@
 use super::executor::{insert_receipt, recompute_state, release_dependents};
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::intent::{AttemptId, EventKind, NewEvent};
+use crate::store::rows;
 use crate::store::{
     ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
 };
-use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
 async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
@@ -22,14 +22,7 @@ async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Opt
     .bind(&scope.key)
     .fetch_optional(&mut *conn)
     .await?;
-    Ok(row.map(|r| {
-        let status: Option<i64> = r.get("status");
-        let answer: Option<String> = r.get("answer");
-        ActionRecord {
-            request_digest: r.get("request_digest"),
-            answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
-        }
-    }))
+    Ok(row.as_ref().map(rows::action_record).transpose()?)
 }
 
 async fn store_answer(

@@ -1,11 +1,12 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
-use super::read::{parse, receipts_on};
+use super::read::receipts_on;
 use super::{PgResult, PgStore, append_events, insert_events, lock_workflow, transaction, u};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
     WorkflowId, WorkflowState,
 };
+use crate::store::rows::{self, EXPIRED_LEASE_COLUMNS, parse};
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
     FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
@@ -620,55 +621,18 @@ impl ExecutorStore for PgStore {
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
-        let rows = sqlx::query(
-            "SELECT s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
-                    s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
-                    a.component, a.component_version, a.result, w.workflow, w.definition_version
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EXPIRED_LEASE_COLUMNS}
              FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
              LEFT JOIN attempts a
                ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
              WHERE s.state = 'running' AND s.lease_expires_at < $1
-             ORDER BY s.lease_expires_at, s.ord LIMIT $2",
-        )
+             ORDER BY s.lease_expires_at, s.ord LIMIT $2"
+        )))
         .bind(now as i64)
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let trigger: Option<String> = r.get("trigger");
-                Ok(ExpiredLease {
-                    fence: Fence {
-                        workflow_id: WorkflowId(r.get("workflow_id")),
-                        step: r.get("step"),
-                        lease_token: r
-                            .get::<Option<String>, _>("lease_token")
-                            .unwrap_or_default(),
-                    },
-                    lease_owner: r
-                        .get::<Option<String>, _>("lease_owner")
-                        .unwrap_or_default(),
-                    lease_expires_at: r.get::<Option<i64>, _>("lease_expires_at").map_or(0, u),
-                    attempt_id: r.get::<Option<String>, _>("attempt_id").map(AttemptId),
-                    checkpoint: r.get::<Option<i64>, _>("checkpoint").unwrap_or(0) as u8,
-                    attempt_number: r.get::<i64, _>("attempts") as u32,
-                    attempt_started_at: r.get::<Option<i64>, _>("started_at").map_or(0, u),
-                    trigger: parse(trigger.as_deref().unwrap_or("initial"))?,
-                    component: r.get("component"),
-                    component_version: r.get("component_version"),
-                    workflow: r.get("workflow"),
-                    definition_version: r.get::<i64, _>("definition_version") as u32,
-                    uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(u),
-                    result: r
-                        .get::<Option<String>, _>("result")
-                        .map(|t| {
-                            serde_json::from_str(&t).map_err(|e| {
-                                StoreError::Corrupt(format!("stored attempt result: {e}"))
-                            })
-                        })
-                        .transpose()?,
-                })
-            })
-            .collect()
+        rows.iter().map(rows::expired_lease).collect()
     }
 }

@@ -22,6 +22,7 @@ mod actions;
 mod executor;
 mod read;
 
+use super::rows;
 use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
     AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
@@ -30,7 +31,7 @@ use super::{
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use crate::store::Verification;
-use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{PgPool, Row};
 use std::time::Duration;
 
@@ -227,7 +228,7 @@ pub(crate) async fn lock_workflow(
             .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-    Ok(read::parse(&state)?)
+    Ok(rows::parse(&state)?)
 }
 
 /// Appends events to a workflow's timeline, numbering them from its counter (which locks
@@ -331,7 +332,7 @@ impl DefinitionStore for PgStore {
         .bind(version as i64)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|r| definition_from_row(&r)))
+        row.as_ref().map(rows::definition).transpose()
     }
 
     async fn latest_definition(&self, name: &str) -> StoreResult<Option<StoredDefinition>> {
@@ -341,7 +342,7 @@ impl DefinitionStore for PgStore {
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|r| definition_from_row(&r)))
+        row.as_ref().map(rows::definition).transpose()
     }
 
     async fn latest_definitions(&self) -> StoreResult<Vec<StoredDefinition>> {
@@ -351,17 +352,7 @@ impl DefinitionStore for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(definition_from_row).collect())
-    }
-}
-
-fn definition_from_row(r: &PgRow) -> StoredDefinition {
-    StoredDefinition {
-        name: r.get("name"),
-        version: r.get::<i64, _>("version") as u32,
-        digest: r.get("digest"),
-        source: r.get("source"),
-        deployed_at: u(r.get("deployed_at")),
+        rows.iter().map(rows::definition).collect()
     }
 }
 
@@ -431,15 +422,7 @@ impl ComponentStore for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| ActiveComponent {
-                name: r.get("name"),
-                version: r.get("version"),
-                digest: r.get("digest"),
-                since: u(r.get("since")),
-            })
-            .collect())
+        rows.iter().map(rows::active_component).collect()
     }
 
     async fn record_verification(&self, v: Verification) -> StoreResult<()> {
@@ -469,17 +452,7 @@ impl ComponentStore for PgStore {
         .await?;
         let mut all = rows
             .iter()
-            .map(|r| {
-                Ok(Verification {
-                    digest: r.get("digest"),
-                    name: r.get("name"),
-                    version: r.get("version"),
-                    passed: r.get("passed"),
-                    verdicts: super::records::verdicts_from(r.get("verdicts"))?,
-                    author: r.get("author"),
-                    verified_at: u(r.get("verified_at")),
-                })
-            })
+            .map(rows::verification)
             .collect::<StoreResult<Vec<_>>>()?;
         all.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
         Ok(all)
@@ -498,18 +471,7 @@ impl ComponentStore for PgStore {
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| ComponentEvent {
-                seq: u(r.get("seq")),
-                name: r.get("name"),
-                version: r.get("version"),
-                digest: r.get("digest"),
-                action: r.get("action"),
-                author: r.get("author"),
-                at: u(r.get("at")),
-            })
-            .collect())
+        rows.iter().map(rows::component_event).collect()
     }
 
     async fn stored_components(&self) -> StoreResult<Vec<StoredComponent>> {
@@ -519,17 +481,7 @@ impl ComponentStore for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| StoredComponent {
-                digest: r.get("digest"),
-                name: r.get("name"),
-                version: r.get("version"),
-                kind: r.get("kind"),
-                size_bytes: u(r.get("size_bytes")),
-                registered_at: u(r.get("registered_at")),
-            })
-            .collect())
+        rows.iter().map(rows::stored_component).collect()
     }
 
     async fn component_bytes(&self, digest: &str) -> StoreResult<Option<Vec<u8>>> {

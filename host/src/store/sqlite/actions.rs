@@ -2,14 +2,14 @@
 //! one transaction.
 
 use super::executor::{recompute_state, release_dependents};
-use super::read::parse;
 use super::{SqliteStore, append_events};
 use crate::intent::WorkflowState;
+use crate::store::rows;
+use crate::store::rows::parse;
 use crate::store::{
     ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
-use sqlx::Row;
 
 fn scope_params(s: &ActionScope) -> [&str; 5] {
     [
@@ -171,14 +171,7 @@ impl OperatorStore for SqliteStore {
         .bind(&scope.key)
         .fetch_optional(&self.read)
         .await?;
-        Ok(row.map(|r| {
-            let status: Option<i64> = r.get("status");
-            let answer: Option<String> = r.get("answer");
-            ActionRecord {
-                request_digest: r.get("request_digest"),
-                answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
-            }
-        }))
+        row.as_ref().map(rows::action_record).transpose()
     }
 
     async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {

@@ -11,6 +11,7 @@ mod points;
 mod read;
 mod writer;
 
+use super::rows;
 use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
     AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
@@ -159,25 +160,28 @@ impl DefinitionStore for SqliteStore {
 
     async fn definition(&self, name: &str, version: u32) -> StoreResult<Option<StoredDefinition>> {
         self.points.with(|conn| {
-            Ok(conn
+            conn
                 .prepare_cached(
                     "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ? AND version = ?",
                 )?
-                .query_row(params![name, version as i64], definition_from_row)
-                .optional()?)
+                .query(params![name, version as i64])?
+                .next()?
+                .map(rows::definition)
+                .transpose()
         })
     }
 
     async fn latest_definition(&self, name: &str) -> StoreResult<Option<StoredDefinition>> {
         // On every admission: a point read, never a hand-off to a connection thread.
         self.points.with(|conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ?
+            conn.prepare_cached(
+                "SELECT name, version, digest, source, deployed_at FROM definitions WHERE name = ?
                      ORDER BY version DESC LIMIT 1",
-                )?
-                .query_row([name], definition_from_row)
-                .optional()?)
+            )?
+            .query([name])?
+            .next()?
+            .map(rows::definition)
+            .transpose()
         })
     }
 
@@ -188,20 +192,23 @@ impl DefinitionStore for SqliteStore {
                  WHERE version = (SELECT MAX(version) FROM definitions WHERE name = d.name)
                  ORDER BY name",
             )?;
-            let rows = stmt.query_map([], definition_from_row)?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            each_row(&mut stmt, [], |r| rows::definition(r))
         })
     }
 }
 
-fn definition_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDefinition> {
-    Ok(StoredDefinition {
-        name: r.get(0)?,
-        version: r.get::<_, i64>(1)? as u32,
-        digest: r.get(2)?,
-        source: r.get(3)?,
-        deployed_at: r.get::<_, i64>(4)? as u64,
-    })
+/// Every row `stmt` returns for `params`, mapped by `decode`.
+pub(crate) fn each_row<T>(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+    mut decode: impl FnMut(&rusqlite::Row<'_>) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    let mut found = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(r) = found.next()? {
+        out.push(decode(r)?);
+    }
+    Ok(out)
 }
 
 /// The key in scope, expired or not.
@@ -260,17 +267,7 @@ impl ComponentStore for SqliteStore {
                 "SELECT digest, name, version, kind, size_bytes, registered_at
                  FROM components ORDER BY registered_at, digest",
             )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(StoredComponent {
-                    digest: r.get(0)?,
-                    name: r.get(1)?,
-                    version: r.get(2)?,
-                    kind: r.get(3)?,
-                    size_bytes: r.get::<_, i64>(4)? as u64,
-                    registered_at: r.get::<_, i64>(5)? as u64,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            each_row(&mut stmt, [], |r| rows::stored_component(r))
         })
     }
 
@@ -295,15 +292,7 @@ impl ComponentStore for SqliteStore {
                 "SELECT a.name, c.version, a.digest, a.since
                  FROM active_components a JOIN components c ON c.digest = a.digest ORDER BY a.name",
             )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(ActiveComponent {
-                    name: r.get(0)?,
-                    version: r.get(1)?,
-                    digest: r.get(2)?,
-                    since: r.get::<_, i64>(3)? as u64,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            each_row(&mut stmt, [], |r| rows::active_component(r))
         })
     }
 
@@ -337,31 +326,7 @@ impl ComponentStore for SqliteStore {
                  WHERE seq = (SELECT MAX(seq) FROM component_verifications WHERE digest = v.digest)
                  ORDER BY name, version",
             )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, bool>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, i64>(6)?,
-                ))
-            })?;
-            let mut all = Vec::new();
-            for row in rows {
-                let (digest, name, version, passed, verdicts, author, at) = row?;
-                all.push(Verification {
-                    digest,
-                    name,
-                    version,
-                    passed,
-                    verdicts: super::records::verdicts_from(&verdicts)?,
-                    author,
-                    verified_at: at as u64,
-                });
-            }
-            Ok(all)
+            each_row(&mut stmt, [], |r| rows::verification(r))
         })
     }
 
@@ -375,18 +340,9 @@ impl ComponentStore for SqliteStore {
                 "SELECT seq, name, version, digest, action, author, at FROM component_events
                  WHERE ?1 IS NULL OR name = ?1 ORDER BY seq DESC LIMIT ?2",
             )?;
-            let rows = stmt.query_map(params![name, limit as i64], |r| {
-                Ok(ComponentEvent {
-                    seq: r.get::<_, i64>(0)? as u64,
-                    name: r.get(1)?,
-                    version: r.get(2)?,
-                    digest: r.get(3)?,
-                    action: r.get(4)?,
-                    author: r.get(5)?,
-                    at: r.get::<_, i64>(6)? as u64,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            each_row(&mut stmt, params![name, limit as i64], |r| {
+                rows::component_event(r)
+            })
         })
     }
 }

@@ -1,0 +1,304 @@
+//! Stored rows to records, written once for both backends: each driver's row type (sqlx's
+//! SQLite and PostgreSQL rows, rusqlite's row in the SQLite writer) offers the few typed
+//! column reads of [`Columns`], and every mapping below uses only those, by column name.
+
+use super::records::verdicts_from;
+use super::{
+    ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ExpiredLease, Fence, StepRecord,
+    StoreError, StoreResult, StoredComponent, StoredDefinition, Verification, WorkflowRecord,
+};
+use crate::intent::{
+    AttemptId, EvidenceKind, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
+};
+use sqlx::Row as _;
+
+/// Typed reads of one column by name; a missing column or a value of the wrong type is
+/// [`StoreError::Corrupt`].
+pub(crate) trait Columns {
+    fn text(&self, col: &str) -> StoreResult<String>;
+    fn opt_text(&self, col: &str) -> StoreResult<Option<String>>;
+    fn int(&self, col: &str) -> StoreResult<i64>;
+    fn opt_int(&self, col: &str) -> StoreResult<Option<i64>>;
+    fn flag(&self, col: &str) -> StoreResult<bool>;
+
+    /// A count or time stored as a signed integer, as the unsigned value it stands for.
+    fn uint(&self, col: &str) -> StoreResult<u64> {
+        Ok(self.int(col)? as u64)
+    }
+
+    fn opt_uint(&self, col: &str) -> StoreResult<Option<u64>> {
+        Ok(self.opt_int(col)?.map(|v| v as u64))
+    }
+
+    /// A stored enumeration.
+    fn parsed<T: std::str::FromStr>(&self, col: &str) -> StoreResult<T>
+    where
+        T::Err: std::fmt::Display,
+    {
+        parse(&self.text(col)?)
+    }
+
+    /// A stored JSON document.
+    fn json(&self, col: &str) -> StoreResult<serde_json::Value> {
+        json(&self.text(col)?)
+    }
+}
+
+/// Parses a stored enumeration, turning a bad value into [`StoreError::Corrupt`].
+pub(crate) fn parse<T: std::str::FromStr>(text: &str) -> StoreResult<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Parses a stored JSON document, turning bad JSON into [`StoreError::Corrupt`].
+pub(crate) fn json(text: &str) -> StoreResult<serde_json::Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+fn corrupt(col: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("column `{col}`: {e}"))
+}
+
+macro_rules! sqlx_columns {
+    ($row:ty) => {
+        impl Columns for $row {
+            fn text(&self, col: &str) -> StoreResult<String> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
+            fn opt_text(&self, col: &str) -> StoreResult<Option<String>> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
+            fn int(&self, col: &str) -> StoreResult<i64> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
+            fn opt_int(&self, col: &str) -> StoreResult<Option<i64>> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
+            fn flag(&self, col: &str) -> StoreResult<bool> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
+        }
+    };
+}
+
+sqlx_columns!(sqlx::sqlite::SqliteRow);
+sqlx_columns!(sqlx::postgres::PgRow);
+
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, col: &str) -> StoreResult<String> {
+        self.get(col).map_err(|e| corrupt(col, e))
+    }
+    fn opt_text(&self, col: &str) -> StoreResult<Option<String>> {
+        self.get(col).map_err(|e| corrupt(col, e))
+    }
+    fn int(&self, col: &str) -> StoreResult<i64> {
+        self.get(col).map_err(|e| corrupt(col, e))
+    }
+    fn opt_int(&self, col: &str) -> StoreResult<Option<i64>> {
+        self.get(col).map_err(|e| corrupt(col, e))
+    }
+    fn flag(&self, col: &str) -> StoreResult<bool> {
+        self.get(col).map_err(|e| corrupt(col, e))
+    }
+}
+
+/// The columns [`workflow`] reads, for a `SELECT`.
+pub(crate) const WORKFLOW_COLUMNS: &str =
+    "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
+     state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms";
+
+pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
+    Ok(WorkflowRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        workflow: r.text("workflow")?,
+        definition_version: r.int("definition_version")? as u32,
+        subject: Subject(r.text("subject")?),
+        idempotency_key: r.text("idempotency_key")?,
+        input: r.text("input")?,
+        input_digest: r.text("input_digest")?,
+        state: r.parsed("state")?,
+        created_at: r.uint("created_at")?,
+        ended_at: r.opt_uint("ended_at")?,
+        deadline_at: r.uint("deadline_at")?,
+        attempts_used: r.int("attempts_used")? as u32,
+        external_calls_used: r.int("external_calls_used")? as u32,
+        runtime_used_ms: r.uint("runtime_used_ms")?,
+    })
+}
+
+pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
+    Ok(StepRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        step: r.text("step")?,
+        state: r.parsed("state")?,
+        attempts: r.int("attempts")? as u32,
+        ready_at: r.opt_uint("ready_at")?,
+        lease_owner: r.opt_text("lease_owner")?,
+        lease_expires_at: r.opt_uint("lease_expires_at")?,
+        receipt_id: r.opt_text("receipt_id")?.map(ReceiptId),
+        note: r.opt_text("note")?,
+        escalated: r.opt_text("escalated")?.map(|s| json(&s)).transpose()?,
+    })
+}
+
+/// The columns [`receipt`] reads, for a `SELECT`.
+pub(crate) const RECEIPT_COLUMNS: &str =
+    "receipt_id, workflow_id, step, attempt_id, evidence_kind, component, component_version,
+     component_digest, input_digest, external_reference, output, recorded_at, author, reason,
+     evidence";
+
+pub(crate) fn receipt(r: &impl Columns) -> StoreResult<Receipt> {
+    Ok(Receipt {
+        receipt_id: ReceiptId(r.text("receipt_id")?),
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        step: r.text("step")?,
+        attempt_id: r.opt_text("attempt_id")?.map(AttemptId),
+        evidence_kind: r.parsed::<EvidenceKind>("evidence_kind")?,
+        component: r.text("component")?,
+        component_version: r.text("component_version")?,
+        component_digest: r.text("component_digest")?,
+        input_digest: r.text("input_digest")?,
+        external_reference: r.opt_text("external_reference")?,
+        output: r.json("output")?,
+        recorded_at: r.uint("recorded_at")?,
+        author: r.opt_text("author")?,
+        reason: r.opt_text("reason")?,
+        evidence: r.opt_text("evidence")?,
+    })
+}
+
+pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        attempt_id: AttemptId(r.text("attempt_id")?),
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        step: r.text("step")?,
+        number: r.int("number")? as u32,
+        trigger: r.parsed("trigger")?,
+        lease_owner: r.text("lease_owner")?,
+        component: r.opt_text("component")?,
+        component_version: r.opt_text("component_version")?,
+        component_digest: r.opt_text("component_digest")?,
+        input_digest: r.opt_text("input_digest")?,
+        request_identity: r.opt_text("request_identity")?,
+        checkpoint: r.int("checkpoint")? as u8,
+        observation: r.opt_text("observation")?,
+        outcome: r.parsed("outcome")?,
+        started_at: r.uint("started_at")?,
+        finished_at: r.opt_uint("finished_at")?,
+        log: r.json("log")?,
+    })
+}
+
+pub(crate) fn timeline_event(r: &impl Columns) -> StoreResult<TimelineEvent> {
+    Ok(TimelineEvent {
+        seq: r.uint("seq")?,
+        at: r.uint("at")?,
+        kind: r.parsed("kind")?,
+        step: r.opt_text("step")?,
+        attempt_id: r.opt_text("attempt_id")?,
+        text: r.text("text")?,
+        data: r.json("data")?,
+    })
+}
+
+pub(crate) fn definition(r: &impl Columns) -> StoreResult<StoredDefinition> {
+    Ok(StoredDefinition {
+        name: r.text("name")?,
+        version: r.int("version")? as u32,
+        digest: r.text("digest")?,
+        source: r.text("source")?,
+        deployed_at: r.uint("deployed_at")?,
+    })
+}
+
+pub(crate) fn stored_component(r: &impl Columns) -> StoreResult<StoredComponent> {
+    Ok(StoredComponent {
+        digest: r.text("digest")?,
+        name: r.text("name")?,
+        version: r.text("version")?,
+        kind: r.text("kind")?,
+        size_bytes: r.uint("size_bytes")?,
+        registered_at: r.uint("registered_at")?,
+    })
+}
+
+pub(crate) fn active_component(r: &impl Columns) -> StoreResult<ActiveComponent> {
+    Ok(ActiveComponent {
+        name: r.text("name")?,
+        version: r.text("version")?,
+        digest: r.text("digest")?,
+        since: r.uint("since")?,
+    })
+}
+
+pub(crate) fn component_event(r: &impl Columns) -> StoreResult<ComponentEvent> {
+    Ok(ComponentEvent {
+        seq: r.uint("seq")?,
+        name: r.text("name")?,
+        version: r.text("version")?,
+        digest: r.text("digest")?,
+        action: r.text("action")?,
+        author: r.text("author")?,
+        at: r.uint("at")?,
+    })
+}
+
+pub(crate) fn verification(r: &impl Columns) -> StoreResult<Verification> {
+    Ok(Verification {
+        digest: r.text("digest")?,
+        name: r.text("name")?,
+        version: r.text("version")?,
+        passed: r.flag("passed")?,
+        verdicts: verdicts_from(&r.text("verdicts")?)?,
+        author: r.text("author")?,
+        verified_at: r.uint("verified_at")?,
+    })
+}
+
+/// The columns [`expired_lease`] reads: the step (`s`), its latest attempt (`a`) and the
+/// workflow (`w`).
+pub(crate) const EXPIRED_LEASE_COLUMNS: &str =
+    "s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
+     s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
+     a.component, a.component_version, a.result, w.workflow, w.definition_version";
+
+pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
+    Ok(ExpiredLease {
+        fence: Fence {
+            workflow_id: WorkflowId(r.text("workflow_id")?),
+            step: r.text("step")?,
+            lease_token: r.opt_text("lease_token")?.unwrap_or_default(),
+        },
+        lease_owner: r.opt_text("lease_owner")?.unwrap_or_default(),
+        lease_expires_at: r.opt_uint("lease_expires_at")?.unwrap_or(0),
+        attempt_id: r.opt_text("attempt_id")?.map(AttemptId),
+        checkpoint: r.opt_int("checkpoint")?.unwrap_or(0) as u8,
+        attempt_number: r.int("attempts")? as u32,
+        attempt_started_at: r.opt_uint("started_at")?.unwrap_or(0),
+        trigger: parse(r.opt_text("trigger")?.as_deref().unwrap_or("initial"))?,
+        component: r.opt_text("component")?,
+        component_version: r.opt_text("component_version")?,
+        workflow: r.text("workflow")?,
+        definition_version: r.int("definition_version")? as u32,
+        uncertain_since: r.opt_uint("uncertain_since")?,
+        result: r
+            .opt_text("result")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("stored attempt result: {e}")))
+            })
+            .transpose()?,
+    })
+}
+
+pub(crate) fn action_record(r: &impl Columns) -> StoreResult<ActionRecord> {
+    let status = r.opt_int("status")?;
+    let answer = r.opt_text("answer")?;
+    Ok(ActionRecord {
+        request_digest: r.text("request_digest")?,
+        answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+    })
+}
