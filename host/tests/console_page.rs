@@ -1,9 +1,12 @@
 //! The console's pages served in-process: the workflow page of a long story (50 attempts,
 //! more than 200 timeline events) shows the latest 50 events with a link to older ones and
-//! folds the attempts; the list puts the review queue first, filters and paginates.
+//! folds the attempts; the list puts the review queue first, filters and paginates;
+//! sessions live in the database, so every host on it knows them.
 
 #[path = "console_page/fixture.rs"]
 mod fixture;
+
+use tower::ServiceExt;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_story_shows_the_latest_fifty_events_and_folds_its_attempts() {
@@ -118,4 +121,91 @@ async fn the_list_puts_review_first_then_filters_and_pages_newest_first() {
     let (status, bad) = fixture::get(&app, &cookie, "/console/workflows?state=sleeping").await;
     assert_eq!(status, 400);
     assert!(bad.contains("sleeping"), "the refusal names the bad value");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_host_on_the_database_knows_a_session_until_it_ends() {
+    let (a, _, cookie, dir) = fixture::long_story().await;
+    let b = another_host(dir.path(), docket::api::Auth::open()).await;
+    // Signed in on one host, known to another (or to the same one after a restart).
+    let (status, page) = fixture::get(&b, &cookie, "/console/workflows").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Keep trying") || page.contains("persistent"));
+    // No cookie, or one that was never issued: to the sign-in page.
+    let (status, _) = fixture::get(&b, "", "/console/workflows").await;
+    assert_eq!(status, 303);
+    let (status, _) = fixture::get(&b, "docket_console=forged", "/console/workflows").await;
+    assert_eq!(status, 303);
+    // The database holds the cookie's digest, never the cookie.
+    let value = cookie.split_once('=').unwrap().1;
+    let bytes = std::fs::read(dir.path().join("docket.db")).unwrap();
+    let wal = std::fs::read(dir.path().join("docket.db-wal")).unwrap_or_default();
+    for file in [&bytes, &wal] {
+        assert!(
+            !file.windows(value.len()).any(|w| w == value.as_bytes()),
+            "the cookie's value is stored"
+        );
+    }
+
+    // A host whose tokens no longer make this subject an operator does not honour it.
+    let strict = another_host(
+        dir.path(),
+        docket::api::Auth::with_tokens([(
+            "op-token".to_string(),
+            docket::api::Principal {
+                subject: docket::intent::Subject("alice".into()),
+                role: docket::api::Role::Operator,
+            },
+        )]),
+    )
+    .await;
+    let (status, _) = fixture::get(&strict, &cookie, "/console/workflows").await;
+    assert_eq!(status, 303);
+
+    // Signing out on one host ends the session on all of them.
+    let (status, location) = post(&a, &cookie, "/console/sign-out", "").await;
+    assert_eq!((status, location.as_str()), (303, "/console/sign-in"));
+    for host in [&a, &b] {
+        let (status, _) = fixture::get(host, &cookie, "/console/workflows").await;
+        assert_eq!(status, 303);
+    }
+}
+
+/// Another host on the database in `dir`: its own store, definitions and console, with
+/// the tokens of `auth`.
+pub async fn another_host(dir: &std::path::Path, auth: docket::api::Auth) -> axum::Router {
+    let store = docket::store::sqlite::SqliteStore::open(&dir.join("docket.db"))
+        .await
+        .unwrap();
+    let deployments = std::sync::Arc::new(docket::scheduler::Deployments::new(store.clone()));
+    let mut ctx =
+        docket::api::ApiContext::new(store, deployments, docket::clock::SystemClock::new());
+    ctx.test_controls = false;
+    ctx.auth = auth;
+    let ctx = std::sync::Arc::new(ctx);
+    docket::console::router(ctx.clone()).merge(docket::api::shared_router(ctx))
+}
+
+/// `POST path` with the session cookie and a form body; returns status and `Location`.
+pub async fn post(app: &axum::Router, cookie: &str, path: &str, form: &str) -> (u16, String) {
+    let r = app
+        .clone()
+        .oneshot(
+            axum::http::Request::post(path)
+                .header(axum::http::header::COOKIE, cookie)
+                .header(
+                    axum::http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .body(axum::body::Body::from(form.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let location = r
+        .headers()
+        .get(axum::http::header::LOCATION)
+        .map(|l| l.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (r.status().as_u16(), location)
 }

@@ -20,6 +20,8 @@ mod concurrency;
 mod executor;
 #[path = "store_conformance/fixtures.rs"]
 mod fixtures;
+#[path = "store_conformance/sessions.rs"]
+mod sessions;
 #[path = "support/test_database.rs"]
 mod test_database;
 #[path = "store_conformance/wakeups.rs"]
@@ -72,4 +74,5 @@ conformance!(
     wakeups::component_bytes_are_kept_once_per_digest,
     wakeups::the_registry_activates_rolls_back_and_keeps_its_history,
     wakeups::the_latest_verification_of_each_component_is_kept,
+    sessions::console_sessions_are_found_by_digest_until_they_expire_or_end,
 );

@@ -113,6 +113,17 @@ impl Auth {
         self.by_digest.is_empty()
     }
 
+    /// Whether `subject` holds the operator role under this configuration (for sessions
+    /// that outlive a change of the token map).
+    pub fn is_operator(&self, subject: &Subject) -> bool {
+        if self.is_open() {
+            return *subject == Principal::local().subject;
+        }
+        self.by_digest
+            .values()
+            .any(|p| p.role == Role::Operator && &p.subject == subject)
+    }
+
     /// The caller named by the request's `Authorization` header.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         if self.is_open() {

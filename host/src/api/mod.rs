@@ -40,7 +40,9 @@ use crate::clock::Clock;
 use crate::clock::SystemClock;
 use crate::scheduler::Components;
 use crate::scheduler::Deployments;
-use crate::store::{AdmissionStore, ComponentStore, DefinitionStore, OperatorStore, ReadStore};
+use crate::store::{
+    AdmissionStore, ComponentStore, DefinitionStore, OperatorStore, ReadStore, SessionStore,
+};
 use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
@@ -55,6 +57,7 @@ pub trait ApiStore:
     + DefinitionStore
     + OperatorStore
     + ComponentStore
+    + SessionStore
     + Clone
     + Send
     + Sync
@@ -68,6 +71,7 @@ impl<S> ApiStore for S where
         + DefinitionStore
         + OperatorStore
         + ComponentStore
+        + SessionStore
         + Clone
         + Send
         + Sync

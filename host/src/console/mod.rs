@@ -19,7 +19,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
-use session::Sessions;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -28,17 +27,13 @@ pub use pages::render_workflow_page;
 /// What the console's handlers share.
 pub struct Console<S> {
     pub(crate) api: Arc<ApiContext<S>>,
-    pub(crate) sessions: Sessions,
 }
 
 type Shared<S> = Arc<Console<S>>;
 
 /// The console's routes, over the API's context.
 pub fn router<S: ApiStore>(api: Arc<ApiContext<S>>) -> Router {
-    let console = Arc::new(Console {
-        api,
-        sessions: Sessions::default(),
-    });
+    let console = Arc::new(Console { api });
     Router::new()
         .route(
             "/console",
@@ -75,14 +70,28 @@ fn html(status: StatusCode, page: Markup) -> Response {
 }
 
 /// The signed-in operator, or a redirect to the sign-in page.
-fn signed_in<S>(
+async fn signed_in<S: ApiStore>(
     console: &Console<S>,
     headers: &HeaderMap,
 ) -> Result<session::Session, Box<Response>> {
-    console
-        .sessions
-        .of_request(headers)
-        .ok_or_else(|| Box::new(Redirect::to("/console/sign-in").into_response()))
+    let api = &console.api;
+    match session::of_request(&api.store, &api.auth, headers, api.clock_now()).await {
+        Ok(Some(who)) => Ok(who),
+        Ok(None) => Err(Box::new(Redirect::to("/console/sign-in").into_response())),
+        Err(e) => Err(Box::new(store_down(api, e))),
+    }
+}
+
+/// The sign-in page with the reason, when sessions cannot be read or written.
+fn store_down<S: ApiStore>(api: &ApiContext<S>, e: crate::store::StoreError) -> Response {
+    tracing::warn!("console sessions: {e}");
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        pages::sign_in(
+            api.auth.is_open(),
+            Some("docket cannot reach its database to check the session; try again shortly."),
+        ),
+    )
 }
 
 async fn sign_in_page<S: ApiStore>(State(c): State<Shared<S>>) -> Response {
@@ -124,7 +133,10 @@ async fn sign_in<S: ApiStore>(
             ),
         );
     }
-    let cookie = c.sessions.start(principal);
+    let cookie = match session::start(&c.api.store, &principal, c.api.clock_now()).await {
+        Ok(cookie) => cookie,
+        Err(e) => return store_down(&c.api, e),
+    };
     let mut r = Redirect::to("/console/workflows").into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, cookie.parse().expect("a valid cookie"));
@@ -132,7 +144,9 @@ async fn sign_in<S: ApiStore>(
 }
 
 async fn sign_out<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
-    c.sessions.end(&headers);
+    if let Err(e) = session::end(&c.api.store, &headers, c.api.clock_now()).await {
+        return store_down(&c.api, e);
+    }
     let mut r = Redirect::to("/console/sign-in").into_response();
     r.headers_mut().insert(
         header::SET_COOKIE,
@@ -146,7 +160,7 @@ async fn workflows<S: ApiStore>(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers) {
+    let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -162,7 +176,7 @@ async fn workflow<S: ApiStore>(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers) {
+    let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -183,7 +197,7 @@ async fn step<S: ApiStore>(
     Path((id, step)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers) {
+    let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -235,7 +249,7 @@ async fn act<S: ApiStore>(
     Path((id, step, action)): Path<(String, String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let who = match signed_in(&c, &headers) {
+    let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -317,7 +331,7 @@ async fn refusal_text(r: Response) -> String {
 }
 
 async fn adapters<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
-    let who = match signed_in(&c, &headers) {
+    let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };

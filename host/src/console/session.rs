@@ -2,14 +2,16 @@
 //! cookie, and a per-session token that every form carries back (cross-site request
 //! forgery protection that does not rely on the cookie's `SameSite` alone).
 //!
-//! Sessions live in this host's memory: signing in again is the cost of a restart.
+//! Sessions are stored in the database ([`SessionStore`]) under the digest of the cookie's
+//! value, so any host on it knows them — several hosts behind one address, or a restarted
+//! one, do not sign the operator out — and the table holds nothing usable as a cookie.
 
-use crate::api::Principal;
+use crate::api::{Auth, Principal, Role};
+use crate::intent::{Millis, Subject, sha256_digest};
+use crate::store::{ConsoleSession, SessionStore, StoreResult};
 use axum::http::{HeaderMap, header};
 use rand::RngCore;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const COOKIE: &str = "docket_console";
 /// A session ends this long after it started.
@@ -24,7 +26,6 @@ pub const CLEAR_COOKIE: &str =
 pub struct Session {
     pub principal: Principal,
     pub csrf: String,
-    started: Instant,
 }
 
 impl Session {
@@ -35,11 +36,6 @@ impl Session {
     }
 }
 
-#[derive(Default)]
-pub struct Sessions {
-    by_id: Mutex<HashMap<String, Session>>,
-}
-
 /// 32 random bytes as hex.
 pub fn random_token() -> String {
     let mut bytes = [0u8; 32];
@@ -47,51 +43,71 @@ pub fn random_token() -> String {
     hex::encode(bytes)
 }
 
-impl Sessions {
-    /// Starts a session; returns the `Set-Cookie` value.
-    pub fn start(&self, principal: Principal) -> String {
-        let id = random_token();
-        let session = Session {
-            principal,
+/// Starts a session for `principal`; returns the `Set-Cookie` value.
+pub async fn start<S: SessionStore>(
+    store: &S,
+    principal: &Principal,
+    now: Millis,
+) -> StoreResult<String> {
+    let id = random_token();
+    store
+        .start_session(ConsoleSession {
+            id_digest: sha256_digest(id.as_bytes()),
+            subject: principal.subject.0.clone(),
+            role: principal.role.as_str().to_string(),
             csrf: random_token(),
-            started: Instant::now(),
-        };
-        let mut all = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|_, s| s.started.elapsed() < LIFETIME);
-        all.insert(id.clone(), session);
-        format!(
-            "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-            LIFETIME.as_secs()
-        )
-    }
+            started_at: now,
+            expires_at: now + LIFETIME.as_millis() as Millis,
+        })
+        .await?;
+    Ok(format!(
+        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+        LIFETIME.as_secs()
+    ))
+}
 
-    fn id(headers: &HeaderMap) -> Option<String> {
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == COOKIE)
-            .map(|(_, value)| value.to_string())
-    }
+fn cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_string())
+}
 
-    /// The live session named by the request's cookie.
-    pub fn of_request(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = Self::id(headers)?;
-        let all = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        all.get(&id)
-            .filter(|s| s.started.elapsed() < LIFETIME)
-            .cloned()
+/// The live session named by the request's cookie, if its subject is still an operator
+/// under this host's tokens.
+pub async fn of_request<S: SessionStore>(
+    store: &S,
+    auth: &Auth,
+    headers: &HeaderMap,
+    now: Millis,
+) -> StoreResult<Option<Session>> {
+    let Some(id) = cookie(headers) else {
+        return Ok(None);
+    };
+    let Some(stored) = store.session(&sha256_digest(id.as_bytes()), now).await? else {
+        return Ok(None);
+    };
+    let subject = Subject(stored.subject);
+    if stored.role != Role::Operator.as_str() || !auth.is_operator(&subject) {
+        return Ok(None);
     }
+    Ok(Some(Session {
+        principal: Principal {
+            subject,
+            role: Role::Operator,
+        },
+        csrf: stored.csrf,
+    }))
+}
 
-    /// Ends the request's session.
-    pub fn end(&self, headers: &HeaderMap) {
-        if let Some(id) = Self::id(headers) {
-            self.by_id
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
-        }
+/// Ends the request's session.
+pub async fn end<S: SessionStore>(store: &S, headers: &HeaderMap, now: Millis) -> StoreResult<()> {
+    match cookie(headers) {
+        Some(id) => store.end_session(&sha256_digest(id.as_bytes()), now).await,
+        None => Ok(()),
     }
 }

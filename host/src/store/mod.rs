@@ -126,6 +126,28 @@ pub trait ComponentStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Vec<ComponentEvent>>> + Send;
 }
 
+/// Operator sessions of the console, shared by every host on the database.
+pub trait SessionStore: Send + Sync {
+    /// Records a new session, and forgets every session expired by its start.
+    fn start_session(
+        &self,
+        session: ConsoleSession,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// The session stored under `id_digest`, unless it expired by `now`.
+    fn session(
+        &self,
+        id_digest: &str,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Option<ConsoleSession>>> + Send;
+    /// Ends the session stored under `id_digest`, and forgets every session expired by
+    /// `now`.
+    fn end_session(
+        &self,
+        id_digest: &str,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
 /// The API's writes: admitting intents.
 pub trait AdmissionStore: Send + Sync {
     /// The live (not expired) key in scope, if any.

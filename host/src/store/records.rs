@@ -530,3 +530,15 @@ pub(crate) fn verdicts_from(text: &str) -> super::StoreResult<Vec<(String, Strin
     serde_json::from_str(text)
         .map_err(|e| super::StoreError::Corrupt(format!("stored verdicts: {e}")))
 }
+
+/// A console session as stored: the digest of the cookie's value, never the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    pub id_digest: String,
+    pub subject: String,
+    /// `operator` or `client`, as at sign-in.
+    pub role: String,
+    pub csrf: String,
+    pub started_at: Millis,
+    pub expires_at: Millis,
+}

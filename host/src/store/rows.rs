@@ -4,8 +4,9 @@
 
 use super::records::verdicts_from;
 use super::{
-    ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ExpiredLease, Fence, StepRecord,
-    StoreError, StoreResult, StoredComponent, StoredDefinition, Verification, WorkflowRecord,
+    ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ConsoleSession, ExpiredLease,
+    Fence, StepRecord, StoreError, StoreResult, StoredComponent, StoredDefinition, Verification,
+    WorkflowRecord,
 };
 use crate::intent::{
     AttemptId, EvidenceKind, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
@@ -300,5 +301,16 @@ pub(crate) fn action_record(r: &impl Columns) -> StoreResult<ActionRecord> {
     Ok(ActionRecord {
         request_digest: r.text("request_digest")?,
         answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+    })
+}
+
+pub(crate) fn console_session(r: &impl Columns) -> StoreResult<ConsoleSession> {
+    Ok(ConsoleSession {
+        id_digest: r.text("id_digest")?,
+        subject: r.text("subject")?,
+        role: r.text("role")?,
+        csrf: r.text("csrf")?,
+        started_at: r.uint("started_at")?,
+        expires_at: r.uint("expires_at")?,
     })
 }

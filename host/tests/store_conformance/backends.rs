@@ -4,6 +4,7 @@ use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
     AdmissionStore, ComponentStore, DefinitionStore, ExecutorStore, OperatorStore, ReadStore,
+    SessionStore,
 };
 use std::future::Future;
 
@@ -15,6 +16,7 @@ pub trait Store:
     + ExecutorStore
     + OperatorStore
     + ComponentStore
+    + SessionStore
     + Clone
     + 'static
 {
@@ -27,6 +29,7 @@ impl<T> Store for T where
         + ReadStore
         + ExecutorStore
         + OperatorStore
+        + SessionStore
         + Clone
         + 'static
 {

@@ -21,6 +21,7 @@
 mod actions;
 mod executor;
 mod read;
+mod sessions;
 
 use super::rows;
 use super::{

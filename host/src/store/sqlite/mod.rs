@@ -9,6 +9,7 @@ mod actions;
 mod executor;
 mod points;
 mod read;
+mod sessions;
 mod writer;
 
 use super::rows;
