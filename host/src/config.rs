@@ -11,6 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The shortest secret value a configuration may hold.
+pub const MIN_SECRET_CHARS: usize = 8;
+
 /// `docket.toml` as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -183,15 +186,27 @@ impl HostConfig {
             }
         };
         let mut secrets = SecretSource::default();
+        let mut found = Vec::new();
         for (k, v) in &raw.secrets.values {
-            secrets.insert(k.clone(), v.as_str());
+            found.push((format!("[secrets] values.{k}"), k.clone(), v.clone()));
         }
         if let Some(prefix) = &raw.secrets.env_prefix {
             for (k, v) in std::env::vars() {
                 if let Some(name) = k.strip_prefix(prefix.as_str()) {
-                    secrets.insert(name.to_lowercase(), v.as_str());
+                    found.push((format!("environment variable {k}"), name.to_lowercase(), v));
                 }
             }
+        }
+        for (origin, name, value) in found {
+            // Every text a call produces is redacted by replacing each secret value it
+            // contains: a very short value would be found, and blanked, in unrelated text.
+            let chars = value.chars().count();
+            if chars < MIN_SECRET_CHARS {
+                return Err(invalid(format!(
+                    "{origin}: the secret `{name}` has {chars} characters; a secret needs at least {MIN_SECRET_CHARS} (a shorter one is guessable, and docket could not tell it apart from ordinary text when it keeps secrets out of logs)"
+                )));
+            }
+            secrets.insert(name, value.as_str());
         }
         let mut adapters = BTreeMap::new();
         for (component, a) in raw.adapters {
@@ -270,7 +285,7 @@ mod tests {
             subject = "alice"
             role = "client"
             [secrets]
-            values = { provider_token = "abc" }
+            values = { provider_token = "abc-defg-hij" }
             [adapters.http-delivery]
             allow_hosts = ["http://127.0.0.1:8090"]
             allow_secrets = ["provider_token"]
@@ -283,8 +298,27 @@ mod tests {
         let c = HostConfig::from_toml("docket.toml", raw).unwrap();
         assert_eq!(c.lease, Duration::from_secs(5));
         assert!(c.policy.allows_host("http-delivery", "$base_url"));
-        assert_eq!(c.secrets.get("provider_token").unwrap().expose(), "abc");
+        assert_eq!(
+            c.secrets.get("provider_token").unwrap().expose(),
+            "abc-defg-hij"
+        );
         assert_eq!(c.tokens[0].role, RoleToml::Client);
+    }
+
+    #[test]
+    fn a_short_secret_is_refused_by_name() {
+        let raw =
+            HostConfig::parse_toml("c.toml", "[secrets]\nvalues = { pin = \"1234\" }\n").unwrap();
+        let err = HostConfig::from_toml("c.toml", raw)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("values.pin")
+                && err.contains("4 characters")
+                && err.contains("at least 8"),
+            "{err}"
+        );
+        assert!(!err.contains("1234"), "the error shows the value: {err}");
     }
 
     #[test]
