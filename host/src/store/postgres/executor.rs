@@ -1,7 +1,7 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::read::receipts_on;
-use super::{PgResult, PgStore, append_events, insert_events, lock_workflow, transaction, u};
+use super::{PgResult, PgStore, append_events, transaction, u};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
     WorkflowId, WorkflowState,
@@ -15,24 +15,6 @@ use crate::store::{
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 use std::collections::HashMap;
-
-/// Fails with [`StoreError::LeaseLost`] unless the fence's lease is still held; otherwise
-/// locks the step until commit, so recovery cannot take the lease over in between.
-async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> PgResult<()> {
-    let held = sqlx::query(
-        "SELECT 1 FROM steps WHERE workflow_id = $1 AND step = $2 AND lease_token = $3
-           AND state = 'running' FOR UPDATE",
-    )
-    .bind(fence.workflow_id.as_str())
-    .bind(&fence.step)
-    .bind(&fence.lease_token)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(lease_lost(fence).into()),
-    }
-}
 
 fn lease_lost(fence: &Fence) -> StoreError {
     StoreError::LeaseLost {
@@ -69,38 +51,40 @@ fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
         .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))
 }
 
-async fn apply_facts(
-    conn: &mut PgConnection,
-    attempt: &AttemptId,
+/// Writes an attempt's facts (`$1`–`$11`) to attempt `$12`, as a statement for a `WITH`
+/// clause: the caller appends its guard (`AND …`) and binds the rest from `$13` on.
+const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
+     component = COALESCE($2, component), component_version = COALESCE($3, component_version),
+     component_digest = COALESCE($4, component_digest), input_digest = COALESCE($5, input_digest),
+     request_identity = COALESCE($6, request_identity), observation = COALESCE($7, observation),
+     outcome = COALESCE($8, outcome), finished_at = COALESCE($9, finished_at),
+     log = COALESCE($10, log), result = COALESCE($11, result)
+     WHERE attempt_id = $12";
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds `$1`–`$12` of [`APPLY_FACTS`].
+fn bind_facts<'q>(
+    query: PgQuery<'q>,
+    attempt: &'q AttemptId,
     checkpoint: u8,
-    facts: &AttemptFacts,
+    facts: &'q AttemptFacts,
     finished_at: Option<Millis>,
-    log: Option<&serde_json::Value>,
-) -> PgResult<()> {
-    sqlx::query(
-        "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
-             component = COALESCE($2, component), component_version = COALESCE($3, component_version),
-             component_digest = COALESCE($4, component_digest), input_digest = COALESCE($5, input_digest),
-             request_identity = COALESCE($6, request_identity), observation = COALESCE($7, observation),
-             outcome = COALESCE($8, outcome), finished_at = COALESCE($9, finished_at),
-             log = COALESCE($10, log), result = COALESCE($11, result)
-         WHERE attempt_id = $12",
-    )
-    .bind(checkpoint as i64)
-    .bind(facts.component.as_deref())
-    .bind(facts.component_version.as_deref())
-    .bind(facts.component_digest.as_deref())
-    .bind(facts.input_digest.as_deref())
-    .bind(facts.request_identity.as_deref())
-    .bind(facts.observation.as_deref())
-    .bind(facts.outcome.map(AttemptOutcome::as_str))
-    .bind(finished_at.map(|v| v as i64))
-    .bind(log.map(|l| l.to_string()))
-    .bind(result_text(facts)?)
-    .bind(attempt.as_str())
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+    log: Option<String>,
+) -> PgResult<PgQuery<'q>> {
+    Ok(query
+        .bind(checkpoint as i64)
+        .bind(facts.component.as_deref())
+        .bind(facts.component_version.as_deref())
+        .bind(facts.component_digest.as_deref())
+        .bind(facts.input_digest.as_deref())
+        .bind(facts.request_identity.as_deref())
+        .bind(facts.observation.as_deref())
+        .bind(facts.outcome.map(AttemptOutcome::as_str))
+        .bind(finished_at.map(|v| v as i64))
+        .bind(log)
+        .bind(result_text(facts)?)
+        .bind(attempt.as_str()))
 }
 
 /// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
@@ -317,16 +301,33 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
 }
 
 async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgResult<()> {
-    check_fence(conn, &req.fence).await?;
-    apply_facts(
-        conn,
+    // The fence and the facts in one round trip: the step row is locked until commit (so
+    // recovery cannot take the lease over in between), and the facts are written only
+    // under the lease.
+    let query = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH held AS (
+             SELECT 1 FROM steps WHERE workflow_id = $13 AND step = $14 AND lease_token = $15
+               AND state = 'running' FOR UPDATE),
+         applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM held) RETURNING 1)
+         SELECT (SELECT count(*) FROM held) AS held"
+    )));
+    let held: i64 = bind_facts(
+        query,
         &req.attempt_id,
         req.checkpoint,
         &req.facts,
         None,
         None,
-    )
-    .await?;
+    )?
+    .bind(req.fence.workflow_id.as_str())
+    .bind(&req.fence.step)
+    .bind(&req.fence.lease_token)
+    .fetch_one(&mut *conn)
+    .await?
+    .get("held");
+    if held == 0 {
+        return Err(lease_lost(&req.fence).into());
+    }
     if req.external_call {
         sqlx::query(
             "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = $1",
@@ -375,15 +376,29 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         ),
         StepTransition::Terminal(state) => (*state, None, None, None, None),
     };
-    let moved = sqlx::query(
-        "UPDATE steps SET state = $1, ready_at = $2, next_trigger = COALESCE($3, next_trigger),
-             uncertain_since = CASE WHEN $1 = 'succeeded' THEN NULL
-                                    ELSE COALESCE(uncertain_since, $4) END,
-             receipt_id = COALESCE($5, receipt_id), note = $6,
-             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-         WHERE workflow_id = $7 AND step = $8 AND lease_token = $9 AND state = 'running'
-           AND ($10::BIGINT IS NULL OR lease_expires_at < $10)",
-    )
+    // The fence and the attempt's facts in one round trip; the facts are written only if
+    // the step moved.
+    let query = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH moved AS (
+             UPDATE steps SET state = $13, ready_at = $14, next_trigger = COALESCE($15, next_trigger),
+                 uncertain_since = CASE WHEN $13 = 'succeeded' THEN NULL
+                                        ELSE COALESCE(uncertain_since, $16) END,
+                 receipt_id = COALESCE($17, receipt_id), note = $18,
+                 lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE workflow_id = $19 AND step = $20 AND lease_token = $21 AND state = 'running'
+               AND ($22::BIGINT IS NULL OR lease_expires_at < $22)
+             RETURNING 1),
+         applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM moved) RETURNING 1)
+         SELECT (SELECT count(*) FROM moved) AS moved"
+    )));
+    let moved: i64 = bind_facts(
+        query,
+        &attempt_id,
+        checkpoint,
+        &facts,
+        Some(now),
+        Some(log.to_string()),
+    )?
     .bind(state.as_str())
     .bind(ready_at)
     .bind(next_trigger)
@@ -394,16 +409,23 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     .bind(&fence.step)
     .bind(&fence.lease_token)
     .bind(expired_before.map(|v| v as i64))
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await?
-    .rows_affected();
+    .get("moved");
     if moved == 0 {
         return Err(lease_lost(&fence).into());
     }
-    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now), Some(&log)).await?;
-    // From here on this transaction sees every step change of the workflow committed by
-    // others. (The attempt row is locked first, as `late_evidence` does.)
-    lock_workflow(conn, &fence.workflow_id).await?;
+    // Locks the workflow row: from here on this transaction sees every step change of the
+    // workflow committed by others. (The attempt row is locked first, as `late_evidence`
+    // does.)
+    let current: String = sqlx::query_scalar(
+        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1 WHERE workflow_id = $2
+         RETURNING state",
+    )
+    .bind(runtime_ms as i64)
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
     let mut released = Vec::new();
     if let StepTransition::Succeeded(r) = &transition {
         insert_receipt(
@@ -424,17 +446,8 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         );
         events.push(NewEvent::workflow(EventKind::Action, text));
     }
-    let r = sqlx::query(
-        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1, next_seq = next_seq + $2
-         WHERE workflow_id = $3 RETURNING next_seq - $2 AS first, state",
-    )
-    .bind(runtime_ms as i64)
-    .bind(events.len() as i64)
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_events(conn, &fence.workflow_id, u(r.get("first")), now, &events).await?;
-    let current = parse::<WorkflowState>(r.get("state"))?;
+    append_events(conn, &fence.workflow_id, now, &events).await?;
+    let current = parse::<WorkflowState>(&current)?;
     let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
     Ok(FinishOutcome {
         workflow_state,

@@ -243,14 +243,33 @@ pub(crate) async fn append_events(
     if events.is_empty() {
         return Ok(());
     }
-    let first: i64 = sqlx::query_scalar(
-        "UPDATE workflows SET next_seq = next_seq + $1 WHERE workflow_id = $2 RETURNING next_seq - $1",
+    // The numbers and the rows in one statement: the update takes the next numbers (and
+    // the workflow row's lock), the insert numbers the events from the first of them.
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step.as_deref()).collect();
+    let attempts: Vec<Option<&str>> = events.iter().map(|e| e.attempt_id.as_deref()).collect();
+    let texts: Vec<&str> = events.iter().map(|e| e.text.as_str()).collect();
+    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    sqlx::query(
+        "WITH taken AS (
+             UPDATE workflows SET next_seq = next_seq + $3 WHERE workflow_id = $1
+             RETURNING next_seq - $3 AS first)
+         INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+         SELECT $1, taken.first + x.i - 1, $2, x.kind, x.step, x.attempt, x.text, x.data
+         FROM taken, UNNEST($4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])
+              WITH ORDINALITY AS x(kind, step, attempt, text, data, i)",
     )
-    .bind(events.len() as i64)
     .bind(workflow_id.as_str())
-    .fetch_one(&mut *conn)
+    .bind(now as i64)
+    .bind(events.len() as i64)
+    .bind(&kinds)
+    .bind(&steps)
+    .bind(&attempts)
+    .bind(&texts)
+    .bind(&data)
+    .execute(&mut *conn)
     .await?;
-    insert_events(conn, workflow_id, u(first), now, events).await
+    Ok(())
 }
 
 /// Inserts events numbered from `first`, in one statement.
