@@ -1,6 +1,5 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
-use super::read::receipts_on;
 use super::{PgResult, PgStore, append_events, transaction, u};
 use crate::intent::{
     AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
@@ -204,33 +203,74 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         .collect::<StoreResult<Vec<_>>>()?;
     picked.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     let mut claimed: Vec<Claimed> = picked.into_iter().map(|(_, _, c)| c).collect();
-    let mut contexts: HashMap<WorkflowId, (serde_json::Value, Vec<Receipt>)> = HashMap::new();
+    // Each claim is one attempt and one timeline entry, which its workflow counts. The
+    // workflows of the batch are locked in id order first, so concurrent claims never wait
+    // in a cycle; then one statement counts for all of them and one reads their receipts.
+    let mut counts: Vec<(String, i64)> = Vec::new();
+    for c in &claimed {
+        match counts.last_mut() {
+            Some((id, n)) if id == c.fence.workflow_id.as_str() => *n += 1,
+            _ => counts.push((c.fence.workflow_id.as_str().to_string(), 1)),
+        }
+    }
+    let (workflow_ids, per_workflow): (Vec<String>, Vec<i64>) = counts.into_iter().unzip();
+    sqlx::query(
+        "SELECT 1 FROM workflows WHERE workflow_id = ANY($1) ORDER BY workflow_id FOR UPDATE",
+    )
+    .bind(&workflow_ids)
+    .execute(&mut *conn)
+    .await?;
+    let counted = sqlx::query(
+        "UPDATE workflows w SET attempts_used = w.attempts_used + c.n, next_seq = w.next_seq + c.n
+         FROM UNNEST($1::TEXT[], $2::BIGINT[]) AS c(id, n)
+         WHERE w.workflow_id = c.id
+         RETURNING w.workflow_id, w.workflow, w.definition_version, w.deadline_at,
+                   w.attempts_used - c.n AS attempts_before, w.external_calls_used,
+                   w.runtime_used_ms, w.next_seq - c.n AS first_seq, w.input",
+    )
+    .bind(&workflow_ids)
+    .bind(&per_workflow)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut receipts: HashMap<String, Vec<Receipt>> = HashMap::new();
+    for r in sqlx::query(
+        "SELECT * FROM receipts WHERE workflow_id = ANY($1)
+         ORDER BY recorded_at, receipt_id COLLATE \"C\"",
+    )
+    .bind(&workflow_ids)
+    .fetch_all(&mut *conn)
+    .await?
+    {
+        let receipt = rows::receipt(&r)?;
+        receipts
+            .entry(receipt.workflow_id.as_str().to_string())
+            .or_default()
+            .push(receipt);
+    }
+    // Per workflow: its row, its input, and how many of its claims are numbered so far.
+    let mut workflows: HashMap<String, (sqlx::postgres::PgRow, serde_json::Value, i64)> =
+        HashMap::new();
+    for r in counted {
+        let input = serde_json::from_str(r.get("input"))
+            .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
+        workflows.insert(r.get("workflow_id"), (r, input, 0));
+    }
     let mut seqs = Vec::with_capacity(claimed.len());
     for c in &mut claimed {
-        // One attempt and one timeline entry per claim; the workflow counts both.
-        let r = sqlx::query(
-            "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
-             WHERE workflow_id = $1
-             RETURNING workflow, definition_version, deadline_at, attempts_used,
-                       external_calls_used, runtime_used_ms, next_seq - 1 AS seq, input",
-        )
-        .bind(c.fence.workflow_id.as_str())
-        .fetch_one(&mut *conn)
-        .await?;
+        let (r, input, taken) =
+            workflows
+                .get_mut(c.fence.workflow_id.as_str())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
+                })?;
         c.workflow = r.get("workflow");
         c.definition_version = r.get::<i64, _>("definition_version") as u32;
         c.deadline_at = u(r.get("deadline_at"));
-        c.attempts_used = r.get::<i64, _>("attempts_used") as u32;
+        c.attempts_used = (r.get::<i64, _>("attempts_before") + *taken + 1) as u32;
         c.external_calls_used = r.get::<i64, _>("external_calls_used") as u32;
         c.runtime_used_ms = u(r.get("runtime_used_ms"));
-        seqs.push(r.get::<i64, _>("seq"));
-        if !contexts.contains_key(&c.fence.workflow_id) {
-            let input = serde_json::from_str(r.get("input"))
-                .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
-            let receipts = receipts_on(conn, &c.fence.workflow_id).await?;
-            contexts.insert(c.fence.workflow_id.clone(), (input, receipts));
-        }
-        let (input, receipts) = &contexts[&c.fence.workflow_id];
+        seqs.push(r.get::<i64, _>("first_seq") + *taken);
+        *taken += 1;
         // Only an uncertain step needs it; read before this claim's attempt row exists.
         let sent_identity: Option<String> = match c.uncertain_since {
             Some(_) => {
@@ -248,7 +288,10 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         };
         c.context = StepContext {
             input: input.clone(),
-            receipts: receipts.clone(),
+            receipts: receipts
+                .get(c.fence.workflow_id.as_str())
+                .cloned()
+                .unwrap_or_default(),
             sent_identity,
         };
     }

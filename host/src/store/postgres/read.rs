@@ -23,10 +23,7 @@ pub(crate) async fn workflow_on(
 }
 
 /// A workflow's receipts, in the order SQLite returns them.
-pub(crate) async fn receipts_on(
-    conn: &mut PgConnection,
-    id: &WorkflowId,
-) -> PgResult<Vec<Receipt>> {
+async fn receipts_on(conn: &mut PgConnection, id: &WorkflowId) -> PgResult<Vec<Receipt>> {
     let rows = sqlx::query(
         "SELECT * FROM receipts WHERE workflow_id = $1 ORDER BY recorded_at, receipt_id COLLATE \"C\"",
     )
