@@ -99,7 +99,8 @@ pub(super) async fn deploy<S: ApiStore>(
     operator(&caller, "deploying a component")?;
     let components = components(&ctx)?;
     let bytes = read_body(&headers, body, MAX_COMPONENT_BYTES).await?;
-    let loaded = components.load_bytes(&bytes).await.map_err(|e| {
+    // Checked without registering: refused bytes must never become runnable here.
+    let loaded = components.runtime().load(&bytes).await.map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidRequest,
             format!("the body is not a component this host can run: {e}"),

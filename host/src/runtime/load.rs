@@ -177,6 +177,21 @@ pub enum LoadError {
     Signature { world: &'static str, reason: String },
     #[error("`describe()` failed: {0}")]
     Describe(CallFailure),
+    #[error("`{name}@{version}` declares an unusable contract: {reason}")]
+    UnusableContract {
+        name: String,
+        version: String,
+        reason: String,
+    },
+    #[error(
+        "`{name}@{version}` is already loaded with digest {loaded}, and these bytes have digest {offered}; a version never changes: give the changed component a new version"
+    )]
+    VersionTaken {
+        name: String,
+        version: String,
+        loaded: String,
+        offered: String,
+    },
     #[error("the component imports `{import}`, which this step is not granted: {hint}")]
     ImportNotGranted { import: String, hint: String },
     #[error(

@@ -3,8 +3,10 @@
 //! Components come from files (the built examples, the configured ones) or from the
 //! database, where every host keeps the bytes of what it loaded so that any host can run
 //! any step: name and version from `describe()`, digest from the bytes. A step runs the
-//! highest loaded version that satisfies its definition's requirement, linked under the
-//! effective grant (definition request ∩ operator allowance).
+//! active version when it satisfies the definition's requirement (otherwise the highest
+//! version that does), linked under the effective grant (definition request ∩ operator
+//! allowance). A version's bytes never change: other bytes under a loaded version are
+//! refused, as is a component whose contract is unusable.
 
 use crate::capabilities::{HostPolicy, PolicyError};
 use crate::runtime::{ComponentKind, LoadError, LoadedComponent, Prepared, Runtime};
@@ -91,21 +93,43 @@ impl Components {
                 loaded.version()
             ),
         })?;
+        // Wherever it comes from (a file, the database, a deploy), a component with an
+        // unusable contract never runs.
+        if let Some(contract) = loaded.contract()
+            && let Err(reason) = contract.check()
+        {
+            return Err(LoadError::UnusableContract {
+                name: loaded.name().into(),
+                version: loaded.version().into(),
+                reason,
+            });
+        }
         let world = match loaded.kind {
             ComponentKind::Adapter { .. } => ComponentWorld::Adapter,
             ComponentKind::Handler { .. } => ComponentWorld::Handler,
         };
+        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
+        let versions = by_name.entry(loaded.name().to_string()).or_default();
+        if let Some((_, other)) = versions.iter().find(|(v, _)| *v == version) {
+            if other.digest != loaded.digest {
+                return Err(LoadError::VersionTaken {
+                    name: loaded.name().into(),
+                    version: loaded.version().into(),
+                    loaded: other.digest.clone(),
+                    offered: loaded.digest.clone(),
+                });
+            }
+            return Ok(other.clone());
+        }
+        versions.push((version.clone(), loaded.clone()));
+        versions.sort_by(|a, b| a.0.cmp(&b.0));
+        drop(by_name);
         self.known
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .entry(loaded.name().to_string())
             .or_default()
-            .insert(version.clone(), world);
-        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
-        let versions = by_name.entry(loaded.name().to_string()).or_default();
-        versions.retain(|(v, _)| *v != version);
-        versions.push((version, loaded.clone()));
-        versions.sort_by(|a, b| a.0.cmp(&b.0));
+            .insert(version, world);
         Ok(loaded)
     }
 

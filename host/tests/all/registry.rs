@@ -553,6 +553,22 @@ document_digest = "$input.document_digest"
             && message.contains("which this step is not granted"),
         "{message}"
     );
+    // Other bytes under a deployed version (here 1.0.0 with one more custom section):
+    // refused, and never loaded.
+    let mut changed = std::fs::read(docket::guests::path("http-delivery").unwrap()).unwrap();
+    changed.extend(CUSTOM_SECTION);
+    let (status, body) = request(
+        reqwest::Method::POST,
+        format!("{}/v1/adapters", host.url),
+        Some(changed.into()),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("a deployed version never changes"),
+        "{message}"
+    );
     // Nothing was stored.
     let (_, listed) = request(
         reqwest::Method::GET,
@@ -572,4 +588,33 @@ document_digest = "$input.document_digest"
         .map(|v| v["version"].as_str().unwrap())
         .collect();
     assert_eq!(versions, ["1.0.0", "3.0.0"]);
+}
+
+/// A custom section named `foo`: appended to a component, other bytes that load the same.
+const CUSTOM_SECTION: [u8; 6] = [0, 4, 3, b'f', b'o', b'o'];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn other_bytes_under_a_loaded_version_are_refused_and_never_run() {
+    let components = docket::scheduler::Components::new(
+        crate::common::runtime(),
+        docket::capabilities::HostPolicy::default(),
+    );
+    let honest = std::fs::read(docket::guests::path("http-delivery").unwrap()).unwrap();
+    let first = components.load_bytes(&honest).await.unwrap();
+    let mut changed = honest.clone();
+    changed.extend(CUSTOM_SECTION);
+    let Err(err) = components.load_bytes(&changed).await else {
+        panic!("other bytes under a loaded version were loaded");
+    };
+    assert!(
+        matches!(err, docket::runtime::LoadError::VersionTaken { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("a version never changes"), "{err}");
+    let loaded = components.all();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].digest, first.digest);
+    // The same bytes again are the version already loaded.
+    let again = components.load_bytes(&honest).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&again, &first));
 }
