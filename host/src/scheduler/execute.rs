@@ -81,6 +81,15 @@ impl Ending {
     }
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn log_json<T>(report: &CallReport<T>) -> serde_json::Value {
     serde_json::to_value(&report.log).unwrap_or_default()
 }
@@ -93,9 +102,11 @@ where
     /// and recovery take care of anything left half-done.
     pub(crate) async fn execute(self: Arc<Self>, claimed: Claimed) {
         let started = Instant::now();
-        let renewer = self.clone().keep_lease(claimed.fence.clone());
+        // Dropped, by the end of the attempt or a panic in it, the renewal stops: a lease
+        // is kept only while its attempt lives.
+        let renewer = AbortOnDrop(self.clone().keep_lease(claimed.fence.clone()));
         let ending = self.attempt(&claimed).await;
-        renewer.abort();
+        drop(renewer);
         let Some(ending) = ending else { return };
         let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
         let now = self.clock.now_ms();
@@ -216,7 +227,24 @@ where
                 ));
             }
         };
-        let input = crate::intent::canonicalize(&mapped).expect("mapped JSON canonicalizes");
+        let input = match crate::intent::canonicalize(&mapped) {
+            Ok(input) => input,
+            Err(e) => {
+                let note = format!("{} cannot start: {e}", step.label);
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    step.id.as_str(),
+                    Some(&claimed.attempt_id),
+                    note.clone(),
+                );
+                return Some(Ending::terminal(
+                    StepState::FailedTerminal,
+                    AttemptOutcome::Rejected,
+                    note,
+                    event,
+                ));
+            }
+        };
         let component = match self
             .components
             .resolve_or_stored(&self.store, step)
@@ -362,10 +390,18 @@ where
         why: String,
     ) -> (StepTransition, NewEvent) {
         let now = self.clock.now_ms();
-        if step.retry.allows_another(claimed.attempt_number) {
-            let wait =
-                step.retry
-                    .backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
+        let wait = step
+            .retry
+            .backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
+        // A provider's retry-after is its number: a wait past the workflow's deadline
+        // means no retry in time, not an overflowing clock.
+        let ready_at = now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let why = if ready_at > claimed.deadline_at {
+            format!("{why}; the next attempt could not start before the workflow's deadline")
+        } else {
+            why
+        };
+        if step.retry.allows_another(claimed.attempt_number) && ready_at <= claimed.deadline_at {
             let event = NewEvent::step(
                 EventKind::Action,
                 step.id.as_str(),
@@ -373,7 +409,7 @@ where
                 format!("Retry scheduled in {} ms after: {why}", wait.as_millis()),
             );
             let transition = StepTransition::Retry {
-                ready_at: now + wait.as_millis() as u64,
+                ready_at,
                 next_trigger: Trigger::Retry,
                 uncertain_since: None,
             };
@@ -568,11 +604,28 @@ where
         input: &crate::intent::CanonicalInput,
         max_external_calls: u32,
     ) -> Option<Ending> {
-        let contract = prepared
-            .component
-            .contract()
-            .expect("adapters have contracts")
-            .clone();
+        let Some(contract) = prepared.component.contract().cloned() else {
+            // Definitions are checked against every registered version's world; a version
+            // of another world can only come from outside that check.
+            let note = format!(
+                "{} cannot start: `{}@{}` is a handler, and this is an adapter step; activate an adapter version",
+                step.label,
+                prepared.component.name(),
+                prepared.component.version()
+            );
+            let event = NewEvent::step(
+                EventKind::Conclusion,
+                step.id.as_str(),
+                Some(&claimed.attempt_id),
+                note.clone(),
+            );
+            return Some(Ending::terminal(
+                StepState::Blocked,
+                AttemptOutcome::Rejected,
+                note,
+                event,
+            ));
+        };
         let key = external_idempotency_key(
             &claimed.fence.workflow_id,
             step.id.as_str(),

@@ -218,6 +218,25 @@ async fn rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not(
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(a[0]["outcome"], "rejected");
     assert!(timeline_text(&host, id).await.contains("invalid_recipient"));
+
+    // A Retry-After past the workflow's deadline (ten years against one hour) ends the
+    // step: no retry could start in time.
+    host.faults(json!({"rate_limit_next": 1, "retry_after_s": 315_360_000u64}))
+        .await;
+    let (_, created) = host
+        .submit("raw-delivery", "late-1", raw_input("b@example.com"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(id, &["failed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(wf["steps"][0]["state"], "failed_terminal", "{wf:#}");
+    assert_eq!(attempts(&host, id, "deliver").await.len(), 1);
+    let text = timeline_text(&host, id).await;
+    assert!(
+        text.contains("could not start before the workflow's deadline"),
+        "{text}"
+    );
 }
 
 async fn a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once(db: Option<String>) {
