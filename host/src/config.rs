@@ -11,6 +11,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The longest key retention a configuration may ask for (ten years): times are stored as
+/// signed 64-bit milliseconds.
+const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 86_400);
+
 /// The shortest secret value a configuration may hold.
 pub const MIN_SECRET_CHARS: usize = 8;
 
@@ -185,16 +189,56 @@ impl HostConfig {
                 }),
             }
         };
+        let within = |field: &str, value: usize, min: usize, max: usize| {
+            if (min..=max).contains(&value) {
+                Ok(value)
+            } else {
+                Err(invalid(format!(
+                    "[limits] {field} = {value} is outside {min}..={max}; choose a value in that range"
+                )))
+            }
+        };
+        let at_least = |field: &str, value: Duration, min: Duration| {
+            if value >= min {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "[limits] {field} = {value:?} is too short; it must be at least {min:?}"
+                )))
+            }
+        };
+        let at_most = |field: &str, value: Duration, max: Duration| {
+            if value <= max {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "[limits] {field} = {value:?} is too long; it must be at most {} days",
+                    max.as_secs() / 86_400
+                )))
+            }
+        };
         let mut secrets = SecretSource::default();
         let mut found = Vec::new();
         for (k, v) in &raw.secrets.values {
             found.push((format!("[secrets] values.{k}"), k.clone(), v.clone()));
         }
         if let Some(prefix) = &raw.secrets.env_prefix {
-            for (k, v) in std::env::vars() {
-                if let Some(name) = k.strip_prefix(prefix.as_str()) {
-                    found.push((format!("environment variable {k}"), name.to_lowercase(), v));
-                }
+            // `vars_os`: one variable of the process that is not UTF-8 is no reason to fail;
+            // one of ours is, by name.
+            for (k, v) in std::env::vars_os() {
+                let Some(name) = k.to_str().and_then(|k| k.strip_prefix(prefix.as_str())) else {
+                    continue;
+                };
+                let Some(value) = v.to_str() else {
+                    return Err(invalid(format!(
+                        "environment variable {prefix}{name} is not valid UTF-8; a secret must be text"
+                    )));
+                };
+                found.push((
+                    format!("environment variable {prefix}{name}"),
+                    name.to_lowercase(),
+                    value.to_string(),
+                ));
             }
         }
         for (origin, name, value) in found {
@@ -225,6 +269,31 @@ impl HostConfig {
                 },
             );
         }
+        let limits = &raw.limits;
+        let memory_mib = within("memory_mib", limits.memory_mib.unwrap_or(128), 1, 16 * 1024)?;
+        let max_concurrent = within(
+            "max_concurrent",
+            limits.max_concurrent.unwrap_or(128),
+            1,
+            10_000,
+        )?;
+        let max_body_bytes = within(
+            "max_body_bytes",
+            limits.max_body_bytes.unwrap_or(1 << 20),
+            1024,
+            1 << 30,
+        )?;
+        let lease = duration("lease", &limits.lease, Duration::from_secs(30))?;
+        let idle_poll = duration("idle_poll", &limits.idle_poll, Duration::from_secs(1))?;
+        // A lease must outlive its renewal round trips, and an idle host must sleep.
+        at_least("lease", lease, Duration::from_millis(500))?;
+        at_least("idle_poll", idle_poll, Duration::from_millis(10))?;
+        let key_retention = duration(
+            "key_retention",
+            &limits.key_retention,
+            Duration::from_secs(24 * 3600),
+        )?;
+        at_most("key_retention", key_retention, MAX_RETENTION)?;
         Ok(Self {
             listen: raw.listen,
             db: raw.db,
@@ -235,10 +304,10 @@ impl HostConfig {
             tokens: raw.tokens,
             secrets,
             policy: HostPolicy { adapters },
-            memory_cap_bytes: raw.limits.memory_mib.unwrap_or(128) << 20,
-            max_concurrent: raw.limits.max_concurrent.unwrap_or(128),
-            lease: duration("lease", &raw.limits.lease, Duration::from_secs(30))?,
-            idle_poll: duration("idle_poll", &raw.limits.idle_poll, Duration::from_secs(1))?,
+            memory_cap_bytes: memory_mib << 20,
+            max_concurrent,
+            lease,
+            idle_poll,
             unload_idle: duration(
                 "unload_idle",
                 &raw.limits.unload_idle,
@@ -249,12 +318,8 @@ impl HostConfig {
                 &raw.limits.shutdown_grace,
                 Duration::from_secs(10),
             )?,
-            key_retention: duration(
-                "key_retention",
-                &raw.limits.key_retention,
-                Duration::from_secs(24 * 3600),
-            )?,
-            max_body_bytes: raw.limits.max_body_bytes.unwrap_or(1 << 20),
+            key_retention,
+            max_body_bytes,
         })
     }
 }
@@ -303,6 +368,26 @@ mod tests {
             "abc-defg-hij"
         );
         assert_eq!(c.tokens[0].role, RoleToml::Client);
+    }
+
+    #[test]
+    fn limits_out_of_range_are_refused_with_the_range() {
+        for (line, expect) in [
+            (
+                "max_concurrent = 0",
+                "max_concurrent = 0 is outside 1..=10000",
+            ),
+            ("memory_mib = 0", "memory_mib = 0 is outside"),
+            ("idle_poll = \"0s\"", "idle_poll = 0ns is too short"),
+            ("lease = \"1ms\"", "lease = 1ms is too short"),
+            ("key_retention = \"100years\"", "key_retention"),
+        ] {
+            let raw = HostConfig::parse_toml("c.toml", &format!("[limits]\n{line}\n")).unwrap();
+            let err = HostConfig::from_toml("c.toml", raw)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expect), "{line}: {err}");
+        }
     }
 
     #[test]

@@ -76,3 +76,22 @@ conformance!(
     wakeups::the_latest_verification_of_each_component_is_kept,
     sessions::console_sessions_are_found_by_digest_until_they_expire_or_end,
 );
+
+/// A SQLite path is a file name, not a URL: `?`, `#` and `%` in it name the file.
+#[tokio::test]
+async fn a_sqlite_path_with_url_characters_names_its_file() {
+    use docket::store::ReadStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("odd?mode=ro#x%20.db");
+    let store = docket::store::sqlite::SqliteStore::open(&path)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .list_workflows(&docket::store::WorkflowFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(path.exists(), "the file is not where the path says");
+}

@@ -630,13 +630,20 @@ pub(crate) async fn perform<S: ApiStore>(
         .attempts(&record.workflow_id, &step, 0, 10_000)
         .await?;
     let history = History::of(&attempts);
-    let loaded = ctx.components.as_ref().and_then(|components| {
-        history
+    // The version the step last ran, from the database if this host has not loaded it
+    // (with several hosts, another one may have run it).
+    let mut loaded = None;
+    if let Some(components) = &ctx.components {
+        if let Some((name, version)) = history
             .latest
             .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
-            .and_then(|(name, version)| components.exact(name, version))
-            .or_else(|| step_def.and_then(|s| components.resolve(s).ok()))
-    });
+        {
+            loaded = components.exact_or_stored(&ctx.store, name, version).await;
+        }
+        if loaded.is_none() {
+            loaded = step_def.and_then(|s| components.resolve(s).ok());
+        }
+    }
     let contract = loaded.as_ref().and_then(|c| c.contract());
     let now = ctx.clock_now();
     let situation = Situation {

@@ -53,6 +53,8 @@ pub struct Components {
     pub unload_idle: Duration,
     /// Every version this host has seen, loaded or not (from files and the registry).
     known: RwLock<BTreeMap<String, BTreeMap<semver::Version, ComponentWorld>>>,
+    /// Stored digests that failed to load here: reported once, not tried at every sync.
+    unloadable: Mutex<BTreeSet<String>>,
 }
 
 impl Components {
@@ -65,6 +67,7 @@ impl Components {
             last_used: Mutex::new(HashMap::new()),
             unload_idle: Duration::from_secs(60),
             known: RwLock::new(BTreeMap::new()),
+            unloadable: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -199,10 +202,28 @@ impl Components {
             .collect();
         let mut changes = Vec::new();
         for c in stored.iter().filter(|c| needed.contains(&c.digest)) {
-            if self.has_digest(&c.digest) {
+            if self.has_digest(&c.digest)
+                || self
+                    .unloadable
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&c.digest)
+            {
                 continue;
             }
-            self.load_stored(store, c).await?;
+            // One version that cannot load must not keep the others, or the active
+            // choice, from this host.
+            match self.load_stored(store, c).await {
+                Ok(_) => {}
+                Err(e @ SyncError::Load { .. }) => {
+                    self.unloadable
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(c.digest.clone());
+                    changes.push(e.to_string());
+                }
+                Err(e) => return Err(e),
+            }
         }
         {
             let before = self.active.read().unwrap_or_else(|e| e.into_inner());

@@ -40,13 +40,20 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and applies migrations.
     pub async fn open(path: &Path) -> StoreResult<Self> {
-        Self::open_url(&format!("sqlite://{}", path.display())).await
+        // A path, not a URL: `?`, `#` or `%` in it are part of the name.
+        let options = SqliteConnectOptions::new().filename(path);
+        Self::open_with(options, &path.display().to_string()).await
     }
 
     /// Opens a `sqlite://` URL.
     pub async fn open_url(url: &str) -> StoreResult<Self> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Backend(format!("bad SQLite URL `{url}`: {e}")))?
+            .map_err(|e| StoreError::Backend(format!("bad SQLite URL `{url}`: {e}")))?;
+        Self::open_with(options, url).await
+    }
+
+    async fn open_with(options: SqliteConnectOptions, url: &str) -> StoreResult<Self> {
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             // FULL: a commit is on disk (fsynced) before it returns — nothing acknowledged is lost.
