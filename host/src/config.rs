@@ -23,7 +23,7 @@ pub const MIN_SECRET_CHARS: usize = 8;
 #[serde(deny_unknown_fields)]
 pub struct HostConfigToml {
     pub listen: Option<SocketAddr>,
-    /// `sqlite://path` or a plain path (PostgreSQL follows).
+    /// `sqlite://path`, a plain path, or `postgres://…`.
     pub db: Option<String>,
     /// Directory of workflow definitions.
     pub workflows: Option<PathBuf>,

@@ -18,10 +18,12 @@
 //!   result, query, same-key retry, or review, as the adapter's contract allows).
 //! - [`api`]: the axum HTTP API over the store and the deployed definitions, including the
 //!   operator actions on a step (judged by its state and the adapter's contract).
+//! - [`console`]: the operator's recovery console, server-rendered pages on the API's
+//!   listener that run the API's operator actions.
 //! - [`sim`]: the provider simulator (the reference delivery protocol with fault
 //!   injection), used by tests, `docket serve` and adapter authors.
-//! - [`config`] and [`cli`]: the operator's `docket.toml` and the clap commands; the only
-//!   place `anyhow` is used.
+//! - [`config`]: the operator's `docket.toml`, validated with errors that say how to fix it.
+//! - [`cli`]: the clap commands; the only place `anyhow` is used.
 
 pub mod api;
 pub mod capabilities;

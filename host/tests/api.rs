@@ -1,4 +1,4 @@
-//! The HTTP API's admission and read contract (API.md), over real HTTP on loopback.
+//! The HTTP API's admission and read contract, over real HTTP on loopback.
 //!
 //! Each case serves the router on 127.0.0.1:0 with its own database and a deployed
 //! definition, and talks to it with reqwest. Every case runs twice: on a SQLite file

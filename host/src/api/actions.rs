@@ -1,4 +1,5 @@
-//! Operator actions on a step: `query`, `retry`, `resolve`, `escalate` (API.md).
+//! Operator actions on a step: `query`, `retry`, `resolve`, `escalate`, each
+//! idempotent under its key and decided by the step's state and the adapter's contract.
 //!
 //! Each action is decided here from the step's state, its attempts and the adapter's
 //! declared contract, then applied by the store in one transaction that also records the

@@ -1,7 +1,7 @@
 //! The one error type of the API and its JSON form.
 //!
 //! Every refusal is `{"error": {"code", "message", "details"}}` with a `snake_case` code
-//! from API.md and a message that says what was wrong (quoting the value) and how to fix
+//! of the API's list and a message that says what was wrong (quoting the value) and how to fix
 //! it. Failures inside the host (store, stored definitions) are logged here with their
 //! cause and answered with a generic message: internals never reach the client.
 

@@ -1,7 +1,7 @@
 //! Admission: `POST /v1/intents` and `GET /v1/intents/{key}`.
 //!
 //! One client key in scope (subject, workflow, key) is one workflow. The checks run in the
-//! order API.md fixes — auth, key syntax, body syntax, key lookup, definition, schema —
+//! contract's order — auth, key syntax, body syntax, key lookup, definition, schema —
 //! and the commit itself re-checks the key inside its transaction, so concurrent
 //! submissions of one key yield one `201` and replays of it.
 

@@ -1,4 +1,4 @@
-//! The HTTP JSON API of API.md: admitting intents, reading workflows, and the test clock.
+//! The HTTP JSON API: admitting intents, reading workflows, and the test clock.
 //!
 //! [`router`] builds the whole API from an [`ApiContext`] without binding a socket, so
 //! tests and the CLI serve the same router. Handlers only parse, authorise and shape:
@@ -6,7 +6,7 @@
 //! [`ReadStore`], and the API never sees sqlx or wasmtime types.
 //!
 //! Invariants defended here:
-//! - checks run in the order API.md fixes (auth → key syntax → body syntax → key lookup →
+//! - checks run in a fixed order (auth → key syntax → body syntax → key lookup →
 //!   definition → schema → commit), so a known key answers from what was stored even if
 //!   the definition changed or disappeared since;
 //! - a client sees only its own subject's intents and workflows; anything else is `404`,

@@ -1,4 +1,4 @@
-//! The JSON shapes of API.md built from stored records: the workflow projection, list
+//! The API's JSON shapes built from stored records: the workflow projection, list
 //! summaries, timeline entries and attempts.
 //!
 //! Building a view is pure: the handlers read the records, these functions shape them.

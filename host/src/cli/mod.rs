@@ -25,7 +25,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Work with adapter and handler components: inspect, invoke.
+    /// Work with adapter and handler components: inspect, invoke, verify, and the registry
+    /// (deploy, activate, rollback, list).
     #[command(subcommand)]
     Adapter(adapter::AdapterCommand),
     /// Run the host: API, scheduler, store (SQLite by default) and components.

@@ -464,7 +464,7 @@ async fn deploy_dir<S: DefinitionStore>(
     Ok(())
 }
 
-/// Runs the host until Ctrl-C.
+/// Runs the host until Ctrl-C or SIGTERM.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let host = start(&args).await?;
     // A line on stdout that scripts (and tests) can wait for.

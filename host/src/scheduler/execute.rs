@@ -1,7 +1,7 @@
 //! Running one claimed attempt to its end: checkpoints, the call, the typed outcome.
 //!
 //! A handler attempt has two durable points: the claim (checkpoint 1) and the finish. An
-//! adapter attempt passes all six checkpoints of DESIGN.md, each durable before the
+//! adapter attempt passes all six checkpoints, each durable before the
 //! attempt moves on: claim (1), budget and policy validated (2), request identity recorded
 //! (3), the call (4, nothing written), result or uncertainty stored (5), receipt and
 //! release of dependents (6).

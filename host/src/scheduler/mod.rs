@@ -58,7 +58,7 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// `host-<hostname>-<pid>`: unique per process, readable in attempts.
+/// `<hostname>-<pid>`: unique per process, readable in attempts.
 pub fn default_owner() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|s| s.trim().to_string())

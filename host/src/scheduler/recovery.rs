@@ -1,6 +1,6 @@
 //! What to do when an effect's outcome is unknown: evidence before action.
 //!
-//! The order is DESIGN.md's: a queryable adapter is asked first, by the stable reference;
+//! Evidence comes before action: a queryable adapter is asked first, by the stable reference;
 //! an empty lookup inside the visibility window is asked again later (one absence proves
 //! nothing); when lookups cannot settle it, an idempotent adapter is retried with the
 //! SAME key while the provider still remembers it (retention); otherwise a person decides.

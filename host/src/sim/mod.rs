@@ -1,5 +1,5 @@
 //! The provider simulator: an implementation of the reference delivery protocol
-//! (`reference-provider.md`) with fault injection.
+//! (create with an idempotency key, look up by key, cancel) with fault injection.
 //!
 //! It is the *world* of docket's end-to-end tests: its record of deliveries
 //! ([`ProviderSim::world`], `GET /v1/_world`) is the ground truth for "did the effect happen,

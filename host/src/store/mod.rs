@@ -5,8 +5,9 @@
 //!
 //! The store is split by who uses it — [`DefinitionStore`] (deploys), [`AdmissionStore`]
 //! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler),
-//! [`OperatorStore`] (operator actions) — so a second backend implements the same traits without touching any caller. The store never
-//! reads a clock: every method that needs "now" takes it in its request. Every write after a
+//! [`OperatorStore`] (operator actions), [`ComponentStore`] (component bytes and the
+//! registry), [`SessionStore`] (console sessions) — and both backends implement the same
+//! traits, so no caller knows which one it has. The store never reads a clock: every method that needs "now" takes it in its request. Every write after a
 //! claim is fenced by the lease token; a lost lease is [`StoreError::LeaseLost`], never a
 //! silent overwrite.
 

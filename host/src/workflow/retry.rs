@@ -1,9 +1,8 @@
 //! A step's retry policy and its backoff: a small pure function with jitter.
 //!
 //! The policy only says how long to wait and how many attempts a step may make. Whether a
-//! failure is retryable at all is decided by the error's kind (DESIGN.md, "Retry
-//! taxonomy"), and the workflow's deadline and budget stop retries too; the scheduler
-//! combines the three.
+//! failure is retryable at all is decided by the kind of the adapter's typed error, and
+//! the workflow's deadline and budget stop retries too; the scheduler combines the three.
 
 use std::time::Duration;
 

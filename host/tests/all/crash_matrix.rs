@@ -1,6 +1,6 @@
 //! The crash matrix: for each delivery contract and each attempt checkpoint 1–6, a real
 //! `docket serve` aborts itself at that checkpoint (`DOCKET_FAILPOINT`), restarts on the same
-//! database, and must recover as DESIGN.md says, with at most one delivery.
+//! database, and must recover as the contract allows, with at most one delivery.
 //!
 //! The provider simulator runs in the test process, outside every host, so its record of
 //! deliveries survives the kill and is the ground truth for "did it happen, how often". The
@@ -42,7 +42,7 @@ struct Expect {
     evidence: &'static [&'static str],
 }
 
-/// The recoveries of DESIGN.md ("Attempt checkpoints") for each contract and checkpoint.
+/// The recovery the checkpoints and the contract allow, for each contract and checkpoint.
 fn expected(contract: Contract, checkpoint: u8) -> Expect {
     use Contract::*;
     const READY_AGAIN: &[&str] = &["nothing was sent, the step is ready again"];

@@ -2,8 +2,9 @@
 //!
 //! The file is in WAL mode with `synchronous=FULL`: every commit is fsynced before the
 //! caller hears about it, and readers never block the writer. Writes go through one writer
-//! thread with group commit (see `writer.rs`); reads use a small sqlx pool of read
-//! connections. sqlx also owns the migrations.
+//! thread with group commit (see `writer.rs`); microsecond point reads run inline on a few
+//! plain read connections (`points.rs`), longer reads on a small sqlx pool. sqlx also owns
+//! the migrations.
 
 mod actions;
 mod executor;
