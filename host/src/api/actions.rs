@@ -639,7 +639,9 @@ pub(crate) async fn perform<S: ApiStore>(
             .latest
             .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
         {
-            loaded = components.exact_or_stored(&ctx.store, name, version).await;
+            loaded = components
+                .exact_or_stored(&ctx.store, name, version)
+                .await?;
         }
         if loaded.is_none() {
             loaded = step_def.and_then(|s| components.resolve(s).ok());

@@ -32,6 +32,9 @@ pub enum ResolveError {
     Policy(#[from] PolicyError),
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The database could not be read: nothing is decided, the caller tries again later.
+    #[error("reading the registry failed: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// Loaded versions of one component name, lowest first.
@@ -316,19 +319,23 @@ impl Components {
         store: &S,
         name: &str,
         version: &str,
-    ) -> Option<Arc<LoadedComponent>> {
+    ) -> Result<Option<Arc<LoadedComponent>>, StoreError> {
         if let Some(c) = self.exact(name, version) {
-            return Some(c);
+            return Ok(Some(c));
         }
-        let stored = store.stored_components().await.ok()?;
-        let c = stored
+        let stored = store.stored_components().await?;
+        let Some(c) = stored
             .iter()
-            .find(|c| c.name == name && c.version == version)?;
+            .find(|c| c.name == name && c.version == version)
+        else {
+            return Ok(None);
+        };
         match self.load_stored(store, c).await {
-            Ok(found) => found,
+            Ok(found) => Ok(found),
+            Err(SyncError::Store(e)) => Err(e),
             Err(e) => {
                 tracing::warn!("{e}");
-                None
+                Ok(None)
             }
         }
     }
@@ -344,17 +351,18 @@ impl Components {
             Err(ResolveError::NoMatch { .. }) => {}
             found => return found,
         }
-        if let Ok(stored) = store.stored_components().await {
-            let best = stored
-                .iter()
-                .filter(|c| c.name == step.component)
-                .filter_map(|c| semver::Version::parse(&c.version).ok().map(|v| (v, c)))
-                .filter(|(v, _)| step.version_req.matches(v))
-                .max_by(|a, b| a.0.cmp(&b.0));
-            if let Some((_, c)) = best
-                && let Err(e) = self.load_stored(store, c).await
-            {
-                tracing::warn!("{e}");
+        let stored = store.stored_components().await?;
+        let best = stored
+            .iter()
+            .filter(|c| c.name == step.component)
+            .filter_map(|c| semver::Version::parse(&c.version).ok().map(|v| (v, c)))
+            .filter(|(v, _)| step.version_req.matches(v))
+            .max_by(|a, b| a.0.cmp(&b.0));
+        if let Some((_, c)) = best {
+            match self.load_stored(store, c).await {
+                Ok(_) => {}
+                Err(SyncError::Store(e)) => return Err(e.into()),
+                Err(e) => tracing::warn!("{e}"),
             }
         }
         self.resolve(step)

@@ -6,7 +6,7 @@
 //! (3), the call (4, nothing written), result or uncertainty stored (5), receipt and
 //! release of dependents (6).
 
-use super::Scheduler;
+use super::{DeployError, ResolveError, Scheduler};
 use super::recovery::{Uncertainty, Verdict, decide};
 use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
 use crate::intent::{
@@ -79,6 +79,13 @@ impl Ending {
             adapter: false,
         }
     }
+}
+
+/// A database failure before anything was sent decides nothing: the attempt is left
+/// unfinished, its lease lapses, and recovery makes the step ready again.
+fn transient(claimed: &Claimed, e: &StoreError) -> Option<Ending> {
+    tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "the database failed before the attempt could start; it runs again once the lease lapses: {e}");
+    None
 }
 
 /// Aborts a task when dropped.
@@ -171,13 +178,15 @@ where
             .await
         {
             Ok(Some(d)) => d,
-            Ok(None) | Err(_) => {
+            Ok(None) => {
                 let note = format!(
-                    "definition {} v{} is not deployed on this host",
+                    "definition {} v{} is not deployed",
                     claimed.workflow, claimed.definition_version
                 );
                 return Some(self.blocked(claimed, note));
             }
+            Err(DeployError::Store(e)) => return transient(claimed, &e),
+            Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
         let Some(step) = deployed.def.step(&fence.step) else {
             let note = format!(
@@ -252,6 +261,7 @@ where
             .and_then(|c| Ok((self.components.prepare(&c, step)?, c)))
         {
             Ok((prepared, _)) => prepared,
+            Err(ResolveError::Store(e)) => return transient(claimed, &e),
             Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
         match step.kind {

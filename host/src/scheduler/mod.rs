@@ -250,7 +250,14 @@ where
         for lease in expired {
             let request = match &lease.result {
                 Some(result) if lease.checkpoint >= 5 => Self::resume(&lease, result.clone(), now),
-                _ => self.recover(&lease, now).await,
+                _ => match self.recover(&lease, now).await {
+                    Ok(request) => request,
+                    // Decided on the next tick, once the database answers again.
+                    Err(e) => {
+                        tracing::warn!(workflow = %lease.fence.workflow_id, step = %lease.fence.step, "recovery deferred: {e}");
+                        continue;
+                    }
+                },
             };
             let store = self.store.clone();
             writes.spawn(async move { store.finish(request).await });
@@ -317,8 +324,12 @@ where
     }
 
     /// Decides an expired lease without a stored result by its last checkpoint.
-    async fn recover(&self, lease: &ExpiredLease, now: Millis) -> FinishRequest {
-        let (transition, note, event, outcome) = self.recovery_for(lease, now).await;
+    async fn recover(
+        &self,
+        lease: &ExpiredLease,
+        now: Millis,
+    ) -> Result<FinishRequest, StoreError> {
+        let (transition, note, event, outcome) = self.recovery_for(lease, now).await?;
         // From checkpoint 5 on, the attempt already holds what the call returned (or its
         // uncertainty); that evidence stays, and the expiry is told by the timeline.
         let facts = if lease.checkpoint >= 5 {
@@ -333,7 +344,7 @@ where
                 ..AttemptFacts::default()
             }
         };
-        FinishRequest {
+        Ok(FinishRequest {
             fence: lease.fence.clone(),
             attempt_id: lease
                 .attempt_id
@@ -348,14 +359,14 @@ where
             events: vec![event],
             now,
             expired_before: Some(now),
-        }
+        })
     }
 
     async fn recovery_for(
         &self,
         lease: &ExpiredLease,
         now: Millis,
-    ) -> (StepTransition, String, NewEvent, AttemptOutcome) {
+    ) -> Result<(StepTransition, String, NewEvent, AttemptOutcome), StoreError> {
         let step = &lease.fence.step;
         let att = lease.attempt_id.as_ref();
         let expired_text = format!(
@@ -380,7 +391,7 @@ where
             )
         };
         if lease.checkpoint < 3 && lease.trigger != Trigger::RecoveryQuery {
-            return simple(Trigger::Retry);
+            return Ok(simple(Trigger::Retry));
         }
         // An adapter attempt that may have sent its request: the contract decides.
         let sender = match lease
@@ -391,17 +402,17 @@ where
             Some((name, version)) => {
                 self.components
                     .exact_or_stored(&self.store, name, version)
-                    .await
+                    .await?
             }
             None => None,
         };
         let contract = sender.and_then(|c| c.contract().cloned());
         let Some(contract) = contract else {
             if lease.checkpoint < 3 {
-                return simple(Trigger::RecoveryQuery);
+                return Ok(simple(Trigger::RecoveryQuery));
             }
             let reason = "the adapter version that sent the request is not loaded on this host";
-            return (
+            return Ok((
                 StepTransition::Terminal(StepState::OutcomeUnknown),
                 format!("outcome unknown: {reason}"),
                 NewEvent::step(
@@ -411,7 +422,7 @@ where
                     format!("{expired_text}; outcome unknown — needs review: {reason}"),
                 ),
                 AttemptOutcome::Interrupted,
-            );
+            ));
         };
         let attempts_left = match self
             .deployments
@@ -422,7 +433,9 @@ where
                 .def
                 .step(step)
                 .is_some_and(|s| s.retry.allows_another(lease.attempt_number)),
-            _ => false,
+            Ok(None) => false,
+            Err(DeployError::Store(e)) => return Err(e),
+            Err(_) => false,
         };
         let since = lease.uncertain_since.unwrap_or(lease.attempt_started_at);
         let verdict = decide(
@@ -434,7 +447,7 @@ where
                 attempts_left,
             },
         );
-        match verdict {
+        Ok(match verdict {
             Verdict::Query { at } => (
                 StepTransition::Retry {
                     ready_at: at,
@@ -483,6 +496,6 @@ where
                 ),
                 AttemptOutcome::Interrupted,
             ),
-        }
+        })
     }
 }
