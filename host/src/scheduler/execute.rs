@@ -6,8 +6,8 @@
 //! (3), the call (4, nothing written), result or uncertainty stored (5), receipt and
 //! release of dependents (6).
 
-use super::{DeployError, ResolveError, Scheduler};
 use super::recovery::{Uncertainty, Verdict, decide};
+use super::{DeployError, ResolveError, Scheduler};
 use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
 use crate::intent::{
     AttemptOutcome, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Trigger,

@@ -55,8 +55,21 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(&mut self, conn: &Connection) -> bool {
-        let f = self.f.take().expect("a job runs once");
-        let result = f(conn);
+        let Some(f) = self.f.take() else {
+            self.result = Some(Err(StoreError::Backend("a write job ran twice".into())));
+            return false;
+        };
+        // A panic in one job fails that job (and, if it wrote, its batch), never the
+        // writer thread that every later write needs.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(StoreError::Backend(format!("a write panicked: {what}")))
+            });
         let ok = result.is_ok();
         self.result = Some(result);
         ok
@@ -162,4 +175,42 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<()> {
     // With synchronous=FULL this commit is fsynced before it returns.
     conn.prepare_cached("COMMIT")?.execute([])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_job_fails_alone_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_write_connection(&dir.path().join("w.db")).unwrap();
+        let writer = Writer::start(conn);
+        writer
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
+            .await
+            .unwrap();
+        let failed = writer
+            .write(|c| -> StoreResult<()> {
+                c.execute("INSERT INTO t VALUES (1)", [])?;
+                panic!("a bug in a write");
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            failed
+                .to_string()
+                .contains("a write panicked: a bug in a write"),
+            "{failed}"
+        );
+        // The writer still runs, and the panicking job's row was rolled back.
+        let count: i64 = writer
+            .write(|c| {
+                c.execute("INSERT INTO t VALUES (2)", [])?;
+                Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(count, 1);
+    }
 }
