@@ -46,26 +46,26 @@ pub enum AdapterCommand {
     Deploy {
         /// A `.wasm` component, or the name of a built example (e.g. `http-delivery-2`).
         component: String,
-        #[arg(long, default_value = ".docket/docket.db")]
-        db: String,
+        #[command(flatten)]
+        target: super::DbArgs,
     },
     /// Make a deployed version the one new attempts use (running hosts pick it up).
     Activate {
         /// `NAME@VERSION`, e.g. `http-delivery@2.0.0`.
         version: String,
-        #[arg(long, default_value = ".docket/docket.db")]
-        db: String,
+        #[command(flatten)]
+        target: super::DbArgs,
     },
     /// Go back to the version that was active before the current one.
     Rollback {
         name: String,
-        #[arg(long, default_value = ".docket/docket.db")]
-        db: String,
+        #[command(flatten)]
+        target: super::DbArgs,
     },
     /// Deployed versions, which is active, and the latest changes with their authors.
     List {
-        #[arg(long, default_value = ".docket/docket.db")]
-        db: String,
+        #[command(flatten)]
+        target: super::DbArgs,
     },
 }
 
@@ -118,17 +118,20 @@ pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
             timeout_ms,
             db,
         } => super::verify::verify(&component, timeout_ms, db.as_deref()).await,
-        AdapterCommand::Deploy { component, db } => {
-            super::registry::run(super::registry::Operation::Deploy(component), &db).await
+        AdapterCommand::Deploy { component, target } => {
+            let op = super::registry::Operation::Deploy(component);
+            super::registry::run(op, &target.database()?).await
         }
-        AdapterCommand::Activate { version, db } => {
-            super::registry::run(super::registry::Operation::Activate(version), &db).await
+        AdapterCommand::Activate { version, target } => {
+            let op = super::registry::Operation::Activate(version);
+            super::registry::run(op, &target.database()?).await
         }
-        AdapterCommand::Rollback { name, db } => {
-            super::registry::run(super::registry::Operation::Rollback(name), &db).await
+        AdapterCommand::Rollback { name, target } => {
+            let op = super::registry::Operation::Rollback(name);
+            super::registry::run(op, &target.database()?).await
         }
-        AdapterCommand::List { db } => {
-            super::registry::run(super::registry::Operation::List, &db).await
+        AdapterCommand::List { target } => {
+            super::registry::run(super::registry::Operation::List, &target.database()?).await
         }
     }
 }

@@ -11,9 +11,37 @@ pub mod serve;
 mod verify;
 mod workflow;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::process::ExitCode;
+
+/// The database a command works on, as `docket serve` chooses it: `--db`, else the `db`
+/// of `--config`, else `.docket/docket.db`.
+#[derive(Debug, Args)]
+pub(crate) struct DbArgs {
+    /// A SQLite file path (or `sqlite://PATH`), or `postgres://USER:PASSWORD@HOST/DB`.
+    #[arg(long)]
+    db: Option<String>,
+    /// The host's `docket.toml`, whose `db` is used when `--db` is not given.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+}
+
+/// Where a host's database is when nothing says otherwise.
+pub(crate) const DEFAULT_DB: &str = ".docket/docket.db";
+
+impl DbArgs {
+    pub(crate) fn database(&self) -> anyhow::Result<String> {
+        if let Some(db) = &self.db {
+            return Ok(db.clone());
+        }
+        let from_config = match &self.config {
+            Some(path) => crate::config::HostConfig::load(Some(path))?.db,
+            None => None,
+        };
+        Ok(from_config.unwrap_or_else(|| DEFAULT_DB.into()))
+    }
+}
 
 /// docket: a durable workflow host whose plugins are WebAssembly components.
 #[derive(Debug, Parser)]
@@ -89,11 +117,8 @@ enum WorkflowCommand {
     /// Deploy definition files into the database.
     Deploy {
         files: Vec<std::path::PathBuf>,
-        /// A SQLite file path (or `sqlite://PATH`), or `postgres://USER:PASSWORD@HOST/DB`.
-        #[arg(long, default_value = ".docket/docket.db")]
-        db: String,
-        #[arg(long)]
-        config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        target: DbArgs,
     },
 }
 
@@ -132,8 +157,8 @@ pub fn run() -> ExitCode {
             Command::Workflow(WorkflowCommand::Check { files, config }) => {
                 workflow::check(&files, config.as_deref()).await
             }
-            Command::Workflow(WorkflowCommand::Deploy { files, db, config }) => {
-                workflow::deploy(&files, &db, config.as_deref()).await
+            Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
+                workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }
             Command::SimProvider {
                 listen,

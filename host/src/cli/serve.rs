@@ -165,7 +165,7 @@ pub async fn start_with(args: &ServeArgs, mut config: HostConfig) -> anyhow::Res
         .db
         .clone()
         .or(config.db.clone())
-        .unwrap_or_else(|| ".docket/docket.db".into());
+        .unwrap_or_else(|| super::DEFAULT_DB.into());
     if is_postgres(&db) {
         if sim.is_some() {
             tracing::warn!(

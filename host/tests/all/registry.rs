@@ -618,3 +618,39 @@ async fn other_bytes_under_a_loaded_version_are_refused_and_never_run() {
     let again = components.load_bytes(&honest).await.unwrap();
     assert!(std::sync::Arc::ptr_eq(&again, &first));
 }
+
+#[test]
+fn registry_commands_use_the_database_of_the_hosts_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("elsewhere.db");
+    let config = dir.path().join("docket.toml");
+    std::fs::write(&config, format!("db = {:?}\n", db.display().to_string())).unwrap();
+    let shipped = crate::host_process::repo_root().join("workflows/document-delivery.toml");
+    let config = config.to_str().unwrap();
+    let out = docket(&[
+        "workflow",
+        "deploy",
+        shipped.to_str().unwrap(),
+        "--config",
+        config,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(db.exists(), "the config's database was not used");
+    let out = docket(&["adapter", "deploy", "http-delivery-2", "--config", config]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = docket(&["adapter", "list", "--config", config]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && listed.contains("http-delivery") && listed.contains("2.0.0"),
+        "{listed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
