@@ -82,6 +82,18 @@ async fn signed_in<S: ApiStore>(
     }
 }
 
+/// A page that could not be rendered: 400 with the fix, or 503 with the cause logged.
+fn page_error(who: &session::Session, e: pages::PageError) -> Response {
+    let status = match &e {
+        pages::PageError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        pages::PageError::Store(inner) => {
+            tracing::warn!("console page: {inner}");
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    };
+    html(status, pages::problem(who, &e.to_string()))
+}
+
 /// The sign-in page with the reason, when sessions cannot be read or written.
 fn store_down<S: ApiStore>(api: &ApiContext<S>, e: crate::store::StoreError) -> Response {
     tracing::warn!("console sessions: {e}");
@@ -166,7 +178,7 @@ async fn workflows<S: ApiStore>(
     };
     match pages::workflows(&c.api, &who, &q).await {
         Ok(page) => html(StatusCode::OK, page),
-        Err(e) => html(StatusCode::BAD_REQUEST, pages::problem(&who, &e)),
+        Err(e) => page_error(&who, e),
     }
 }
 
@@ -187,7 +199,7 @@ async fn workflow<S: ApiStore>(
             StatusCode::NOT_FOUND,
             pages::problem(&who, &format!("There is no workflow {id}.")),
         ),
-        Err(e) => html(StatusCode::INTERNAL_SERVER_ERROR, pages::problem(&who, &e)),
+        Err(e) => page_error(&who, e),
     }
 }
 
@@ -222,7 +234,7 @@ async fn step_response<S: ApiStore>(
             StatusCode::NOT_FOUND,
             pages::problem(who, &format!("Workflow {id} has no step {step}.")),
         ),
-        Err(e) => html(StatusCode::INTERNAL_SERVER_ERROR, pages::problem(who, &e)),
+        Err(e) => page_error(who, e),
     }
 }
 
@@ -337,6 +349,6 @@ async fn adapters<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -
     };
     match pages::adapters(&c.api, &who).await {
         Ok(page) => html(StatusCode::OK, page),
-        Err(e) => html(StatusCode::INTERNAL_SERVER_ERROR, pages::problem(&who, &e)),
+        Err(e) => page_error(&who, e),
     }
 }

@@ -10,6 +10,17 @@ use crate::store::{AttemptRecord, WorkflowFilter};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::HashMap;
 
+/// Why a page could not be rendered, by what the operator does next.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// A filter or parameter the operator can correct; the message says how.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The database failed: the details go to the log, not the page.
+    #[error("docket cannot read its database right now; try again shortly")]
+    Store(#[from] crate::store::StoreError),
+}
+
 /// The latest events of one step its page shows (a stuck step's story is seldom longer).
 const STEP_EVENTS: u32 = 500;
 
@@ -135,9 +146,12 @@ pub async fn workflows<S: ApiStore>(
     api: &ApiContext<S>,
     who: &Session,
     q: &HashMap<String, String>,
-) -> Result<Markup, String> {
+) -> Result<Markup, PageError> {
     let state = match q.get("state").filter(|s| !s.is_empty()) {
-        Some(s) => Some(s.parse::<WorkflowState>().map_err(|e| e.to_string())?),
+        Some(s) => Some(
+            s.parse::<WorkflowState>()
+                .map_err(|e| PageError::BadRequest(e.to_string()))?,
+        ),
         None => None,
     };
     let definition = q.get("workflow").filter(|s| !s.is_empty()).cloned();
@@ -146,7 +160,7 @@ pub async fn workflows<S: ApiStore>(
         None | Some("all") => None,
         Some(a) => Some(
             humantime::parse_duration(a)
-                .map_err(|e| format!("age `{a}`: {e}"))?
+                .map_err(|e| PageError::BadRequest(format!("age `{a}`: {e}; write e.g. 2h or 7d")))?
                 .as_millis() as u64,
         ),
     };
@@ -164,8 +178,7 @@ pub async fn workflows<S: ApiStore>(
             before,
             limit: WORKFLOWS_PER_PAGE + 1,
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     if let Some(max) = max_age_ms {
         rows.retain(|w| now.saturating_sub(w.created_at) <= max);
     }
@@ -180,8 +193,7 @@ pub async fn workflows<S: ApiStore>(
                 before: None,
                 limit: 100,
             })
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
     } else {
         Vec::new()
     };
@@ -294,10 +306,9 @@ pub async fn render_workflow_page<S: ApiStore>(
     who: &Session,
     id: &str,
     events_before: Option<u64>,
-) -> Result<Option<Markup>, String> {
-    let e = |e: crate::store::StoreError| e.to_string();
+) -> Result<Option<Markup>, PageError> {
     let wid = WorkflowId(id.to_string());
-    let Some(record) = api.store.workflow(&wid).await.map_err(e)? else {
+    let Some(record) = api.store.workflow(&wid).await.map_err(PageError::from)? else {
         return Ok(None);
     };
     let def = api
@@ -306,15 +317,15 @@ pub async fn render_workflow_page<S: ApiStore>(
         .await
         .ok()
         .flatten();
-    let steps = api.store.steps(&wid).await.map_err(e)?;
-    let receipts = api.store.receipts(&wid).await.map_err(e)?;
+    let steps = api.store.steps(&wid).await.map_err(PageError::from)?;
+    let receipts = api.store.receipts(&wid).await.map_err(PageError::from)?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
     // One more than a page tells whether older events exist.
     let mut page = api
         .store
         .timeline_latest(&wid, None, events_before, EVENTS_PER_PAGE as u32 + 1)
         .await
-        .map_err(e)?;
+        .map_err(PageError::from)?;
     let older = page.len() > EVENTS_PER_PAGE;
     if older {
         page.remove(0);
@@ -326,7 +337,7 @@ pub async fn render_workflow_page<S: ApiStore>(
             api.store
                 .attempts(&wid, &s.id, 0, 10_000)
                 .await
-                .map_err(e)?,
+                .map_err(PageError::from)?,
         ));
     }
     let base = format!("/console/workflows/{}", path_part(id));
@@ -425,13 +436,12 @@ pub async fn step<S: ApiStore>(
     step: &str,
     notice: Option<String>,
     error: Option<String>,
-) -> Result<Option<Markup>, String> {
-    let e = |e: crate::store::StoreError| e.to_string();
+) -> Result<Option<Markup>, PageError> {
     let wid = WorkflowId(id.to_string());
-    let Some(record) = api.store.workflow(&wid).await.map_err(e)? else {
+    let Some(record) = api.store.workflow(&wid).await.map_err(PageError::from)? else {
         return Ok(None);
     };
-    let steps = api.store.steps(&wid).await.map_err(e)?;
+    let steps = api.store.steps(&wid).await.map_err(PageError::from)?;
     let Some(rec) = steps.iter().find(|s| s.step == step) else {
         return Ok(None);
     };
@@ -443,8 +453,12 @@ pub async fn step<S: ApiStore>(
         .flatten();
     let step_def = def.as_ref().and_then(|d| d.def.step(step));
     let label = step_def.map_or(step.to_string(), |s| s.label.clone());
-    let attempts = api.store.attempts(&wid, step, 0, 10_000).await.map_err(e)?;
-    let receipts = api.store.receipts(&wid).await.map_err(e)?;
+    let attempts = api
+        .store
+        .attempts(&wid, step, 0, 10_000)
+        .await
+        .map_err(PageError::from)?;
+    let receipts = api.store.receipts(&wid).await.map_err(PageError::from)?;
     let receipt = receipts.iter().find(|r| r.step == step);
     let sent = attempts.iter().rev().find(|a| a.request_identity.is_some());
     let latest = attempts.last();
@@ -459,7 +473,7 @@ pub async fn step<S: ApiStore>(
         .store
         .timeline_latest(&wid, Some(step), None, STEP_EVENTS)
         .await
-        .map_err(e)?;
+        .map_err(PageError::from)?;
     let stuck = rec.state.needs_review()
         || matches!(
             rec.state,
@@ -586,12 +600,26 @@ pub async fn step<S: ApiStore>(
 }
 
 /// Adapters: versions, which one is active, declared contracts, the registry's history.
-pub async fn adapters<S: ApiStore>(api: &ApiContext<S>, who: &Session) -> Result<Markup, String> {
-    let e = |e: crate::store::StoreError| e.to_string();
-    let stored = api.store.stored_components().await.map_err(e)?;
-    let active = api.store.active_components().await.map_err(e)?;
-    let events = api.store.component_events(None, 50).await.map_err(e)?;
-    let verified = api.store.verifications().await.map_err(e)?;
+pub async fn adapters<S: ApiStore>(
+    api: &ApiContext<S>,
+    who: &Session,
+) -> Result<Markup, PageError> {
+    let stored = api
+        .store
+        .stored_components()
+        .await
+        .map_err(PageError::from)?;
+    let active = api
+        .store
+        .active_components()
+        .await
+        .map_err(PageError::from)?;
+    let events = api
+        .store
+        .component_events(None, 50)
+        .await
+        .map_err(PageError::from)?;
+    let verified = api.store.verifications().await.map_err(PageError::from)?;
     let loaded = api.components.as_ref().map(|c| c.all()).unwrap_or_default();
     Ok(layout(
         Some(who),
