@@ -42,7 +42,8 @@ impl Cursor {
         let plain = String::from_utf8(hex::decode(text).ok()?).ok()?;
         let (kind, rest) = plain.split_once(':')?;
         match kind {
-            "t" => rest.parse().ok().map(Cursor::Seq),
+            // Stored numbers are signed 64-bit: a larger one was never written here.
+            "t" => stored_number(rest).map(Cursor::Seq),
             "a" => rest.parse().ok().map(Cursor::Attempt),
             "w" => {
                 let (at, id) = rest.split_once(':')?;
@@ -51,13 +52,20 @@ impl Cursor {
                     && id.bytes().all(|b| b.is_ascii_graphic());
                 valid_id.then_some(())?;
                 Some(Cursor::Workflow(
-                    at.parse().ok()?,
+                    stored_number(at)?,
                     WorkflowId(id.to_string()),
                 ))
             }
             _ => None,
         }
     }
+}
+
+/// A number as the store keeps them (at most `i64::MAX`).
+fn stored_number(text: &str) -> Option<u64> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|v| i64::try_from(*v).is_ok())
 }
 
 /// The `limit` and decoded `cursor` of one request.
@@ -156,6 +164,8 @@ mod tests {
             "abc",
             &hex::encode("x:1"),
             &hex::encode("t:-1"),
+            &hex::encode("t:9223372036854775808"),
+            &hex::encode("w:18446744073709551615:wf_0123abcd"),
             &hex::encode("w:1:nope"),
         ] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");

@@ -173,6 +173,9 @@ name_type!(StepId, "step id", true);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct TomlDuration(pub Duration);
 
+/// The longest duration a definition may write.
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 86_400);
+
 /// The help shown for any malformed duration.
 const DURATION_HELP: &str =
     "write a number with a unit in quotes, e.g. \"500ms\", \"5s\", \"10m\" or \"1h 30m\"";
@@ -189,14 +192,21 @@ impl<'de> Deserialize<'de> for TomlDuration {
             }
 
             fn visit_str<E: de::Error>(self, text: &str) -> Result<TomlDuration, E> {
-                humantime::parse_duration(text)
-                    .map(TomlDuration)
-                    .map_err(|err| {
-                        E::custom(with_help(
-                            format_args!("invalid duration `{text}`: {err}"),
-                            DURATION_HELP,
-                        ))
-                    })
+                let parsed = humantime::parse_duration(text).map_err(|err| {
+                    E::custom(with_help(
+                        format_args!("invalid duration `{text}`: {err}"),
+                        DURATION_HELP,
+                    ))
+                })?;
+                // Times are kept as signed 64-bit milliseconds; nothing a workflow waits
+                // for is sensibly longer than this.
+                if parsed > MAX_DURATION {
+                    return Err(E::custom(with_help(
+                        format_args!("duration `{text}` is longer than ten years"),
+                        "write a shorter duration",
+                    )));
+                }
+                Ok(TomlDuration(parsed))
             }
 
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<TomlDuration, E> {
