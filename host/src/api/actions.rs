@@ -681,12 +681,19 @@ pub(crate) async fn perform<S: ApiStore>(
         ActionOutcome::Replayed(existing) => replay(ctx, &scope, &record, existing.answer).await,
         ActionOutcome::Applied { .. } => {
             ctx.wake.notify_one();
-            if matches!(action, Action::Query | Action::Retry) {
-                settle(ctx, &record.workflow_id, &step, step_record.attempts).await;
-            }
-            let view = step_view(ctx, &record, &step).await?;
-            let body = serde_json::to_string(&view).map_err(ApiError::internal)?;
-            ctx.store.answer(&scope, 200, body.clone()).await?;
+            // The answer is stored by a task of its own: a client that hangs up while the
+            // attempt settles must not leave later replays of its key without one.
+            let (ctx, attempts_before) = (ctx.clone(), step_record.attempts);
+            let answered = tokio::spawn(async move {
+                if matches!(action, Action::Query | Action::Retry) {
+                    settle(&ctx, &record.workflow_id, &step, attempts_before).await;
+                }
+                let view = step_view(&ctx, &record, &step).await?;
+                let body = serde_json::to_string(&view).map_err(ApiError::internal)?;
+                ctx.store.answer(&scope, 200, body.clone()).await?;
+                Ok::<_, ApiError>(body)
+            });
+            let body = answered.await.map_err(ApiError::internal)??;
             Ok(respond(200, body))
         }
     }
