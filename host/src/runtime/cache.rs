@@ -10,13 +10,13 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 /// A directory of `<digest>-<engine hash>.cwasm` files.
-pub(crate) struct DiskCache {
+pub(super) struct DiskCache {
     dir: PathBuf,
     engine_tag: String,
 }
 
 impl DiskCache {
-    pub(crate) fn new(dir: &Path, engine: &Engine) -> Self {
+    pub(super) fn new(dir: &Path, engine: &Engine) -> Self {
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Self {
@@ -31,7 +31,7 @@ impl DiskCache {
     }
 
     /// The cached compilation of `digest_hex`, if there is a usable one.
-    pub(crate) fn load(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
+    pub(super) fn load(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
         let path = self.path(digest_hex);
         if !path.exists() {
             return None;
@@ -50,7 +50,7 @@ impl DiskCache {
     }
 
     /// Writes the compilation atomically (temp file, then rename); failures only cost speed.
-    pub(crate) fn store(&self, digest_hex: &str, component: &Component) {
+    pub(super) fn store(&self, digest_hex: &str, component: &Component) {
         let result = (|| -> std::io::Result<()> {
             std::fs::create_dir_all(&self.dir)?;
             let bytes = component.serialize().map_err(std::io::Error::other)?;

@@ -83,7 +83,7 @@ impl<T> CallReport<T> {
 
 impl Runtime {
     /// Runs `f` against a fresh instance of `pre` under `grant`, `env` and `limits`.
-    pub(crate) async fn call<R>(
+    pub(super) async fn call<R>(
         &self,
         pre: &PreKind,
         grant: Arc<Grant>,
@@ -291,7 +291,7 @@ impl Runtime {
     }
 }
 
-pub(crate) async fn adapter_instance(
+pub(super) async fn adapter_instance(
     store: &mut Store<HostState>,
     pre: &PreKind,
 ) -> wasmtime::Result<Adapter> {
@@ -347,14 +347,14 @@ fn redact_failure(failure: CallFailure, red: &Redactor) -> CallFailure {
     }
 }
 
-pub(crate) fn receipt_from_wit(r: wit::Receipt) -> PluginReceipt {
+pub(super) fn receipt_from_wit(r: wit::Receipt) -> PluginReceipt {
     PluginReceipt {
         external_reference: r.external_reference,
         output: r.output,
     }
 }
 
-pub(crate) fn effect_error_from_wit(e: wit::EffectError) -> EffectError {
+pub(super) fn effect_error_from_wit(e: wit::EffectError) -> EffectError {
     match e {
         wit::EffectError::Rejected(r) => EffectError::Rejected {
             code: r.code,

@@ -17,7 +17,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The egress policy of one call, installed as the `wasi:http` hooks of its store.
-pub(crate) struct Egress {
+pub(super) struct Egress {
     grant: Arc<Grant>,
     /// The call's overall time limit; no single wait may be longer.
     call_timeout: Duration,
@@ -27,7 +27,7 @@ pub(crate) struct Egress {
 }
 
 impl Egress {
-    pub(crate) fn new(grant: Arc<Grant>, call_timeout: Duration, label: Arc<str>) -> Self {
+    pub(super) fn new(grant: Arc<Grant>, call_timeout: Duration, label: Arc<str>) -> Self {
         Self {
             grant,
             call_timeout,
@@ -36,7 +36,7 @@ impl Egress {
         }
     }
 
-    pub(crate) fn denials(&self) -> Arc<Mutex<Vec<String>>> {
+    pub(super) fn denials(&self) -> Arc<Mutex<Vec<String>>> {
         self.denials.clone()
     }
 

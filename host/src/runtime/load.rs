@@ -107,8 +107,8 @@ impl LoadedComponent {
 /// A linked, pre-instantiated component for one grant: ready for calls.
 pub struct Prepared {
     pub component: Arc<LoadedComponent>,
-    pub(crate) grant: Arc<Grant>,
-    pub(crate) pre: PreKind,
+    pub(super) grant: Arc<Grant>,
+    pub(super) pre: PreKind,
 }
 
 impl Prepared {
@@ -123,7 +123,7 @@ impl Prepared {
     }
 }
 
-pub(crate) enum PreKind {
+pub(super) enum PreKind {
     Adapter(AdapterPre<HostState>),
     Handler(HandlerPre<HostState>),
 }

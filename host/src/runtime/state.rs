@@ -20,7 +20,7 @@ const MAX_LOG_LINES: usize = 200;
 /// Longest log line kept, in bytes.
 const MAX_LOG_LINE: usize = 4096;
 /// Capacity of the captured stdout and stderr, each.
-pub(crate) const PIPE_CAPACITY: usize = 64 * 1024;
+pub(super) const PIPE_CAPACITY: usize = 64 * 1024;
 
 /// Severity of a plugin log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -67,10 +67,10 @@ pub struct CallEnv {
 
 /// A memory limiter that remembers why it refused to grow.
 #[derive(Debug)]
-pub(crate) struct Limits {
-    pub(crate) memory_cap: usize,
+pub(super) struct Limits {
+    pub(super) memory_cap: usize,
     /// The size a refused grow asked for.
-    pub(crate) refused: Option<usize>,
+    pub(super) refused: Option<usize>,
 }
 
 impl ResourceLimiter for Limits {
@@ -98,23 +98,23 @@ impl ResourceLimiter for Limits {
 }
 
 /// The `T` of every `Store<T>`.
-pub(crate) struct HostState {
+pub(super) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     http: WasiHttpCtx,
     egress: Egress,
-    pub(crate) limits: Limits,
+    pub(super) limits: Limits,
     env: CallEnv,
     grant: Arc<Grant>,
-    pub(crate) redactor: Redactor,
-    pub(crate) log: Vec<LogLine>,
-    pub(crate) dropped_lines: usize,
-    pub(crate) stdout: MemoryOutputPipe,
-    pub(crate) stderr: MemoryOutputPipe,
+    pub(super) redactor: Redactor,
+    pub(super) log: Vec<LogLine>,
+    pub(super) dropped_lines: usize,
+    pub(super) stdout: MemoryOutputPipe,
+    pub(super) stderr: MemoryOutputPipe,
 }
 
 impl HostState {
-    pub(crate) fn new(
+    pub(super) fn new(
         env: CallEnv,
         grant: Arc<Grant>,
         memory_cap: usize,
@@ -150,12 +150,12 @@ impl HostState {
         }
     }
 
-    pub(crate) fn denials(&self) -> Vec<String> {
+    pub(super) fn denials(&self) -> Vec<String> {
         self.egress.denials().lock().unwrap().clone()
     }
 
     /// Records one line, redacted and bounded, and forwards it to `tracing`.
-    pub(crate) fn push_log(&mut self, level: LogLevel, source: LogSource, message: &str) {
+    pub(super) fn push_log(&mut self, level: LogLevel, source: LogSource, message: &str) {
         let mut message = self.redactor.redact(message).into_owned();
         if message.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
@@ -185,7 +185,7 @@ impl HostState {
     }
 
     /// Moves captured stdout and stderr into the log, line by line.
-    pub(crate) fn drain_pipes(&mut self) {
+    pub(super) fn drain_pipes(&mut self) {
         for (pipe, source, level) in [
             (self.stdout.contents(), LogSource::Stdout, LogLevel::Info),
             (self.stderr.contents(), LogSource::Stderr, LogLevel::Warn),
