@@ -314,7 +314,7 @@ where
             })
             .await?;
     }
-    // What other hosts stored that this one lacks, and the active versions.
+    // Before serving: run what the registry made active, not only what this host loaded.
     for change in components.sync(&store).await? {
         tracing::info!("{change}");
     }

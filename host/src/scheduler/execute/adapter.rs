@@ -1,0 +1,454 @@
+//! The adapter path of an attempt: checkpoints 2 to 5 around the call (invoke, or a
+//! recovery query by the stable reference), and what each typed result or uncertainty
+//! means for the step under the adapter's contract.
+
+use super::*;
+
+impl<S> Scheduler<S>
+where
+    S: ExecutorStore + DefinitionStore + crate::store::ComponentStore + Clone + 'static,
+{
+    /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
+    pub(super) async fn checkpoint(
+        &self,
+        claimed: &Claimed,
+        n: u8,
+        facts: AttemptFacts,
+        external_call: bool,
+        events: Vec<NewEvent>,
+    ) -> Option<()> {
+        let request = CheckpointRequest {
+            fence: claimed.fence.clone(),
+            attempt_id: claimed.attempt_id.clone(),
+            checkpoint: n,
+            facts,
+            external_call,
+            events,
+            now: self.clock.now_ms(),
+        };
+        let late = (n == 5).then(|| (request.facts.clone(), request.events.clone()));
+        match self.store.checkpoint(request).await {
+            Ok(()) => {
+                self.failpoint(n);
+                Some(())
+            }
+            Err(StoreError::LeaseLost { .. }) if late.is_some() => {
+                // The call returned after recovery took the step over: what it returned is
+                // still evidence, kept on the attempt and told on the timeline.
+                let (facts, events) = late.expect("checked");
+                self.record_late(claimed, facts, events).await;
+                None
+            }
+            Err(e) => {
+                tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "checkpoint {n} not recorded: {e}");
+                None
+            }
+        }
+    }
+
+    pub(super) async fn run_adapter(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        input: &crate::intent::CanonicalInput,
+        max_external_calls: u32,
+    ) -> Option<Ending> {
+        let Some(contract) = prepared.component.contract().cloned() else {
+            // Definitions are checked against every registered version's world; a version
+            // of another world can only come from outside that check.
+            let note = format!(
+                "{} cannot start: `{}@{}` is a handler, and this is an adapter step; activate an adapter version",
+                step.label,
+                prepared.component.name(),
+                prepared.component.version()
+            );
+            let event = NewEvent::step(
+                EventKind::Conclusion,
+                step.id.as_str(),
+                Some(&claimed.attempt_id),
+                note.clone(),
+            );
+            return Some(Ending::terminal(
+                StepState::Blocked,
+                AttemptOutcome::Rejected,
+                note,
+                event,
+            ));
+        };
+        let key = external_idempotency_key(
+            &claimed.fence.workflow_id,
+            step.id.as_str(),
+            &contract.idempotency.namespace,
+        );
+        // The namespace rule: an uncertain request is recovered only under the identity it
+        // may have been sent with. A version with another namespace derives another key,
+        // which the provider would take for a new request: a person decides instead.
+        if let Some(sent) = claimed.context.sent_identity.as_deref()
+            && sent != key
+        {
+            return Some(self.namespace_changed(claimed, step, prepared, &contract, input, sent));
+        }
+        let querying = claimed.trigger == Trigger::RecoveryQuery;
+        if !querying && claimed.external_calls_used >= max_external_calls {
+            return Some(self.budget_exceeded(
+                claimed,
+                format!("the workflow's budget of {max_external_calls} external calls is used up"),
+            ));
+        }
+        let mut facts = Self::facts(prepared, &input.digest);
+        // Checkpoint 2: state, policy and budget validated; what will run is recorded.
+        self.checkpoint(claimed, 2, facts.clone(), false, vec![])
+            .await?;
+        let env = self.env(claimed, prepared.component.name());
+        let limits = CallLimits {
+            timeout: step.timeout,
+        };
+        if querying {
+            facts.request_identity = Some(key.clone());
+            let report = self
+                .components
+                .runtime()
+                .query(prepared, env, limits, &key)
+                .await;
+            return Some(self.after_query(claimed, step, prepared, &contract, input, report));
+        }
+        // Checkpoint 3: from here on the effect may have happened.
+        facts.request_identity = Some(key.clone());
+        let event = NewEvent::step(
+            EventKind::Action,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            // Written before the call: it may still never leave (a crash right here).
+            format!(
+                "Sending the request to {} with idempotency key {}…",
+                prepared.component.name(),
+                short(&key)
+            ),
+        );
+        let identity = AttemptFacts {
+            request_identity: Some(key.clone()),
+            ..AttemptFacts::default()
+        };
+        self.checkpoint(claimed, 3, identity, true, vec![event])
+            .await?;
+        let request = EffectRequest {
+            idempotency_key: key,
+            input: input.text.clone(),
+            attempt: claimed.attempt_number,
+        };
+        let report = self
+            .components
+            .runtime()
+            .invoke(prepared, env, limits, &request)
+            .await;
+        // Checkpoint 4 is the call itself: nothing is written before it returns.
+        self.failpoint(4);
+        self.after_invoke(claimed, step, prepared, &contract, input, report)
+            .await
+    }
+
+    pub(super) async fn after_invoke(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        contract: &Contract,
+        input: &crate::intent::CanonicalInput,
+        report: CallReport<Result<PluginReceipt, EffectError>>,
+    ) -> Option<Ending> {
+        let now = self.clock.now_ms();
+        let log = log_json(&report);
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        let (outcome, observation) = match &report.outcome {
+            Ok(Ok(r)) => (
+                AttemptOutcome::Accepted,
+                format!(
+                    "{} accepted the request: {}",
+                    contract.name, r.external_reference
+                ),
+            ),
+            Ok(Err(e @ EffectError::NotSent { .. })) => {
+                (AttemptOutcome::TransportFailed, e.to_string())
+            }
+            Ok(Err(e @ EffectError::OutcomeUnknown { .. })) => {
+                (AttemptOutcome::TimedOut, e.to_string())
+            }
+            Ok(Err(e)) => (AttemptOutcome::Rejected, e.to_string()),
+            Err(CallFailure::Timeout { .. }) => (
+                AttemptOutcome::TimedOut,
+                report.outcome.as_ref().unwrap_err().to_string(),
+            ),
+            Err(f) => (failure_outcome(f), f.to_string()),
+        };
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.outcome = Some(outcome);
+        let ending = |transition: StepTransition,
+                      note: Option<String>,
+                      events: Vec<NewEvent>,
+                      checkpoint: u8| Ending {
+            checkpoint,
+            facts: facts.clone(),
+            transition,
+            note,
+            log: log.clone(),
+            events,
+            adapter: true,
+        };
+        // A step that nothing automatic will run again, with why, told as a conclusion.
+        let terminal = |state: StepState, note: String, headline: &str| {
+            let text = format!("{} {headline}: {note}", step.label);
+            let event = NewEvent::step(EventKind::Conclusion, id, att, text);
+            ending(StepTransition::Terminal(state), Some(note), vec![event], 5)
+        };
+        let ending = match report.outcome {
+            Ok(Ok(r)) => {
+                let output = serde_json::from_str(&r.output)
+                    .unwrap_or(serde_json::Value::String(r.output.clone()));
+                let receipt = Self::receipt(
+                    prepared,
+                    &input.digest,
+                    EvidenceKind::Response,
+                    Some(r.external_reference.clone()),
+                    output,
+                    now,
+                );
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{} succeeded: receipt {} for {}",
+                        step.label, receipt.receipt_id, r.external_reference
+                    ),
+                );
+                ending(
+                    StepTransition::Succeeded(Box::new(receipt)),
+                    None,
+                    vec![event],
+                    6,
+                )
+            }
+            Ok(Err(EffectError::Rejected { code, message })) => terminal(
+                StepState::FailedTerminal,
+                format!("rejected ({code}): {message}"),
+                "failed permanently",
+            ),
+            Ok(Err(EffectError::Unauthorized { message })) => terminal(
+                StepState::Blocked,
+                format!("unauthorized: {message}; check the adapter's credentials and policy"),
+                "blocked",
+            ),
+            Ok(Err(EffectError::IdempotencyConflict { message })) => terminal(
+                StepState::WaitingForReview,
+                format!(
+                    "the provider saw this key with a different request: {message}; never retried under a new key"
+                ),
+                "needs review",
+            ),
+            Ok(Err(
+                e @ (EffectError::RateLimited { .. }
+                | EffectError::Unavailable { .. }
+                | EffectError::NotSent { .. }),
+            )) => {
+                let retry_after = match &e {
+                    EffectError::RateLimited { retry_after_ms, .. } => {
+                        Some(Duration::from_millis(*retry_after_ms))
+                    }
+                    _ => None,
+                };
+                let (t, event) = self.retry_or_fail(claimed, step, retry_after, e.to_string());
+                ending(t, Some(e.to_string()), vec![event], 5)
+            }
+            // The effect may have happened: recover by the contract, evidence before action.
+            Ok(Err(EffectError::OutcomeUnknown { .. })) | Err(_) => {
+                let since = claimed.uncertain_since.unwrap_or(now);
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                ending(t, note, vec![event], 5)
+            }
+        };
+        // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
+        let result_facts = AttemptFacts {
+            observation: Some(observation.clone()),
+            outcome: Some(outcome),
+            result: Some(AttemptResult {
+                outcome,
+                transition: ending.transition.clone(),
+                note: ending.note.clone(),
+                events: ending.events.clone(),
+            }),
+            ..AttemptFacts::default()
+        };
+        let seen = NewEvent::step(EventKind::Observation, id, att, observation);
+        self.checkpoint(claimed, 5, result_facts, false, vec![seen])
+            .await?;
+        Some(ending)
+    }
+
+    pub(super) fn after_query(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        contract: &Contract,
+        input: &crate::intent::CanonicalInput,
+        report: CallReport<Result<Lookup, EffectError>>,
+    ) -> Ending {
+        let now = self.clock.now_ms();
+        let log = log_json(&report);
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.request_identity = Some(external_idempotency_key(
+            &claimed.fence.workflow_id,
+            step.id.as_str(),
+            &contract.idempotency.namespace,
+        ));
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        let since = claimed.uncertain_since.unwrap_or(now);
+        let (transition, note, events, outcome) = match report.outcome {
+            Ok(Ok(Lookup::Found { receipt })) => {
+                let output = serde_json::from_str(&receipt.output)
+                    .unwrap_or(serde_json::Value::String(receipt.output.clone()));
+                let r = Self::receipt(
+                    prepared,
+                    &input.digest,
+                    EvidenceKind::Query,
+                    Some(receipt.external_reference.clone()),
+                    output,
+                    now,
+                );
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!(
+                        "Lookup by reference found {} at {}",
+                        receipt.external_reference, contract.name
+                    ),
+                );
+                let done = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{} verified by query: receipt {} for {}",
+                        step.label, r.receipt_id, receipt.external_reference
+                    ),
+                );
+                (
+                    StepTransition::Succeeded(Box::new(r)),
+                    None,
+                    vec![seen, done],
+                    AttemptOutcome::LookupFound,
+                )
+            }
+            Ok(Ok(Lookup::Absent)) => {
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!(
+                        "Lookup by reference at {} found nothing (yet)",
+                        contract.name
+                    ),
+                );
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
+                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+            }
+            Ok(Err(e)) => {
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!("Lookup failed: {e}"),
+                );
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                (t, note, vec![seen, event], AttemptOutcome::TransportFailed)
+            }
+            Err(f) => {
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!("Lookup did not complete: {f}"),
+                );
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
+                (t, note, vec![seen, event], failure_outcome(&f))
+            }
+        };
+        Ending::settled(5, facts, outcome, transition, note, log, events)
+    }
+
+    /// The step's next state when its effect's outcome is unknown.
+    pub(crate) fn uncertain(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        contract: &Contract,
+        since: Millis,
+        lookup_absent: bool,
+    ) -> (StepTransition, Option<String>, NewEvent) {
+        let now = self.clock.now_ms();
+        let verdict = decide(
+            contract,
+            Uncertainty {
+                since,
+                now,
+                lookup_absent,
+                attempts_left: step.retry.allows_another(claimed.attempt_number),
+            },
+        );
+        let id = step.id.as_str();
+        let att = Some(&claimed.attempt_id);
+        match verdict {
+            Verdict::Query { at } => (
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::RecoveryQuery,
+                    uncertain_since: Some(since),
+                },
+                Some("outcome unknown; asking the provider by reference".into()),
+                NewEvent::step(
+                    EventKind::Action,
+                    id,
+                    att,
+                    format!(
+                        "Outcome unknown: query by the stable reference scheduled in {} ms",
+                        at.saturating_sub(now)
+                    ),
+                ),
+            ),
+            Verdict::RetrySameKey { at } => (
+                StepTransition::Retry {
+                    ready_at: at,
+                    next_trigger: Trigger::Retry,
+                    uncertain_since: Some(since),
+                },
+                Some("outcome unknown; retrying with the same idempotency key".into()),
+                NewEvent::step(
+                    EventKind::Action,
+                    id,
+                    att,
+                    format!(
+                        "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
+                        remembered_until(contract, since)
+                    ),
+                ),
+            ),
+            Verdict::Review { reason } => (
+                StepTransition::Terminal(StepState::OutcomeUnknown),
+                Some(format!("outcome unknown: {reason}")),
+                NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!(
+                        "{}: outcome unknown — needs review, no automatic retry: {reason}",
+                        step.label
+                    ),
+                ),
+            ),
+        }
+    }
+}
