@@ -204,8 +204,9 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
     picked.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     let mut claimed: Vec<Claimed> = picked.into_iter().map(|(_, _, c)| c).collect();
     // Each claim is one attempt and one timeline entry, which its workflow counts. The
-    // workflows of the batch are locked in id order first, so concurrent claims never wait
-    // in a cycle; then one statement counts for all of them and one reads their receipts.
+    // workflows of the batch are locked in id order first (one row needs no order), so
+    // concurrent claims never wait in a cycle; then one statement counts for all of them
+    // and one reads their receipts.
     let mut counts: Vec<(String, i64)> = Vec::new();
     for c in &claimed {
         match counts.last_mut() {
@@ -214,12 +215,14 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         }
     }
     let (workflow_ids, per_workflow): (Vec<String>, Vec<i64>) = counts.into_iter().unzip();
-    sqlx::query(
-        "SELECT 1 FROM workflows WHERE workflow_id = ANY($1) ORDER BY workflow_id FOR UPDATE",
-    )
-    .bind(&workflow_ids)
-    .execute(&mut *conn)
-    .await?;
+    if workflow_ids.len() > 1 {
+        sqlx::query(
+            "SELECT 1 FROM workflows WHERE workflow_id = ANY($1) ORDER BY workflow_id FOR UPDATE",
+        )
+        .bind(&workflow_ids)
+        .execute(&mut *conn)
+        .await?;
+    }
     let counted = sqlx::query(
         "UPDATE workflows w SET attempts_used = w.attempts_used + c.n, next_seq = w.next_seq + c.n
          FROM UNNEST($1::TEXT[], $2::BIGINT[]) AS c(id, n)
