@@ -22,26 +22,33 @@ impl Contract {
     /// keys (docket derives every external key from it), and a retention when the adapter
     /// claims idempotency (a key remembered for no time protects nothing). The message
     /// names the fix.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ContractError> {
         if semver::Version::parse(&self.version).is_err() {
-            return Err(format!(
-                "version `{}` is not semantic versioning; declare e.g. `1.0.0`",
-                self.version
-            ));
+            return Err(ContractError::Version(self.version.clone()));
         }
         if self.idempotency.namespace.trim().is_empty() {
-            return Err(
-                "the idempotency namespace is empty; declare the provider's deduplication domain, e.g. `.namespace(\"my-provider\")`"
-                    .into(),
-            );
+            return Err(ContractError::EmptyNamespace);
         }
         if self.idempotency.supported && self.idempotency.retention_seconds == 0 {
-            return Err(
-                "it claims idempotency with a retention of 0 seconds; declare how long the provider remembers a key".into(),
-            );
+            return Err(ContractError::NoRetention);
         }
         Ok(())
     }
+}
+
+/// Why a declared contract is unusable; each message names the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContractError {
+    #[error("version `{0}` is not semantic versioning; declare e.g. `1.0.0`")]
+    Version(String),
+    #[error(
+        "the idempotency namespace is empty; declare the provider's deduplication domain, e.g. `.namespace(\"my-provider\")`"
+    )]
+    EmptyNamespace,
+    #[error(
+        "it claims idempotency with a retention of 0 seconds; declare how long the provider remembers a key"
+    )]
+    NoRetention,
 }
 
 /// Whether the provider deduplicates requests by key, for how long, and in which namespace.

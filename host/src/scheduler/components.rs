@@ -107,7 +107,7 @@ impl Components {
             return Err(LoadError::UnusableContract {
                 name: loaded.name().into(),
                 version: loaded.version().into(),
-                reason,
+                reason: reason.to_string(),
             });
         }
         let world = match loaded.kind {
