@@ -66,6 +66,24 @@ impl Ending {
         }
     }
 
+    /// An attempt refused before its call: the step ends in `state`, and the timeline
+    /// says why it could not start.
+    fn cannot_start(
+        claimed: &Claimed,
+        step: &StepDef,
+        state: StepState,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        let note = format!("{} cannot start: {reason}", step.label);
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            note.clone(),
+        );
+        Self::terminal(state, AttemptOutcome::Rejected, note, event)
+    }
+
     fn terminal(state: StepState, outcome: AttemptOutcome, note: String, event: NewEvent) -> Self {
         Self {
             checkpoint: 2,
@@ -242,18 +260,11 @@ where
         let input = match crate::intent::canonicalize(&mapped) {
             Ok(input) => input,
             Err(e) => {
-                let note = format!("{} cannot start: {e}", step.label);
-                let event = NewEvent::step(
-                    EventKind::Conclusion,
-                    step.id.as_str(),
-                    Some(&claimed.attempt_id),
-                    note.clone(),
-                );
-                return Some(Ending::terminal(
+                return Some(Ending::cannot_start(
+                    claimed,
+                    step,
                     StepState::FailedTerminal,
-                    AttemptOutcome::Rejected,
-                    note,
-                    event,
+                    e,
                 ));
             }
         };

@@ -57,23 +57,16 @@ where
         let Some(contract) = prepared.component.contract().cloned() else {
             // Definitions are checked against every registered version's world; a version
             // of another world can only come from outside that check.
-            let note = format!(
-                "{} cannot start: `{}@{}` is a handler, and this is an adapter step; activate an adapter version",
-                step.label,
+            let reason = format!(
+                "`{}@{}` is a handler, and this is an adapter step; activate an adapter version",
                 prepared.component.name(),
                 prepared.component.version()
             );
-            let event = NewEvent::step(
-                EventKind::Conclusion,
-                step.id.as_str(),
-                Some(&claimed.attempt_id),
-                note.clone(),
-            );
-            return Some(Ending::terminal(
+            return Some(Ending::cannot_start(
+                claimed,
+                step,
                 StepState::Blocked,
-                AttemptOutcome::Rejected,
-                note,
-                event,
+                reason,
             ));
         };
         let key = external_idempotency_key(

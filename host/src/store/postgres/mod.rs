@@ -245,11 +245,7 @@ pub(crate) async fn append_events(
     }
     // The numbers and the rows in one statement: the update takes the next numbers (and
     // the workflow row's lock), the insert numbers the events from the first of them.
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step.as_deref()).collect();
-    let attempts: Vec<Option<&str>> = events.iter().map(|e| e.attempt_id.as_deref()).collect();
-    let texts: Vec<&str> = events.iter().map(|e| e.text.as_str()).collect();
-    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    let c = EventColumns::of(events);
     sqlx::query(
         "WITH taken AS (
              UPDATE workflows SET next_seq = next_seq + $3 WHERE workflow_id = $1
@@ -262,14 +258,35 @@ pub(crate) async fn append_events(
     .bind(workflow_id.as_str())
     .bind(now as i64)
     .bind(events.len() as i64)
-    .bind(&kinds)
-    .bind(&steps)
-    .bind(&attempts)
-    .bind(&texts)
-    .bind(&data)
+    .bind(&c.kinds)
+    .bind(&c.steps)
+    .bind(&c.attempts)
+    .bind(&c.texts)
+    .bind(&c.data)
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Events as the columns of a multi-row `UNNEST` insert.
+struct EventColumns<'e> {
+    kinds: Vec<&'e str>,
+    steps: Vec<Option<&'e str>>,
+    attempts: Vec<Option<&'e str>>,
+    texts: Vec<&'e str>,
+    data: Vec<String>,
+}
+
+impl<'e> EventColumns<'e> {
+    fn of(events: &'e [NewEvent]) -> Self {
+        Self {
+            kinds: events.iter().map(|e| e.kind.as_str()).collect(),
+            steps: events.iter().map(|e| e.step.as_deref()).collect(),
+            attempts: events.iter().map(|e| e.attempt_id.as_deref()).collect(),
+            texts: events.iter().map(|e| e.text.as_str()).collect(),
+            data: events.iter().map(|e| e.data.to_string()).collect(),
+        }
+    }
 }
 
 /// Inserts events numbered from `first`, in one statement.
@@ -286,11 +303,7 @@ pub(crate) async fn insert_events(
     let seqs: Vec<i64> = (0..events.len())
         .map(|i| (first + i as u64) as i64)
         .collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    let steps: Vec<Option<&str>> = events.iter().map(|e| e.step.as_deref()).collect();
-    let attempts: Vec<Option<&str>> = events.iter().map(|e| e.attempt_id.as_deref()).collect();
-    let texts: Vec<&str> = events.iter().map(|e| e.text.as_str()).collect();
-    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    let c = EventColumns::of(events);
     sqlx::query(
         "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
          SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])",
@@ -298,11 +311,11 @@ pub(crate) async fn insert_events(
     .bind(workflow_id.as_str())
     .bind(&seqs)
     .bind(vec![now as i64; events.len()])
-    .bind(&kinds)
-    .bind(&steps)
-    .bind(&attempts)
-    .bind(&texts)
-    .bind(&data)
+    .bind(&c.kinds)
+    .bind(&c.steps)
+    .bind(&c.attempts)
+    .bind(&c.texts)
+    .bind(&c.data)
     .execute(&mut *conn)
     .await?;
     Ok(())
