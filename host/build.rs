@@ -39,7 +39,7 @@ const LATER_VERSIONS: &[&str] = &["http-delivery-2", "http-delivery-3-other-name
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
-    for watched in ["adapters", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in ["adapters", "wit", "migrations", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     let target_dir = root.join("target").join("guests");

@@ -149,7 +149,7 @@ async fn setup<S: Store>(stores: Vec<S>, cache: &Path) -> Bench<S> {
             },
             wake.clone(),
         );
-        tokio::spawn(scheduler.run());
+        tokio::spawn(scheduler.run(tokio_util::sync::CancellationToken::new()));
         first.get_or_insert(Bench {
             store,
             clock: clock.clone(),

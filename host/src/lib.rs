@@ -16,27 +16,38 @@
 //! - [`scheduler`]: claims ready steps under leases, runs them through the runtime,
 //!   records outcomes through the store, and recovers expired leases (resume from a stored
 //!   result, query, same-key retry, or review, as the adapter's contract allows).
-//! - [`api`]: the axum HTTP API over the store and the deployed definitions, including the
-//!   operator actions on a step (judged by its state and the adapter's contract).
+//! - Below the interfaces: [`access`] (tokens, subjects, roles), [`view`] (what a workflow
+//!   looks like to people and clients: projections, status text, milestones), [`context`]
+//!   (what the interfaces share) and [`operator`] (operator actions on a step as domain
+//!   decisions: a typed order, `decide` → plan or refusal, applied by the store).
+//! - [`api`]: the axum HTTP API over the store and the deployed definitions; it renders
+//!   operator actions as JSON.
 //! - [`console`]: the operator's recovery console, server-rendered pages on the API's
-//!   listener that run the API's operator actions.
+//!   listener; it renders the same operator actions as pages and never imports [`api`].
 //! - [`sim`]: the provider simulator (the reference delivery protocol with fault
 //!   injection), used by tests, `docket serve` and adapter authors.
 //! - [`config`]: the operator's `docket.toml`, validated with errors that say how to fix it.
+//! - [`app`]: the composition root — builds a host from its configuration and runs its
+//!   parts as named, supervised tasks (a task that dies stops the host).
 //! - [`cli`]: the clap commands; the only place `anyhow` is used.
 
+pub mod access;
 pub mod api;
+pub mod app;
 pub mod capabilities;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod context;
 pub mod contract;
 pub mod intent;
+pub mod operator;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
 pub mod store;
+pub mod view;
 pub mod workflow;
 
 /// Paths of the example and test components, built from `adapters/` by the build script.

@@ -126,7 +126,7 @@ async fn the_list_puts_review_first_then_filters_and_pages_newest_first() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_host_on_the_database_knows_a_session_until_it_ends() {
     let (a, _, cookie, dir) = fixture::long_story().await;
-    let b = another_host(dir.path(), docket::api::Auth::open()).await;
+    let b = another_host(dir.path(), docket::access::Auth::open()).await;
     // Signed in on one host, known to another (or to the same one after a restart).
     let (status, page) = fixture::get(&b, &cookie, "/console/workflows").await;
     assert_eq!(status, 200, "{page}");
@@ -150,11 +150,11 @@ async fn every_host_on_the_database_knows_a_session_until_it_ends() {
     // A host whose tokens no longer make this subject an operator does not honour it.
     let strict = another_host(
         dir.path(),
-        docket::api::Auth::with_tokens([(
+        docket::access::Auth::with_tokens([(
             "op-token".to_string(),
-            docket::api::Principal {
+            docket::access::Principal {
                 subject: docket::intent::Subject("alice".into()),
-                role: docket::api::Role::Operator,
+                role: docket::access::Role::Operator,
             },
         )]),
     )
@@ -173,13 +173,13 @@ async fn every_host_on_the_database_knows_a_session_until_it_ends() {
 
 /// Another host on the database in `dir`: its own store, definitions and console, with
 /// the tokens of `auth`.
-pub async fn another_host(dir: &std::path::Path, auth: docket::api::Auth) -> axum::Router {
+pub async fn another_host(dir: &std::path::Path, auth: docket::access::Auth) -> axum::Router {
     let store = docket::store::sqlite::SqliteStore::open(&dir.join("docket.db"))
         .await
         .unwrap();
     let deployments = std::sync::Arc::new(docket::scheduler::Deployments::new(store.clone()));
     let mut ctx =
-        docket::api::ApiContext::new(store, deployments, docket::clock::SystemClock::new());
+        docket::context::Context::new(store, deployments, docket::clock::SystemClock::new());
     ctx.test_controls = false;
     ctx.auth = auth;
     let ctx = std::sync::Arc::new(ctx);

@@ -2,14 +2,15 @@
 //! component, activate a version, roll back. The same operations as `docket adapter
 //! deploy|activate|rollback|list`; every change is recorded with its author.
 
+use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::intents::read_body;
-use super::time::rfc3339;
-use super::{ApiStore, Ctx};
-use crate::api::auth::{Caller, Principal, Role};
+use super::{ContextStore, Ctx};
+use crate::access::{Principal, Role};
 use crate::scheduler::Components;
 use crate::scheduler::registry::{self, RegistryError};
 use crate::store::ActiveTarget;
+use crate::view::rfc3339;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 /// Components are larger than intents: the upload limit of `POST /v1/adapters`.
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
 
-fn components<S: ApiStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
+fn components<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
     ctx.components.as_ref().ok_or_else(|| {
         ApiError::new(
             ErrorCode::Unavailable,
@@ -43,7 +44,7 @@ fn operator(caller: &Principal, what: &str) -> ApiResult<()> {
 
 /// `GET /v1/adapters`: every stored version by name, which one is active, the declared
 /// contracts, and the registry's latest changes.
-pub(super) async fn list<S: ApiStore>(
+pub(super) async fn list<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(_caller): Caller,
 ) -> ApiResult<Json<Value>> {
@@ -90,7 +91,7 @@ pub(super) async fn list<S: ApiStore>(
 /// `POST /v1/adapters` with the component's bytes: checks it (it compiles, targets the
 /// adapter or handler world, declares a sane contract, runs in every current step that
 /// would choose it) and stores it as a staged version.
-pub(super) async fn deploy<S: ApiStore>(
+pub(super) async fn deploy<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     headers: HeaderMap,
@@ -143,7 +144,7 @@ pub(super) async fn deploy<S: ApiStore>(
 
 /// `POST /v1/adapters/{name}/activate` with `{"version": "2.0.0"}`, or
 /// `POST /v1/adapters/{name}/rollback`.
-pub(super) async fn change<S: ApiStore>(
+pub(super) async fn change<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     path: Result<Path<(String, String)>, PathRejection>,

@@ -1,4 +1,5 @@
-//! Test controls: `POST /v1/_test/clock` moves the host's clock forward.
+//! Test controls: `POST /v1/_test/clock` moves the host's clock forward, and
+//! `GET /v1/_test/ticks` counts the scheduler's completed ticks.
 //!
 //! The route exists only when the host runs with test controls (the router does not add
 //! it otherwise, so it answers `404`). Leases, backoff, key retention and deadlines all
@@ -6,11 +7,13 @@
 //! idempotent and does not use an `Idempotency-Key`: it is a test instrument, not a
 //! business request.
 
-use super::auth::{Caller, Role};
+use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
-use super::time::rfc3339;
-use super::{ApiStore, Ctx};
+use super::{ContextStore, Ctx};
+use crate::access::Role;
 use crate::clock::Clock;
+use crate::scheduler::TickCounts;
+use crate::view::rfc3339;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -19,7 +22,7 @@ use serde_json::{Value, json};
 const SHAPE: &str = r#"send {"advance_ms": <milliseconds, a whole number ≥ 0>}"#;
 
 /// `POST /v1/_test/clock` `{"advance_ms": N}` → `{"now": "<RFC 3339>", "now_ms": N}`.
-pub(super) async fn advance_clock<S: ApiStore>(
+pub(super) async fn advance_clock<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     body: Bytes,
@@ -52,4 +55,19 @@ pub(super) async fn advance_clock<S: ApiStore>(
     ctx.wake.notify_one();
     let now = ctx.clock.now_ms();
     Ok(Json(json!({"now": rfc3339(now), "now_ms": now})))
+}
+
+/// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N}`:
+/// completed ticks, so a test can wait for the host to look before asserting an absence.
+pub(super) async fn ticks<S: ContextStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<TickCounts>> {
+    if caller.role != Role::Operator {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "reading the tick counts needs the `operator` role; use an operator's token",
+        ));
+    }
+    Ok(Json(ctx.ticks.snapshot()))
 }

@@ -7,11 +7,11 @@
 
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
-use super::projection::IntentView;
-use super::{ApiStore, Ctx};
+use super::{ContextStore, Ctx};
 use crate::clock::Clock;
 use crate::intent::{CanonicalInput, EventKind, Millis, NewEvent, WorkflowId, canonicalize};
 use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewStep, NewWorkflow, WorkflowRecord};
+use crate::view::IntentView;
 use crate::workflow::WorkflowDef;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -334,7 +334,7 @@ fn admission_events(def: &WorkflowDef, scope: &KeyScope, input: &CanonicalInput)
 }
 
 /// `POST /v1/intents`.
-pub(super) async fn submit<S: ApiStore>(
+pub(super) async fn submit<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     headers: HeaderMap,
@@ -397,7 +397,7 @@ pub(super) async fn submit<S: ApiStore>(
 
 /// The intent to create for a free key, or why none may be created (`404`: no such
 /// definition, `422`: the input does not satisfy its schema).
-async fn new_workflow<S: ApiStore>(
+async fn new_workflow<S: ContextStore>(
     ctx: &Ctx<S>,
     scope: &KeyScope,
     input: &Value,
@@ -456,7 +456,7 @@ fn millis(d: std::time::Duration) -> u64 {
 }
 
 /// `GET /v1/intents/{key}?workflow=<name>`: the caller's own intent under that key.
-pub(super) async fn by_key<S: ApiStore>(
+pub(super) async fn by_key<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     key: Result<Path<String>, PathRejection>,

@@ -5,16 +5,17 @@
 //! definition version; if that can no longer be read, the projection is still served
 //! (labels fall back to step ids) and the problem is logged.
 
-use super::auth::{Caller, Principal, Role};
+use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::pagination::{Cursor, Page, page_request};
-use super::projection::{
-    AttemptView, SummaryView, TimelineView, WorkflowView, summary_view, workflow_view,
-};
-use super::{ApiStore, Ctx};
+use super::{ContextStore, Ctx};
+use crate::access::{Principal, Role};
 use crate::intent::{WorkflowId, WorkflowState};
 use crate::scheduler::DeployedDef;
 use crate::store::{WorkflowFilter, WorkflowRecord};
+use crate::view::{
+    AttemptView, SummaryView, TimelineView, WorkflowView, summary_view, workflow_view,
+};
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -38,7 +39,7 @@ fn path<T>(path: Result<Path<T>, PathRejection>) -> ApiResult<T> {
 }
 
 /// The workflow `id` if the caller may see it.
-async fn visible<S: ApiStore>(
+async fn visible<S: ContextStore>(
     ctx: &Ctx<S>,
     caller: &Principal,
     id: &str,
@@ -53,7 +54,7 @@ async fn visible<S: ApiStore>(
 }
 
 /// The workflow's own definition version, or `None` (logged) if it cannot be read.
-async fn definition<S: ApiStore>(
+async fn definition<S: ContextStore>(
     ctx: &Ctx<S>,
     record: &WorkflowRecord,
 ) -> Option<Arc<DeployedDef>> {
@@ -77,7 +78,7 @@ async fn definition<S: ApiStore>(
 }
 
 /// `GET /v1/workflows/{id}`.
-pub(super) async fn projection<S: ApiStore>(
+pub(super) async fn projection<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -95,7 +96,7 @@ pub(super) async fn projection<S: ApiStore>(
 }
 
 /// `GET /v1/workflows/{id}/timeline`, oldest first.
-pub(super) async fn timeline<S: ApiStore>(
+pub(super) async fn timeline<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -124,7 +125,7 @@ pub(super) async fn timeline<S: ApiStore>(
 }
 
 /// `GET /v1/workflows/{id}/steps/{step}/attempts`, oldest first.
-pub(super) async fn attempts<S: ApiStore>(
+pub(super) async fn attempts<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     ids: Result<Path<(String, String)>, PathRejection>,
@@ -169,7 +170,7 @@ pub(super) async fn attempts<S: ApiStore>(
 }
 
 /// `GET /v1/workflows?state=&workflow=&limit=&cursor=`, newest first.
-pub(super) async fn list<S: ApiStore>(
+pub(super) async fn list<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     query: Params,

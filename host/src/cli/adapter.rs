@@ -153,11 +153,7 @@ pub(crate) fn resolve_component(given: &str) -> anyhow::Result<PathBuf> {
 }
 
 pub(crate) fn cache_dir() -> Option<PathBuf> {
-    std::env::var_os("DOCKET_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components"))
-        })
+    crate::app::component_cache_dir()
 }
 
 async fn load(

@@ -7,7 +7,7 @@
 //! recover by asking the provider; then it does the same with an adapter that can neither
 //! be asked nor safely retried, which must end in review.
 
-use super::serve::{ServeArgs, start_with};
+use crate::app::{App, Options};
 use crate::config::HostConfig;
 use crate::sim::ProviderSim;
 use anyhow::{Context, bail};
@@ -188,24 +188,22 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut config = HostConfig::load(None)?;
     config.workflows = workflows;
     let db = args.dir.join("docket.db");
-    let serve = ServeArgs {
+    let options = Options {
         listen: Some("127.0.0.1:0".parse()?),
         db: Some(db.display().to_string()),
-        config: None,
-        test_controls: false,
-        sim_listen: "127.0.0.1:0".parse()?,
-        pause_execution: false,
+        ..Options::default()
     };
-    let host = start_with(&serve, config).await?;
+    let host = App::build(&options, config).await?;
     let result = tour(&host).await;
-    host.stop();
+    // The tour is over: stop the host as a signal would.
+    host.stopper().cancel();
+    host.run(std::future::pending()).await?;
     result
 }
 
-async fn tour(host: &super::serve::Host) -> anyhow::Result<ExitCode> {
+async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     let running = host
-        .sim
-        .as_ref()
+        .simulator()
         .context("the demo needs the built-in provider simulator")?;
     let sim = running.sim();
     let api = Api {

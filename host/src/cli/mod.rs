@@ -28,7 +28,7 @@ pub(crate) struct DbArgs {
 }
 
 /// Where a host's database is when nothing says otherwise.
-pub(crate) const DEFAULT_DB: &str = ".docket/docket.db";
+pub(crate) const DEFAULT_DB: &str = crate::app::DEFAULT_DB;
 
 impl DbArgs {
     pub(crate) fn database(&self) -> anyhow::Result<String> {

@@ -1,9 +1,9 @@
 //! `docket adapter deploy|activate|rollback|list`: the registry, straight on the database
 //! (as `docket workflow deploy` is). Running hosts pick changes up within
-//! [`super::serve::REGISTRY_POLL`]; the HTTP API offers the same operations.
+//! [`crate::app::REGISTRY_POLL`]; the HTTP API offers the same operations.
 
 use super::adapter::{cache_dir, resolve_component};
-use super::serve::is_postgres;
+use crate::app::is_postgres;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::Deployments;
 use crate::scheduler::registry;
@@ -146,7 +146,7 @@ async fn change<S: ComponentStore>(
             name,
             outcome.active.version,
             outcome.active.digest,
-            super::serve::REGISTRY_POLL
+            crate::app::REGISTRY_POLL
         );
     } else {
         println!(
@@ -183,7 +183,7 @@ async fn list<S: ComponentStore>(store: &S) -> anyhow::Result<ExitCode> {
         for e in events {
             println!(
                 "  {}  {:<11} {}@{}  by {}",
-                crate::api::rfc3339(e.at),
+                crate::view::rfc3339(e.at),
                 e.action,
                 e.name,
                 e.version,

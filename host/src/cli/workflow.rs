@@ -86,7 +86,7 @@ pub async fn deploy(
 ) -> anyhow::Result<ExitCode> {
     let env = check_env(config).await?;
     // Definitions may name any version in the database's registry, not only the examples.
-    if super::serve::is_postgres(db) {
+    if crate::app::is_postgres(db) {
         let store = PgStore::connect(db).await?;
         env.sync(&store).await?;
         return deploy_to(Deployments::new(store), files, &env).await;

@@ -4,14 +4,14 @@
 //! It owns operator sessions (sign in with an operator token, then a cookie), the
 //! protection of its forms (a per-session token against cross-site requests, and an
 //! idempotency key per rendered form so that pressing twice acts once) and the pages. The
-//! actions themselves are the API's ([`crate::api::actions::perform`]): the console only
-//! turns a form into the same request.
+//! actions themselves are [`crate::operator`]'s, as for the API: the console turns a form
+//! into the same typed order and renders the same result as a page.
 
 mod pages;
 mod session;
 
-use crate::api::actions::{Action, perform};
-use crate::api::{ApiContext, ApiStore};
+use crate::context::{Context, ContextStore};
+use crate::operator::{Action, ActionResult, DeskError, Order, Target, perform};
 use axum::Router;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -26,14 +26,14 @@ pub use pages::render_workflow_page;
 
 /// What the console's handlers share.
 pub struct Console<S> {
-    pub(crate) api: Arc<ApiContext<S>>,
+    pub(crate) ctx: Arc<Context<S>>,
 }
 
 type Shared<S> = Arc<Console<S>>;
 
 /// The console's routes, over the API's context.
-pub fn router<S: ApiStore>(api: Arc<ApiContext<S>>) -> Router {
-    let console = Arc::new(Console { api });
+pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
+    let console = Arc::new(Console { ctx });
     Router::new()
         .route(
             "/console",
@@ -70,15 +70,15 @@ fn html(status: StatusCode, page: Markup) -> Response {
 }
 
 /// The signed-in operator, or a redirect to the sign-in page.
-async fn signed_in<S: ApiStore>(
+async fn signed_in<S: ContextStore>(
     console: &Console<S>,
     headers: &HeaderMap,
 ) -> Result<session::Session, Box<Response>> {
-    let api = &console.api;
-    match session::of_request(&api.store, &api.auth, headers, api.clock_now()).await {
+    let ctx = &console.ctx;
+    match session::of_request(&ctx.store, &ctx.auth, headers, ctx.clock_now()).await {
         Ok(Some(who)) => Ok(who),
         Ok(None) => Err(Box::new(Redirect::to("/console/sign-in").into_response())),
-        Err(e) => Err(Box::new(store_down(api, e))),
+        Err(e) => Err(Box::new(store_down(ctx, e))),
     }
 }
 
@@ -95,19 +95,19 @@ fn page_error(who: &session::Session, e: pages::PageError) -> Response {
 }
 
 /// The sign-in page with the reason, when sessions cannot be read or written.
-fn store_down<S: ApiStore>(api: &ApiContext<S>, e: crate::store::StoreError) -> Response {
+fn store_down<S: ContextStore>(ctx: &Context<S>, e: crate::store::StoreError) -> Response {
     tracing::warn!("console sessions: {e}");
     html(
         StatusCode::SERVICE_UNAVAILABLE,
         pages::sign_in(
-            api.auth.is_open(),
+            ctx.auth.is_open(),
             Some("docket cannot reach its database to check the session; try again shortly."),
         ),
     )
 }
 
-async fn sign_in_page<S: ApiStore>(State(c): State<Shared<S>>) -> Response {
-    html(StatusCode::OK, pages::sign_in(c.api.auth.is_open(), None))
+async fn sign_in_page<S: ContextStore>(State(c): State<Shared<S>>) -> Response {
+    html(StatusCode::OK, pages::sign_in(c.ctx.auth.is_open(), None))
 }
 
 #[derive(Deserialize)]
@@ -116,7 +116,7 @@ struct SignInForm {
     token: String,
 }
 
-async fn sign_in<S: ApiStore>(
+async fn sign_in<S: ContextStore>(
     State(c): State<Shared<S>>,
     Form(form): Form<SignInForm>,
 ) -> Response {
@@ -124,30 +124,30 @@ async fn sign_in<S: ApiStore>(
     if let Ok(v) = format!("Bearer {}", form.token.trim()).parse() {
         headers.insert(header::AUTHORIZATION, v);
     }
-    let principal = match c.api.auth.authenticate(&headers) {
+    let principal = match c.ctx.auth.authenticate(&headers) {
         Ok(p) => p,
         Err(_) => {
             return html(
                 StatusCode::UNAUTHORIZED,
                 pages::sign_in(
-                    c.api.auth.is_open(),
+                    c.ctx.auth.is_open(),
                     Some("That token is not one of this host's tokens; check docket.toml."),
                 ),
             );
         }
     };
-    if principal.role != crate::api::Role::Operator {
+    if principal.role != crate::access::Role::Operator {
         return html(
             StatusCode::FORBIDDEN,
             pages::sign_in(
-                c.api.auth.is_open(),
+                c.ctx.auth.is_open(),
                 Some("That is a client token; the console needs an operator token."),
             ),
         );
     }
-    let cookie = match session::start(&c.api.store, &principal, c.api.clock_now()).await {
+    let cookie = match session::start(&c.ctx.store, &principal, c.ctx.clock_now()).await {
         Ok(cookie) => cookie,
-        Err(e) => return store_down(&c.api, e),
+        Err(e) => return store_down(&c.ctx, e),
     };
     let mut r = Redirect::to("/console/workflows").into_response();
     r.headers_mut()
@@ -155,9 +155,9 @@ async fn sign_in<S: ApiStore>(
     r
 }
 
-async fn sign_out<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
-    if let Err(e) = session::end(&c.api.store, &headers, c.api.clock_now()).await {
-        return store_down(&c.api, e);
+async fn sign_out<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
+    if let Err(e) = session::end(&c.ctx.store, &headers, c.ctx.clock_now()).await {
+        return store_down(&c.ctx, e);
     }
     let mut r = Redirect::to("/console/sign-in").into_response();
     r.headers_mut().insert(
@@ -167,7 +167,7 @@ async fn sign_out<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -
     r
 }
 
-async fn workflows<S: ApiStore>(
+async fn workflows<S: ContextStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
@@ -176,13 +176,13 @@ async fn workflows<S: ApiStore>(
         Ok(s) => s,
         Err(r) => return *r,
     };
-    match pages::workflows(&c.api, &who, &q).await {
+    match pages::workflows(&c.ctx, &who, &q).await {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => page_error(&who, e),
     }
 }
 
-async fn workflow<S: ApiStore>(
+async fn workflow<S: ContextStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -193,7 +193,7 @@ async fn workflow<S: ApiStore>(
         Err(r) => return *r,
     };
     let before = q.get("events_before").and_then(|v| v.parse().ok());
-    match pages::render_workflow_page(&c.api, &who, &id, before).await {
+    match pages::render_workflow_page(&c.ctx, &who, &id, before).await {
         Ok(Some(page)) => html(StatusCode::OK, page),
         Ok(None) => html(
             StatusCode::NOT_FOUND,
@@ -203,7 +203,7 @@ async fn workflow<S: ApiStore>(
     }
 }
 
-async fn step<S: ApiStore>(
+async fn step<S: ContextStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path((id, step)): Path<(String, String)>,
@@ -219,7 +219,7 @@ async fn step<S: ApiStore>(
     step_response(&c, &who, &id, &step, notice, None, StatusCode::OK).await
 }
 
-async fn step_response<S: ApiStore>(
+async fn step_response<S: ContextStore>(
     c: &Console<S>,
     who: &session::Session,
     id: &str,
@@ -228,7 +228,7 @@ async fn step_response<S: ApiStore>(
     error: Option<String>,
     status: StatusCode,
 ) -> Response {
-    match pages::step(&c.api, who, id, step, notice, error).await {
+    match pages::step(&c.ctx, who, id, step, notice, error).await {
         Ok(Some(page)) => html(status, page),
         Ok(None) => html(
             StatusCode::NOT_FOUND,
@@ -255,7 +255,7 @@ struct ActionForm {
     external_reference: String,
 }
 
-async fn act<S: ApiStore>(
+async fn act<S: ContextStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path((id, step, action)): Path<(String, String, String)>,
@@ -281,73 +281,83 @@ async fn act<S: ApiStore>(
             pages::problem(&who, &format!("There is no action {action}.")),
         );
     };
-    let body = match action {
-        Action::Query | Action::Retry => serde_json::json!({}),
-        Action::Resolve => {
-            let mut b = serde_json::json!({
-                "outcome": form.outcome,
-                "evidence": form.evidence,
-                "reason": form.reason,
-            });
-            if !form.external_reference.trim().is_empty() {
-                b["external_reference"] = serde_json::json!(form.external_reference.trim());
-            }
-            b
-        }
-        Action::Escalate => serde_json::json!({"note": form.note}),
+    let order = match action {
+        Action::Query => Ok(Order::Query),
+        Action::Retry => Ok(Order::Retry),
+        Action::Resolve => Order::resolve(
+            Some(&form.outcome),
+            Some(&form.evidence),
+            Some(&form.reason),
+            Some(&form.external_reference),
+        ),
+        Action::Escalate => Order::escalate(Some(&form.note)),
     };
-    let bytes = body.to_string().into_bytes();
-    let outcome = perform(
-        &c.api,
-        who.principal.clone(),
-        id.clone(),
-        step.clone(),
-        action,
-        form.key.clone(),
-        &bytes,
-    )
-    .await;
-    match outcome {
-        Ok(r) if r.status().is_success() => Redirect::to(&format!(
-            "/console/workflows/{}/steps/{}?done={}",
-            pages::path_part(&id),
-            pages::path_part(&step),
-            action.as_str()
-        ))
-        .into_response(),
-        Ok(r) => {
-            let status = r.status();
-            let message = refusal_text(r).await;
-            step_response(&c, &who, &id, &step, None, Some(message), status).await
-        }
+    let order = match order {
+        Ok(order) => order,
         Err(e) => {
-            let status = e.code.status();
-            let message = e.body()["error"]["message"]
-                .as_str()
-                .unwrap_or("the action failed")
-                .to_string();
-            step_response(&c, &who, &id, &step, None, Some(message), status).await
+            return step_response(
+                &c,
+                &who,
+                &id,
+                &step,
+                None,
+                Some(e.message),
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
         }
-    }
+    };
+    let target = Target {
+        workflow_id: id.clone(),
+        step: step.clone(),
+    };
+    let (status, message) =
+        match perform(&c.ctx, &who.principal, target, order, form.key.clone()).await {
+            Ok(ActionResult::Applied(_)) => {
+                return Redirect::to(&format!(
+                    "/console/workflows/{}/steps/{}?done={}",
+                    pages::path_part(&id),
+                    pages::path_part(&step),
+                    action.as_str()
+                ))
+                .into_response();
+            }
+            Ok(ActionResult::Refused(refusal)) => (StatusCode::CONFLICT, refusal.message),
+            Err(e) => desk_error(e),
+        };
+    step_response(&c, &who, &id, &step, None, Some(message), status).await
 }
 
-/// The message of a refused action's JSON answer.
-async fn refusal_text(r: Response) -> String {
-    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20)
-        .await
-        .unwrap_or_default();
-    serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "the action was refused".into())
+/// An action that could not be taken, as the status and message of the step page.
+fn desk_error(e: DeskError) -> (StatusCode, String) {
+    let status = match &e {
+        DeskError::NotFound(_) => StatusCode::NOT_FOUND,
+        DeskError::Forbidden => StatusCode::FORBIDDEN,
+        DeskError::KeyConflict(_) => StatusCode::CONFLICT,
+        DeskError::Store(cause) => {
+            tracing::warn!("console action: {cause}");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "docket cannot reach its database; the action may not have been recorded. Open the page again to see the step as it stands.".into(),
+            );
+        }
+        DeskError::Internal(cause) => {
+            tracing::error!("console action: {cause}");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the action failed; the cause is in the host's log".into(),
+            );
+        }
+    };
+    (status, e.to_string())
 }
 
-async fn adapters<S: ApiStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
+async fn adapters<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
     let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    match pages::adapters(&c.api, &who).await {
+    match pages::adapters(&c.ctx, &who).await {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => page_error(&who, e),
     }

@@ -2,11 +2,12 @@
 //! adapters. Reads go through the same store traits and projections as the API.
 
 use super::session::{Session, random_token};
-use crate::api::{ApiContext, ApiStore, rfc3339, shorten_identity, workflow_view};
+use crate::context::{Context, ContextStore};
 use crate::contract::Contract;
 use crate::intent::{EventKind, StepState, WorkflowId, WorkflowState};
 use crate::scheduler::registry;
 use crate::store::{AttemptRecord, WorkflowFilter};
+use crate::view::{rfc3339, shorten_identity, workflow_view};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::HashMap;
 
@@ -142,8 +143,8 @@ fn kind_badge(kind: EventKind) -> Markup {
 
 /// The workflows list: the needs-review queue first, then every workflow newest first,
 /// filtered by state, definition and age, paginated.
-pub async fn workflows<S: ApiStore>(
-    api: &ApiContext<S>,
+pub async fn workflows<S: ContextStore>(
+    ctx: &Context<S>,
     who: &Session,
     q: &HashMap<String, String>,
 ) -> Result<Markup, PageError> {
@@ -168,8 +169,8 @@ pub async fn workflows<S: ApiStore>(
         let (at, id) = c.split_once('~')?;
         Some((at.parse().ok()?, WorkflowId(id.to_string())))
     });
-    let now = api.clock_now();
-    let mut rows = api
+    let now = ctx.clock_now();
+    let mut rows = ctx
         .store
         .list_workflows(&WorkflowFilter {
             subject: None,
@@ -185,7 +186,7 @@ pub async fn workflows<S: ApiStore>(
     let more = rows.len() > WORKFLOWS_PER_PAGE as usize;
     rows.truncate(WORKFLOWS_PER_PAGE as usize);
     let review = if state.is_none() && q.get("cursor").is_none() {
-        api.store
+        ctx.store
             .list_workflows(&WorkflowFilter {
                 subject: None,
                 state: Some(WorkflowState::NeedsReview),
@@ -301,27 +302,27 @@ fn attempt_rows(attempts: &[AttemptRecord]) -> Markup {
 /// One workflow: what it is for, where it stands in words, milestones, the next action a
 /// person must take, the timeline (latest events first page, observations, actions and
 /// conclusions told apart), and the attempts folded under technical details.
-pub async fn render_workflow_page<S: ApiStore>(
-    api: &ApiContext<S>,
+pub async fn render_workflow_page<S: ContextStore>(
+    ctx: &Context<S>,
     who: &Session,
     id: &str,
     events_before: Option<u64>,
 ) -> Result<Option<Markup>, PageError> {
     let wid = WorkflowId(id.to_string());
-    let Some(record) = api.store.workflow(&wid).await.map_err(PageError::from)? else {
+    let Some(record) = ctx.store.workflow(&wid).await.map_err(PageError::from)? else {
         return Ok(None);
     };
-    let def = api
+    let def = ctx
         .deployments
         .get(&record.workflow, record.definition_version)
         .await
         .ok()
         .flatten();
-    let steps = api.store.steps(&wid).await.map_err(PageError::from)?;
-    let receipts = api.store.receipts(&wid).await.map_err(PageError::from)?;
+    let steps = ctx.store.steps(&wid).await.map_err(PageError::from)?;
+    let receipts = ctx.store.receipts(&wid).await.map_err(PageError::from)?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
     // One more than a page tells whether older events exist.
-    let mut page = api
+    let mut page = ctx
         .store
         .timeline_latest(&wid, None, events_before, EVENTS_PER_PAGE as u32 + 1)
         .await
@@ -334,7 +335,7 @@ pub async fn render_workflow_page<S: ApiStore>(
     for s in &view.steps {
         attempts.push((
             s.label.clone(),
-            api.store
+            ctx.store
                 .attempts(&wid, &s.id, 0, 10_000)
                 .await
                 .map_err(PageError::from)?,
@@ -429,8 +430,8 @@ fn consequence(action: &str) -> &'static str {
 
 /// A stuck step: what docket intended to request, what evidence exists, which actions are
 /// safe now and what each would change. Every form carries a fresh idempotency key.
-pub async fn step<S: ApiStore>(
-    api: &ApiContext<S>,
+pub async fn step<S: ContextStore>(
+    ctx: &Context<S>,
     who: &Session,
     id: &str,
     step: &str,
@@ -438,14 +439,14 @@ pub async fn step<S: ApiStore>(
     error: Option<String>,
 ) -> Result<Option<Markup>, PageError> {
     let wid = WorkflowId(id.to_string());
-    let Some(record) = api.store.workflow(&wid).await.map_err(PageError::from)? else {
+    let Some(record) = ctx.store.workflow(&wid).await.map_err(PageError::from)? else {
         return Ok(None);
     };
-    let steps = api.store.steps(&wid).await.map_err(PageError::from)?;
+    let steps = ctx.store.steps(&wid).await.map_err(PageError::from)?;
     let Some(rec) = steps.iter().find(|s| s.step == step) else {
         return Ok(None);
     };
-    let def = api
+    let def = ctx
         .deployments
         .get(&record.workflow, record.definition_version)
         .await
@@ -453,23 +454,23 @@ pub async fn step<S: ApiStore>(
         .flatten();
     let step_def = def.as_ref().and_then(|d| d.def.step(step));
     let label = step_def.map_or(step.to_string(), |s| s.label.clone());
-    let attempts = api
+    let attempts = ctx
         .store
         .attempts(&wid, step, 0, 10_000)
         .await
         .map_err(PageError::from)?;
-    let receipts = api.store.receipts(&wid).await.map_err(PageError::from)?;
+    let receipts = ctx.store.receipts(&wid).await.map_err(PageError::from)?;
     let receipt = receipts.iter().find(|r| r.step == step);
     let sent = attempts.iter().rev().find(|a| a.request_identity.is_some());
     let latest = attempts.last();
-    let contract: Option<Contract> = api.components.as_ref().and_then(|c| {
+    let contract: Option<Contract> = ctx.components.as_ref().and_then(|c| {
         latest
             .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
             .and_then(|(n, v)| c.exact(n, v))
             .or_else(|| step_def.and_then(|s| c.resolve(s).ok()))
             .and_then(|c| c.contract().cloned())
     });
-    let events = api
+    let events = ctx
         .store
         .timeline_latest(&wid, Some(step), None, STEP_EVENTS)
         .await
@@ -600,27 +601,27 @@ pub async fn step<S: ApiStore>(
 }
 
 /// Adapters: versions, which one is active, declared contracts, the registry's history.
-pub async fn adapters<S: ApiStore>(
-    api: &ApiContext<S>,
+pub async fn adapters<S: ContextStore>(
+    ctx: &Context<S>,
     who: &Session,
 ) -> Result<Markup, PageError> {
-    let stored = api
+    let stored = ctx
         .store
         .stored_components()
         .await
         .map_err(PageError::from)?;
-    let active = api
+    let active = ctx
         .store
         .active_components()
         .await
         .map_err(PageError::from)?;
-    let events = api
+    let events = ctx
         .store
         .component_events(None, 50)
         .await
         .map_err(PageError::from)?;
-    let verified = api.store.verifications().await.map_err(PageError::from)?;
-    let loaded = api.components.as_ref().map(|c| c.all()).unwrap_or_default();
+    let verified = ctx.store.verifications().await.map_err(PageError::from)?;
+    let loaded = ctx.components.as_ref().map(|c| c.all()).unwrap_or_default();
     Ok(layout(
         Some(who),
         "Adapters",

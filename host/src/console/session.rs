@@ -6,7 +6,7 @@
 //! value, so any host on it knows them — several hosts behind one address, or a restarted
 //! one, do not sign the operator out — and the table holds nothing usable as a cookie.
 
-use crate::api::{Auth, Principal, Role};
+use crate::access::{Auth, Principal, Role};
 use crate::intent::{Millis, Subject, sha256_digest};
 use crate::store::{ConsoleSession, SessionStore, StoreResult};
 use axum::http::{HeaderMap, header};

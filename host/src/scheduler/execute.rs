@@ -150,7 +150,9 @@ where
             now,
             expired_before: None,
         };
-        match self.store.finish(request).await {
+        let finished = self.store.finish(request).await;
+        self.progress.advance();
+        match finished {
             Ok(outcome) => {
                 // Checkpoint 6: the receipt and the release of dependents are durable.
                 if receipt_of_adapter {

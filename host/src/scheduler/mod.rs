@@ -2,17 +2,23 @@
 //! through the runtime, records outcomes, and recovers expired leases.
 //!
 //! The background loop is a thin spawn around two ticks over (store, now): [`Scheduler::claim_tick`]
-//! and [`Scheduler::recovery_tick`]. Tests drive the ticks with a controlled clock.
+//! and [`Scheduler::recovery_tick`]; registry catch-up is a third ([`registry_tick`]). Tests
+//! drive the ticks with a controlled clock, and every completed tick is counted in
+//! [`Ticks`] so that a test can wait for the host to have looked.
 
 pub mod components;
 pub mod definitions;
 mod execute;
+mod progress;
 pub mod recovery;
 pub mod registry;
+mod ticks;
 
 pub use components::{Components, ResolveError, SyncError};
 pub use definitions::{DeployError, DeployedDef, Deployments};
 pub use execute::short;
+pub use progress::Progress;
+pub use ticks::{Tick, TickCounts, Ticks};
 
 use crate::capabilities::SecretSource;
 use crate::clock::Clock;
@@ -25,6 +31,7 @@ use recovery::{Uncertainty, Verdict, decide};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// How a scheduler runs.
 #[derive(Debug, Clone)]
@@ -40,9 +47,9 @@ pub struct SchedulerConfig {
     /// The longest an idle scheduler sleeps without a wake-up: the safety net for a missed
     /// notification. It wakes earlier for known deadlines (retry times, lease expiries).
     pub poll: Duration,
-    /// Abort the process right after this checkpoint of the next adapter attempt (test
-    /// controls only; see [`failpoint_from_env`]). `None` in production.
-    pub failpoint: Option<u8>,
+    /// A fault to inject (test controls only; see [`failpoint_from_env`]). `None` in
+    /// production.
+    pub failpoint: Option<Failpoint>,
 }
 
 impl Default for SchedulerConfig {
@@ -66,23 +73,51 @@ pub fn default_owner() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The failpoint asked for by the environment (`DOCKET_FAILPOINT=checkpoint-N`): abort right
-/// after checkpoint N of the next adapter attempt. The caller decides whether test controls
-/// allow it; `None` when unset or malformed.
-pub fn failpoint_from_env() -> Option<u8> {
+/// A fault injected by the test controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoint {
+    /// Abort the process right after this checkpoint (1–6) of the next adapter attempt.
+    Checkpoint(u8),
+    /// Panic the scheduler's task when it first claims a step: how a test shows that a
+    /// dead task stops the host.
+    SchedulerPanic,
+}
+
+/// The failpoint asked for by the environment: `DOCKET_FAILPOINT=checkpoint-N` or
+/// `scheduler-panic`. The caller decides whether test controls allow it; `None` when unset
+/// or malformed.
+pub fn failpoint_from_env() -> Option<Failpoint> {
     let value = std::env::var("DOCKET_FAILPOINT").ok()?;
+    if value == "scheduler-panic" {
+        return Some(Failpoint::SchedulerPanic);
+    }
     match value
         .strip_prefix("checkpoint-")
         .and_then(|n| n.parse::<u8>().ok())
     {
-        Some(n @ 1..=6) => Some(n),
+        Some(n @ 1..=6) => Some(Failpoint::Checkpoint(n)),
         _ => {
             tracing::error!(
-                "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6; ignored"
+                "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6 or scheduler-panic; ignored"
             );
             None
         }
     }
+}
+
+/// One catch-up with the adapter registry: activations and rollbacks made elsewhere (another
+/// host, `docket adapter activate`) take effect here. A failure is logged and the next tick
+/// tries again.
+pub async fn registry_tick<S: ComponentStore>(components: &Components, store: &S, ticks: &Ticks) {
+    match components.sync(store).await {
+        Ok(changes) => {
+            for change in changes {
+                tracing::info!("registry: {change}");
+            }
+        }
+        Err(e) => tracing::warn!("catching up with the registry failed: {e}"),
+    }
+    ticks.done(Tick::Registry);
 }
 
 /// The scheduler of one host.
@@ -97,6 +132,8 @@ pub struct Scheduler<S> {
     slots: Arc<Semaphore>,
     /// Set when a claim found every slot busy; the next attempt to end wakes the loop.
     starved: std::sync::atomic::AtomicBool,
+    ticks: Arc<Ticks>,
+    progress: Arc<Progress>,
 }
 
 impl<S> Scheduler<S>
@@ -123,7 +160,20 @@ where
             wake,
             slots,
             starved: std::sync::atomic::AtomicBool::new(false),
+            ticks: Arc::default(),
+            progress: Arc::default(),
         })
+    }
+
+    /// The signal that moves whenever one of this host's attempts ends, a lease is
+    /// recovered, or another host reports work.
+    pub fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    /// The counts of this scheduler's completed ticks.
+    pub fn ticks(&self) -> Arc<Ticks> {
+        self.ticks.clone()
     }
 
     /// Graceful shutdown, once the run loop has stopped claiming: waits up to `grace` for
@@ -140,20 +190,21 @@ where
 
     /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
     fn failpoint(&self, n: u8) {
-        if self.config.failpoint == Some(n) {
+        if self.config.failpoint == Some(Failpoint::Checkpoint(n)) {
             eprintln!("docket: failpoint checkpoint-{n} reached; aborting");
             std::process::abort();
         }
     }
 
-    /// Runs until the task is dropped: recovery, then claims, then waits for a wake-up.
+    /// Runs until `stop` is cancelled: recovery, then claims, then waits for a wake-up.
+    /// Attempts under way go on; [`Scheduler::shutdown`] waits for them.
     ///
     /// An idle scheduler does not poll the database in a tight loop: it sleeps until the
     /// next known deadline (a retry time, a lease expiry) or a wake-up — from this host's
     /// own admissions and finished steps, or from other hosts through the store's
     /// [`ExecutorStore::watch`] — and at most [`SchedulerConfig::poll`] in case a wake-up
     /// was missed.
-    pub async fn run(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         match self.store.watch(self.wake.clone()).await {
             Ok(true) => tracing::info!("listening for work made ready by other hosts"),
             Ok(false) => {}
@@ -162,7 +213,7 @@ where
                 self.config.poll
             ),
         }
-        loop {
+        while !stop.is_cancelled() {
             let now = self.clock.now_ms();
             if let Err(e) = self.recovery_tick(now).await {
                 tracing::error!("recovery tick failed: {e}");
@@ -189,14 +240,23 @@ where
             }
             // With every slot busy, the next attempt to end wakes the loop (`starved`).
             tokio::select! {
-                _ = self.wake.notified() => {}
+                // Possibly another host's work ended: let waiters look.
+                _ = self.wake.notified() => self.progress.advance(),
                 _ = tokio::time::sleep(idle) => {}
+                _ = stop.cancelled() => {}
             }
         }
     }
 
     /// Claims what free slots allow and starts each attempt; returns how many were claimed.
     pub async fn claim_tick(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
+        let ticks = self.ticks.clone();
+        let claimed = self.claim(now).await;
+        ticks.done(Tick::Claim);
+        claimed
+    }
+
+    async fn claim(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
         let free = self
             .slots
             .available_permits()
@@ -220,6 +280,9 @@ where
             })
             .await?;
         let n = claimed.len();
+        if n > 0 && self.config.failpoint == Some(Failpoint::SchedulerPanic) {
+            panic!("failpoint scheduler-panic: the scheduler task dies on its first claim");
+        }
         for c in claimed {
             let permit = self
                 .slots
@@ -244,6 +307,12 @@ where
     /// before 3 (or a handler) the step is simply ready again; at 3–5 the adapter's contract
     /// decides — query, same-key retry, or review. Returns how many steps were recovered.
     pub async fn recovery_tick(&self, now: Millis) -> Result<usize, StoreError> {
+        let recovered = self.recover_expired(now).await;
+        self.ticks.done(Tick::Recovery);
+        recovered
+    }
+
+    async fn recover_expired(&self, now: Millis) -> Result<usize, StoreError> {
         let expired = self.store.expired_leases(now, 256).await?;
         // Decide every lease first, then write them all at once so they share commits.
         let mut writes = tokio::task::JoinSet::new();
@@ -279,6 +348,7 @@ where
         }
         if recovered > 0 {
             self.wake.notify_one();
+            self.progress.advance();
         }
         Ok(recovered)
     }

@@ -277,11 +277,11 @@ pub trait OperatorStore: Send + Sync {
         &self,
         request: ActionRequest,
     ) -> impl Future<Output = StoreResult<ActionOutcome>> + Send;
-    /// Stores the answer of an applied action (once; a stored answer is never replaced).
+    /// Stores the answer of an applied action, the step's projection once it was done
+    /// (once; a stored answer is never replaced).
     fn answer(
         &self,
         scope: &ActionScope,
-        status: u16,
-        body: String,
+        applied: String,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 }

@@ -472,8 +472,24 @@ pub struct ActionScope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionRecord {
     pub request_digest: String,
-    /// The HTTP answer (status, JSON body) once known; `None` while the action runs.
-    pub answer: Option<(u16, String)>,
+    /// The answer once known; `None` while the action runs.
+    pub answer: Option<ActionAnswer>,
+}
+
+/// What an operator action came to, as every repeat of its key answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionAnswer {
+    /// Applied: the step as it stood once the action was done (its JSON projection).
+    Applied(String),
+    /// Refused, and nothing changed.
+    Refused(StoredRefusal),
+}
+
+/// A refused action as stored: the refusal's stable code and the message it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRefusal {
+    pub code: String,
+    pub message: String,
 }
 
 /// What an operator action does to its step.
@@ -499,11 +515,11 @@ pub struct ActionRequest {
     pub scope: ActionScope,
     pub request_digest: String,
     /// The step state the decision was made in; if the step moved meanwhile, nothing
-    /// changes and `stale_answer` is stored as the answer.
+    /// changes and `stale` is stored as the answer.
     pub expected_state: StepState,
-    /// `Err(answer)`: the action is refused; the refusal is stored under the key.
-    pub change: Result<StepChange, (u16, String)>,
-    pub stale_answer: (u16, String),
+    /// `Err(refusal)`: the action is refused; the refusal is stored under the key.
+    pub change: Result<StepChange, StoredRefusal>,
+    pub stale: StoredRefusal,
     pub events: Vec<NewEvent>,
     pub now: Millis,
 }
@@ -513,8 +529,8 @@ pub struct ActionRequest {
 pub enum ActionOutcome {
     /// Applied now; the answer is still to be stored.
     Applied { workflow_state: WorkflowState },
-    /// Refused (or the step moved meanwhile); this answer is stored under the key.
-    Refused { answer: (u16, String) },
+    /// Refused (or the step moved meanwhile); this refusal is stored under the key.
+    Refused(StoredRefusal),
     /// The key was used before with the same request.
     Replayed(ActionRecord),
     /// The key was used before with another request.

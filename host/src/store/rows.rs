@@ -4,9 +4,9 @@
 
 use super::records::verdicts_from;
 use super::{
-    ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ConsoleSession, ExpiredLease,
-    Fence, StepRecord, StoreError, StoreResult, StoredComponent, StoredDefinition, Verification,
-    WorkflowRecord,
+    ActionAnswer, ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ConsoleSession,
+    ExpiredLease, Fence, StepRecord, StoreError, StoreResult, StoredComponent, StoredDefinition,
+    StoredRefusal, Verification, WorkflowRecord,
 };
 use crate::intent::{
     AttemptId, EvidenceKind, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
@@ -295,13 +295,31 @@ pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
     })
 }
 
+/// Columns `request_digest`, `refusal`, `answer`: a refusal's code beside its message, or
+/// the applied action's answer alone.
 pub(crate) fn action_record(r: &impl Columns) -> StoreResult<ActionRecord> {
-    let status = r.opt_int("status")?;
-    let answer = r.opt_text("answer")?;
+    let answer = match (r.opt_text("refusal")?, r.opt_text("answer")?) {
+        (Some(code), Some(message)) => Some(ActionAnswer::Refused(StoredRefusal { code, message })),
+        (None, Some(applied)) => Some(ActionAnswer::Applied(applied)),
+        (Some(_), None) => {
+            return Err(StoreError::Corrupt(
+                "an action's refusal without its message".into(),
+            ));
+        }
+        (None, None) => None,
+    };
     Ok(ActionRecord {
         request_digest: r.text("request_digest")?,
-        answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
+        answer,
     })
+}
+
+/// The `(refusal, answer)` columns of an answer.
+pub(crate) fn answer_columns(answer: &ActionAnswer) -> (Option<&str>, &str) {
+    match answer {
+        ActionAnswer::Applied(body) => (None, body),
+        ActionAnswer::Refused(r) => (Some(&r.code), &r.message),
+    }
 }
 
 pub(crate) fn console_session(r: &impl Columns) -> StoreResult<ConsoleSession> {

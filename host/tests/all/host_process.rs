@@ -226,6 +226,19 @@ impl HostProcess {
         }
     }
 
+    /// Waits until the process's log contains `needle`.
+    pub async fn wait_for_log(&self, needle: &str, within: Duration) {
+        let start = Instant::now();
+        while !self.log_text().contains(needle) {
+            assert!(
+                start.elapsed() < within,
+                "the log never said {needle:?}:\n{}",
+                self.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// Moves the host's clock forward (test controls).
     pub async fn advance_clock(&self, ms: u64) {
         let (status, body) = self

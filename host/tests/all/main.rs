@@ -22,3 +22,4 @@ mod runtime_http_delivery;
 mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
+mod supervision;

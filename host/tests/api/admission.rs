@@ -1,7 +1,8 @@
 //! `POST /v1/intents`: creation, replay, conflicts, refusals, concurrency and key retention.
 
 use super::common::*;
-use docket::api::{ApiLimits, Auth};
+use docket::access::Auth;
+use docket::context::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -268,7 +269,7 @@ pub async fn an_unknown_workflow_is_not_found() {
 
 pub async fn a_body_over_the_limit_is_too_large() {
     let host = start(Auth::open(), true).await;
-    let filler = "x".repeat(ApiLimits::DEFAULT_MAX_BODY_BYTES);
+    let filler = "x".repeat(Limits::DEFAULT_MAX_BODY_BYTES);
     let body = json!({"workflow": "letters", "input": {"title": filler, "copies": 1}}).to_string();
     let refused = host.post_raw(None, Some("big"), body).await;
     assert_eq!(

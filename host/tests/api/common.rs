@@ -1,9 +1,10 @@
 //! The harness: a served router over a fresh database (SQLite file or PostgreSQL database,
 //! by the backend the case runs on), and request helpers.
 
-use docket::api::ApiStore;
-use docket::api::{ApiContext, ApiLimits, Auth, Principal, Role, router};
+use docket::access::{Auth, Principal, Role};
+use docket::api::router;
 use docket::clock::{Clock, SystemClock};
+use docket::context::{Context, ContextStore, Limits};
 use docket::intent::{AttemptOutcome, EvidenceKind, ReceiptId, Subject};
 use docket::scheduler::Deployments;
 use docket::store::postgres::PgStore;
@@ -152,7 +153,7 @@ pub async fn start(auth: Auth, test_controls: bool) -> Host {
 }
 
 /// Deploys `letters` and serves the API over `store` on a loopback port; returns its URL.
-async fn serve<S: ApiStore + DefinitionStore>(
+async fn serve<S: ContextStore + DefinitionStore>(
     store: S,
     auth: Auth,
     test_controls: bool,
@@ -174,10 +175,10 @@ async fn serve<S: ApiStore + DefinitionStore>(
         .deploy("letters.toml", DEFINITION, &env, clock.now_ms())
         .await
         .unwrap_or_else(|e| panic!("deploy: {e}"));
-    let mut ctx = ApiContext::new(store, deployments, clock);
+    let mut ctx = Context::new(store, deployments, clock);
     ctx.auth = auth;
-    ctx.limits = ApiLimits {
-        max_body_bytes: ApiLimits::DEFAULT_MAX_BODY_BYTES,
+    ctx.limits = Limits {
+        max_body_bytes: Limits::DEFAULT_MAX_BODY_BYTES,
         key_retention: RETENTION,
     };
     ctx.test_controls = test_controls;

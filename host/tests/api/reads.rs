@@ -2,7 +2,7 @@
 //! the test clock, unknown paths.
 
 use super::common::*;
-use docket::api::Auth;
+use docket::access::Auth;
 use docket::clock::Clock;
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -5,8 +5,9 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
-use docket::api::{ApiContext, shared_router};
+use docket::api::shared_router;
 use docket::clock::{Clock, SystemClock};
+use docket::context::Context;
 use docket::intent::{
     AttemptOutcome, EventKind, NewEvent, StepState, Subject, Trigger, WorkflowId, canonicalize,
 };
@@ -190,7 +191,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
             .await
             .unwrap();
     }
-    let mut ctx = ApiContext::new(store, deployments, clock);
+    let mut ctx = Context::new(store, deployments, clock);
     ctx.test_controls = false;
     let ctx = Arc::new(ctx);
     let app = docket::console::router(ctx.clone()).merge(shared_router(ctx));

@@ -5,7 +5,10 @@ use crate::fixtures::*;
 use docket::intent::{
     EventKind, EvidenceKind, NewEvent, StepState, Subject, Trigger, WorkflowId, WorkflowState,
 };
-use docket::store::{ActionOutcome, ActionRecord, ActionRequest, ActionScope, StepChange};
+use docket::store::{
+    ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, StepChange,
+    StoredRefusal,
+};
 use serde_json::json;
 
 pub fn action_scope(id: &WorkflowId, step: &str, action: &str, key: &str) -> ActionScope {
@@ -22,7 +25,7 @@ pub fn request(
     scope: ActionScope,
     digest: &str,
     expected_state: StepState,
-    change: Result<StepChange, (u16, String)>,
+    change: Result<StepChange, StoredRefusal>,
     now: u64,
 ) -> ActionRequest {
     ActionRequest {
@@ -36,8 +39,15 @@ pub fn request(
         request_digest: digest.into(),
         expected_state,
         change,
-        stale_answer: (409, r#"{"error":"stale"}"#.into()),
+        stale: stale(),
         now,
+    }
+}
+
+fn stale() -> StoredRefusal {
+    StoredRefusal {
+        code: "step_moved".into(),
+        message: "the step moved".into(),
     }
 }
 
@@ -111,13 +121,11 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
             answer: None
         })
     );
-    s.answer(&retry_k1, 202, r#"{"ok":true}"#.into())
-        .await
-        .unwrap();
-    s.answer(&retry_k1, 500, "{}".into()).await.unwrap();
+    s.answer(&retry_k1, r#"{"ok":true}"#.into()).await.unwrap();
+    s.answer(&retry_k1, "{}".into()).await.unwrap();
     let stored = ActionRecord {
         request_digest: "d1".into(),
-        answer: Some((202, r#"{"ok":true}"#.into())),
+        answer: Some(ActionAnswer::Applied(r#"{"ok":true}"#.into())),
     };
     assert_eq!(s.action(&retry_k1).await.unwrap(), Some(stored.clone()));
     let events_before = s.timeline(&id, 0, 100).await.unwrap().len();
@@ -169,15 +177,10 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
         ))
         .await
         .unwrap();
-    assert_eq!(
-        stale,
-        ActionOutcome::Refused {
-            answer: (409, r#"{"error":"stale"}"#.into())
-        }
-    );
+    assert_eq!(stale, ActionOutcome::Refused(self::stale()));
     assert_eq!(
         s.action(&k2).await.unwrap().unwrap().answer,
-        Some((409, r#"{"error":"stale"}"#.into()))
+        Some(ActionAnswer::Refused(self::stale()))
     );
     assert_eq!(s.steps(&id).await.unwrap()[0].state, StepState::Running);
     end(&s, &c, StepState::WaitingForReview, T0 + 20_004).await;
@@ -195,7 +198,7 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
         .await
         .unwrap();
     assert!(
-        matches!(stale, ActionOutcome::Refused { answer: (409, _) }),
+        matches!(&stale, ActionOutcome::Refused(r) if r.code == "step_moved"),
         "{stale:?}"
     );
     assert_eq!(
@@ -205,7 +208,10 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
 
     // A refusal is stored under its key and changes nothing.
     let k4 = action_scope(&id, "a", "retry", "k4");
-    let refusal = (422, r#"{"error":"no"}"#.to_string());
+    let refusal = StoredRefusal {
+        code: "not_idempotent".into(),
+        message: "a retry could do it twice".into(),
+    };
     assert_eq!(
         s.act(request(
             k4.clone(),
@@ -216,15 +222,13 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
         ))
         .await
         .unwrap(),
-        ActionOutcome::Refused {
-            answer: refusal.clone()
-        }
+        ActionOutcome::Refused(refusal.clone())
     );
     assert_eq!(
         s.action(&k4).await.unwrap(),
         Some(ActionRecord {
             request_digest: "d".into(),
-            answer: Some(refusal.clone())
+            answer: Some(ActionAnswer::Refused(refusal.clone()))
         })
     );
     assert_eq!(
@@ -239,7 +243,7 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
         .unwrap(),
         ActionOutcome::Replayed(ActionRecord {
             request_digest: "d".into(),
-            answer: Some(refusal)
+            answer: Some(ActionAnswer::Refused(refusal))
         })
     );
 

@@ -376,8 +376,8 @@ pub async fn operator_actions_race_the_release_of_their_step<S: Store>(s: S) {
         assert_eq!(c.state, StepState::Ready, "c of {id} was released");
         match outcome {
             ActionOutcome::Applied { .. } => assert!(c.escalated.is_some()),
-            ActionOutcome::Refused { answer } => {
-                assert_eq!(answer.0, 409);
+            ActionOutcome::Refused(refusal) => {
+                assert_eq!(refusal.code, "step_moved");
                 assert!(c.escalated.is_none());
             }
             other => panic!("unexpected {other:?}"),

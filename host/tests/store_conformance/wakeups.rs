@@ -43,8 +43,17 @@ pub async fn next_due_names_the_earliest_retry_time_or_lease_expiry<S: Store>(s:
 
 pub async fn admissions_wake_the_hosts_that_watch<S: Store>(s: S) {
     let wake = Arc::new(Notify::new());
-    if !s.watch(wake.clone()).await.unwrap() {
-        // One host per database (SQLite): nobody else writes, nothing to hear.
+    let hears_others = s.watch(wake.clone()).await.unwrap();
+    // One host per database (SQLite): nobody else writes, so there is nothing to hear and
+    // the store says so; PostgreSQL serves many hosts and must listen.
+    let many_hosts = std::any::type_name::<S>().ends_with("PgStore");
+    assert_eq!(
+        hears_others,
+        many_hosts,
+        "watch on {}",
+        std::any::type_name::<S>()
+    );
+    if !hears_others {
         return;
     }
     workflow(&s, "a", &[("only", &[])], T0).await;

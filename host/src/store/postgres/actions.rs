@@ -6,13 +6,14 @@ use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::intent::{AttemptId, EventKind, NewEvent};
 use crate::store::rows;
 use crate::store::{
-    ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
+    ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
+    StepChange, StoreResult,
 };
 use sqlx::postgres::PgConnection;
 
 async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
     let row = sqlx::query(
-        "SELECT request_digest, status, answer FROM operator_actions
+        "SELECT request_digest, refusal, answer FROM operator_actions
          WHERE subject = $1 AND workflow_id = $2 AND step = $3 AND action = $4 AND key = $5",
     )
     .bind(&scope.subject.0)
@@ -28,15 +29,16 @@ async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Opt
 async fn store_answer(
     conn: &mut PgConnection,
     scope: &ActionScope,
-    answer: &(u16, String),
+    answer: &ActionAnswer,
 ) -> PgResult<()> {
+    let (refusal, text) = rows::answer_columns(answer);
     sqlx::query(
-        "UPDATE operator_actions SET status = $1, answer = $2
+        "UPDATE operator_actions SET refusal = $1, answer = $2
          WHERE subject = $3 AND workflow_id = $4 AND step = $5 AND action = $6 AND key = $7
-           AND status IS NULL",
+           AND answer IS NULL",
     )
-    .bind(answer.0 as i64)
-    .bind(&answer.1)
+    .bind(refusal)
+    .bind(text)
     .bind(&scope.subject.0)
     .bind(scope.workflow_id.as_str())
     .bind(&scope.step)
@@ -76,9 +78,9 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
     }
     let change = match req.change {
         Ok(change) => change,
-        Err(answer) => {
-            store_answer(conn, &req.scope, &answer).await?;
-            return Ok(ActionOutcome::Refused { answer });
+        Err(refusal) => {
+            store_answer(conn, &req.scope, &ActionAnswer::Refused(refusal.clone())).await?;
+            return Ok(ActionOutcome::Refused(refusal));
         }
     };
     let workflow_id = req.scope.workflow_id.as_str();
@@ -130,10 +132,8 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
     .await?
     .rows_affected();
     if moved == 0 {
-        store_answer(conn, &req.scope, &req.stale_answer).await?;
-        return Ok(ActionOutcome::Refused {
-            answer: req.stale_answer,
-        });
+        store_answer(conn, &req.scope, &ActionAnswer::Refused(req.stale.clone())).await?;
+        return Ok(ActionOutcome::Refused(req.stale));
     }
     // From here on the transaction sees every committed step change of the workflow.
     let current = lock_workflow(conn, &req.scope.workflow_id).await?;
@@ -191,8 +191,8 @@ impl OperatorStore for PgStore {
         Ok(outcome)
     }
 
-    async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {
+    async fn answer(&self, scope: &ActionScope, applied: String) -> StoreResult<()> {
         let mut conn = self.pool.acquire().await?;
-        Ok(store_answer(&mut conn, scope, &(status, body)).await?)
+        Ok(store_answer(&mut conn, scope, &ActionAnswer::Applied(applied)).await?)
     }
 }

@@ -7,7 +7,8 @@ use crate::intent::WorkflowState;
 use crate::store::rows;
 use crate::store::rows::parse;
 use crate::store::{
-    ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore, StepChange, StoreResult,
+    ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
+    StepChange, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -22,29 +23,22 @@ fn scope_params(s: &ActionScope) -> [&str; 5] {
 }
 
 fn action_tx(conn: &Connection, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT request_digest, status, answer FROM operator_actions
-             WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
-        )?
-        .query_row(scope_params(scope), |r| {
-            let status: Option<i64> = r.get(1)?;
-            let answer: Option<String> = r.get(2)?;
-            Ok(ActionRecord {
-                request_digest: r.get(0)?,
-                answer: status.zip(answer).map(|(s, a)| (s as u16, a)),
-            })
-        })
-        .optional()?)
+    let mut statement = conn.prepare_cached(
+        "SELECT request_digest, refusal, answer FROM operator_actions
+         WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
+    )?;
+    let mut found = statement.query(scope_params(scope))?;
+    found.next()?.map(rows::action_record).transpose()
 }
 
-fn store_answer(conn: &Connection, scope: &ActionScope, answer: &(u16, String)) -> StoreResult<()> {
+fn store_answer(conn: &Connection, scope: &ActionScope, answer: &ActionAnswer) -> StoreResult<()> {
     let [subject, workflow_id, step, action, key] = scope_params(scope);
+    let (refusal, text) = rows::answer_columns(answer);
     conn.prepare_cached(
-        "UPDATE operator_actions SET status = ?, answer = ?
-         WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ? AND status IS NULL",
+        "UPDATE operator_actions SET refusal = ?, answer = ?
+         WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ? AND answer IS NULL",
     )?
-    .execute(params![answer.0 as i64, &answer.1, subject, workflow_id, step, action, key])?;
+    .execute(params![refusal, text, subject, workflow_id, step, action, key])?;
     Ok(())
 }
 
@@ -64,9 +58,9 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
     .execute(params![subject, workflow_id, step, action, key, &req.request_digest, req.now as i64])?;
     let change = match req.change {
         Ok(change) => change,
-        Err(answer) => {
-            store_answer(conn, &req.scope, &answer)?;
-            return Ok(ActionOutcome::Refused { answer });
+        Err(refusal) => {
+            store_answer(conn, &req.scope, &ActionAnswer::Refused(refusal.clone()))?;
+            return Ok(ActionOutcome::Refused(refusal));
         }
     };
     let now = req.now as i64;
@@ -98,10 +92,8 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
             .execute(params![base[0], base[1], base[2], value.to_string()])?,
     };
     if moved == 0 {
-        store_answer(conn, &req.scope, &req.stale_answer)?;
-        return Ok(ActionOutcome::Refused {
-            answer: req.stale_answer,
-        });
+        store_answer(conn, &req.scope, &ActionAnswer::Refused(req.stale.clone()))?;
+        return Ok(ActionOutcome::Refused(req.stale));
     }
     let mut events = req.events;
     if let StepChange::Succeed(r) = &change {
@@ -161,7 +153,7 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
 impl OperatorStore for SqliteStore {
     async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
         let row = sqlx::query(
-            "SELECT request_digest, status, answer FROM operator_actions
+            "SELECT request_digest, refusal, answer FROM operator_actions
              WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
         )
         .bind(&scope.subject.0)
@@ -178,10 +170,10 @@ impl OperatorStore for SqliteStore {
         self.writer.write(move |conn| act_tx(conn, request)).await
     }
 
-    async fn answer(&self, scope: &ActionScope, status: u16, body: String) -> StoreResult<()> {
+    async fn answer(&self, scope: &ActionScope, applied: String) -> StoreResult<()> {
         let scope = scope.clone();
         self.writer
-            .write(move |conn| store_answer(conn, &scope, &(status, body)))
+            .write(move |conn| store_answer(conn, &scope, &ActionAnswer::Applied(applied)))
             .await
     }
 }

@@ -1,4 +1,4 @@
-//! The API's JSON shapes built from stored records: the workflow projection, list
+//! The JSON shapes of workflows built from stored records: the workflow projection, list
 //! summaries, timeline entries and attempts.
 //!
 //! Building a view is pure: the handlers read the records, these functions shape them.

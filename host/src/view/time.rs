@@ -1,6 +1,6 @@
 //! Times on the wire: RFC 3339, UTC, millisecond precision (`2025-01-02T03:04:05.678Z`).
 //!
-//! The store keeps milliseconds since the Unix epoch; only the API turns them into text.
+//! The store keeps milliseconds since the Unix epoch; only views turn them into text.
 
 use crate::intent::Millis;
 pub use crate::intent::rfc3339;

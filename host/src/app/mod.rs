@@ -1,0 +1,656 @@
+//! The composition root: [`App::build`] assembles a host from its configuration — store,
+//! runtime, components, definitions, scheduler, API and console — and [`App::run`] runs it
+//! as a set of named, supervised tasks until it is told to stop.
+//!
+//! Supervision: every long-running part is a task of one [`Supervisor`]. The first task to
+//! end while the host should be running — by returning, failing or panicking — stops the
+//! whole host, and [`App::run`] returns [`AppError::TaskEnded`] naming it, so the process
+//! exits non-zero and a service manager restarts it. A host that kept admitting work with a
+//! dead scheduler would accept intents it never runs.
+//!
+//! Stopping is a drain, not an abort: the server stops accepting and finishes the requests
+//! under way, the scheduler stops claiming and lets attempts finish (up to the configured
+//! grace), then the host ends its remaining leases so another host recovers them at once.
+
+mod supervisor;
+
+pub use supervisor::{Supervisor, TaskEnd};
+
+use crate::access::{Auth, Principal, Role};
+use crate::capabilities::{AdapterPolicy, HostRule};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{HostConfig, RoleToml};
+use crate::context::{Context, ContextStore, Limits};
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig, Ticks};
+use crate::sim::{ProviderSim, RunningSim, SimConfig};
+use crate::store::postgres::PgStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{
+    ActiveChange, ActiveTarget, ComponentStore, DefinitionStore, ExecutorStore, NewComponent,
+};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How often a host catches up with the registry: the bound within which every host picks
+/// up an activation or rollback made elsewhere (plus, for a version new to the host, the
+/// time to compile it once).
+pub const REGISTRY_POLL: Duration = Duration::from_secs(1);
+
+/// Where a host's database is when nothing says otherwise.
+pub const DEFAULT_DB: &str = ".docket/docket.db";
+
+/// How long, past the shutdown grace, the HTTP server may take to finish its requests
+/// before they are cut.
+const SERVER_DRAIN_MARGIN: Duration = Duration::from_secs(5);
+
+/// Adapters pointed at the built-in provider simulator when nothing else is configured.
+const SIM_ADAPTERS: &[&str] = &[
+    "http-delivery",
+    "http-delivery-query-only",
+    "http-delivery-fire-and-forget",
+    "http-delivery-lying",
+];
+
+/// What the command line adds to the configuration file.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The API's address; else the config's `listen`, else `127.0.0.1:8080`.
+    pub listen: Option<SocketAddr>,
+    /// The database; else the config's `db`, else [`DEFAULT_DB`].
+    pub db: Option<String>,
+    /// Serve the test controls and honour `DOCKET_FAILPOINT` (loopback only).
+    pub test_controls: bool,
+    /// Where the embedded provider simulator listens when it is used.
+    pub sim_listen: SocketAddr,
+    /// Admit and serve reads, but run no steps.
+    pub pause_execution: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            db: None,
+            test_controls: false,
+            sim_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            pause_execution: false,
+        }
+    }
+}
+
+/// Why a host could not start, or why it stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The configuration asks for something the host refuses: fix it and start again.
+    #[error("{0}")]
+    Refused(String),
+    /// A part of the host could not be set up; the message says which and why.
+    #[error("{context}: {cause}")]
+    Setup { context: String, cause: String },
+    /// A supervised task ended while the host should have been running.
+    #[error("the `{task}` task ended unexpectedly ({how}); the host stopped")]
+    TaskEnded { task: &'static str, how: TaskEnd },
+}
+
+/// Adds what was being set up to an error.
+trait SetupContext<T> {
+    fn setup(self, context: impl FnOnce() -> String) -> Result<T, AppError>;
+}
+
+impl<T, E: std::fmt::Display> SetupContext<T> for Result<T, E> {
+    fn setup(self, context: impl FnOnce() -> String) -> Result<T, AppError> {
+        self.map_err(|e| AppError::Setup {
+            context: context(),
+            cause: e.to_string(),
+        })
+    }
+}
+
+/// A host, built and serving, until [`App::run`] ends.
+pub struct App {
+    /// The address the API and the console listen on.
+    pub addr: SocketAddr,
+    /// The clock every part of the host reads; in-process callers (the demo) may move it.
+    pub clock: Arc<SystemClock>,
+    /// Completed scheduler ticks (claim, recovery, registry, lease renewal).
+    pub ticks: Arc<Ticks>,
+    sim: Option<RunningSim>,
+    tasks: Supervisor,
+    stop: CancellationToken,
+    /// Waits (up to the grace) for the attempts under way, then ends this host's leases.
+    drain: Drain,
+    grace: Duration,
+}
+
+type Drain = Box<
+    dyn FnOnce(
+            Duration,
+        ) -> std::pin::Pin<
+            Box<dyn Future<Output = Result<u64, crate::store::StoreError>> + Send>,
+        > + Send,
+>;
+
+impl App {
+    /// Builds a host from the options and a loaded configuration and starts its tasks; the
+    /// API answers from the moment this returns.
+    pub async fn build(options: &Options, mut config: HostConfig) -> Result<App, AppError> {
+        let listen = options
+            .listen
+            .or(config.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        if config.tokens.is_empty() && !listen.ip().is_loopback() {
+            return Err(AppError::Refused(format!(
+                "refusing to listen on {listen} without API tokens: anyone could act as an operator; configure [[tokens]] in docket.toml or listen on 127.0.0.1"
+            )));
+        }
+        if options.test_controls && !listen.ip().is_loopback() {
+            return Err(AppError::Refused(format!(
+                "--test-controls is refused unless the host listens on loopback (it was {listen})"
+            )));
+        }
+        let clock = SystemClock::new();
+        let sim = embed_simulator(options, &mut config, &clock).await?;
+        let db = options
+            .db
+            .clone()
+            .or(config.db.clone())
+            .unwrap_or_else(|| DEFAULT_DB.into());
+        if is_postgres(&db) {
+            if sim.is_some() {
+                tracing::warn!(
+                    "this host embeds its own provider simulator; other hosts on this database embed theirs, so a step recovered on another host would ask another provider. With several hosts, run one `docket sim-provider` and point [adapters.http-delivery] at it"
+                );
+            }
+            let store = PgStore::connect(&db)
+                .await
+                .setup(|| format!("connecting to PostgreSQL at {}", without_password(&db)))?;
+            tracing::info!("database: PostgreSQL at {}", without_password(&db));
+            // Compiled components are this host's own cache (DOCKET_CACHE_DIR, else the
+            // user's cache directory); the database holds the truth.
+            let cache_dir =
+                component_cache_dir().unwrap_or_else(|| PathBuf::from(".docket/components"));
+            let parts = Parts {
+                options,
+                config,
+                cache_dir,
+                sim,
+                clock,
+                listen,
+            };
+            return assemble(parts, store).await;
+        }
+        let db_path = sqlite_path(&db);
+        if let Some(dir) = db_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).setup(|| format!("creating {}", dir.display()))?;
+        }
+        let store = SqliteStore::open(&db_path)
+            .await
+            .setup(|| format!("opening the SQLite database {}", db_path.display()))?;
+        tracing::info!("database: SQLite at {}", db_path.display());
+        let cache_dir = db_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("components");
+        let parts = Parts {
+            options,
+            config,
+            cache_dir,
+            sim,
+            clock,
+            listen,
+        };
+        assemble(parts, store).await
+    }
+
+    /// The embedded provider simulator, when this host runs one.
+    pub fn simulator(&self) -> Option<&RunningSim> {
+        self.sim.as_ref()
+    }
+
+    /// A token that stops the host when cancelled, as the `shutdown` future of
+    /// [`App::run`] does.
+    pub fn stopper(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Runs until `shutdown` completes (or the [`stopper`](Self::stopper) is cancelled),
+    /// then drains; or until a task ends on its own, then stops the rest and returns
+    /// [`AppError::TaskEnded`] naming it.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AppError> {
+        let App {
+            mut tasks,
+            stop,
+            drain,
+            grace,
+            sim,
+            ..
+        } = self;
+        let died = tokio::select! {
+            _ = shutdown => None,
+            _ = stop.cancelled() => None,
+            ended = tasks.next_end() => ended,
+        };
+        if let Some((task, how)) = &died {
+            tracing::error!("the `{task}` task ended unexpectedly ({how}); stopping the host");
+        } else {
+            tracing::info!("shutting down: finishing the requests and attempts under way");
+        }
+        stop.cancel();
+        // The server finishes its requests and the scheduler its claims meanwhile.
+        let cut = tasks.wait_all(grace + SERVER_DRAIN_MARGIN).await;
+        for task in cut {
+            tracing::warn!("the `{task}` task did not finish in time and was cut");
+        }
+        match drain(grace).await {
+            Ok(n) => tracing::info!("shut down; ended {n} leases still held"),
+            Err(e) => tracing::error!("shut down; ending the leases failed: {e}"),
+        }
+        drop(sim);
+        match died {
+            Some((task, how)) => Err(AppError::TaskEnded { task, how }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Everything decided before the store is open.
+struct Parts<'a> {
+    options: &'a Options,
+    config: HostConfig,
+    cache_dir: PathBuf,
+    sim: Option<RunningSim>,
+    clock: Arc<SystemClock>,
+    listen: SocketAddr,
+}
+
+/// The embedded provider simulator stands in for a delivery service nobody configured.
+/// It reads the host's clock, so moving that clock (test controls) moves the provider's
+/// time too: key retention and eventual visibility stay consistent with the host's.
+async fn embed_simulator(
+    options: &Options,
+    config: &mut HostConfig,
+    clock: &Arc<SystemClock>,
+) -> Result<Option<RunningSim>, AppError> {
+    if config.policy.adapters.contains_key("http-delivery") {
+        return Ok(None);
+    }
+    let host_clock = clock.clone();
+    let sim_clock: crate::sim::Clock =
+        Arc::new(move || std::time::UNIX_EPOCH + Duration::from_millis(host_clock.now_ms()));
+    let running = ProviderSim::with_clock(SimConfig::default(), sim_clock)
+        .spawn(options.sim_listen)
+        .await
+        .setup(|| "starting the built-in provider simulator".into())?;
+    let url = running.base_url();
+    tracing::warn!(
+        "no delivery service configured: http-delivery (and its variants) point at the built-in provider simulator at {url}"
+    );
+    let rule = url
+        .parse::<HostRule>()
+        .setup(|| format!("the simulator's address {url}"))?;
+    for name in SIM_ADAPTERS {
+        config.policy.adapters.insert(
+            name.to_string(),
+            AdapterPolicy {
+                allow_hosts: vec![rule.clone()],
+                allow_secrets: ["provider_token".to_string()].into(),
+                settings: [("base_url".to_string(), url.clone())].into(),
+            },
+        );
+    }
+    config
+        .secrets
+        .insert("provider_token", SimConfig::DEFAULT_TOKEN);
+    Ok(Some(running))
+}
+
+/// The host on a given store: components, definitions, scheduler and API, each started as
+/// a supervised task.
+async fn assemble<S>(parts: Parts<'_>, store: S) -> Result<App, AppError>
+where
+    S: ContextStore + ExecutorStore + ComponentStore,
+{
+    let Parts {
+        options,
+        config,
+        cache_dir,
+        sim,
+        clock,
+        listen,
+    } = parts;
+    let runtime = Runtime::new(RuntimeConfig {
+        memory_cap_bytes: config.memory_cap_bytes,
+        max_instances: (config.max_concurrent as u32 + 16).max(32),
+        cache_dir: Some(cache_dir),
+    })
+    .setup(|| "starting the WebAssembly runtime".into())?;
+    let owner = config
+        .host_id
+        .clone()
+        .unwrap_or_else(crate::scheduler::default_owner);
+    tracing::info!("host identity (lease owner): {owner}");
+    let author = format!("host {owner}");
+    let mut components = Components::new(runtime, config.policy.clone());
+    components.unload_idle = config.unload_idle;
+    load_components(&config, &components, &store, &clock, &author).await?;
+    // Before serving: run what the registry made active, not only what this host loaded.
+    for change in components
+        .sync(&store)
+        .await
+        .setup(|| "reading the adapter registry".into())?
+    {
+        tracing::info!("{change}");
+    }
+    let components = Arc::new(components);
+
+    let deployments = Arc::new(Deployments::new(store.clone()));
+    deploy_dir(
+        &deployments,
+        &config.workflows,
+        components.as_ref(),
+        clock.now_ms(),
+    )
+    .await?;
+
+    // Failpoints are a test control: a stray variable must not crash a production host.
+    let failpoint = crate::scheduler::failpoint_from_env();
+    if failpoint.is_some() && !options.test_controls {
+        tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
+    }
+    let failpoint = failpoint.filter(|_| options.test_controls);
+    let wake = Arc::new(Notify::new());
+    let scheduler = Scheduler::new(
+        store.clone(),
+        deployments.clone(),
+        components.clone(),
+        Arc::new(config.secrets.clone()),
+        clock.clone(),
+        SchedulerConfig {
+            owner,
+            lease: config.lease,
+            poll: config.idle_poll,
+            max_concurrent: config.max_concurrent,
+            failpoint,
+            ..SchedulerConfig::default()
+        },
+        wake.clone(),
+    );
+    let ticks = scheduler.ticks();
+    let stop = CancellationToken::new();
+    let mut tasks = Supervisor::default();
+
+    if options.pause_execution {
+        tracing::warn!(
+            "step execution is paused (--pause-execution): intents are admitted but no step runs"
+        );
+        // A scheduler that ended at once would look dead to the supervisor.
+        let stop = stop.clone();
+        tasks.spawn("scheduler", async move {
+            stop.cancelled().await;
+            Ok(())
+        });
+    } else {
+        let (scheduler, stop) = (scheduler.clone(), stop.clone());
+        tasks.spawn("scheduler", async move {
+            scheduler.run(stop).await;
+            Ok(())
+        });
+    }
+    {
+        // Registry changes made elsewhere (another host, `docket adapter activate`) reach
+        // this host within REGISTRY_POLL.
+        let (components, store, ticks, stop) = (
+            components.clone(),
+            store.clone(),
+            ticks.clone(),
+            stop.clone(),
+        );
+        tasks.spawn("registry", async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(REGISTRY_POLL) => {}
+                }
+                crate::scheduler::registry_tick(&components, &store, &ticks).await;
+            }
+        });
+    }
+
+    let mut ctx = Context::new(store, deployments, clock.clone());
+    ctx.auth = auth(&config);
+    ctx.limits = Limits {
+        max_body_bytes: config.max_body_bytes,
+        key_retention: config.key_retention,
+    };
+    ctx.test_controls = options.test_controls;
+    ctx.wake = wake;
+    ctx.components = Some(components.clone());
+    ctx.ticks = ticks.clone();
+    ctx.progress = scheduler.progress();
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .setup(|| format!("cannot listen on {listen}"))?;
+    let addr = listener
+        .local_addr()
+        .setup(|| format!("reading the address bound for {listen}"))?;
+    // The console shares the API's context and listener.
+    let ctx = Arc::new(ctx);
+    let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
+    {
+        let stop = stop.clone();
+        tasks.spawn("server", async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .map_err(|e| e.to_string())
+        });
+    }
+    tracing::info!("docket is serving on http://{addr}");
+    let draining = scheduler.clone();
+    let drain: Drain =
+        Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
+    Ok(App {
+        addr,
+        clock,
+        ticks,
+        sim,
+        tasks,
+        stop,
+        drain,
+        grace: config.shutdown_grace,
+    })
+}
+
+/// Loads the example and configured components, stores each in the database so that every
+/// host on it can run them, and makes a component's highest version active on its first
+/// registration.
+async fn load_components<S: ComponentStore>(
+    config: &HostConfig,
+    components: &Components,
+    store: &S,
+    clock: &Arc<SystemClock>,
+    author: &str,
+) -> Result<(), AppError> {
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    if config.examples {
+        for (name, path) in crate::guests::ALL {
+            files.push((format!("the built example `{name}`"), PathBuf::from(path)));
+        }
+    }
+    for path in &config.components {
+        files.push((path.display().to_string(), path.clone()));
+    }
+    for (i, (origin, path)) in files.iter().enumerate() {
+        let example = config.examples && i < crate::guests::ALL.len();
+        let loaded = match read_file(path).await {
+            Ok(bytes) => components
+                .load_bytes(&bytes)
+                .await
+                .map(|c| (c, bytes))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (c, bytes) = match loaded {
+            Ok(found) => found,
+            // An example that was not built is not an error; a configured file is.
+            Err(e) if example => {
+                tracing::debug!("{origin} not loaded: {e}");
+                continue;
+            }
+            Err(cause) => {
+                return Err(AppError::Setup {
+                    context: format!("loading component {}", path.display()),
+                    cause,
+                });
+            }
+        };
+        tracing::info!(
+            "component {}@{} ({}) from {origin}",
+            c.name(),
+            c.version(),
+            c.digest
+        );
+        store
+            .store_component(NewComponent {
+                digest: c.digest.clone(),
+                name: c.name().to_string(),
+                version: c.version().to_string(),
+                kind: c.world_name().to_string(),
+                bytes,
+                registered_at: clock.now_ms(),
+                author: author.to_string(),
+            })
+            .await
+            .setup(|| format!("storing component {}@{}", c.name(), c.version()))?;
+    }
+    // A component's first registration makes its highest version from these files active;
+    // after that only the registry (`docket adapter activate`, the API) changes it.
+    let mut highest: std::collections::BTreeMap<String, (semver::Version, String)> =
+        Default::default();
+    for c in components.all() {
+        let Ok(v) = semver::Version::parse(c.version()) else {
+            continue;
+        };
+        let entry = highest
+            .entry(c.name().to_string())
+            .or_insert((v.clone(), c.digest.clone()));
+        if v > entry.0 {
+            *entry = (v, c.digest.clone());
+        }
+    }
+    for (name, (_, digest)) in highest {
+        let what = format!("activating the first version of {name}");
+        store
+            .set_active(ActiveChange {
+                name,
+                target: ActiveTarget::IfNone(digest),
+                author: author.to_string(),
+                now: clock.now_ms(),
+            })
+            .await
+            .setup(|| what)?;
+    }
+    Ok(())
+}
+
+/// A file's bytes, read off the async threads.
+async fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    tokio::fs::read(path).await
+}
+
+/// The API's principals from the configured tokens; open (everyone is the `local`
+/// operator) without any.
+fn auth(config: &HostConfig) -> Auth {
+    if config.tokens.is_empty() {
+        return Auth::open();
+    }
+    Auth::with_tokens(config.tokens.iter().map(|t| {
+        let role = match t.role {
+            RoleToml::Client => Role::Client,
+            RoleToml::Operator => Role::Operator,
+        };
+        (
+            t.token.clone(),
+            Principal {
+                subject: crate::intent::Subject(t.subject.clone()),
+                role,
+            },
+        )
+    }))
+}
+
+/// Deploys every `*.toml` in `dir`; a changed file under a deployed version stops the host.
+async fn deploy_dir<S: DefinitionStore>(
+    deployments: &Deployments<S>,
+    dir: &Path,
+    env: &Components,
+    now: u64,
+) -> Result<(), AppError> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect(),
+        Err(e) => {
+            tracing::warn!("no workflow definitions loaded from {}: {e}", dir.display());
+            return Ok(());
+        }
+    };
+    files.sort();
+    for file in files {
+        let source = tokio::fs::read_to_string(&file)
+            .await
+            .setup(|| format!("reading {}", file.display()))?;
+        let (deployed, outcome) = deployments
+            .deploy(&file.display().to_string(), &source, env, now)
+            .await
+            .setup(|| format!("deploying {}", file.display()))?;
+        tracing::info!(
+            "workflow {} v{} ({:?}) from {}",
+            deployed.def.name,
+            deployed.def.version,
+            outcome,
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+fn sqlite_path(db: &str) -> PathBuf {
+    PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db))
+}
+
+/// Whether `db` names a PostgreSQL database rather than a SQLite file.
+pub fn is_postgres(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// A database URL fit for a log line: the password replaced by `***`.
+pub fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Where this host keeps compiled components when its database is not a file beside them:
+/// `DOCKET_CACHE_DIR`, else `~/.cache/docket/components`.
+pub fn component_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("DOCKET_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/docket/components"))
+        })
+}

@@ -1,0 +1,156 @@
+//! A set of named tasks that must all keep running: the first to end is reported by name,
+//! and the rest can be waited for (bounded) and cut.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+use tokio::task::{Id, JoinSet};
+
+/// How a supervised task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// It returned although nothing asked it to stop.
+    Returned,
+    /// It returned an error.
+    Failed(String),
+    /// It panicked.
+    Panicked(String),
+    /// It was cancelled from outside.
+    Cancelled,
+}
+
+impl std::fmt::Display for TaskEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskEnd::Returned => f.write_str("it returned"),
+            TaskEnd::Failed(e) => write!(f, "it failed: {e}"),
+            TaskEnd::Panicked(m) => write!(f, "it panicked: {m}"),
+            TaskEnd::Cancelled => f.write_str("it was cancelled"),
+        }
+    }
+}
+
+/// Named tasks, each expected to run until the host stops.
+#[derive(Default)]
+pub struct Supervisor {
+    set: JoinSet<Result<(), String>>,
+    names: HashMap<Id, &'static str>,
+}
+
+impl Supervisor {
+    /// Starts `task` under `name`; an `Err` it returns is reported as [`TaskEnd::Failed`].
+    pub fn spawn<F>(&mut self, name: &'static str, task: F)
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let handle = self.set.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// The names of the tasks still running.
+    pub fn running(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.names.values().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Waits for the next task to end and says which and how; never completes when there
+    /// is none (so it can sit in a `select!` beside a shutdown signal).
+    pub async fn next_end(&mut self) -> Option<(&'static str, TaskEnd)> {
+        let Some(done) = self.set.join_next_with_id().await else {
+            return std::future::pending().await;
+        };
+        let (id, end) = match done {
+            Ok((id, Ok(()))) => (id, TaskEnd::Returned),
+            Ok((id, Err(e))) => (id, TaskEnd::Failed(e)),
+            Err(e) => {
+                let id = e.id();
+                let end = if e.is_panic() {
+                    TaskEnd::Panicked(panic_message(e.into_panic()))
+                } else {
+                    TaskEnd::Cancelled
+                };
+                (id, end)
+            }
+        };
+        Some((self.names.remove(&id).unwrap_or("unnamed"), end))
+    }
+
+    /// Waits up to `limit` for every task to end, then aborts the rest; returns the names
+    /// of those that had to be cut.
+    pub async fn wait_all(mut self, limit: Duration) -> Vec<&'static str> {
+        let all_ended = async {
+            while let Some((name, end)) = self.next_end_or_none().await {
+                match end {
+                    TaskEnd::Returned | TaskEnd::Cancelled => {}
+                    other => tracing::warn!("the `{name}` task, stopping: {other}"),
+                }
+            }
+        };
+        if tokio::time::timeout(limit, all_ended).await.is_ok() {
+            return Vec::new();
+        }
+        let cut = self.running();
+        self.set.shutdown().await;
+        cut
+    }
+
+    async fn next_end_or_none(&mut self) -> Option<(&'static str, TaskEnd)> {
+        if self.set.is_empty() {
+            return None;
+        }
+        self.next_end().await
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_task_to_end_is_named_with_how_it_ended() {
+        let mut tasks = Supervisor::default();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tasks.spawn("server", async move {
+            let _ = rx.await;
+            Ok(())
+        });
+        tasks.spawn("scheduler", async { panic!("boom") });
+        let (name, end) = tasks.next_end().await.unwrap();
+        assert_eq!(name, "scheduler");
+        assert_eq!(end, TaskEnd::Panicked("boom".into()));
+        assert_eq!(tasks.running(), vec!["server"]);
+        let _ = tx.send(());
+        assert!(tasks.wait_all(Duration::from_secs(10)).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_reported_with_its_error() {
+        let mut tasks = Supervisor::default();
+        tasks.spawn("registry", async {
+            Err("the database went away".to_string())
+        });
+        let (name, end) = tasks.next_end().await.unwrap();
+        assert_eq!(name, "registry");
+        assert_eq!(end, TaskEnd::Failed("the database went away".into()));
+    }
+
+    #[tokio::test]
+    async fn tasks_that_do_not_stop_in_time_are_cut_and_named() {
+        let mut tasks = Supervisor::default();
+        tasks.spawn("stubborn", std::future::pending());
+        tasks.spawn("quick", async { Ok(()) });
+        let cut = tasks.wait_all(Duration::from_millis(50)).await;
+        assert_eq!(cut, vec!["stubborn"]);
+    }
+}

@@ -1,0 +1,113 @@
+//! What the host's interfaces — the HTTP API and the console — share: the store, the
+//! deployed definitions, the clock, who may call, the limits, the loaded components and the
+//! scheduler's signals. Both take an `Arc<Context>`; neither depends on the other.
+
+use crate::access::Auth;
+use crate::clock::{Clock, SystemClock};
+use crate::scheduler::{Components, Deployments, Progress, Ticks};
+use crate::store::{
+    AdmissionStore, ComponentStore, DefinitionStore, OperatorStore, ReadStore, SessionStore,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The store capabilities the interfaces need.
+pub trait ContextStore:
+    AdmissionStore
+    + ReadStore
+    + DefinitionStore
+    + OperatorStore
+    + ComponentStore
+    + SessionStore
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> ContextStore for S where
+    S: AdmissionStore
+        + ReadStore
+        + DefinitionStore
+        + OperatorStore
+        + ComponentStore
+        + SessionStore
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Size and retention limits of the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Request bodies over this many bytes are refused with `413` (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// How long an idempotency key stays reserved after its workflow ends (default 24 h).
+    pub key_retention: Duration,
+}
+
+impl Limits {
+    /// The default body limit: 1 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+    /// The default key retention: 24 hours after the workflow ends.
+    pub const DEFAULT_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            key_retention: Self::DEFAULT_KEY_RETENTION,
+        }
+    }
+}
+
+/// Everything the handlers use.
+pub struct Context<S> {
+    pub store: S,
+    /// Deployed definitions; new intents run the latest version of their workflow.
+    pub deployments: Arc<Deployments<S>>,
+    /// The host's clock (advanced by the test control).
+    pub clock: Arc<SystemClock>,
+    pub auth: Auth,
+    pub limits: Limits,
+    /// Serve `POST /v1/_test/clock` (never in production).
+    pub test_controls: bool,
+    /// Notified after an intent is created or the clock moves, so the scheduler looks for
+    /// work at once instead of at its next poll.
+    pub wake: Arc<Notify>,
+    /// Loaded components, for the contracts operator actions are judged by (`None`: every
+    /// action that needs a contract is refused).
+    pub components: Option<Arc<Components>>,
+    /// The scheduler's completed ticks, for `GET /v1/_test/ticks`.
+    pub ticks: Arc<Ticks>,
+    /// Advanced whenever an attempt ends (here, or on another host as far as this one
+    /// hears of it), for those who wait on an attempt they started.
+    pub progress: Arc<Progress>,
+}
+
+impl<S> Context<S> {
+    /// A context with open auth, default limits, no test controls and a fresh `wake`.
+    pub fn new(store: S, deployments: Arc<Deployments<S>>, clock: Arc<SystemClock>) -> Self {
+        Self {
+            store,
+            deployments,
+            clock,
+            auth: Auth::open(),
+            limits: Limits::default(),
+            test_controls: false,
+            wake: Arc::new(Notify::new()),
+            components: None,
+            ticks: Arc::default(),
+            progress: Arc::default(),
+        }
+    }
+
+    pub fn clock_now(&self) -> crate::intent::Millis {
+        self.clock.now_ms()
+    }
+}

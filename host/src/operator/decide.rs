@@ -1,0 +1,334 @@
+//! The decision of an operator action, as a pure function of what the step shows: its
+//! state, its attempts, whether it is an adapter step and what that adapter's contract
+//! declares. No I/O: the caller gathers the [`Situation`], the store applies the [`Plan`].
+
+use super::{Action, Order, Resolution};
+use crate::contract::Contract;
+use crate::intent::{
+    AttemptId, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Subject, Trigger,
+};
+use crate::scheduler::recovery::retention_deadline;
+use crate::store::{AttemptRecord, NewReceipt, StepChange};
+use serde_json::{Value, json};
+
+/// States from which a person may act on a step's outcome.
+pub const SETTLEABLE: [StepState; 5] = [
+    StepState::OutcomeUnknown,
+    StepState::WaitingForReview,
+    StepState::Blocked,
+    StepState::FailedRetryable,
+    StepState::FailedTerminal,
+];
+
+/// What the step's attempts say: the latest one, and when the request may first have
+/// reached the provider (checkpoint 3 or later).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct History<'a> {
+    pub latest: Option<&'a AttemptRecord>,
+    pub first_sent_at: Option<Millis>,
+}
+
+impl<'a> History<'a> {
+    pub fn of(attempts: &'a [AttemptRecord]) -> Self {
+        Self {
+            latest: attempts.iter().max_by_key(|a| a.number),
+            first_sent_at: attempts
+                .iter()
+                .filter(|a| a.checkpoint >= 3 && a.request_identity.is_some())
+                .map(|a| a.started_at)
+                .min(),
+        }
+    }
+}
+
+/// Everything a decision looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Situation<'a> {
+    pub order: &'a Order,
+    /// Who acts (recorded on the timeline and on a manual receipt).
+    pub actor: &'a Subject,
+    pub step: &'a str,
+    pub state: StepState,
+    /// The step's label in the definition (its id when the definition is gone).
+    pub label: &'a str,
+    pub is_adapter: bool,
+    /// The contract of the adapter version that ran the step (or would run it); `None`
+    /// when no such version can be loaded.
+    pub contract: Option<&'a Contract>,
+    pub history: History<'a>,
+    pub now: Millis,
+}
+
+/// What an accepted action does: the step's change and the timeline's entries, applied
+/// together in one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub change: StepChange,
+    pub events: Vec<NewEvent>,
+}
+
+/// Why an action is refused. Every refusal leaves the step as it was; the message says
+/// what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The step's state does not allow this action.
+    #[error("step `{step}` is `{}`, so it cannot be {} now; {}", state.as_str(), action.past(), allowed(*action))]
+    StateForbids {
+        step: String,
+        state: StepState,
+        action: Action,
+    },
+    /// A query on a pure handler: there is no provider to ask.
+    #[error(
+        "step `{step}` is a pure handler: it has no provider to ask; use `retry` to run it again"
+    )]
+    NoProvider { step: String },
+    /// A query on an adapter that declares no lookups.
+    #[error(
+        "the adapter `{adapter}` does not declare lookups by reference, so there is nothing to ask; use `resolve` with the evidence you have"
+    )]
+    NoLookups { adapter: String },
+    /// The contract that would judge the action cannot be loaded on this host.
+    #[error("the adapter version that ran step `{step}` is not loaded on this host, so {what}")]
+    ContractUnavailable { step: String, what: &'static str },
+    /// A retry could repeat an effect that may have happened: no idempotency declared.
+    #[error(
+        "the request of step `{step}` may have reached {adapter} and the adapter does not declare idempotency, so a retry could do it twice; use `query` or `resolve`"
+    )]
+    NotIdempotent { step: String, adapter: String },
+    /// A retry could repeat an effect: the provider has forgotten the key.
+    #[error(
+        "the provider's memory of the idempotency key ended at {} ({retention_seconds} s after the first request), so a retry could do it twice; use `resolve` with evidence",
+        crate::intent::rfc3339(*forgotten_at)
+    )]
+    KeyForgotten {
+        forgotten_at: Millis,
+        retention_seconds: u64,
+    },
+    /// The step moved while the action was being decided.
+    #[error(
+        "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
+        was.as_str()
+    )]
+    StepMoved { step: String, was: StepState },
+}
+
+impl Refusal {
+    /// The stable code of this refusal, as stored under the action's key.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::StateForbids { .. } => "state_forbids",
+            Refusal::NoProvider { .. } => "no_provider",
+            Refusal::NoLookups { .. } => "no_lookups",
+            Refusal::ContractUnavailable { .. } => "contract_unavailable",
+            Refusal::NotIdempotent { .. } => "not_idempotent",
+            Refusal::KeyForgotten { .. } => "key_forgotten",
+            Refusal::StepMoved { .. } => "step_moved",
+        }
+    }
+}
+
+/// The states an action is possible in, in words.
+fn allowed(action: Action) -> String {
+    match action {
+        Action::Escalate => "only unfinished steps can be escalated".into(),
+        other => format!(
+            "{} is possible in: {}",
+            other.noun(),
+            SETTLEABLE
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Decides an action: the plan to apply, or why not.
+pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
+    let action = s.order.action();
+    let allowed_now = match action {
+        Action::Escalate => !matches!(
+            s.state,
+            StepState::Succeeded | StepState::Compensated | StepState::Cancelled
+        ),
+        _ => SETTLEABLE.contains(&s.state),
+    };
+    if !allowed_now {
+        return Err(Refusal::StateForbids {
+            step: s.step.to_string(),
+            state: s.state,
+            action,
+        });
+    }
+    let by = &s.actor.0;
+    let event = |kind: EventKind, text: String, data: Value| {
+        NewEvent::step(kind, s.step, None::<&AttemptId>, text).with_data(data)
+    };
+    match s.order {
+        Order::Query => {
+            if !s.is_adapter {
+                return Err(Refusal::NoProvider {
+                    step: s.step.to_string(),
+                });
+            }
+            let contract = s.contract.ok_or_else(|| Refusal::ContractUnavailable {
+                step: s.step.to_string(),
+                what: "it cannot be asked",
+            })?;
+            if !contract.query.supported {
+                return Err(Refusal::NoLookups {
+                    adapter: contract.name.clone(),
+                });
+            }
+            Ok(Plan {
+                change: StepChange::Ready {
+                    trigger: Trigger::RecoveryQuery,
+                    settle_uncertainty: false,
+                },
+                events: vec![event(
+                    EventKind::Action,
+                    format!("Operator {by} asked for a query by the stable reference"),
+                    json!({"action": "query", "author": by}),
+                )],
+            })
+        }
+        Order::Retry => {
+            if s.is_adapter
+                && let Some(sent_at) = s.history.first_sent_at
+            {
+                let contract = s.contract.ok_or_else(|| Refusal::ContractUnavailable {
+                    step: s.step.to_string(),
+                    what: "a retry cannot be judged safe",
+                })?;
+                match retention_deadline(contract, sent_at) {
+                    None => {
+                        return Err(Refusal::NotIdempotent {
+                            step: s.step.to_string(),
+                            adapter: contract.name.clone(),
+                        });
+                    }
+                    Some(deadline) if s.now >= deadline => {
+                        return Err(Refusal::KeyForgotten {
+                            forgotten_at: deadline,
+                            retention_seconds: contract.idempotency.retention_seconds,
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
+            Ok(Plan {
+                change: StepChange::Ready {
+                    trigger: Trigger::ManualRetry,
+                    settle_uncertainty: false,
+                },
+                events: vec![event(
+                    EventKind::Action,
+                    format!("Operator {by} ordered a retry with the same idempotency key"),
+                    json!({"action": "retry", "author": by}),
+                )],
+            })
+        }
+        Order::Resolve {
+            outcome,
+            evidence,
+            reason,
+            external_reference,
+        } => {
+            let data = json!({
+                "action": "resolve",
+                "author": by,
+                "outcome": outcome.as_str(),
+                "evidence": evidence,
+                "reason": reason,
+                "external_reference": external_reference,
+            });
+            let label = s.label;
+            Ok(match outcome {
+                Resolution::Succeeded => {
+                    let receipt = manual_receipt(s, evidence, reason, external_reference);
+                    let text = format!(
+                        "{label} resolved by {by} as succeeded: manual receipt {} (evidence: {evidence}; reason: {reason})",
+                        receipt.receipt_id
+                    );
+                    Plan {
+                        change: StepChange::Succeed(Box::new(receipt)),
+                        events: vec![
+                            event(
+                                EventKind::Action,
+                                format!("Operator {by} reconciled the step with manual evidence"),
+                                data.clone(),
+                            ),
+                            event(EventKind::Conclusion, text, data),
+                        ],
+                    }
+                }
+                Resolution::NotHappened => Plan {
+                    change: StepChange::Ready {
+                        trigger: Trigger::ManualRetry,
+                        settle_uncertainty: true,
+                    },
+                    events: vec![event(
+                        EventKind::Conclusion,
+                        format!(
+                            "{label} resolved by {by}: it did not happen (evidence: {evidence}; reason: {reason}); \
+                             ready again under the same identity"
+                        ),
+                        data,
+                    )],
+                },
+                Resolution::Abandon => Plan {
+                    change: StepChange::Terminal {
+                        state: StepState::FailedTerminal,
+                        note: format!("abandoned by {by}: {reason}"),
+                    },
+                    events: vec![event(
+                        EventKind::Conclusion,
+                        format!(
+                            "{label} abandoned by {by} (evidence: {evidence}; reason: {reason})"
+                        ),
+                        data,
+                    )],
+                },
+            })
+        }
+        Order::Escalate { note } => Ok(Plan {
+            change: StepChange::Escalate(json!({"note": note, "by": by, "at": s.now})),
+            events: vec![event(
+                EventKind::Action,
+                format!("Escalated by {by}: {note}"),
+                json!({"action": "escalate", "author": by, "note": note}),
+            )],
+        }),
+    }
+}
+
+/// The receipt of a step a person resolved as succeeded: their evidence and reason, and
+/// the provenance of the latest attempt.
+fn manual_receipt(
+    s: &Situation<'_>,
+    evidence: &str,
+    reason: &str,
+    external_reference: &Option<String>,
+) -> NewReceipt {
+    let latest = s.history.latest;
+    let from_latest = |f: fn(&AttemptRecord) -> &Option<String>| {
+        latest.and_then(|a| f(a).clone()).unwrap_or_default()
+    };
+    NewReceipt {
+        receipt_id: ReceiptId::new(s.now),
+        evidence_kind: EvidenceKind::Manual,
+        component: from_latest(|a| &a.component),
+        component_version: from_latest(|a| &a.component_version),
+        component_digest: from_latest(|a| &a.component_digest),
+        input_digest: from_latest(|a| &a.input_digest),
+        external_reference: external_reference.clone(),
+        output: json!({}),
+        author: Some(s.actor.0.clone()),
+        reason: Some(reason.to_string()),
+        evidence: Some(evidence.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

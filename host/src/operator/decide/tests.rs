@@ -1,0 +1,309 @@
+//! Every step state × every order × every kind of step and contract × whether a request
+//! may have been sent, against a table written from the API's rules rather than from the
+//! code.
+
+use super::*;
+use crate::contract::{CompensationClaim, DeclaredCapabilities, IdempotencyClaim, QueryClaim};
+use crate::intent::{AttemptOutcome, WorkflowId};
+
+/// Who ran (or would run) the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    Handler,
+    /// An adapter step whose version cannot be loaded here.
+    AdapterNotLoaded,
+    FireAndForget,
+    QueryOnly,
+    /// Idempotent (100 s retention) and queryable.
+    Idempotent,
+}
+
+const RUNNERS: [Runner; 5] = [
+    Runner::Handler,
+    Runner::AdapterNotLoaded,
+    Runner::FireAndForget,
+    Runner::QueryOnly,
+    Runner::Idempotent,
+];
+
+/// When the first request may have reached the provider, relative to the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Never,
+    /// Within the provider's key retention.
+    Recently,
+    /// Longer ago than the key retention.
+    LongAgo,
+}
+
+const NOW: Millis = 1_000_000;
+const RETENTION_S: u64 = 100;
+
+fn contract(runner: Runner) -> Option<Contract> {
+    let (idempotent, query) = match runner {
+        Runner::Handler | Runner::AdapterNotLoaded => return None,
+        Runner::FireAndForget => (false, false),
+        Runner::QueryOnly => (false, true),
+        Runner::Idempotent => (true, true),
+    };
+    Some(Contract {
+        name: "courier".into(),
+        version: "1.0.0".into(),
+        idempotency: IdempotencyClaim {
+            supported: idempotent,
+            retention_seconds: RETENTION_S,
+            namespace: "courier".into(),
+        },
+        query: QueryClaim {
+            supported: query,
+            visibility_window_ms: 5_000,
+        },
+        compensation: CompensationClaim { supported: false },
+        capabilities: DeclaredCapabilities::default(),
+    })
+}
+
+fn attempt(sent: Sent) -> Option<AttemptRecord> {
+    let started_at = match sent {
+        Sent::Never => NOW - 10,
+        Sent::Recently => NOW - RETENTION_S * 1000 / 2,
+        Sent::LongAgo => NOW - RETENTION_S * 1000 - 1,
+    };
+    Some(AttemptRecord {
+        attempt_id: AttemptId("att_1".into()),
+        workflow_id: WorkflowId("wf_1".into()),
+        step: "deliver".into(),
+        number: 1,
+        trigger: Trigger::Initial,
+        lease_owner: "host-a".into(),
+        component: Some("courier".into()),
+        component_version: Some("1.0.0".into()),
+        component_digest: Some("sha256:c".into()),
+        input_digest: Some("sha256:i".into()),
+        request_identity: (sent != Sent::Never).then(|| "key-1".into()),
+        checkpoint: if sent == Sent::Never { 2 } else { 5 },
+        observation: None,
+        outcome: AttemptOutcome::TimedOut,
+        started_at,
+        finished_at: Some(started_at + 5),
+        log: Value::Null,
+    })
+}
+
+fn orders() -> Vec<Order> {
+    let mut all = vec![Order::Query, Order::Retry];
+    for outcome in Resolution::ALL {
+        all.push(
+            Order::resolve(
+                Some(outcome.as_str()),
+                Some("provider dashboard"),
+                Some("confirmed by phone"),
+                Some("dlv_42"),
+            )
+            .unwrap(),
+        );
+    }
+    all.push(Order::escalate(Some("ask the provider")).unwrap());
+    all
+}
+
+/// What the step becomes, in a word, when the action is accepted.
+fn change_kind(change: &StepChange) -> &'static str {
+    match change {
+        StepChange::Ready {
+            trigger: Trigger::RecoveryQuery,
+            settle_uncertainty: false,
+        } => "query",
+        StepChange::Ready {
+            trigger: Trigger::ManualRetry,
+            settle_uncertainty: false,
+        } => "retry",
+        StepChange::Ready {
+            trigger: Trigger::ManualRetry,
+            settle_uncertainty: true,
+        } => "ready_settled",
+        StepChange::Ready { .. } => "other_ready",
+        StepChange::Succeed(_) => "manual_receipt",
+        StepChange::Terminal {
+            state: StepState::FailedTerminal,
+            ..
+        } => "abandoned",
+        StepChange::Terminal { .. } => "other_terminal",
+        StepChange::Escalate(_) => "escalated",
+    }
+}
+
+/// The rules, as the API states them: `Ok(change)` or `Err(refusal code)`.
+fn expected(
+    state: StepState,
+    order: &Order,
+    runner: Runner,
+    sent: Sent,
+) -> Result<&'static str, &'static str> {
+    use StepState::*;
+    let settleable = matches!(
+        state,
+        OutcomeUnknown | WaitingForReview | Blocked | FailedRetryable | FailedTerminal
+    );
+    match order {
+        Order::Escalate { .. } => {
+            if matches!(state, Succeeded | Compensated | Cancelled) {
+                Err("state_forbids")
+            } else {
+                Ok("escalated")
+            }
+        }
+        _ if !settleable => Err("state_forbids"),
+        Order::Query => match runner {
+            Runner::Handler => Err("no_provider"),
+            Runner::AdapterNotLoaded => Err("contract_unavailable"),
+            Runner::FireAndForget => Err("no_lookups"),
+            Runner::QueryOnly | Runner::Idempotent => Ok("query"),
+        },
+        Order::Retry => match (runner, sent) {
+            (Runner::Handler, _) | (_, Sent::Never) => Ok("retry"),
+            (Runner::AdapterNotLoaded, _) => Err("contract_unavailable"),
+            (Runner::FireAndForget | Runner::QueryOnly, _) => Err("not_idempotent"),
+            (Runner::Idempotent, Sent::Recently) => Ok("retry"),
+            (Runner::Idempotent, Sent::LongAgo) => Err("key_forgotten"),
+        },
+        Order::Resolve { outcome, .. } => Ok(match outcome {
+            Resolution::Succeeded => "manual_receipt",
+            Resolution::NotHappened => "ready_settled",
+            Resolution::Abandon => "abandoned",
+        }),
+    }
+}
+
+#[test]
+fn every_state_action_and_contract_is_decided_as_the_rules_say() {
+    let actor = Subject("ops".into());
+    let mut cases = 0;
+    for state in StepState::ALL {
+        for order in orders() {
+            for runner in RUNNERS {
+                for sent in [Sent::Never, Sent::Recently, Sent::LongAgo] {
+                    let contract = contract(runner);
+                    let attempts: Vec<AttemptRecord> = attempt(sent).into_iter().collect();
+                    let situation = Situation {
+                        order: &order,
+                        actor: &actor,
+                        step: "deliver",
+                        state: *state,
+                        label: "Deliver the document",
+                        is_adapter: runner != Runner::Handler,
+                        contract: contract.as_ref(),
+                        history: History::of(&attempts),
+                        now: NOW,
+                    };
+                    let got = decide(&situation);
+                    let want = expected(*state, &order, runner, sent);
+                    let what = format!("{state:?} × {order:?} × {runner:?} × {sent:?}");
+                    match (&got, want) {
+                        (Ok(plan), Ok(kind)) => {
+                            assert_eq!(change_kind(&plan.change), kind, "{what}");
+                            assert!(!plan.events.is_empty(), "{what}: no timeline entry");
+                            assert!(
+                                plan.events
+                                    .iter()
+                                    .all(|e| e.step.as_deref() == Some("deliver")
+                                        && e.data["author"] == "ops"),
+                                "{what}: {:?}",
+                                plan.events
+                            );
+                        }
+                        (Err(refusal), Err(code)) => {
+                            assert_eq!(refusal.code(), code, "{what}: {refusal}");
+                            assert!(!refusal.to_string().is_empty());
+                        }
+                        (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, StepState::ALL.len() * 6 * RUNNERS.len() * 3);
+}
+
+#[test]
+fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance() {
+    let actor = Subject("ops".into());
+    let order = Order::resolve(
+        Some("succeeded"),
+        Some("provider dashboard lists dlv_42"),
+        Some("confirmed by phone"),
+        Some(" dlv_42 "),
+    )
+    .unwrap();
+    let attempts: Vec<AttemptRecord> = attempt(Sent::Recently).into_iter().collect();
+    let plan = decide(&Situation {
+        order: &order,
+        actor: &actor,
+        step: "deliver",
+        state: StepState::OutcomeUnknown,
+        label: "Deliver the document",
+        is_adapter: true,
+        contract: None,
+        history: History::of(&attempts),
+        now: NOW,
+    })
+    .unwrap();
+    let StepChange::Succeed(receipt) = plan.change else {
+        panic!("{:?}", plan.change)
+    };
+    assert_eq!(receipt.evidence_kind, EvidenceKind::Manual);
+    assert_eq!(receipt.author.as_deref(), Some("ops"));
+    assert_eq!(
+        receipt.evidence.as_deref(),
+        Some("provider dashboard lists dlv_42")
+    );
+    assert_eq!(receipt.reason.as_deref(), Some("confirmed by phone"));
+    assert_eq!(receipt.external_reference.as_deref(), Some("dlv_42"));
+    assert_eq!(receipt.component, "courier");
+    assert_eq!(receipt.component_digest, "sha256:c");
+    assert_eq!(receipt.input_digest, "sha256:i");
+}
+
+#[test]
+fn refusals_say_what_to_do_instead() {
+    let forgotten = Refusal::KeyForgotten {
+        forgotten_at: 0,
+        retention_seconds: 100,
+    };
+    assert!(
+        forgotten
+            .to_string()
+            .contains("use `resolve` with evidence")
+    );
+    let forbidden = Refusal::StateForbids {
+        step: "deliver".into(),
+        state: StepState::Succeeded,
+        action: Action::Retry,
+    };
+    assert_eq!(
+        forbidden.to_string(),
+        "step `deliver` is `succeeded`, so it cannot be retried now; a retry is possible in: \
+         outcome_unknown, waiting_for_review, blocked, failed_retryable, failed_terminal"
+    );
+}
+
+#[test]
+fn orders_missing_what_they_need_name_the_field() {
+    let e = Order::resolve(Some("done"), Some("e"), Some("r"), None).unwrap_err();
+    assert_eq!(e.field, "outcome");
+    assert!(e.message.contains("`done`"), "{e}");
+    let e = Order::resolve(None, Some("e"), Some("r"), None).unwrap_err();
+    assert_eq!(e.field, "outcome");
+    let e = Order::resolve(Some("abandon"), Some("  "), Some("r"), None).unwrap_err();
+    assert_eq!(e.field, "evidence");
+    let e = Order::resolve(Some("abandon"), Some("e"), None, None).unwrap_err();
+    assert_eq!(e.field, "reason");
+    let e = Order::escalate(Some("")).unwrap_err();
+    assert_eq!(e.field, "note");
+    let blank_reference = Order::resolve(Some("abandon"), Some("e"), Some("r"), Some(" ")).unwrap();
+    assert_eq!(
+        blank_reference.to_json(),
+        serde_json::json!({"outcome": "abandon", "evidence": "e", "reason": "r"})
+    );
+}

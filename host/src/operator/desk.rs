@@ -1,0 +1,303 @@
+//! Carrying out an operator action against the store: gather the [`Situation`], decide,
+//! apply the plan (or record the refusal) under the action's key, and for `query` and
+//! `retry` wait for the attempt it started before answering.
+
+use super::{Action, Order, Refusal, decide};
+use super::{History, Situation};
+use crate::access::{Principal, Role};
+use crate::context::{Context, ContextStore};
+use crate::intent::{StepState, WorkflowId, canonicalize};
+use crate::store::{
+    ActionAnswer, ActionOutcome, ActionRequest, ActionScope, StoreError, StoredRefusal,
+    WorkflowRecord,
+};
+use crate::view::{StepView, workflow_view};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `query` and `retry` wait for the attempt they started to end.
+const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(15);
+/// How long a waiter trusts the wake-ups alone before it reads the store again: attempts
+/// that end on another host are seen at the latest this late.
+const FALLBACK_POLL: Duration = Duration::from_millis(250);
+
+/// What an action came to, now or under an earlier use of its key; the API and the console
+/// each render it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionResult {
+    /// Done: the step's projection (JSON) once the action took effect.
+    Applied(String),
+    /// Refused; nothing changed.
+    Refused(StoredRefusal),
+}
+
+/// Why an action could not be taken at all (as opposed to a [`Refusal`], which is an
+/// answer stored under its key).
+#[derive(Debug, thiserror::Error)]
+pub enum DeskError {
+    /// No such workflow visible to the caller, or no such step: check the address.
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller's role may not act on steps.
+    #[error("acting on a step needs the operator role; ask an operator, or use an operator token")]
+    Forbidden,
+    /// The key was used for another order: use a new key.
+    #[error(
+        "Idempotency-Key `{}` was already used for `{}` on step `{}` with a different body; use a new key for a different request",
+        .0.key.escape_debug(), .0.action, .0.step
+    )]
+    KeyConflict(Box<ActionScope>),
+    /// The store failed; its error says whether a retry is safe.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Something that should not happen (a step vanished from its workflow).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The address of an action.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub workflow_id: String,
+    pub step: String,
+}
+
+/// Carries out `order` on the target step for `caller` under `key`.
+pub async fn perform<S: ContextStore>(
+    ctx: &Arc<Context<S>>,
+    caller: &Principal,
+    target: Target,
+    order: Order,
+    key: String,
+) -> Result<ActionResult, DeskError> {
+    let Target { workflow_id, step } = target;
+    let record = ctx
+        .store
+        .workflow(&WorkflowId(workflow_id.clone()))
+        .await?
+        .filter(|r| caller.can_see(&r.subject))
+        .ok_or_else(|| {
+            DeskError::NotFound(format!(
+                "there is no workflow `{}` that you can see; check the id",
+                workflow_id.escape_debug()
+            ))
+        })?;
+    if caller.role != Role::Operator {
+        return Err(DeskError::Forbidden);
+    }
+    let steps = ctx.store.steps(&record.workflow_id).await?;
+    let Some(step_record) = steps.iter().find(|s| s.step == step) else {
+        let known: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+        return Err(DeskError::NotFound(format!(
+            "workflow {} has no step `{}`; its steps are: {}",
+            record.workflow_id,
+            step.escape_debug(),
+            known.join(", ")
+        )));
+    };
+    let action = order.action();
+    let digest = canonicalize(&order.to_json())
+        .map_err(|e| DeskError::Internal(e.to_string()))?
+        .digest;
+    let scope = ActionScope {
+        subject: caller.subject.clone(),
+        workflow_id: record.workflow_id.clone(),
+        step: step.clone(),
+        action: action.as_str().to_string(),
+        key,
+    };
+    // A known key answers before anything is decided again.
+    if let Some(existing) = ctx.store.action(&scope).await? {
+        if existing.request_digest != digest {
+            return Err(DeskError::KeyConflict(Box::new(scope)));
+        }
+        return replay(ctx, &scope, &record, existing.answer).await;
+    }
+    let def = ctx
+        .deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .map_err(|e| match e {
+            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
+            other => DeskError::Internal(other.to_string()),
+        })?;
+    let step_def = def.as_ref().and_then(|d| d.def.step(&step));
+    let label = step_def.map_or(step.as_str(), |s| s.label.as_str());
+    let is_adapter = step_def.is_some_and(|s| s.kind == crate::workflow::StepKind::Adapter);
+    let attempts = ctx
+        .store
+        .attempts(&record.workflow_id, &step, 0, 10_000)
+        .await?;
+    let history = History::of(&attempts);
+    // The version the step last ran, from the database if this host has not loaded it
+    // (with several hosts, another one may have run it).
+    let mut loaded = None;
+    if let Some(components) = &ctx.components {
+        if let Some((name, version)) = history
+            .latest
+            .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
+        {
+            loaded = components
+                .exact_or_stored(&ctx.store, name, version)
+                .await?;
+        }
+        if loaded.is_none() {
+            loaded = step_def.and_then(|s| components.resolve(s).ok());
+        }
+    }
+    let now = ctx.clock_now();
+    let decision = decide(&Situation {
+        order: &order,
+        actor: &caller.subject,
+        step: &step,
+        state: step_record.state,
+        label,
+        is_adapter,
+        contract: loaded.as_ref().and_then(|c| c.contract()),
+        history,
+        now,
+    });
+    let (change, events) = match decision {
+        Ok(plan) => (Ok(plan.change), plan.events),
+        Err(refusal) => (Err(stored(&refusal)), Vec::new()),
+    };
+    let request = ActionRequest {
+        scope: scope.clone(),
+        request_digest: digest,
+        expected_state: step_record.state,
+        change,
+        stale: stored(&Refusal::StepMoved {
+            step: step.clone(),
+            was: step_record.state,
+        }),
+        events,
+        now,
+    };
+    match ctx.store.act(request).await? {
+        ActionOutcome::Refused(refusal) => Ok(ActionResult::Refused(refusal)),
+        ActionOutcome::KeyConflict => Err(DeskError::KeyConflict(Box::new(scope))),
+        ActionOutcome::Replayed(existing) => replay(ctx, &scope, &record, existing.answer).await,
+        ActionOutcome::Applied { .. } => {
+            ctx.wake.notify_one();
+            // The answer is stored by a task of its own: a client that hangs up while the
+            // attempt settles must not leave later replays of its key without one.
+            let (ctx, attempts_before) = (ctx.clone(), step_record.attempts);
+            let answered = tokio::spawn(async move {
+                if matches!(action, Action::Query | Action::Retry) {
+                    settle(&ctx, &record.workflow_id, &scope.step, attempts_before).await;
+                }
+                let view = step_view(&ctx, &record, &scope.step).await?;
+                let body =
+                    serde_json::to_string(&view).map_err(|e| DeskError::Internal(e.to_string()))?;
+                ctx.store.answer(&scope, body.clone()).await?;
+                Ok::<_, DeskError>(body)
+            });
+            let body = answered
+                .await
+                .map_err(|e| DeskError::Internal(format!("answering the action failed: {e}")))??;
+            Ok(ActionResult::Applied(body))
+        }
+    }
+}
+
+fn stored(refusal: &Refusal) -> StoredRefusal {
+    StoredRefusal {
+        code: refusal.code().to_string(),
+        message: refusal.to_string(),
+    }
+}
+
+/// The step's projection as the answer of an action.
+async fn step_view<S: ContextStore>(
+    ctx: &Context<S>,
+    record: &WorkflowRecord,
+    step: &str,
+) -> Result<StepView, DeskError> {
+    let def = ctx
+        .deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .ok()
+        .flatten();
+    let record = ctx
+        .store
+        .workflow(&record.workflow_id)
+        .await?
+        .unwrap_or_else(|| record.clone());
+    let steps = ctx.store.steps(&record.workflow_id).await?;
+    let receipts = ctx.store.receipts(&record.workflow_id).await?;
+    let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    view.steps
+        .into_iter()
+        .find(|s| s.id == step)
+        .ok_or_else(|| DeskError::Internal(format!("step {step} vanished from its workflow")))
+}
+
+/// Waits for the next sign that an attempt ended, or at most [`FALLBACK_POLL`].
+async fn next_sign(signs: &mut tokio::sync::watch::Receiver<u64>) {
+    tokio::select! {
+        _ = signs.changed() => {}
+        _ = tokio::time::sleep(FALLBACK_POLL) => {}
+    }
+}
+
+/// Waits (bounded) until the step has left `ready`/`running` after the action.
+async fn settle<S: ContextStore>(
+    ctx: &Context<S>,
+    id: &WorkflowId,
+    step: &str,
+    attempts_before: u32,
+) {
+    let mut signs = ctx.progress.subscribe();
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_ATTEMPT;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(steps) = ctx.store.steps(id).await
+            && let Some(s) = steps.iter().find(|s| s.step == step)
+            && s.attempts > attempts_before
+            && !matches!(s.state, StepState::Ready | StepState::Running)
+        {
+            return;
+        }
+        next_sign(&mut signs).await;
+    }
+}
+
+/// The answer stored under a repeated key; if the first request is still acting, its answer
+/// once stored, or (after waiting) the step as it stands.
+async fn replay<S: ContextStore>(
+    ctx: &Context<S>,
+    scope: &ActionScope,
+    record: &WorkflowRecord,
+    answer: Option<ActionAnswer>,
+) -> Result<ActionResult, DeskError> {
+    let answer = match answer {
+        Some(answer) => Some(answer),
+        None => stored_answer(ctx, scope).await,
+    };
+    Ok(match answer {
+        Some(ActionAnswer::Applied(body)) => ActionResult::Applied(body),
+        Some(ActionAnswer::Refused(refusal)) => ActionResult::Refused(refusal),
+        None => ActionResult::Applied(
+            serde_json::to_string(&step_view(ctx, record, &scope.step).await?)
+                .map_err(|e| DeskError::Internal(e.to_string()))?,
+        ),
+    })
+}
+
+/// Waits (bounded) for the answer of the same action running elsewhere.
+async fn stored_answer<S: ContextStore>(
+    ctx: &Context<S>,
+    scope: &ActionScope,
+) -> Option<ActionAnswer> {
+    let mut signs = ctx.progress.subscribe();
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_ATTEMPT + Duration::from_secs(1);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(rec)) = ctx.store.action(scope).await
+            && rec.answer.is_some()
+        {
+            return rec.answer;
+        }
+        next_sign(&mut signs).await;
+    }
+    None
+}

@@ -1,0 +1,242 @@
+//! Operator actions on a step — `query`, `retry`, `resolve`, `escalate` — as domain
+//! decisions, below every interface that offers them (the HTTP API and the console render
+//! the same [`ActionResult`]).
+//!
+//! An action arrives as a typed [`Order`] under an idempotency key. [`decide`] judges it
+//! from the step's state, its attempts and the adapter's declared contract, and returns a
+//! [`Plan`] or a [`Refusal`]; the store applies the plan (or records the refusal) in one
+//! transaction that also records the key, so a repeat with the same key and order acts once
+//! and gets the stored answer, and a repeat with another order is a key conflict. The store
+//! moves the step only if it is still in the state the decision saw and not leased.
+//!
+//! `query` and `retry` make the step claimable at once and wait (bounded) for that attempt
+//! to end, so the answer shows its result: the waiter is woken by the scheduler when an
+//! attempt ends ([`crate::scheduler::Progress`]), with a bounded poll of the store for
+//! attempts that end on another host. A resolution needs evidence and a reason and records
+//! who gave them; there is no way to mark a step succeeded without them.
+
+mod decide;
+mod desk;
+
+pub use decide::{History, Plan, Refusal, SETTLEABLE, Situation, decide};
+pub use desk::{ActionResult, DeskError, Target, perform};
+
+use serde_json::{Value, json};
+
+/// The four actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Query,
+    Retry,
+    Resolve,
+    Escalate,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 4] = [
+        Action::Query,
+        Action::Retry,
+        Action::Resolve,
+        Action::Escalate,
+    ];
+
+    /// The action named in a path or a form, if any.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "query" => Self::Query,
+            "retry" => Self::Retry,
+            "resolve" => Self::Resolve,
+            "escalate" => Self::Escalate,
+            _ => return None,
+        })
+    }
+
+    /// The name in paths and on the timeline.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Retry => "retry",
+            Self::Resolve => "resolve",
+            Self::Escalate => "escalate",
+        }
+    }
+
+    /// "queried", "retried", …: what the step cannot be.
+    pub(crate) fn past(self) -> &'static str {
+        match self {
+            Self::Query => "queried",
+            Self::Retry => "retried",
+            Self::Resolve => "resolved",
+            Self::Escalate => "escalated",
+        }
+    }
+
+    /// "a query", "a retry", …
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Self::Query => "a query",
+            Self::Retry => "a retry",
+            Self::Resolve => "a resolution",
+            Self::Escalate => "an escalation",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A resolution's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resolution {
+    /// The effect happened: a manual receipt closes the step and releases its dependents.
+    Succeeded,
+    /// The effect did not happen: the step is ready again under the same identity.
+    NotHappened,
+    /// Give up: the step ends `failed_terminal`.
+    Abandon,
+}
+
+impl Resolution {
+    pub const ALL: [Resolution; 3] = [
+        Resolution::Succeeded,
+        Resolution::NotHappened,
+        Resolution::Abandon,
+    ];
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "succeeded" => Self::Succeeded,
+            "not_happened" => Self::NotHappened,
+            "abandon" => Self::Abandon,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::NotHappened => "not_happened",
+            Self::Abandon => "abandon",
+        }
+    }
+}
+
+/// A checked action: what a person asked for, with what the action needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Order {
+    Query,
+    Retry,
+    Resolve {
+        outcome: Resolution,
+        evidence: String,
+        reason: String,
+        external_reference: Option<String>,
+    },
+    Escalate {
+        note: String,
+    },
+}
+
+/// A field of an order that is missing or unusable; the message says how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidOrder {
+    /// The field, as named in the API's body and the console's form.
+    pub field: &'static str,
+    pub message: String,
+}
+
+const OUTCOME_HELP: &str = "it must be one of `succeeded`, `not_happened`, `abandon`";
+
+/// A required, non-empty text.
+fn required(field: &'static str, value: Option<&str>, why: &str) -> Result<String, InvalidOrder> {
+    match value {
+        Some(v) if !v.trim().is_empty() => Ok(v.to_string()),
+        _ => Err(InvalidOrder {
+            field,
+            message: format!("`{field}` is required and must not be empty: {why}"),
+        }),
+    }
+}
+
+impl Order {
+    /// A resolution; `outcome` as written (`succeeded`, `not_happened`, `abandon`), the
+    /// evidence and reason required, an empty external reference taken as none.
+    pub fn resolve(
+        outcome: Option<&str>,
+        evidence: Option<&str>,
+        reason: Option<&str>,
+        external_reference: Option<&str>,
+    ) -> Result<Order, InvalidOrder> {
+        let outcome = match outcome {
+            Some(text) => Resolution::parse(text).ok_or_else(|| InvalidOrder {
+                field: "outcome",
+                message: format!("`outcome` is `{}`, but {OUTCOME_HELP}", text.escape_debug()),
+            })?,
+            None => {
+                return Err(InvalidOrder {
+                    field: "outcome",
+                    message: format!("`outcome` is missing, but {OUTCOME_HELP}"),
+                });
+            }
+        };
+        Ok(Order::Resolve {
+            outcome,
+            evidence: required(
+                "evidence",
+                evidence,
+                "say what shows the outcome (a provider record, a message, a call)",
+            )?,
+            reason: required("reason", reason, "say why this resolution is right")?,
+            external_reference: external_reference
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_string),
+        })
+    }
+
+    /// An escalation with its note (required).
+    pub fn escalate(note: Option<&str>) -> Result<Order, InvalidOrder> {
+        Ok(Order::Escalate {
+            note: required("note", note, "say what the next person should look at")?,
+        })
+    }
+
+    pub fn action(&self) -> Action {
+        match self {
+            Order::Query => Action::Query,
+            Order::Retry => Action::Retry,
+            Order::Resolve { .. } => Action::Resolve,
+            Order::Escalate { .. } => Action::Escalate,
+        }
+    }
+
+    /// The order as JSON, whose canonical digest identifies it under its key: the same
+    /// order from the API or the console is the same request.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Order::Query | Order::Retry => json!({}),
+            Order::Resolve {
+                outcome,
+                evidence,
+                reason,
+                external_reference,
+            } => {
+                let mut v = json!({
+                    "outcome": outcome.as_str(),
+                    "evidence": evidence,
+                    "reason": reason,
+                });
+                if let Some(r) = external_reference {
+                    v["external_reference"] = json!(r);
+                }
+                v
+            }
+            Order::Escalate { note } => json!({"note": note}),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! What people and clients are shown of a workflow, built from stored records by pure
+//! functions: the projection (steps, milestones, receipts, status text), list summaries,
+//! timeline entries and attempts. The API serialises these as JSON and the console renders
+//! them as pages, so both say the same thing.
+
+mod projection;
+mod status;
+mod time;
+
+pub use projection::{
+    AttemptView, IntentView, MilestoneView, ReceiptView, StepView, SummaryView, TimelineView,
+    WorkflowView, shorten_identity, summary_view, workflow_view,
+};
+pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
+pub use time::{rfc3339, rfc3339_opt};

@@ -1,0 +1,82 @@
+//! The host as a supervisor sees it: a task that dies stops the process with a non-zero
+//! status naming it, and SIGTERM drains the requests under way before the process exits.
+
+use crate::host_process::{HostOptions, HostProcess, document};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+#[tokio::test]
+async fn a_dead_scheduler_task_stops_the_host_naming_it() {
+    let mut host = HostProcess::start(HostOptions {
+        env: vec![("DOCKET_FAILPOINT".into(), "scheduler-panic".into())],
+        ..HostOptions::default()
+    })
+    .await;
+    // The scheduler panics when it claims the first step of this workflow.
+    let (status, body) = host
+        .submit("document-delivery", "doomed-1", document("Doomed"))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let exit = host
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("the host kept running:\n{}", host.log_tail(30)));
+    assert_eq!(exit.code(), Some(1), "{}", host.log_tail(30));
+    let log = host.log_text();
+    assert!(
+        log.contains("the `scheduler` task ended unexpectedly (it panicked"),
+        "the log does not name the task:\n{}",
+        host.log_tail(30)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_request_under_way_finish_before_the_host_exits() {
+    let mut host = HostProcess::start(HostOptions::default()).await;
+    let addr = host.url.trim_start_matches("http://").to_string();
+    let body = serde_json::json!({"workflow": "document-delivery", "input": document("Drained")})
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // `Expect: 100-continue`: the server says `100 Continue` once the handler reads the body,
+    // which proves the request is under way before the signal.
+    write!(
+        stream,
+        "POST /v1/intents HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: drained-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    let interim = read_until(&mut stream, "\r\n\r\n");
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+
+    host.terminate();
+    host.wait_for_log("shutting down", Duration::from_secs(30))
+        .await;
+    stream.write_all(body.as_bytes()).unwrap();
+    let answer = read_until(&mut stream, "}");
+    assert!(
+        answer.starts_with("HTTP/1.1 201"),
+        "the request under way was not finished: {answer}\n{}",
+        host.log_tail(30)
+    );
+    let exit = host
+        .wait_exit(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("the host did not exit:\n{}", host.log_tail(30)));
+    assert!(exit.success(), "{exit:?}\n{}", host.log_tail(30));
+}
+
+/// Reads from `stream` until `end` has been seen (or the stream ends).
+fn read_until(stream: &mut std::net::TcpStream, end: &str) -> String {
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&text).contains(end) {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
