@@ -6,7 +6,7 @@
 //! cause and answered with a generic message: internals never reach the client.
 
 use crate::scheduler::DeployError;
-use crate::store::StoreError;
+use crate::store::{Retry, StoreError};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -170,12 +170,28 @@ pub fn quote(value: &str) -> String {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Backend(cause) => {
-                tracing::error!(error = %cause, "database unavailable while answering an API request");
+            StoreError::Backend {
+                retry: Retry::Safe,
+                cause,
+            } => {
+                tracing::warn!(error = %cause, "database unavailable while answering an API request");
                 ApiError::new(
                     ErrorCode::Unavailable,
-                    "the database is unavailable; nothing was changed. Retry the same request (with \
-                     the same Idempotency-Key) in a moment",
+                    "the database is unavailable or busy; nothing was changed. Retry the same request \
+                     (with the same Idempotency-Key) in a moment",
+                )
+            }
+            // The client must not be told that nothing changed: it may have.
+            StoreError::Backend {
+                retry: Retry::Unknown,
+                cause,
+            } => {
+                tracing::error!(error = %cause, "a write's outcome is unknown while answering an API request");
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    "the database did not confirm the change, so it may or may not have been recorded. \
+                     Send the same request again with the same Idempotency-Key: it answers with what \
+                     was recorded and never acts twice",
                 )
             }
             other => ApiError::internal(other),
@@ -255,9 +271,21 @@ mod tests {
 
     #[test]
     fn backend_failures_are_unavailable_and_others_internal() {
-        let e: ApiError = StoreError::Backend("disk I/O error at /secret/path".into()).into();
+        let e: ApiError = StoreError::safe("disk I/O error at /secret/path").into();
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(!e.message.contains("/secret/path"));
+        assert!(e.message.contains("nothing was changed"), "{}", e.message);
+        // A write whose commit may have happened is never reported as "nothing changed".
+        let e: ApiError = StoreError::unknown("connection lost at COMMIT").into();
+        assert_eq!(e.code, ErrorCode::Unavailable);
+        assert!(!e.message.contains("nothing was changed"), "{}", e.message);
+        assert!(
+            e.message.contains("may or may not have been recorded"),
+            "{}",
+            e.message
+        );
+        let e: ApiError = StoreError::never("constraint failed").into();
+        assert_eq!(e.code, ErrorCode::Internal);
         let e: ApiError = StoreError::Corrupt("bad row".into()).into();
         assert_eq!(e.code, ErrorCode::Internal);
         assert!(!e.message.contains("bad row"));

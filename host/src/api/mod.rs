@@ -20,6 +20,8 @@ mod controls;
 mod error;
 mod intents;
 mod pagination;
+#[cfg(test)]
+mod tests;
 mod workflows;
 
 pub use auth::Caller;

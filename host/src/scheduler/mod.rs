@@ -334,9 +334,7 @@ where
         let mut recovered = 0;
         let mut failure = None;
         while let Some(done) = writes.join_next().await {
-            match done
-                .map_err(|e| StoreError::Backend(format!("a recovery write panicked: {e}")))?
-            {
+            match done.map_err(|e| StoreError::never(format!("a recovery write panicked: {e}")))? {
                 Ok(_) => recovered += 1,
                 // Renewed or finished meanwhile: nothing to recover.
                 Err(StoreError::LeaseLost { .. }) => {}

@@ -46,16 +46,109 @@ pub enum StoreError {
     /// Stored data could not be read back; a bug or manual tampering.
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
-    /// The database failed (I/O, locked, connection lost): the write did not happen; retry later.
-    #[error("database error: {0}")]
-    Backend(String),
+    /// The database failed (I/O, busy, connection lost, a refused statement); `retry` says
+    /// what is known of the write and so whether repeating it is safe.
+    #[error("database error ({}): {cause}", retry.describe())]
+    Backend { retry: Retry, cause: String },
+}
+
+/// What a failed store operation left behind, and so what its caller may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Nothing was written: the operation may be repeated as it is.
+    Safe,
+    /// The write may or may not have committed (its acknowledgement was lost): read what
+    /// is stored, or repeat an idempotent request, before assuming either way.
+    Unknown,
+    /// Repeating cannot help (a refused statement, a broken setup): the cause must be fixed.
+    Never,
+}
+
+impl Retry {
+    fn describe(self) -> &'static str {
+        match self {
+            Retry::Safe => "nothing was written; safe to retry",
+            Retry::Unknown => "the write may have been committed",
+            Retry::Never => "retrying will not help",
+        }
+    }
+}
+
+impl StoreError {
+    /// A failure that left nothing written.
+    pub fn safe(cause: impl Into<String>) -> Self {
+        StoreError::Backend {
+            retry: Retry::Safe,
+            cause: cause.into(),
+        }
+    }
+
+    /// A failure after which the write may have committed.
+    pub fn unknown(cause: impl Into<String>) -> Self {
+        StoreError::Backend {
+            retry: Retry::Unknown,
+            cause: cause.into(),
+        }
+    }
+
+    /// A failure that repeating will not cure.
+    pub fn never(cause: impl Into<String>) -> Self {
+        StoreError::Backend {
+            retry: Retry::Never,
+            cause: cause.into(),
+        }
+    }
+
+    /// Whether the database may answer differently in a moment (a backend failure that is
+    /// not [`Retry::Never`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Backend {
+                retry: Retry::Safe | Retry::Unknown,
+                ..
+            }
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
+    /// Outside a commit: a statement that failed changed nothing (the transaction is rolled
+    /// back), so only the kind of failure decides whether repeating may help.
     fn from(e: sqlx::Error) -> Self {
+        use sqlx::Error as E;
         match e {
-            sqlx::Error::RowNotFound => StoreError::NotFound("row".into()),
-            other => StoreError::Backend(other.to_string()),
+            E::RowNotFound => StoreError::NotFound("row".into()),
+            E::ColumnDecode { .. }
+            | E::Decode(_)
+            | E::ColumnNotFound(_)
+            | E::ColumnIndexOutOfBounds { .. }
+            | E::TypeNotFound { .. } => StoreError::Corrupt(e.to_string()),
+            E::Io(_)
+            | E::Tls(_)
+            | E::PoolTimedOut
+            | E::PoolClosed
+            | E::WorkerCrashed
+            | E::Protocol(_) => StoreError::safe(e.to_string()),
+            E::Database(ref db) => {
+                // Class 08 (connection), 40 (rolled back: serialization, deadlock), 53
+                // (insufficient resources), 57P (operator intervention, e.g. a restart),
+                // SQLite BUSY (5) and LOCKED (6): the database may answer in a moment.
+                let transient = db.code().is_some_and(|c| {
+                    c.starts_with("08")
+                        || c.starts_with("40")
+                        || c.starts_with("53")
+                        || c.starts_with("57P")
+                        || c == "5"
+                        || c == "6"
+                });
+                if transient {
+                    StoreError::safe(e.to_string())
+                } else {
+                    StoreError::never(e.to_string())
+                }
+            }
+            other => StoreError::never(other.to_string()),
         }
     }
 }

@@ -74,6 +74,19 @@ impl From<Fail> for StoreError {
 }
 
 impl Fail {
+    /// A failed `COMMIT`: a conflict (class 40) rolled it back, and may run again; any other
+    /// failure (the connection lost on the way) leaves unknown whether it committed.
+    pub(crate) fn commit(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("40")) => {
+                Fail::Db(e)
+            }
+            _ => Fail::Store(StoreError::unknown(format!(
+                "the commit's answer was lost ({e}); it may have been committed"
+            ))),
+        }
+    }
+
     /// Whether PostgreSQL rolled the transaction back to resolve a conflict with another
     /// one (SQLSTATE 40P01 deadlock, 40001 serialization): running it again is safe.
     fn retryable(&self) -> bool {
@@ -101,7 +114,9 @@ macro_rules! transaction {
                     let $conn: &mut sqlx::postgres::PgConnection = &mut tx;
                     $body.await?
                 };
-                tx.commit().await?;
+                tx.commit()
+                    .await
+                    .map_err($crate::store::postgres::Fail::commit)?;
                 Ok(value)
             }
             .await;
@@ -139,11 +154,11 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(30))
             .connect(url)
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot connect to {}: {e}", redact(url))))?;
+            .map_err(|e| StoreError::safe(format!("cannot connect to {}: {e}", redact(url))))?;
         sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| StoreError::Backend(format!("migrating {}: {e}", redact(url))))?;
+            .map_err(|e| StoreError::never(format!("migrating {}: {e}", redact(url))))?;
         let notifier = Notifier::start(pool.clone());
         Ok(Self { pool, notifier })
     }
@@ -643,7 +658,9 @@ impl AdmissionStore for PgStore {
             let mut tx = self.pool.begin().await?;
             match admit_tx(&mut tx, &req).await {
                 Ok(Some(outcome)) => {
-                    tx.commit().await?;
+                    tx.commit()
+                        .await
+                        .map_err(|e| StoreError::from(Fail::commit(e)))?;
                     if matches!(outcome, AdmitOutcome::Created(_)) {
                         self.notifier.poke();
                     }
@@ -655,7 +672,7 @@ impl AdmissionStore for PgStore {
                 Err(f) => return Err(f.into()),
             }
         }
-        Err(StoreError::Backend(format!(
+        Err(StoreError::safe(format!(
             "admission under key `{}` kept losing races for the key; retry",
             req.scope.key
         )))

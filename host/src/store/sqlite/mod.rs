@@ -13,6 +13,8 @@ mod read;
 mod sessions;
 mod writer;
 
+pub use writer::Hold;
+
 use super::rows;
 use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
@@ -39,6 +41,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Test failpoint: the next `n` write transactions commit, but their callers are never
+    /// told (as when a host fails between the commit and its acknowledgement).
+    #[doc(hidden)]
+    pub fn lose_next_acknowledgements(&self, n: u32) {
+        self.writer.lose_acknowledgements(n);
+    }
+
+    /// Test control: stops the writer until the returned guard is dropped, and fills its
+    /// queue, so that the next admission finds it saturated.
+    #[doc(hidden)]
+    pub async fn saturate_writer(&self) -> writer::Hold {
+        self.writer.saturate().await
+    }
+
     /// Opens (creating if needed) the database at `path` and applies migrations.
     pub async fn open(path: &Path) -> StoreResult<Self> {
         // A path, not a URL: `?`, `#` or `%` in it are part of the name.
@@ -49,7 +65,7 @@ impl SqliteStore {
     /// Opens a `sqlite://` URL.
     pub async fn open_url(url: &str) -> StoreResult<Self> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Backend(format!("bad SQLite URL `{url}`: {e}")))?;
+            .map_err(|e| StoreError::never(format!("bad SQLite URL `{url}`: {e}")))?;
         Self::open_with(options, url).await
     }
 
@@ -64,26 +80,26 @@ impl SqliteStore {
         let mut setup = options
             .connect()
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot open `{url}`: {e}")))?;
+            .map_err(|e| StoreError::safe(format!("cannot open `{url}`: {e}")))?;
         sqlx::migrate!("../migrations/sqlite")
             .run(&mut setup)
             .await
-            .map_err(|e| StoreError::Backend(format!("migrating `{url}`: {e}")))?;
+            .map_err(|e| StoreError::never(format!("migrating `{url}`: {e}")))?;
         setup
             .close()
             .await
-            .map_err(|e| StoreError::Backend(format!("closing `{url}` after migrating: {e}")))?;
+            .map_err(|e| StoreError::safe(format!("closing `{url}` after migrating: {e}")))?;
         let path = options.get_filename().to_path_buf();
         let write_conn = writer::open_write_connection(&path)?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.read_only(true))
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot open `{url}` for reading: {e}")))?;
+            .map_err(|e| StoreError::safe(format!("cannot open `{url}` for reading: {e}")))?;
         Ok(Self {
             read,
             points: std::sync::Arc::new(points::PointReads::new(&path)),
-            writer: Writer::start(write_conn),
+            writer: Writer::start(write_conn, writer::QUEUE)?,
         })
     }
 }
@@ -457,7 +473,9 @@ impl AdmissionStore for SqliteStore {
     }
 
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-        self.writer.write(move |conn| admit_tx(conn, req)).await
+        // New work is refused at once when the writer is saturated; work already admitted
+        // waits for its turn.
+        self.writer.try_write(move |conn| admit_tx(conn, req)).await
     }
 }
 

@@ -33,7 +33,7 @@ impl PointReads {
                         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )
                 .map_err(|e| {
-                    StoreError::Backend(format!(
+                    StoreError::safe(format!(
                         "cannot open `{}` for reading: {e}",
                         self.path.display()
                     ))

@@ -17,21 +17,55 @@
 //! on its own thread against a plain SQLite handle with cached prepared statements (a few
 //! microseconds each) rather than through an async driver that hands every statement to
 //! another thread.
+//!
+//! Its queue is bounded: a write waits for room ([`Writer::write`]), except an admission,
+//! which is refused at once when the queue is full ([`Writer::try_write`]) so that a flood
+//! of new work meets a clear "try again" instead of growing memory without bound, while
+//! the attempts already running still record their ends.
+//!
+//! Failures say what is known of the write ([`Retry`]): a job refused or rolled back wrote
+//! nothing (`Safe`); a failed `COMMIT`, or a writer that took the job and never answered,
+//! may have committed it (`Unknown`).
 
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Retry, StoreError, StoreResult};
 use rusqlite::Connection;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most jobs in one transaction; bounds the latency one commit adds to the first job.
 const MAX_BATCH: usize = 1024;
 
+/// Most jobs waiting for the writer: a few batches' worth.
+pub(crate) const QUEUE: usize = 4 * MAX_BATCH;
+
 impl From<rusqlite::Error> for StoreError {
+    /// A statement that failed inside the writer's transaction wrote nothing that will be
+    /// committed; only the kind of failure decides whether repeating may help.
     fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode as C;
         match e {
             rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound("row".into()),
-            other => StoreError::Backend(other.to_string()),
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::InvalidColumnName(_) => StoreError::Corrupt(e.to_string()),
+            rusqlite::Error::SqliteFailure(ref f, _)
+                if matches!(
+                    f.code,
+                    C::DatabaseBusy
+                        | C::DatabaseLocked
+                        | C::SystemIoFailure
+                        | C::DiskFull
+                        | C::CannotOpen
+                        | C::OutOfMemory
+                ) =>
+            {
+                StoreError::safe(e.to_string())
+            }
+            other => StoreError::never(other.to_string()),
         }
     }
 }
@@ -56,7 +90,7 @@ where
 {
     fn run(&mut self, conn: &Connection) -> bool {
         let Some(f) = self.f.take() else {
-            self.result = Some(Err(StoreError::Backend("a write job ran twice".into())));
+            self.result = Some(Err(StoreError::never("a write job ran twice")));
             return false;
         };
         // A panic in one job fails that job (and, if it wrote, its batch), never the
@@ -68,7 +102,7 @@ where
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                Err(StoreError::Backend(format!("a write panicked: {what}")))
+                Err(StoreError::never(format!("a write panicked: {what}")))
             });
         let ok = result.is_ok();
         self.result = Some(result);
@@ -80,7 +114,7 @@ where
             (Ok(()), Some(result)) => result,
             (Err(e), Some(Ok(_))) => Err(e),
             (_, Some(Err(e))) => Err(e),
-            (_, None) => Err(StoreError::Backend("write job did not run".into())),
+            (_, None) => Err(StoreError::safe("the write job did not run")),
         };
         let _ = self.reply.send(result);
     }
@@ -89,14 +123,16 @@ where
 /// A handle for submitting write jobs.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    tx: mpsc::UnboundedSender<Box<dyn Job>>,
+    tx: mpsc::Sender<Box<dyn Job>>,
+    /// Test failpoint: how many committed batches to leave unacknowledged.
+    lose_acks: Arc<AtomicU32>,
 }
 
 /// Opens the write connection: WAL, and `synchronous=FULL` so every commit is fsynced
 /// before it returns — nothing acknowledged is lost.
 pub(crate) fn open_write_connection(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open(path)
-        .map_err(|e| StoreError::Backend(format!("cannot open `{}`: {e}", path.display())))?;
+        .map_err(|e| StoreError::safe(format!("cannot open `{}`: {e}", path.display())))?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
@@ -106,18 +142,19 @@ pub(crate) fn open_write_connection(path: &Path) -> StoreResult<Connection> {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`.
-    pub(crate) fn start(conn: Connection) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Starts the writer thread on `conn`, with room for `queue` waiting jobs.
+    pub(crate) fn start(conn: Connection, queue: usize) -> StoreResult<Self> {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let lose_acks = Arc::new(AtomicU32::new(0));
+        let lost = lose_acks.clone();
         std::thread::Builder::new()
             .name("docket-sqlite-writer".into())
-            .spawn(move || run_writer(conn, rx))
-            .expect("spawning the database writer thread");
-        Self { tx }
+            .spawn(move || run_writer(conn, rx, lost))
+            .map_err(|e| StoreError::safe(format!("cannot start the database writer: {e}")))?;
+        Ok(Self { tx, lose_acks })
     }
 
-    /// Runs `f` inside a write transaction shared with other jobs; resolves after commit.
-    pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    fn job<T, F>(f: F) -> (Box<dyn Job>, oneshot::Receiver<StoreResult<T>>)
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
@@ -128,15 +165,93 @@ impl Writer {
             result: None,
             reply,
         });
-        self.tx
-            .send(job)
-            .map_err(|_| StoreError::Backend("the database writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Backend("the database writer has stopped".into()))?
+        (job, rx)
+    }
+
+    /// Runs `f` inside a write transaction shared with other jobs; resolves after commit.
+    /// Waits for room when the queue is full.
+    pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (job, rx) = Self::job(f);
+        if self.tx.send(job).await.is_err() {
+            return Err(StoreError::safe("the database writer has stopped"));
+        }
+        answer(rx).await
+    }
+
+    /// [`Writer::write`], refused at once (nothing written, safe to retry) when the queue
+    /// is full or the writer has stopped.
+    pub(crate) async fn try_write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (job, rx) = Self::job(f);
+        match self.tx.try_send(job) {
+            Ok(()) => answer(rx).await,
+            Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::safe(format!(
+                "the database writer is busy ({} writes are waiting)",
+                self.tx.max_capacity()
+            ))),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Err(StoreError::safe("the database writer has stopped"))
+            }
+        }
+    }
+
+    /// Test control: blocks the writer until the returned [`Hold`] is dropped, then fills
+    /// its queue with jobs that do nothing.
+    pub(crate) async fn saturate(&self) -> Hold {
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let (job, _) = Self::job(move |_| {
+            let _ = started.send(());
+            // Returns once every sender is dropped.
+            let _ = blocked.recv();
+            Ok(())
+        });
+        let _ = self.tx.send(job).await;
+        let _ = running.await;
+        let mut fillers = Vec::new();
+        while let Ok(permit) = self.tx.try_reserve() {
+            let (job, rx) = Self::job(|_| Ok(()));
+            permit.send(job);
+            fillers.push(rx);
+        }
+        Hold {
+            _release: release,
+            _fillers: fillers,
+        }
+    }
+
+    /// Test failpoint: the next `n` batches commit but their callers never hear of it, as
+    /// when the process or the connection fails between the commit and its acknowledgement.
+    pub(crate) fn lose_acknowledgements(&self, n: u32) {
+        self.lose_acks.store(n, Ordering::Release);
     }
 }
 
-fn run_writer(conn: Connection, mut rx: mpsc::UnboundedReceiver<Box<dyn Job>>) {
+/// A stopped, full writer (see [`Writer::saturate`]); dropping it lets the writer go on.
+pub struct Hold {
+    _release: std::sync::mpsc::Sender<()>,
+    _fillers: Vec<oneshot::Receiver<StoreResult<()>>>,
+}
+
+/// The job's result; a writer that took the job and stopped before answering may have
+/// committed it.
+async fn answer<T>(rx: oneshot::Receiver<StoreResult<T>>) -> StoreResult<T> {
+    rx.await.map_err(|_| StoreError::Backend {
+        retry: Retry::Unknown,
+        cause:
+            "the database writer stopped before acknowledging the write; it may have been committed"
+                .into(),
+    })?
+}
+
+fn run_writer(conn: Connection, mut rx: mpsc::Receiver<Box<dyn Job>>, lose_acks: Arc<AtomicU32>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -156,6 +271,15 @@ fn run_writer(conn: Connection, mut rx: mpsc::UnboundedReceiver<Box<dyn Job>>) {
                 let _ = conn.execute_batch("ROLLBACK");
             }
         }
+        let lose = commit.is_ok()
+            && lose_acks
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+        if lose {
+            // Dropped unanswered: each caller learns only that the writer went quiet.
+            batch.clear();
+            continue;
+        }
         for job in batch.drain(..) {
             job.finish(commit.clone());
         }
@@ -167,13 +291,18 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<()> {
     for job in batch.iter_mut() {
         let before = conn.total_changes();
         if !job.run(conn) && conn.total_changes() != before {
-            return Err(StoreError::Backend(
-                "a write failed part-way, so its whole transaction was rolled back; retry".into(),
+            return Err(StoreError::safe(
+                "a write failed part-way, so its whole transaction was rolled back; retry",
             ));
         }
     }
-    // With synchronous=FULL this commit is fsynced before it returns.
-    conn.prepare_cached("COMMIT")?.execute([])?;
+    // With synchronous=FULL this commit is fsynced before it returns. A failed COMMIT may
+    // still have reached the log (a sync that failed after the write), so it is not "safe".
+    conn.prepare_cached("COMMIT")?.execute([]).map_err(|e| {
+        StoreError::unknown(format!(
+            "the commit failed ({e}); it may have been committed"
+        ))
+    })?;
     Ok(())
 }
 
@@ -185,7 +314,7 @@ mod tests {
     async fn a_panicking_job_fails_alone_and_the_writer_goes_on() {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_write_connection(&dir.path().join("w.db")).unwrap();
-        let writer = Writer::start(conn);
+        let writer = Writer::start(conn, QUEUE).unwrap();
         writer
             .write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
             .await
@@ -212,5 +341,62 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(count, 1);
+    }
+
+    async fn writer_with_table(queue: usize) -> (tempfile::TempDir, Writer) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_write_connection(&dir.path().join("w.db")).unwrap();
+        let writer = Writer::start(conn, queue).unwrap();
+        writer
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
+            .await
+            .unwrap();
+        (dir, writer)
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_new_work_at_once_and_writes_nothing() {
+        let (_dir, writer) = writer_with_table(4).await;
+        let hold = writer.saturate().await;
+        let refused = writer
+            .try_write(|c| Ok(c.execute("INSERT INTO t VALUES (1)", [])?))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::Backend { retry: Retry::Safe, ref cause } if cause.contains("busy")),
+            "{refused:?}"
+        );
+        drop(hold);
+        // Room again: the writer goes on, and the refused row was never written.
+        let count: i64 = writer
+            .write(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(count, 0);
+    }
+
+    #[tokio::test]
+    async fn a_lost_acknowledgement_is_unknown_not_safe_and_the_write_is_there() {
+        let (_dir, writer) = writer_with_table(QUEUE).await;
+        writer.lose_acknowledgements(1);
+        let lost = writer
+            .write(|c| Ok(c.execute("INSERT INTO t VALUES (7)", [])?))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                lost,
+                StoreError::Backend {
+                    retry: Retry::Unknown,
+                    ..
+                }
+            ),
+            "{lost:?}"
+        );
+        let count: i64 = writer
+            .write(|c| Ok(c.query_row("SELECT count(*) FROM t WHERE v = 7", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(count, 1, "the unacknowledged write was committed");
     }
 }
