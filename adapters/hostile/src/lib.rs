@@ -51,18 +51,28 @@ impl Adapter for Hostile {
             "http" => fetch(input.get("url").and_then(Value::as_str))?,
             "leak-secret" => return Err(leak_secret()?),
             "ok" => json!({ "mode": "ok", "attempt": request.attempt }),
+            // What the sandbox says the time is (WASI's wall clock).
+            "now" => json!({ "now_ms": now_ms() }),
             other => {
                 return Err(EffectError::rejected(
                     "unknown_mode",
                     format!(
                         "`do` is {other:?}; expected one of loop, alloc, panic, read-file, \
-                         env, socket, http, leak-secret, ok"
+                         env, socket, http, leak-secret, ok, now"
                     ),
                 ));
             }
         };
         Ok(Receipt::new(key, output.to_string()))
     }
+}
+
+/// Milliseconds since the Unix epoch by the wall clock the host gives the sandbox.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Never returns; `black_box` keeps the optimiser from proving the loop useless.

@@ -223,28 +223,31 @@ impl Runtime {
         }
         check_header(bytes)?;
         let engine = &self.inner.engine;
-        let cached = self.inner.disk.as_ref().and_then(|d| d.load(engine, &hex));
-        let component = match cached {
-            Some(c) => c,
-            None => {
-                let bytes = bytes.to_vec();
-                let engine = engine.clone();
-                // Compiling is CPU-bound work; keep it off the async workers.
-                let component =
-                    tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-                        .await
-                        .map_err(|e| LoadError::Compile {
-                            reason: e.to_string(),
-                        })?
-                        .map_err(|e| LoadError::Compile {
-                            reason: format!("{e:#}"),
-                        })?;
-                if let Some(disk) = &self.inner.disk {
-                    disk.store(&hex, &component);
-                }
-                component
+        // Reading and writing the compiled-component cache and compiling are blocking work:
+        // keep them off the async workers.
+        let (disk, engine_owned, owned, key) = (
+            self.inner.disk.clone(),
+            engine.clone(),
+            bytes.to_vec(),
+            hex.clone(),
+        );
+        let component = tokio::task::spawn_blocking(move || {
+            if let Some(cached) = disk.as_ref().and_then(|d| d.load(&engine_owned, &key)) {
+                return Ok(cached);
             }
-        };
+            let component =
+                Component::new(&engine_owned, &owned).map_err(|e| LoadError::Compile {
+                    reason: format!("{e:#}"),
+                })?;
+            if let Some(disk) = &disk {
+                disk.store(&key, &component);
+            }
+            Ok(component)
+        })
+        .await
+        .map_err(|e| LoadError::Compile {
+            reason: e.to_string(),
+        })??;
         let ty = component.component_type();
         let imports: Vec<String> = ty
             .imports(engine)

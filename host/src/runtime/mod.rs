@@ -14,6 +14,8 @@ mod call;
 mod egress;
 mod load;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use call::{CallFailure, CallLimits, CallReport};
 pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared, World};
@@ -65,7 +67,7 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     config: RuntimeConfig,
-    disk: Option<DiskCache>,
+    disk: Option<Arc<DiskCache>>,
     /// Loaded components by digest.
     loaded: Mutex<HashMap<String, Arc<LoadedComponent>>>,
     /// Linked, pre-instantiated components by (digest, grant fingerprint).
@@ -125,7 +127,7 @@ impl Runtime {
         let disk = config
             .cache_dir
             .as_deref()
-            .map(|d| DiskCache::new(d, &engine));
+            .map(|d| Arc::new(DiskCache::new(d, &engine)));
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,

@@ -113,6 +113,19 @@ pub(super) struct HostState {
     pub(super) stderr: MemoryOutputPipe,
 }
 
+/// The host's [`Clock`] as the guest's WASI wall clock.
+struct HostWallClock(Arc<dyn Clock>);
+
+impl wasmtime_wasi::HostWallClock for HostWallClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.0.now_ms())
+    }
+}
+
 impl HostState {
     pub(super) fn new(
         env: CallEnv,
@@ -124,7 +137,10 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(PIPE_CAPACITY);
         // Deny by default: no environment, no arguments, no preopened directory, no socket
         // address allowed, no name lookup. The baseline is importable but grants nothing.
+        // The wall clock is the host's, so a plugin sees the same time as the host's records
+        // (and a test that moves the host's clock moves the plugin's).
         let wasi = WasiCtx::builder()
+            .wall_clock(HostWallClock(env.clock.clone()))
             .stdout(stdout.clone())
             .stderr(stderr.clone())
             .allow_ip_name_lookup(false)

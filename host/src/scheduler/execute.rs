@@ -108,12 +108,23 @@ fn transient(claimed: &Claimed, e: &StoreError) -> Option<Ending> {
     None
 }
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// A task that is aborted when its handle is dropped (awaiting it awaits the task).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 
@@ -131,8 +142,17 @@ where
         let started = Instant::now();
         // Dropped, by the end of the attempt or a panic in it, the renewal stops: a lease
         // is kept only while its attempt lives.
-        let renewer = AbortOnDrop(self.clone().keep_lease(claimed.fence.clone()));
-        let ending = self.attempt(&claimed).await;
+        let mut renewer = AbortOnDrop(self.clone().keep_lease(claimed.fence.clone()));
+        // A lost lease ends the attempt at once: recovery owns the step, and a call that went
+        // on would only spend a slot (and, for an adapter, keep a request open) for nothing.
+        let ending = tokio::select! {
+            ending = self.attempt(&claimed) => ending,
+            lost = &mut renewer => {
+                let why = lost.unwrap_or_else(|e| format!("the lease's renewal failed ({e})"));
+                self.record_cancelled(&claimed, why).await;
+                return;
+            }
+        };
         drop(renewer);
         let Some(ending) = ending else { return };
         let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
@@ -171,23 +191,90 @@ where
         }
     }
 
-    /// Renews the lease every third of its duration while the attempt runs.
-    fn keep_lease(self: Arc<Self>, fence: crate::store::Fence) -> tokio::task::JoinHandle<()> {
+    /// Renews the lease every third of its duration while the attempt runs; ends, saying
+    /// why, only when the lease is gone.
+    fn keep_lease(self: Arc<Self>, fence: crate::store::Fence) -> tokio::task::JoinHandle<String> {
         tokio::spawn(async move {
-            let period = Duration::from_millis((self.config.lease.as_millis() as u64 / 3).max(10));
+            let lease_ms = self.config.lease.as_millis() as u64;
+            let period = Duration::from_millis((lease_ms / 3).max(10));
+            // The claim holds the lease for one duration from (about) now.
+            let mut held_until = self.clock.now_ms().saturating_add(lease_ms);
             loop {
                 tokio::time::sleep(period).await;
-                let request = crate::store::RenewRequest {
-                    fence: fence.clone(),
-                    now: self.clock.now_ms(),
-                    lease_ms: self.config.lease.as_millis() as u64,
-                };
-                if let Err(e) = self.store.renew(request).await {
-                    tracing::warn!(workflow = %fence.workflow_id, step = %fence.step, "lease renewal failed: {e}");
-                    return;
+                let renewed = self.renew_tick(&fence, held_until).await;
+                self.ticks.done(super::Tick::LeaseRenewal);
+                match renewed {
+                    Ok(until) => held_until = until,
+                    Err(why) => {
+                        tracing::warn!(workflow = %fence.workflow_id, step = %fence.step, "the attempt lost its lease: {why}");
+                        return why;
+                    }
                 }
             }
         })
+    }
+
+    /// One renewal of a lease held until `held_until` (host time): a transient store failure
+    /// is tried again, with growing pauses, while the lease still has a tenth of its duration
+    /// left. Returns the new expiry, or why the lease is gone.
+    pub(crate) async fn renew_tick(
+        &self,
+        fence: &crate::store::Fence,
+        held_until: Millis,
+    ) -> Result<Millis, String> {
+        let lease_ms = self.config.lease.as_millis() as u64;
+        let margin = (lease_ms / 10).max(1);
+        let mut pause = Duration::from_millis((lease_ms / 20).clamp(5, 100));
+        loop {
+            let now = self.clock.now_ms();
+            let request = crate::store::RenewRequest {
+                fence: fence.clone(),
+                now,
+                lease_ms,
+            };
+            match self.store.renew(request).await {
+                Ok(()) => return Ok(now.saturating_add(lease_ms)),
+                Err(e @ StoreError::LeaseLost { .. }) => return Err(e.to_string()),
+                Err(e) => {
+                    if self.clock.now_ms().saturating_add(margin) >= held_until {
+                        return Err(format!(
+                            "the lease ran out while renewing it kept failing ({e})"
+                        ));
+                    }
+                    tracing::debug!(workflow = %fence.workflow_id, step = %fence.step, "lease renewal failed, trying again: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis((lease_ms / 5).max(10)));
+                }
+            }
+        }
+    }
+
+    /// Records on the attempt that it was cancelled when its lease was lost; the step is
+    /// left to recovery, which decides it by the attempt's last checkpoint.
+    async fn record_cancelled(&self, claimed: &Claimed, why: String) {
+        let note = format!(
+            "lost its lease while running ({why}); the call was cancelled and recovery decides the step by its last checkpoint"
+        );
+        let evidence = crate::store::LateEvidence {
+            workflow_id: claimed.fence.workflow_id.clone(),
+            attempt_id: claimed.attempt_id.clone(),
+            facts: AttemptFacts {
+                outcome: Some(AttemptOutcome::Interrupted),
+                observation: Some(note.clone()),
+                ..AttemptFacts::default()
+            },
+            events: vec![NewEvent::step(
+                EventKind::Observation,
+                &claimed.fence.step,
+                Some(&claimed.attempt_id),
+                format!("Attempt {} {note}", claimed.attempt_number),
+            )],
+            now: self.clock.now_ms(),
+        };
+        if let Err(e) = self.store.late_evidence(evidence).await {
+            tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the cancelled attempt failed: {e}");
+        }
+        self.progress.advance();
     }
 
     /// Everything between the claim and the finish. `None` when the attempt must not be

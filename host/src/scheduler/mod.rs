@@ -12,6 +12,8 @@ mod execute;
 mod progress;
 pub mod recovery;
 pub mod registry;
+#[cfg(test)]
+mod tests;
 mod ticks;
 
 pub use components::{Components, ResolveError, SyncError};

@@ -452,6 +452,14 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
+        let injected = self.failing_renewals.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |n| n.checked_sub(1),
+        );
+        if injected.is_ok() {
+            return Err(StoreError::safe("database is locked (injected by a test)"));
+        }
         self.writer
             .write(move |conn| {
                 let done = conn

@@ -38,6 +38,8 @@ pub struct SqliteStore {
     read: SqlitePool,
     points: std::sync::Arc<points::PointReads>,
     writer: Writer,
+    /// Test failpoint: how many lease renewals still to fail as a busy database would.
+    failing_renewals: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl SqliteStore {
@@ -46,6 +48,14 @@ impl SqliteStore {
     #[doc(hidden)]
     pub fn lose_next_acknowledgements(&self, n: u32) {
         self.writer.lose_acknowledgements(n);
+    }
+
+    /// Test failpoint: the next `n` lease renewals fail as a busy database would (nothing
+    /// written, safe to retry).
+    #[doc(hidden)]
+    pub fn fail_next_renewals(&self, n: u32) {
+        self.failing_renewals
+            .store(n, std::sync::atomic::Ordering::Release);
     }
 
     /// Test control: stops the writer until the returned guard is dropped, and fills its
@@ -100,6 +110,7 @@ impl SqliteStore {
             read,
             points: std::sync::Arc::new(points::PointReads::new(&path)),
             writer: Writer::start(write_conn, writer::QUEUE)?,
+            failing_renewals: Default::default(),
         })
     }
 }

@@ -1,0 +1,307 @@
+//! The scheduler driven tick by tick on a real SQLite store in a temporary directory, with
+//! the built `http-delivery` component and the provider simulator on loopback: no
+//! background loop runs, so each test says exactly when the host looks.
+
+use super::{Components, Deployments, Scheduler, SchedulerConfig, Tick};
+use crate::capabilities::{AdapterPolicy, HostPolicy, HostRule, SecretSource};
+use crate::clock::{Clock, SystemClock};
+use crate::context::Context;
+use crate::intent::{StepState, WorkflowId};
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::sim::{ProviderSim, RunningSim, SimConfig};
+use crate::store::sqlite::SqliteStore;
+use crate::store::{ExecutorStore, ReadStore};
+use axum::body::Body;
+use axum::http::Request;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+#[path = "../../tests/support/wait.rs"]
+mod wait;
+
+/// One adapter step delivering through the provider simulator.
+const DEFINITION: &str = r#"
+name = "courier"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+
+[[steps]]
+id = "deliver"
+label = "Deliver the letter"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+timeout = "60s"
+
+[steps.input]
+recipient = "$input.recipient"
+document = "$input.document"
+document_digest = "$input.document_digest"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+"#;
+
+/// A lease short enough that renewals happen within a test (one every 200 ms).
+const LEASE: Duration = Duration::from_millis(600);
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: SqliteStore,
+    scheduler: Arc<Scheduler<SqliteStore>>,
+    clock: Arc<SystemClock>,
+    api: axum::Router,
+    sim: RunningSim,
+}
+
+impl Harness {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("docket.db"))
+            .await
+            .unwrap();
+        let clock = SystemClock::new();
+        let sim = ProviderSim::new(SimConfig::default())
+            .spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let url = sim.base_url();
+        let mut policy = HostPolicy::default();
+        policy.adapters.insert(
+            "http-delivery".into(),
+            AdapterPolicy {
+                allow_hosts: vec![url.parse::<HostRule>().unwrap()],
+                allow_secrets: ["provider_token".to_string()].into(),
+                settings: [("base_url".to_string(), url.clone())].into(),
+            },
+        );
+        let mut secrets = SecretSource::default();
+        secrets.insert("provider_token", SimConfig::DEFAULT_TOKEN);
+        let cache =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-unit-component-cache");
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let components = Components::new(runtime, policy);
+        components
+            .load_file(std::path::Path::new(
+                crate::guests::path("http-delivery").unwrap(),
+            ))
+            .await
+            .unwrap();
+        let components = Arc::new(components);
+        let deployments = Arc::new(Deployments::new(store.clone()));
+        deployments
+            .deploy(
+                "courier.toml",
+                DEFINITION,
+                components.as_ref(),
+                clock.now_ms(),
+            )
+            .await
+            .unwrap();
+        let scheduler = Scheduler::new(
+            store.clone(),
+            deployments.clone(),
+            components,
+            Arc::new(secrets),
+            clock.clone(),
+            SchedulerConfig {
+                owner: "unit-host".into(),
+                lease: LEASE,
+                ..SchedulerConfig::default()
+            },
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        let api = crate::api::router(Context::new(store.clone(), deployments, clock.clone()));
+        Self {
+            _dir: dir,
+            store,
+            scheduler,
+            clock,
+            api,
+            sim,
+        }
+    }
+
+    /// Admits one delivery through the API; returns its workflow id.
+    async fn submit(&self, key: &str) -> WorkflowId {
+        let body = json!({"workflow": "courier", "input": {
+            "recipient": "reader@example.com", "document": "Dear reader", "document_digest": "sha256:0"}});
+        let request = Request::post("/v1/intents")
+            .header("Idempotency-Key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = self.api.clone().oneshot(request).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let created: Value = serde_json::from_slice(&bytes).unwrap();
+        WorkflowId(
+            created["workflow_id"]
+                .as_str()
+                .expect("admitted")
+                .to_string(),
+        )
+    }
+
+    async fn timeline(&self, id: &WorkflowId) -> String {
+        self.store
+            .timeline(id, 0, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| format!("{}\n", e.text))
+            .collect()
+    }
+
+    async fn deliver_state(&self, id: &WorkflowId) -> StepState {
+        self.store.steps(id).await.unwrap()[0].state
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transient_renewal_failures_do_not_lose_the_lease() {
+    let h = Harness::new().await;
+    // The provider takes 1.5 s to answer: the attempt needs several renewals.
+    h.sim
+        .sim()
+        .set_faults(json!({"slow_next": 1, "slow_ms": 1500}))
+        .unwrap();
+    let id = h.submit("transient-1").await;
+    // The first two renewals fail as a busy database would.
+    h.store.fail_next_renewals(2);
+    let claimed = h
+        .scheduler
+        .clone()
+        .claim_tick(h.clock.now_ms())
+        .await
+        .unwrap();
+    assert_eq!(claimed, 1);
+    // Past the first lease (600 ms) the lease must still be this host's: recovery takes
+    // nothing.
+    let ticks = h.scheduler.ticks();
+    wait::until(
+        "three renewal rounds",
+        Duration::from_secs(20),
+        async || {
+            let n = ticks.get(Tick::LeaseRenewal);
+            if n >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{n} rounds"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        h.scheduler.recovery_tick(h.clock.now_ms()).await.unwrap(),
+        0
+    );
+    let state = wait::until(
+        "the delivery to end",
+        Duration::from_secs(30),
+        async || match h.deliver_state(&id).await {
+            StepState::Running | StepState::Ready => Err("still running".into()),
+            other => Ok(other),
+        },
+    )
+    .await;
+    let timeline = h.timeline(&id).await;
+    assert_eq!(state, StepState::Succeeded, "{timeline}");
+    assert!(!timeline.contains("lost its lease"), "{timeline}");
+    assert_eq!(h.sim.sim().world().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_lease_cancels_the_running_call_and_the_attempt_says_so() {
+    let h = Harness::new().await;
+    // The provider commits at once and answers after 20 s: long after the lease is lost.
+    h.sim
+        .sim()
+        .set_faults(json!({"slow_next": 1, "slow_ms": 20_000}))
+        .unwrap();
+    let id = h.submit("lost-1").await;
+    assert_eq!(
+        h.scheduler
+            .clone()
+            .claim_tick(h.clock.now_ms())
+            .await
+            .unwrap(),
+        1
+    );
+    // Once the request has reached the provider, the lease is taken away (as a host that
+    // lost contact finds when it comes back): it ends as of now, and recovery takes over.
+    wait::until(
+        "the request at the provider",
+        Duration::from_secs(20),
+        async || {
+            let n = h.sim.sim().world().len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} deliveries"))
+            }
+        },
+    )
+    .await;
+    h.store
+        .release_leases("unit-host", h.clock.now_ms())
+        .await
+        .unwrap();
+    assert_eq!(
+        h.scheduler
+            .recovery_tick(h.clock.now_ms() + 1)
+            .await
+            .unwrap(),
+        1
+    );
+    // The next renewal finds the lease gone and cancels the call, well before the provider
+    // would answer.
+    let timeline = wait::until(
+        "the cancellation on the timeline",
+        Duration::from_secs(10),
+        async || {
+            let timeline = h.timeline(&id).await;
+            if timeline.contains("the call was cancelled") {
+                Ok(timeline)
+            } else {
+                Err(timeline)
+            }
+        },
+    )
+    .await;
+    assert!(
+        timeline.contains("Attempt 1 lost its lease while running"),
+        "{timeline}"
+    );
+    let attempts = h.store.attempts(&id, "deliver", 0, 10).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert!(
+        attempts[0]
+            .observation
+            .as_deref()
+            .is_some_and(|o| o.contains("expired") || o.contains("cancelled")),
+        "{:?}",
+        attempts[0].observation
+    );
+    // Recovery decided the step by the contract (a query), and nothing was sent twice.
+    assert!(
+        timeline.contains("query by the stable reference"),
+        "{timeline}"
+    );
+    assert!(matches!(
+        h.deliver_state(&id).await,
+        StepState::Ready | StepState::FailedRetryable
+    ));
+    assert_eq!(h.sim.sim().world().len(), 1);
+}
