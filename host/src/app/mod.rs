@@ -167,10 +167,16 @@ impl App {
                     "this host embeds its own provider simulator; other hosts on this database embed theirs, so a step recovered on another host would ask another provider. With several hosts, run one `docket sim-provider` and point [adapters.http-delivery] at it"
                 );
             }
-            let store = PgStore::connect(&db)
-                .await
-                .setup(|| format!("connecting to PostgreSQL at {}", without_password(&db)))?;
-            tracing::info!("database: PostgreSQL at {}", without_password(&db));
+            let store = PgStore::connect(&db).await.setup(|| {
+                format!(
+                    "connecting to PostgreSQL at {}",
+                    crate::store::without_password(&db)
+                )
+            })?;
+            tracing::info!(
+                "database: PostgreSQL at {}",
+                crate::store::without_password(&db)
+            );
             // Compiled components are this host's own cache (DOCKET_CACHE_DIR, else the
             // user's cache directory); the database holds the truth.
             let cache_dir =
@@ -629,20 +635,6 @@ fn sqlite_path(db: &str) -> PathBuf {
 /// Whether `db` names a PostgreSQL database rather than a SQLite file.
 pub fn is_postgres(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")
-}
-
-/// A database URL fit for a log line: the password replaced by `***`.
-pub fn without_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
 }
 
 /// Where this host keeps compiled components when its database is not a file beside them:

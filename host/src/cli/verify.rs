@@ -290,7 +290,7 @@ pub async fn verify(
                 .as_millis() as u64,
         };
         super::registry::record_verification(db, verification).await?;
-        println!("recorded in {}", crate::app::without_password(db));
+        println!("recorded in {}", crate::store::without_password(db));
     }
     Ok(code)
 }

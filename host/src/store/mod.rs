@@ -11,7 +11,9 @@
 //! claim is fenced by the lease token; a lost lease is [`StoreError::LeaseLost`], never a
 //! silent overwrite.
 
+mod plan;
 pub mod postgres;
+mod reads;
 mod records;
 mod rows;
 pub mod sqlite;
@@ -150,6 +152,20 @@ impl From<sqlx::Error> for StoreError {
             }
             other => StoreError::never(other.to_string()),
         }
+    }
+}
+
+/// A database URL fit for a log line: the password replaced by `***`.
+pub fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
     }
 }
 

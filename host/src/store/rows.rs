@@ -4,12 +4,12 @@
 
 use super::records::verdicts_from;
 use super::{
-    ActionAnswer, ActionRecord, ActiveComponent, AttemptRecord, ComponentEvent, ConsoleSession,
-    ExpiredLease, Fence, StepRecord, StoreError, StoreResult, StoredComponent, StoredDefinition,
-    StoredRefusal, Verification, WorkflowRecord,
+    ActionAnswer, ActionRecord, ActiveComponent, AttemptRecord, Claimed, ComponentEvent,
+    ConsoleSession, ExpiredLease, Fence, KeyRecord, StepContext, StepRecord, StoreError,
+    StoreResult, StoredComponent, StoredDefinition, StoredRefusal, Verification, WorkflowRecord,
 };
 use crate::intent::{
-    AttemptId, EvidenceKind, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
+    AttemptId, EvidenceKind, Millis, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
 };
 use sqlx::Row as _;
 
@@ -22,13 +22,19 @@ pub(crate) trait Columns {
     fn opt_int(&self, col: &str) -> StoreResult<Option<i64>>;
     fn flag(&self, col: &str) -> StoreResult<bool>;
 
-    /// A count or time stored as a signed integer, as the unsigned value it stands for.
+    /// A count or time stored as a signed integer, as the unsigned value it stands for; a
+    /// negative one is [`StoreError::Corrupt`], never a wrapped huge number.
     fn uint(&self, col: &str) -> StoreResult<u64> {
-        Ok(self.int(col)? as u64)
+        unsigned(col, self.int(col)?)
     }
 
     fn opt_uint(&self, col: &str) -> StoreResult<Option<u64>> {
-        Ok(self.opt_int(col)?.map(|v| v as u64))
+        self.opt_int(col)?.map(|v| unsigned(col, v)).transpose()
+    }
+
+    /// A small count (a version, an attempt number, a checkpoint) that must fit `T`.
+    fn small<T: TryFrom<i64>>(&self, col: &str) -> StoreResult<T> {
+        fits(col, self.int(col)?)
     }
 
     /// A stored enumeration.
@@ -43,6 +49,21 @@ pub(crate) trait Columns {
     fn json(&self, col: &str) -> StoreResult<serde_json::Value> {
         json(&self.text(col)?)
     }
+}
+
+/// A stored integer as the unsigned value it stands for; negative is corrupt.
+pub(crate) fn unsigned(col: &str, v: i64) -> StoreResult<u64> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("`{col}` is {v}, which is negative")))
+}
+
+/// A stored integer that must fit `T` (e.g. a `u32` version, a `u8` checkpoint).
+pub(crate) fn fits<T: TryFrom<i64>>(col: &str, v: i64) -> StoreResult<T> {
+    T::try_from(v).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "`{col}` is {v}, outside the range of {}",
+            std::any::type_name::<T>()
+        ))
+    })
 }
 
 /// Parses a stored enumeration, turning a bad value into [`StoreError::Corrupt`].
@@ -115,7 +136,7 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
     Ok(WorkflowRecord {
         workflow_id: WorkflowId(r.text("workflow_id")?),
         workflow: r.text("workflow")?,
-        definition_version: r.int("definition_version")? as u32,
+        definition_version: r.small::<u32>("definition_version")?,
         subject: Subject(r.text("subject")?),
         idempotency_key: r.text("idempotency_key")?,
         input: r.text("input")?,
@@ -124,8 +145,8 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         created_at: r.uint("created_at")?,
         ended_at: r.opt_uint("ended_at")?,
         deadline_at: r.uint("deadline_at")?,
-        attempts_used: r.int("attempts_used")? as u32,
-        external_calls_used: r.int("external_calls_used")? as u32,
+        attempts_used: r.small::<u32>("attempts_used")?,
+        external_calls_used: r.small::<u32>("external_calls_used")?,
         runtime_used_ms: r.uint("runtime_used_ms")?,
     })
 }
@@ -135,7 +156,7 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
         workflow_id: WorkflowId(r.text("workflow_id")?),
         step: r.text("step")?,
         state: r.parsed("state")?,
-        attempts: r.int("attempts")? as u32,
+        attempts: r.small::<u32>("attempts")?,
         ready_at: r.opt_uint("ready_at")?,
         lease_owner: r.opt_text("lease_owner")?,
         lease_expires_at: r.opt_uint("lease_expires_at")?,
@@ -176,7 +197,7 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         attempt_id: AttemptId(r.text("attempt_id")?),
         workflow_id: WorkflowId(r.text("workflow_id")?),
         step: r.text("step")?,
-        number: r.int("number")? as u32,
+        number: r.small::<u32>("number")?,
         trigger: r.parsed("trigger")?,
         lease_owner: r.text("lease_owner")?,
         component: r.opt_text("component")?,
@@ -184,7 +205,7 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         component_digest: r.opt_text("component_digest")?,
         input_digest: r.opt_text("input_digest")?,
         request_identity: r.opt_text("request_identity")?,
-        checkpoint: r.int("checkpoint")? as u8,
+        checkpoint: r.small::<u8>("checkpoint")?,
         observation: r.opt_text("observation")?,
         outcome: r.parsed("outcome")?,
         started_at: r.uint("started_at")?,
@@ -208,7 +229,7 @@ pub(crate) fn timeline_event(r: &impl Columns) -> StoreResult<TimelineEvent> {
 pub(crate) fn definition(r: &impl Columns) -> StoreResult<StoredDefinition> {
     Ok(StoredDefinition {
         name: r.text("name")?,
-        version: r.int("version")? as u32,
+        version: r.small::<u32>("version")?,
         digest: r.text("digest")?,
         source: r.text("source")?,
         deployed_at: r.uint("deployed_at")?,
@@ -276,14 +297,18 @@ pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
         lease_owner: r.opt_text("lease_owner")?.unwrap_or_default(),
         lease_expires_at: r.opt_uint("lease_expires_at")?.unwrap_or(0),
         attempt_id: r.opt_text("attempt_id")?.map(AttemptId),
-        checkpoint: r.opt_int("checkpoint")?.unwrap_or(0) as u8,
-        attempt_number: r.int("attempts")? as u32,
+        checkpoint: r
+            .opt_int("checkpoint")?
+            .map(|v| fits::<u8>("checkpoint", v))
+            .transpose()?
+            .unwrap_or(0),
+        attempt_number: r.small::<u32>("attempts")?,
         attempt_started_at: r.opt_uint("started_at")?.unwrap_or(0),
         trigger: parse(r.opt_text("trigger")?.as_deref().unwrap_or("initial"))?,
         component: r.opt_text("component")?,
         component_version: r.opt_text("component_version")?,
         workflow: r.text("workflow")?,
-        definition_version: r.int("definition_version")? as u32,
+        definition_version: r.small::<u32>("definition_version")?,
         uncertain_since: r.opt_uint("uncertain_since")?,
         result: r
             .opt_text("result")?
@@ -322,6 +347,43 @@ pub(crate) fn answer_columns(answer: &ActionAnswer) -> (Option<&str>, &str) {
     }
 }
 
+/// A step just claimed, from columns `workflow_id`, `step`, `lease_token`, `attempts`,
+/// `next_trigger`, `uncertain_since`; its workflow's part is filled in afterwards.
+pub(crate) fn claimed(
+    r: &impl Columns,
+    now: Millis,
+    lease_expires_at: Millis,
+) -> StoreResult<Claimed> {
+    Ok(Claimed {
+        fence: Fence {
+            workflow_id: WorkflowId(r.text("workflow_id")?),
+            step: r.text("step")?,
+            lease_token: r.text("lease_token")?,
+        },
+        attempt_id: AttemptId::new(now),
+        attempt_number: r.small("attempts")?,
+        trigger: r.parsed("next_trigger")?,
+        workflow: String::new(),
+        definition_version: 0,
+        lease_expires_at,
+        deadline_at: 0,
+        attempts_used: 0,
+        external_calls_used: 0,
+        runtime_used_ms: 0,
+        uncertain_since: r.opt_uint("uncertain_since")?,
+        context: StepContext::default(),
+    })
+}
+
+/// Columns `workflow_id`, `input_digest`, `expires_at` of an idempotency key.
+pub(crate) fn key_record(r: &impl Columns) -> StoreResult<KeyRecord> {
+    Ok(KeyRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        input_digest: r.text("input_digest")?,
+        expires_at: r.opt_uint("expires_at")?,
+    })
+}
+
 pub(crate) fn console_session(r: &impl Columns) -> StoreResult<ConsoleSession> {
     Ok(ConsoleSession {
         id_digest: r.text("id_digest")?,
@@ -331,4 +393,29 @@ pub(crate) fn console_session(r: &impl Columns) -> StoreResult<ConsoleSession> {
         started_at: r.uint("started_at")?,
         expires_at: r.uint("expires_at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_or_oversized_stored_integer_is_corrupt_not_wrapped() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut statement = conn
+            .prepare("SELECT -5 AS n, 300 AS c, NULL AS none, 7 AS ok")
+            .unwrap();
+        let mut found = statement.query([]).unwrap();
+        let r = found.next().unwrap().unwrap();
+        let negative = r.uint("n").unwrap_err();
+        assert!(
+            matches!(&negative, StoreError::Corrupt(m) if m.contains("`n` is -5")),
+            "{negative:?}"
+        );
+        assert!(matches!(r.opt_uint("n"), Err(StoreError::Corrupt(_))));
+        assert!(matches!(r.small::<u8>("c"), Err(StoreError::Corrupt(_))));
+        assert_eq!(r.opt_uint("none").unwrap(), None);
+        assert_eq!(r.small::<u32>("ok").unwrap(), 7);
+        assert_eq!(r.uint("ok").unwrap(), 7);
+    }
 }

@@ -3,12 +3,12 @@
 
 use super::executor::{insert_receipt, recompute_state, release_dependents};
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
-use crate::intent::{AttemptId, EventKind, NewEvent};
-use crate::store::rows;
+use crate::intent::AttemptId;
 use crate::store::{
     ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
     StepChange, StoreResult,
 };
+use crate::store::{plan, rows};
 use sqlx::postgres::PgConnection;
 
 async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
@@ -147,25 +147,18 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         .fetch_optional(&mut *conn)
         .await?;
         let latest = latest.map(AttemptId);
-        insert_receipt(
-            conn,
+        let output = r.output.to_string();
+        let values = plan::receipt_params(
+            r,
             &req.scope.workflow_id,
             step,
             latest.as_ref(),
-            r,
+            &output,
             req.now,
-        )
-        .await?;
+        );
+        insert_receipt(conn, &values).await?;
         let released = release_dependents(conn, &req.scope.workflow_id, req.now).await?;
-        if !released.is_empty() {
-            events.push(NewEvent::workflow(
-                EventKind::Action,
-                format!(
-                    "Released {} after its dependencies succeeded",
-                    released.join(", ")
-                ),
-            ));
-        }
+        events.extend(plan::released_event(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
     let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;

@@ -1,17 +1,16 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
-use super::{PgResult, PgStore, append_events, transaction, u};
+use super::{PgResult, PgStore, append_events, transaction};
 use crate::intent::{
-    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, Receipt, StepState, Trigger,
-    WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, Millis, Receipt, StepState, WorkflowId, WorkflowState,
 };
-use crate::store::rows::{self, EXPIRED_LEASE_COLUMNS, parse};
+use crate::store::plan;
+use crate::store::rows::{self, Columns, fits, parse};
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
     FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
     StoreError, StoreResult,
 };
-use sqlx::Row;
 use sqlx::postgres::PgConnection;
 use std::collections::HashMap;
 
@@ -34,7 +33,7 @@ pub(crate) async fn outbox(
     )
     .bind(id.as_str())
     .bind(event)
-    .bind(serde_json::json!({ "workflow_id": id, "event": event }).to_string())
+    .bind(plan::outbox_payload(id, event))
     .bind(now as i64)
     .execute(&mut *conn)
     .await?;
@@ -103,48 +102,30 @@ pub(crate) async fn recompute_state(
         .iter()
         .map(|s| parse::<StepState>(s))
         .collect::<StoreResult<Vec<_>>>()?;
-    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
-    if next == current {
-        return Ok(next);
-    }
-    let ended = next.is_ended().then_some(now as i64);
-    sqlx::query(
-        "UPDATE workflows SET state = $1, ended_at = COALESCE($2, ended_at) WHERE workflow_id = $3",
-    )
-    .bind(next.as_str())
-    .bind(ended)
-    .bind(id.as_str())
-    .execute(&mut *conn)
-    .await?;
-    if next.is_ended() {
+    let Some(change) = plan::state_change(current, steps, now) else {
+        return Ok(current);
+    };
+    sqlx::query("UPDATE workflows SET state = $1, ended_at = $2 WHERE workflow_id = $3")
+        .bind(change.next.as_str())
+        .bind(change.ended_at)
+        .bind(id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    if change.restart_key_retention {
         sqlx::query(
             "UPDATE intent_keys SET expires_at = $1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = $2)
              WHERE workflow_id = $2",
         )
-        .bind(now as i64)
+        .bind(change.ended_at)
         .bind(id.as_str())
         .execute(&mut *conn)
         .await?;
     }
-    let text = match next {
-        WorkflowState::Completed => "Workflow completed: every step has a receipt",
-        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
-        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
-        WorkflowState::Running => "Workflow running again",
-        WorkflowState::Cancelled => "Workflow cancelled",
-    };
-    append_events(
-        conn,
-        id,
-        now,
-        &[NewEvent::workflow(EventKind::Conclusion, text)
-            .with_data(serde_json::json!({"from": current, "to": next}))],
-    )
-    .await?;
-    if next != WorkflowState::Running {
-        outbox(conn, id, next.as_str(), now).await?;
+    append_events(conn, id, now, std::slice::from_ref(&change.event)).await?;
+    if let Some(event) = change.notify {
+        outbox(conn, id, event, now).await?;
     }
-    Ok(next)
+    Ok(change.next)
 }
 
 async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<Claimed>> {
@@ -177,27 +158,9 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         .iter()
         .map(|r| {
             Ok((
-                r.get::<String, _>("workflow_id"),
-                r.get::<i64, _>("ord"),
-                Claimed {
-                    fence: Fence {
-                        workflow_id: WorkflowId(r.get("workflow_id")),
-                        step: r.get("step"),
-                        lease_token: r.get("lease_token"),
-                    },
-                    attempt_id: AttemptId::new(req.now),
-                    attempt_number: r.get::<i64, _>("attempts") as u32,
-                    trigger: parse::<Trigger>(r.get("next_trigger"))?,
-                    workflow: String::new(),
-                    definition_version: 0,
-                    lease_expires_at: expires,
-                    deadline_at: 0,
-                    attempts_used: 0,
-                    external_calls_used: 0,
-                    runtime_used_ms: 0,
-                    uncertain_since: r.get::<Option<i64>, _>("uncertain_since").map(u),
-                    context: StepContext::default(),
-                },
+                r.text("workflow_id")?,
+                r.int("ord")?,
+                rows::claimed(r, req.now, expires)?,
             ))
         })
         .collect::<StoreResult<Vec<_>>>()?;
@@ -254,9 +217,8 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
     let mut workflows: HashMap<String, (sqlx::postgres::PgRow, serde_json::Value, i64)> =
         HashMap::new();
     for r in counted {
-        let input = serde_json::from_str(r.get("input"))
-            .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?;
-        workflows.insert(r.get("workflow_id"), (r, input, 0));
+        let input = r.json("input")?;
+        workflows.insert(r.text("workflow_id")?, (r, input, 0));
     }
     let mut seqs = Vec::with_capacity(claimed.len());
     for c in &mut claimed {
@@ -266,13 +228,13 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
                 .ok_or_else(|| {
                     StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
                 })?;
-        c.workflow = r.get("workflow");
-        c.definition_version = r.get::<i64, _>("definition_version") as u32;
-        c.deadline_at = u(r.get("deadline_at"));
-        c.attempts_used = (r.get::<i64, _>("attempts_before") + *taken + 1) as u32;
-        c.external_calls_used = r.get::<i64, _>("external_calls_used") as u32;
-        c.runtime_used_ms = u(r.get("runtime_used_ms"));
-        seqs.push(r.get::<i64, _>("first_seq") + *taken);
+        c.workflow = r.text("workflow")?;
+        c.definition_version = r.small("definition_version")?;
+        c.deadline_at = r.uint("deadline_at")?;
+        c.attempts_used = fits("attempts_used", r.int("attempts_before")? + *taken + 1)?;
+        c.external_calls_used = r.small("external_calls_used")?;
+        c.runtime_used_ms = r.uint("runtime_used_ms")?;
+        seqs.push(r.int("first_seq")? + *taken);
         *taken += 1;
         // Only an uncertain step needs it; read before this claim's attempt row exists.
         let sent_identity: Option<String> = match c.uncertain_since {
@@ -370,7 +332,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
     .bind(&req.fence.lease_token)
     .fetch_one(&mut *conn)
     .await?
-    .get("held");
+    .int("held")?;
     if held == 0 {
         return Err(lease_lost(&req.fence).into());
     }
@@ -401,27 +363,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     } = req;
     let id = fence.workflow_id.as_str();
     // The step's transition doubles as the fence: no row means the lease is gone.
-    let (state, ready_at, next_trigger, uncertain, receipt_id) = match &transition {
-        StepTransition::Succeeded(r) => (
-            StepState::Succeeded,
-            None,
-            None,
-            None,
-            Some(r.receipt_id.as_str()),
-        ),
-        StepTransition::Retry {
-            ready_at,
-            next_trigger,
-            uncertain_since,
-        } => (
-            StepState::FailedRetryable,
-            Some(*ready_at as i64),
-            Some(next_trigger.as_str()),
-            uncertain_since.map(|v| v as i64),
-            None,
-        ),
-        StepTransition::Terminal(state) => (*state, None, None, None, None),
-    };
+    let cols = transition.columns();
     // The fence and the attempt's facts in one round trip; the facts are written only if
     // the step moved.
     let query = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -445,11 +387,11 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         Some(now),
         Some(log.to_string()),
     )?
-    .bind(state.as_str())
-    .bind(ready_at)
-    .bind(next_trigger)
-    .bind(uncertain)
-    .bind(receipt_id)
+    .bind(cols.state.as_str())
+    .bind(cols.ready_at)
+    .bind(cols.next_trigger)
+    .bind(cols.uncertain_since)
+    .bind(cols.receipt_id)
     .bind(note.as_deref())
     .bind(id)
     .bind(&fence.step)
@@ -457,7 +399,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     .bind(expired_before.map(|v| v as i64))
     .fetch_one(&mut *conn)
     .await?
-    .get("moved");
+    .int("moved")?;
     if moved == 0 {
         return Err(lease_lost(&fence).into());
     }
@@ -474,24 +416,19 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     .await?;
     let mut released = Vec::new();
     if let StepTransition::Succeeded(r) = &transition {
-        insert_receipt(
-            conn,
+        let output = r.output.to_string();
+        let values = plan::receipt_params(
+            r,
             &fence.workflow_id,
             &fence.step,
             Some(&attempt_id),
-            r,
+            &output,
             now,
-        )
-        .await?;
+        );
+        insert_receipt(conn, &values).await?;
         released = release_dependents(conn, &fence.workflow_id, now).await?;
     }
-    if !released.is_empty() {
-        let text = format!(
-            "Released {} after its dependencies succeeded",
-            released.join(", ")
-        );
-        events.push(NewEvent::workflow(EventKind::Action, text));
-    }
+    events.extend(plan::released_event(&released));
     append_events(conn, &fence.workflow_id, now, &events).await?;
     let current = parse::<WorkflowState>(&current)?;
     let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
@@ -517,38 +454,25 @@ async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgRes
     append_events(conn, &late.workflow_id, late.now, &late.events).await
 }
 
-/// Records a receipt for a step.
+/// Records a receipt (see [`plan::receipt_params`]).
 pub(crate) async fn insert_receipt(
     conn: &mut PgConnection,
-    workflow_id: &WorkflowId,
-    step: &str,
-    attempt_id: Option<&AttemptId>,
-    r: &crate::store::NewReceipt,
-    now: Millis,
+    values: &[plan::Param<'_>],
 ) -> PgResult<()> {
-    sqlx::query(
-        "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
-             component, component_version, component_digest, input_digest,
-             external_reference, output, recorded_at, author, reason, evidence)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-    )
-    .bind(r.receipt_id.as_str())
-    .bind(workflow_id.as_str())
-    .bind(step)
-    .bind(attempt_id.map(AttemptId::as_str))
-    .bind(r.evidence_kind.as_str())
-    .bind(&r.component)
-    .bind(&r.component_version)
-    .bind(&r.component_digest)
-    .bind(&r.input_digest)
-    .bind(r.external_reference.as_deref())
-    .bind(r.output.to_string())
-    .bind(now as i64)
-    .bind(r.author.as_deref())
-    .bind(r.reason.as_deref())
-    .bind(r.evidence.as_deref())
-    .execute(&mut *conn)
-    .await?;
+    let placeholders: Vec<String> = (1..=values.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "INSERT INTO receipts ({}) VALUES ({})",
+        plan::RECEIPT_INSERT_COLUMNS,
+        placeholders.join(", ")
+    );
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for value in values {
+        query = match *value {
+            plan::Param::Text(t) => query.bind(t),
+            plan::Param::Int(i) => query.bind(i),
+        };
+    }
+    query.execute(&mut *conn).await?;
     Ok(())
 }
 
@@ -652,7 +576,7 @@ impl ExecutorStore for PgStore {
         .bind(now as i64)
         .fetch_one(&self.pool)
         .await?;
-        Ok(due.map(u))
+        due.map(|v| rows::unsigned("due", v)).transpose()
     }
 
     async fn watch(&self, wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {
@@ -680,18 +604,7 @@ impl ExecutorStore for PgStore {
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EXPIRED_LEASE_COLUMNS}
-             FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
-             LEFT JOIN attempts a
-               ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
-             WHERE s.state = 'running' AND s.lease_expires_at < $1
-             ORDER BY s.lease_expires_at, s.ord LIMIT $2"
-        )))
-        .bind(now as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(rows::expired_lease).collect()
+        use crate::store::reads::SharedReads;
+        SharedReads::expired_leases(&self.pool, &super::read::SQL, now, limit).await
     }
 }

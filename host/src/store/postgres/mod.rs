@@ -23,17 +23,18 @@ mod executor;
 mod read;
 mod sessions;
 
+use super::plan;
 use super::rows;
 use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
     AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
     KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
-    StoredDefinition, WorkflowRecord,
+    StoredDefinition,
 };
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
 use crate::store::Verification;
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
-use sqlx::{PgPool, Row};
 use std::time::Duration;
 
 /// How often an admission starts over after losing a race for its key (or a deadlock); a
@@ -154,11 +155,18 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(30))
             .connect(url)
             .await
-            .map_err(|e| StoreError::safe(format!("cannot connect to {}: {e}", redact(url))))?;
+            .map_err(|e| {
+                StoreError::safe(format!(
+                    "cannot connect to `{}`: {e}",
+                    super::without_password(url)
+                ))
+            })?;
         sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| StoreError::never(format!("migrating {}: {e}", redact(url))))?;
+            .map_err(|e| {
+                StoreError::never(format!("migrating `{}`: {e}", super::without_password(url)))
+            })?;
         let notifier = Notifier::start(pool.clone());
         Ok(Self { pool, notifier })
     }
@@ -167,18 +175,6 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
         self.notifier.poke();
-    }
-}
-
-/// `url` without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("`{}{user}:***{}`", &url[..scheme + 3], &url[at..])
-        }
-        _ => format!("`{url}`"),
     }
 }
 
@@ -225,11 +221,6 @@ impl Notifier {
     pub(crate) fn poke(&self) {
         self.poke.notify_one();
     }
-}
-
-/// A stored count or time (BIGINT) as the unsigned value it stands for.
-pub(crate) fn u(v: i64) -> u64 {
-    v as u64
 }
 
 /// Locks the workflow row for the rest of the transaction and returns its state; later
@@ -414,15 +405,7 @@ async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> PgResult<Opt
     .bind(&scope.key)
     .fetch_optional(&mut *conn)
     .await?;
-    Ok(row.map(|r| KeyRecord {
-        workflow_id: WorkflowId(r.get("workflow_id")),
-        input_digest: r.get("input_digest"),
-        expires_at: r.get::<Option<i64>, _>("expires_at").map(u),
-    }))
-}
-
-fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
-    key.filter(|k| k.expires_at.is_none_or(|e| e > now))
+    Ok(row.as_ref().map(rows::key_record).transpose()?)
 }
 
 impl ComponentStore for PgStore {
@@ -565,33 +548,9 @@ async fn set_active_tx(conn: &mut PgConnection, change: &ActiveChange) -> PgResu
                 .await?,
         )
     }
-    let keep = match (&change.target, &current) {
-        (ActiveTarget::IfNone(_), Some(c)) => Some(c.clone()),
-        (ActiveTarget::Digest(t), Some(c)) if *t == c.0 => Some(c.clone()),
-        _ => None,
-    };
-    if let Some((digest, since)) = keep {
-        return Ok(ActiveOutcome {
-            active: ActiveComponent {
-                name: name.to_string(),
-                version: version_of(conn, name, &digest).await?.unwrap_or_default(),
-                digest,
-                since: u(since),
-            },
-            previous: None,
-            changed: false,
-        });
-    }
-    let (digest, action) = match &change.target {
-        ActiveTarget::IfNone(d) | ActiveTarget::Digest(d) => (d.clone(), "activated"),
-        ActiveTarget::Previous => {
-            let Some((now_active, _)) = &current else {
-                return Err(StoreError::NotFound(format!(
-                    "active version of `{name}` to roll back from"
-                ))
-                .into());
-            };
-            let before: Option<String> = sqlx::query_scalar(
+    let before: Option<String> = match (&change.target, &current) {
+        (ActiveTarget::Previous, Some((now_active, _))) => {
+            sqlx::query_scalar(
                 "SELECT digest FROM component_events
                  WHERE name = $1 AND action IN ('activated', 'rolled_back') AND digest <> $2
                  ORDER BY seq DESC LIMIT 1",
@@ -599,21 +558,20 @@ async fn set_active_tx(conn: &mut PgConnection, change: &ActiveChange) -> PgResu
             .bind(name)
             .bind(now_active)
             .fetch_optional(&mut *conn)
-            .await?;
-            match before {
-                Some(d) => (d, "rolled_back"),
-                None => {
-                    return Err(StoreError::NotFound(format!(
-                        "earlier active version of `{name}` to roll back to"
-                    ))
-                    .into());
-                }
-            }
+            .await?
         }
+        _ => None,
     };
-    let version = version_of(conn, name, &digest).await?.ok_or_else(|| {
-        StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
-    })?;
+    let (digest, action) = match plan::active_change(change, current.as_ref(), before)? {
+        plan::ActivePlan::Keep { digest, since } => {
+            let version = version_of(conn, name, &digest).await?;
+            return Ok(plan::kept(name, version, digest, since)?);
+        }
+        plan::ActivePlan::Switch { digest, action } => (digest, action),
+    };
+    let version = version_of(conn, name, &digest)
+        .await?
+        .ok_or_else(|| plan::unknown_version(name, &digest))?;
     sqlx::query(
         "INSERT INTO active_components (name, digest, since) VALUES ($1, $2, $3)
          ON CONFLICT (name) DO UPDATE SET digest = $2, since = $3",
@@ -635,22 +593,13 @@ async fn set_active_tx(conn: &mut PgConnection, change: &ActiveChange) -> PgResu
     .bind(change.now as i64)
     .execute(&mut *conn)
     .await?;
-    Ok(ActiveOutcome {
-        active: ActiveComponent {
-            name: name.to_string(),
-            version,
-            digest,
-            since: change.now,
-        },
-        previous: current.map(|(d, _)| d),
-        changed: true,
-    })
+    Ok(plan::switched(change, version, digest, current))
 }
 
 impl AdmissionStore for PgStore {
     async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
         let mut conn = self.pool.acquire().await?;
-        Ok(live(key_in_scope(&mut conn, scope).await?, now))
+        Ok(plan::live(key_in_scope(&mut conn, scope).await?, now))
     }
 
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
@@ -681,7 +630,7 @@ impl AdmissionStore for PgStore {
 
 /// One try at an admission; `None` when a concurrent admission took the key meanwhile.
 async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Option<AdmitOutcome>> {
-    if let Some(k) = live(key_in_scope(conn, &req.scope).await?, req.now) {
+    if let Some(k) = plan::live(key_in_scope(conn, &req.scope).await?, req.now) {
         if k.input_digest != req.input.digest {
             return Ok(Some(AdmitOutcome::Conflict {
                 workflow_id: k.workflow_id,
@@ -789,20 +738,5 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     }
     insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
     executor::outbox(conn, &new.workflow_id, "recorded", req.now).await?;
-    Ok(Some(AdmitOutcome::Created(WorkflowRecord {
-        workflow_id: new.workflow_id.clone(),
-        workflow: req.scope.workflow.clone(),
-        definition_version: new.definition_version,
-        subject: req.scope.subject.clone(),
-        idempotency_key: req.scope.key.clone(),
-        input: req.input.text.clone(),
-        input_digest: req.input.digest.clone(),
-        state: WorkflowState::Running,
-        created_at: req.now,
-        ended_at: None,
-        deadline_at: new.deadline_at,
-        attempts_used: 0,
-        external_calls_used: 0,
-        runtime_used_ms: 0,
-    })))
+    Ok(Some(AdmitOutcome::Created(plan::created(req, new))))
 }

@@ -1,9 +1,11 @@
 //! Operator actions: the key, the guarded step change, the receipt and the timeline, in
 //! one transaction.
 
-use super::executor::{recompute_state, release_dependents};
+use super::executor::{insert_receipt, recompute_state, release_dependents};
 use super::{SqliteStore, append_events};
+use crate::intent::AttemptId;
 use crate::intent::WorkflowState;
+use crate::store::plan;
 use crate::store::rows;
 use crate::store::rows::parse;
 use crate::store::{
@@ -103,39 +105,20 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
             )?
             .query_row(params![workflow_id, step], |r| r.get(0))
             .optional()?;
-        conn.prepare_cached(
-            "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
-                 component, component_version, component_digest, input_digest,
-                 external_reference, output, recorded_at, author, reason, evidence)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
-            r.receipt_id.as_str(),
-            workflow_id,
-            step,
-            latest,
-            r.evidence_kind.as_str(),
-            &r.component,
-            &r.component_version,
-            &r.component_digest,
-            &r.input_digest,
-            r.external_reference.as_deref(),
-            r.output.to_string(),
-            now,
-            r.author.as_deref(),
-            r.reason.as_deref(),
-            r.evidence.as_deref(),
-        ])?;
+        let output = r.output.to_string();
+        insert_receipt(
+            conn,
+            &plan::receipt_params(
+                r,
+                &req.scope.workflow_id,
+                step,
+                latest.map(AttemptId).as_ref(),
+                &output,
+                req.now,
+            ),
+        )?;
         let released = release_dependents(conn, &req.scope.workflow_id, req.now)?;
-        if !released.is_empty() {
-            events.push(crate::intent::NewEvent::workflow(
-                crate::intent::EventKind::Action,
-                format!(
-                    "Released {} after its dependencies succeeded",
-                    released.join(", ")
-                ),
-            ));
-        }
+        events.extend(plan::released_event(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events)?;
     let current: String = conn

@@ -1,11 +1,9 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::{SqliteStore, append_events};
-use crate::intent::{
-    AttemptId, AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger, WorkflowId,
-    WorkflowState,
-};
-use crate::store::rows::{self, EXPIRED_LEASE_COLUMNS, parse};
+use crate::intent::{AttemptId, AttemptOutcome, Millis, StepState, WorkflowId, WorkflowState};
+use crate::store::plan;
+use crate::store::rows::{self, Columns, parse};
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
     FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
@@ -60,7 +58,7 @@ pub(crate) fn outbox(
     .execute(params![
         id.as_str(),
         event,
-        serde_json::json!({ "workflow_id": id, "event": event }).to_string(),
+        plan::outbox_payload(id, event),
         now as i64
     ])?;
     Ok(())
@@ -123,40 +121,23 @@ pub(crate) fn recompute_state(
         }
         steps
     };
-    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
-    if next == current {
-        return Ok(next);
-    }
-    // A workflow an operator revives (a failed step retried) is not ended any more: its end
-    // and its key's retention start again when it ends again.
-    let ended = next.is_ended().then_some(now as i64);
+    let Some(change) = plan::state_change(current, steps, now) else {
+        return Ok(current);
+    };
     conn.prepare_cached("UPDATE workflows SET state = ?, ended_at = ? WHERE workflow_id = ?")?
-        .execute(params![next.as_str(), ended, id.as_str()])?;
-    if next.is_ended() || current.is_ended() {
+        .execute(params![change.next.as_str(), change.ended_at, id.as_str()])?;
+    if change.restart_key_retention {
         conn.prepare_cached(
             "UPDATE intent_keys SET expires_at = ?1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = ?2)
              WHERE workflow_id = ?2",
         )?
-        .execute(params![ended, id.as_str()])?;
+        .execute(params![change.ended_at, id.as_str()])?;
     }
-    let text = match next {
-        WorkflowState::Completed => "Workflow completed: every step has a receipt",
-        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
-        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
-        WorkflowState::Running => "Workflow running again",
-        WorkflowState::Cancelled => "Workflow cancelled",
-    };
-    append_events(
-        conn,
-        id,
-        now,
-        &[NewEvent::workflow(EventKind::Conclusion, text)
-            .with_data(serde_json::json!({"from": current, "to": next}))],
-    )?;
-    if next != WorkflowState::Running {
-        outbox(conn, id, next.as_str(), now)?;
+    append_events(conn, id, now, std::slice::from_ref(&change.event))?;
+    if let Some(event) = change.notify {
+        outbox(conn, id, event, now)?;
     }
-    Ok(next)
+    Ok(change.next)
 }
 
 /// Budget and identity of a workflow as a claim sees it.
@@ -189,26 +170,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
             req.limit as i64
         ])?;
         while let Some(r) = rows.next()? {
-            let trigger: String = r.get(3)?;
-            claimed.push(Claimed {
-                fence: Fence {
-                    workflow_id: WorkflowId(r.get(0)?),
-                    step: r.get(1)?,
-                    lease_token: r.get(5)?,
-                },
-                attempt_id: AttemptId::new(req.now),
-                attempt_number: r.get::<_, i64>(2)? as u32,
-                trigger: parse::<Trigger>(&trigger)?,
-                workflow: String::new(),
-                definition_version: 0,
-                lease_expires_at: expires,
-                deadline_at: 0,
-                attempts_used: 0,
-                external_calls_used: 0,
-                runtime_used_ms: 0,
-                uncertain_since: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
-                context: StepContext::default(),
-            });
+            claimed.push(rows::claimed(r, req.now, expires)?);
         }
     }
     if claimed.is_empty() {
@@ -219,7 +181,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
          WHERE workflow_id = ?1
          RETURNING workflow, definition_version, deadline_at, attempts_used,
-                   external_calls_used, runtime_used_ms, next_seq - 1, input",
+                   external_calls_used, runtime_used_ms, next_seq - 1 AS first_seq, input",
     )?;
     let mut attempt = conn.prepare_cached(
         "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
@@ -230,20 +192,24 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
          VALUES (?, ?, ?, 'action', ?, ?, ?, 'null')",
     )?;
     for c in &mut claimed {
-        let (wf, seq, input) = budget.query_row([c.fence.workflow_id.as_str()], |r| {
-            Ok((
+        let (wf, seq, input) = {
+            let mut found = budget.query([c.fence.workflow_id.as_str()])?;
+            let r = found.next()?.ok_or_else(|| {
+                StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
+            })?;
+            (
                 ClaimedWorkflow {
-                    workflow: r.get(0)?,
-                    definition_version: r.get::<_, i64>(1)? as u32,
-                    deadline_at: r.get::<_, i64>(2)? as u64,
-                    attempts_used: r.get::<_, i64>(3)? as u32,
-                    external_calls_used: r.get::<_, i64>(4)? as u32,
-                    runtime_used_ms: r.get::<_, i64>(5)? as u64,
+                    workflow: r.text("workflow")?,
+                    definition_version: r.small("definition_version")?,
+                    deadline_at: r.uint("deadline_at")?,
+                    attempts_used: r.small("attempts_used")?,
+                    external_calls_used: r.small("external_calls_used")?,
+                    runtime_used_ms: r.uint("runtime_used_ms")?,
                 },
-                r.get::<_, i64>(6)?,
-                r.get::<_, String>(7)?,
-            ))
-        })?;
+                r.int("first_seq")?,
+                r.text("input")?,
+            )
+        };
         c.workflow = wf.workflow;
         c.definition_version = wf.definition_version;
         c.deadline_at = wf.deadline_at;
@@ -311,43 +277,12 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
     append_events(conn, &req.fence.workflow_id, req.now, &req.events)
 }
 
-fn finish_tx(conn: &Connection, req: FinishRequest) -> StoreResult<FinishOutcome> {
-    let FinishRequest {
-        fence,
-        attempt_id,
-        checkpoint,
-        facts,
-        transition,
-        note,
-        log,
-        runtime_ms,
-        mut events,
-        now,
-        expired_before,
-    } = req;
+fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOutcome> {
+    let mut events = std::mem::take(&mut req.events);
+    let (fence, now) = (&req.fence, req.now);
     let id = fence.workflow_id.as_str();
     // The step's transition doubles as the fence: no row means the lease is gone.
-    let (state, ready_at, next_trigger, uncertain, receipt_id) = match &transition {
-        StepTransition::Succeeded(r) => (
-            StepState::Succeeded,
-            None,
-            None,
-            None,
-            Some(r.receipt_id.as_str()),
-        ),
-        StepTransition::Retry {
-            ready_at,
-            next_trigger,
-            uncertain_since,
-        } => (
-            StepState::FailedRetryable,
-            Some(*ready_at as i64),
-            Some(next_trigger.as_str()),
-            uncertain_since.map(|v| v as i64),
-            None,
-        ),
-        StepTransition::Terminal(state) => (*state, None, None, None, None),
-    };
+    let cols = req.transition.columns();
     let moved = conn
         .prepare_cached(
             "UPDATE steps SET state = ?1, ready_at = ?2, next_trigger = COALESCE(?3, next_trigger),
@@ -359,63 +294,54 @@ fn finish_tx(conn: &Connection, req: FinishRequest) -> StoreResult<FinishOutcome
                AND (?10 IS NULL OR lease_expires_at < ?10)",
         )?
         .execute(params![
-            state.as_str(),
-            ready_at,
-            next_trigger,
-            uncertain,
-            receipt_id,
-            note.as_deref(),
+            cols.state.as_str(),
+            cols.ready_at,
+            cols.next_trigger,
+            cols.uncertain_since,
+            cols.receipt_id,
+            req.note.as_deref(),
             id,
             &fence.step,
             &fence.lease_token,
-            expired_before.map(|v| v as i64),
+            req.expired_before.map(|v| v as i64),
         ])?;
     if moved == 0 {
-        return Err(lease_lost(&fence));
+        return Err(lease_lost(fence));
     }
-    apply_facts(conn, &attempt_id, checkpoint, &facts, Some(now), Some(&log))?;
+    apply_facts(
+        conn,
+        &req.attempt_id,
+        req.checkpoint,
+        &req.facts,
+        Some(now),
+        Some(&req.log),
+    )?;
     let mut released = Vec::new();
-    if let StepTransition::Succeeded(r) = &transition {
-        conn.prepare_cached(
-            "INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind,
-                 component, component_version, component_digest, input_digest,
-                 external_reference, output, recorded_at, author, reason, evidence)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
-            r.receipt_id.as_str(),
-            id,
-            &fence.step,
-            attempt_id.as_str(),
-            r.evidence_kind.as_str(),
-            &r.component,
-            &r.component_version,
-            &r.component_digest,
-            &r.input_digest,
-            r.external_reference.as_deref(),
-            r.output.to_string(),
-            now as i64,
-            r.author.as_deref(),
-            r.reason.as_deref(),
-            r.evidence.as_deref(),
-        ])?;
+    if let StepTransition::Succeeded(r) = &req.transition {
+        let output = r.output.to_string();
+        insert_receipt(
+            conn,
+            &plan::receipt_params(
+                r,
+                &fence.workflow_id,
+                &fence.step,
+                Some(&req.attempt_id),
+                &output,
+                now,
+            ),
+        )?;
         released = release_dependents(conn, &fence.workflow_id, now)?;
     }
-    if !released.is_empty() {
-        let text = format!(
-            "Released {} after its dependencies succeeded",
-            released.join(", ")
-        );
-        events.push(NewEvent::workflow(EventKind::Action, text));
-    }
+    events.extend(plan::released_event(&released));
     let (first, current): (i64, String) = conn
         .prepare_cached(
             "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2
              WHERE workflow_id = ?3 RETURNING next_seq - ?2, state",
         )?
-        .query_row(params![runtime_ms as i64, events.len() as i64, id], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
+        .query_row(
+            params![req.runtime_ms as i64, events.len() as i64, id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
     if !events.is_empty() {
         super::insert_events(conn, &fence.workflow_id, first as u64, now, &events)?;
     }
@@ -425,6 +351,26 @@ fn finish_tx(conn: &Connection, req: FinishRequest) -> StoreResult<FinishOutcome
         workflow_state,
         released,
     })
+}
+
+/// Records a receipt (see [`plan::receipt_params`]).
+pub(crate) fn insert_receipt(conn: &Connection, values: &[plan::Param<'_>]) -> StoreResult<()> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO receipts ({}) VALUES ({})",
+        plan::RECEIPT_INSERT_COLUMNS,
+        vec!["?"; values.len()].join(", ")
+    ))?
+    .execute(rusqlite::params_from_iter(values))?;
+    Ok(())
+}
+
+impl rusqlite::ToSql for plan::Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            plan::Param::Text(t) => t.to_sql(),
+            plan::Param::Int(i) => i.to_sql(),
+        }
+    }
 }
 
 /// Makes ready every pending step of the workflow whose dependencies have all succeeded.
@@ -533,19 +479,8 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EXPIRED_LEASE_COLUMNS}
-             FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
-             LEFT JOIN attempts a
-               ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
-             WHERE s.state = 'running' AND s.lease_expires_at < ?
-             ORDER BY s.lease_expires_at LIMIT ?"
-        )))
-        .bind(now as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter().map(rows::expired_lease).collect()
+        use crate::store::reads::SharedReads;
+        SharedReads::expired_leases(&self.read, &super::read::SQL, now, limit).await
     }
 
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {

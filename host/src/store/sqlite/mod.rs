@@ -15,14 +15,15 @@ mod writer;
 
 pub use writer::Hold;
 
+use super::plan;
 use super::rows;
 use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
     AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
     KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
-    StoredDefinition, WorkflowRecord,
+    StoredDefinition,
 };
-use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use crate::intent::{Millis, NewEvent, StepState, WorkflowId};
 use crate::store::Verification;
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -122,14 +123,15 @@ pub(crate) fn append_events(
     now: Millis,
     events: &[NewEvent],
 ) -> StoreResult<()> {
-    if events.is_empty() {
+    // Nothing to number leaves the counter alone.
+    let Ok(count @ 1..) = i64::try_from(events.len()) else {
         return Ok(());
-    }
+    };
     let first: i64 = conn
         .prepare_cached(
             "UPDATE workflows SET next_seq = next_seq + ?1 WHERE workflow_id = ?2 RETURNING next_seq - ?1",
         )?
-        .query_row(params![events.len() as i64, workflow_id.as_str()], |r| r.get(0))?;
+        .query_row(params![count, workflow_id.as_str()], |r| r.get(0))?;
     insert_events(conn, workflow_id, first as u64, now, events)
 }
 
@@ -249,22 +251,11 @@ pub(crate) fn each_row<T>(
 
 /// The key in scope, expired or not.
 fn key_in_scope(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
-        )?
-        .query_row(params![&scope.subject.0, &scope.workflow, &scope.key], |r| {
-            Ok(KeyRecord {
-                workflow_id: WorkflowId(r.get(0)?),
-                input_digest: r.get(1)?,
-                expires_at: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
-            })
-        })
-        .optional()?)
-}
-
-fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
-    key.filter(|k| k.expires_at.is_none_or(|e| e > now))
+    let mut statement = conn.prepare_cached(
+        "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
+    )?;
+    let mut found = statement.query(params![&scope.subject.0, &scope.workflow, &scope.key])?;
+    found.next()?.map(rows::key_record).transpose()
 }
 
 impl ComponentStore for SqliteStore {
@@ -396,56 +387,24 @@ fn set_active_tx(conn: &Connection, change: ActiveChange) -> StoreResult<ActiveO
             .query_row(params![digest, name], |r| r.get(0))
             .optional()?)
     };
-    let unchanged = |digest: String, since: i64| -> StoreResult<ActiveOutcome> {
-        Ok(ActiveOutcome {
-            active: ActiveComponent {
-                name: name.to_string(),
-                version: version_of(&digest)?.unwrap_or_default(),
-                digest,
-                since: since as u64,
-            },
-            previous: None,
-            changed: false,
-        })
+    let before: Option<String> = match (&change.target, &current) {
+        (ActiveTarget::Previous, Some((now_active, _))) => conn
+            .prepare_cached(
+                "SELECT digest FROM component_events
+                 WHERE name = ? AND action IN ('activated', 'rolled_back') AND digest <> ?
+                 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(params![name, now_active], |r| r.get(0))
+            .optional()?,
+        _ => None,
     };
-    let (digest, action) = match change.target {
-        ActiveTarget::IfNone(_) | ActiveTarget::Digest(_)
-            if current.as_ref().is_some_and(|(d, _)| match &change.target {
-                ActiveTarget::Digest(t) => t == d,
-                _ => true,
-            }) =>
-        {
-            let (d, since) = current.expect("checked");
-            return unchanged(d, since);
+    let (digest, action) = match plan::active_change(&change, current.as_ref(), before)? {
+        plan::ActivePlan::Keep { digest, since } => {
+            return plan::kept(name, version_of(&digest)?, digest, since);
         }
-        ActiveTarget::IfNone(d) | ActiveTarget::Digest(d) => (d, "activated"),
-        ActiveTarget::Previous => {
-            let Some((now_active, _)) = &current else {
-                return Err(StoreError::NotFound(format!(
-                    "active version of `{name}` to roll back from"
-                )));
-            };
-            let before: Option<String> = conn
-                .prepare_cached(
-                    "SELECT digest FROM component_events
-                     WHERE name = ? AND action IN ('activated', 'rolled_back') AND digest <> ?
-                     ORDER BY seq DESC LIMIT 1",
-                )?
-                .query_row(params![name, now_active], |r| r.get(0))
-                .optional()?;
-            match before {
-                Some(d) => (d, "rolled_back"),
-                None => {
-                    return Err(StoreError::NotFound(format!(
-                        "earlier active version of `{name}` to roll back to"
-                    )));
-                }
-            }
-        }
+        plan::ActivePlan::Switch { digest, action } => (digest, action),
     };
-    let version = version_of(&digest)?.ok_or_else(|| {
-        StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
-    })?;
+    let version = version_of(&digest)?.ok_or_else(|| plan::unknown_version(name, &digest))?;
     conn.prepare_cached(
         "INSERT INTO active_components (name, digest, since) VALUES (?1, ?2, ?3)
          ON CONFLICT (name) DO UPDATE SET digest = ?2, since = ?3",
@@ -463,21 +422,12 @@ fn set_active_tx(conn: &Connection, change: ActiveChange) -> StoreResult<ActiveO
         &change.author,
         change.now as i64
     ])?;
-    Ok(ActiveOutcome {
-        active: ActiveComponent {
-            name: name.to_string(),
-            version,
-            digest,
-            since: change.now,
-        },
-        previous: current.map(|(d, _)| d),
-        changed: true,
-    })
+    Ok(plan::switched(&change, version, digest, current))
 }
 
 impl AdmissionStore for SqliteStore {
     async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
-        Ok(live(
+        Ok(plan::live(
             self.points.with(|conn| key_in_scope(conn, scope))?,
             now,
         ))
@@ -492,7 +442,7 @@ impl AdmissionStore for SqliteStore {
 
 fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let existing = key_in_scope(conn, &req.scope)?;
-    if let Some(k) = live(existing.clone(), req.now) {
+    if let Some(k) = plan::live(existing.clone(), req.now) {
         if k.input_digest != req.input.digest {
             return Ok(AdmitOutcome::Conflict {
                 workflow_id: k.workflow_id,
@@ -504,7 +454,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         return Ok(AdmitOutcome::Replayed(record));
     }
     // A refused new intent changes nothing, not even an expired key.
-    let Some(new) = req.create else {
+    let Some(new) = &req.create else {
         return Ok(AdmitOutcome::KeyFree);
     };
     if existing.is_some() {
@@ -578,20 +528,5 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
     }
     executor::outbox(conn, &new.workflow_id, "recorded", req.now)?;
-    Ok(AdmitOutcome::Created(WorkflowRecord {
-        workflow_id: new.workflow_id.clone(),
-        workflow: req.scope.workflow.clone(),
-        definition_version: new.definition_version,
-        subject: req.scope.subject.clone(),
-        idempotency_key: req.scope.key.clone(),
-        input: req.input.text.clone(),
-        input_digest: req.input.digest.clone(),
-        state: WorkflowState::Running,
-        created_at: req.now,
-        ended_at: None,
-        deadline_at: new.deadline_at,
-        attempts_used: 0,
-        external_calls_used: 0,
-        runtime_used_ms: 0,
-    }))
+    Ok(AdmitOutcome::Created(plan::created(&req, new)))
 }

@@ -1,12 +1,10 @@
 //! Reads for projections ([`ReadStore`]), and the reads the writer shares.
 
 use super::SqliteStore;
-use crate::intent::{Receipt, TimelineEvent, WorkflowId};
+use crate::intent::{Receipt, WorkflowId};
+use crate::store::reads::ReadSql;
 use crate::store::rows::{self, RECEIPT_COLUMNS, WORKFLOW_COLUMNS};
-use crate::store::{
-    AttemptRecord, ReadStore, StepRecord, StoreResult, WorkflowFilter, WorkflowRecord,
-};
-use sqlx::SqliteConnection;
+use crate::store::{ReadStore, StoreResult, WorkflowFilter, WorkflowRecord};
 
 /// One workflow (inside a write transaction, or on a point-read connection).
 pub(crate) fn workflow_tx(
@@ -31,93 +29,26 @@ pub(crate) fn receipts_tx(
     super::each_row(&mut stmt, [id.as_str()], |r| rows::receipt(r))
 }
 
-pub(crate) async fn receipts_on(
-    conn: &mut SqliteConnection,
-    id: &WorkflowId,
-) -> StoreResult<Vec<Receipt>> {
-    let rows = sqlx::query(
-        "SELECT * FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id",
-    )
-    .bind(id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(rows::receipt).collect()
-}
+/// The shared reads in SQLite's dialect.
+pub(crate) const SQL: ReadSql = ReadSql {
+    steps: "SELECT * FROM steps WHERE workflow_id = ? ORDER BY rowid",
+    receipts: "SELECT * FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id",
+    timeline: "SELECT * FROM timeline WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+    timeline_latest: "SELECT * FROM timeline WHERE workflow_id = ?1
+               AND (?2 IS NULL OR step = ?2) AND (?3 IS NULL OR seq < ?3)
+             ORDER BY seq DESC LIMIT ?4",
+    attempts: "SELECT * FROM attempts WHERE workflow_id = ? AND step = ? AND number > ?
+             ORDER BY number LIMIT ?",
+    expired_leases: "WHERE s.state = 'running' AND s.lease_expires_at < ?
+             ORDER BY s.lease_expires_at LIMIT ?",
+};
 
 impl ReadStore for SqliteStore {
     async fn workflow(&self, id: &WorkflowId) -> StoreResult<Option<WorkflowRecord>> {
         self.points.with(|conn| workflow_tx(conn, id))
     }
 
-    async fn steps(&self, id: &WorkflowId) -> StoreResult<Vec<StepRecord>> {
-        let rows = sqlx::query("SELECT * FROM steps WHERE workflow_id = ? ORDER BY rowid")
-            .bind(id.as_str())
-            .fetch_all(&self.read)
-            .await?;
-        rows.iter().map(rows::step).collect()
-    }
-
-    async fn receipts(&self, id: &WorkflowId) -> StoreResult<Vec<Receipt>> {
-        let mut conn = self.read.acquire().await?;
-        receipts_on(&mut conn, id).await
-    }
-
-    async fn timeline(
-        &self,
-        id: &WorkflowId,
-        after: u64,
-        limit: u32,
-    ) -> StoreResult<Vec<TimelineEvent>> {
-        let rows = sqlx::query(
-            "SELECT * FROM timeline WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        )
-        .bind(id.as_str())
-        .bind(after as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter().map(rows::timeline_event).collect()
-    }
-
-    async fn timeline_latest(
-        &self,
-        id: &WorkflowId,
-        step: Option<&str>,
-        before: Option<u64>,
-        limit: u32,
-    ) -> StoreResult<Vec<TimelineEvent>> {
-        let rows = sqlx::query(
-            "SELECT * FROM timeline WHERE workflow_id = ?1
-               AND (?2 IS NULL OR step = ?2) AND (?3 IS NULL OR seq < ?3)
-             ORDER BY seq DESC LIMIT ?4",
-        )
-        .bind(id.as_str())
-        .bind(step)
-        .bind(before.map(|b| b as i64))
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await?;
-        // Read newest first to take the latest; shown oldest first.
-        rows.iter().rev().map(rows::timeline_event).collect()
-    }
-
-    async fn attempts(
-        &self,
-        id: &WorkflowId,
-        step: &str,
-        after: u32,
-        limit: u32,
-    ) -> StoreResult<Vec<AttemptRecord>> {
-        let rows =
-            sqlx::query("SELECT * FROM attempts WHERE workflow_id = ? AND step = ? AND number > ? ORDER BY number LIMIT ?")
-                .bind(id.as_str())
-                .bind(step)
-                .bind(after as i64)
-                .bind(limit as i64)
-                .fetch_all(&self.read)
-                .await?;
-        rows.iter().map(rows::attempt).collect()
-    }
+    crate::store::reads::shared_read_methods!(read, SQL);
 
     async fn list_workflows(&self, filter: &WorkflowFilter) -> StoreResult<Vec<WorkflowRecord>> {
         let mut sql = format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE 1 = 1");

@@ -1,0 +1,308 @@
+//! What a write does, decided once in pure code for both backends; each backend only
+//! executes the plan in its own SQL. Two backends that each decided for themselves would
+//! drift apart (they did: a revived workflow kept its end on one and not the other).
+
+use super::{
+    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmitRequest, KeyRecord,
+    NewReceipt, NewWorkflow, StepTransition, StoreError, StoreResult, WorkflowRecord,
+};
+use crate::intent::{AttemptId, EventKind, Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+
+/// The step columns an attempt's end writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TransitionColumns<'a> {
+    pub state: StepState,
+    pub ready_at: Option<i64>,
+    pub next_trigger: Option<&'a str>,
+    /// Set once, when the effect first became uncertain; cleared by a receipt.
+    pub uncertain_since: Option<i64>,
+    pub receipt_id: Option<&'a str>,
+}
+
+impl StepTransition {
+    pub(crate) fn columns(&self) -> TransitionColumns<'_> {
+        match self {
+            StepTransition::Succeeded(r) => TransitionColumns {
+                state: StepState::Succeeded,
+                ready_at: None,
+                next_trigger: None,
+                uncertain_since: None,
+                receipt_id: Some(r.receipt_id.as_str()),
+            },
+            StepTransition::Retry {
+                ready_at,
+                next_trigger,
+                uncertain_since,
+            } => TransitionColumns {
+                state: StepState::FailedRetryable,
+                ready_at: Some(*ready_at as i64),
+                next_trigger: Some(next_trigger.as_str()),
+                uncertain_since: uncertain_since.map(|v| v as i64),
+                receipt_id: None,
+            },
+            StepTransition::Terminal(state) => TransitionColumns {
+                state: *state,
+                ready_at: None,
+                next_trigger: None,
+                uncertain_since: None,
+                receipt_id: None,
+            },
+        }
+    }
+}
+
+/// The workflow's move to another state, and everything that goes with it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StateChange {
+    pub next: WorkflowState,
+    /// `ended_at`: set when the workflow ends, cleared when an operator revives it.
+    pub ended_at: Option<i64>,
+    /// Whether the key's retention changes: it starts counting at the end and stops when
+    /// the workflow is revived (its key is reserved again while it runs).
+    pub restart_key_retention: bool,
+    /// The timeline's conclusion.
+    pub event: NewEvent,
+    /// The notification to queue, if the new state is one people are told about.
+    pub notify: Option<&'static str>,
+}
+
+/// Plans the workflow's state from its steps: `None` when it stays as it is.
+pub(crate) fn state_change(
+    current: WorkflowState,
+    steps: impl IntoIterator<Item = StepState>,
+    now: Millis,
+) -> Option<StateChange> {
+    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
+    if next == current {
+        return None;
+    }
+    let text = match next {
+        WorkflowState::Completed => "Workflow completed: every step has a receipt",
+        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
+        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
+        WorkflowState::Running => "Workflow running again",
+        WorkflowState::Cancelled => "Workflow cancelled",
+    };
+    Some(StateChange {
+        next,
+        ended_at: next.is_ended().then_some(now as i64),
+        restart_key_retention: next.is_ended() || current.is_ended(),
+        event: NewEvent::workflow(EventKind::Conclusion, text)
+            .with_data(serde_json::json!({"from": current, "to": next})),
+        notify: (next != WorkflowState::Running).then_some(next.as_str()),
+    })
+}
+
+/// The record of a workflow just admitted.
+pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
+    WorkflowRecord {
+        workflow_id: new.workflow_id.clone(),
+        workflow: req.scope.workflow.clone(),
+        definition_version: new.definition_version,
+        subject: req.scope.subject.clone(),
+        idempotency_key: req.scope.key.clone(),
+        input: req.input.text.clone(),
+        input_digest: req.input.digest.clone(),
+        state: WorkflowState::Running,
+        created_at: req.now,
+        ended_at: None,
+        deadline_at: new.deadline_at,
+        attempts_used: 0,
+        external_calls_used: 0,
+        runtime_used_ms: 0,
+    }
+}
+
+/// A key that still reserves its scope at `now` (it has not expired).
+pub(crate) fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
+    key.filter(|k| k.expires_at.is_none_or(|e| e > now))
+}
+
+/// The timeline entry for dependents released by a receipt; `None` when none were.
+pub(crate) fn released_event(released: &[String]) -> Option<NewEvent> {
+    (!released.is_empty()).then(|| {
+        NewEvent::workflow(
+            EventKind::Action,
+            format!(
+                "Released {} after its dependencies succeeded",
+                released.join(", ")
+            ),
+        )
+    })
+}
+
+/// The payload of an outbox row.
+pub(crate) fn outbox_payload(id: &WorkflowId, event: &str) -> String {
+    serde_json::json!({ "workflow_id": id, "event": event }).to_string()
+}
+
+/// What an activation or rollback does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ActivePlan {
+    /// Nothing changes: this digest stays active (since the given time).
+    Keep { digest: String, since: i64 },
+    /// This digest becomes active, recorded as `action` (`activated`, `rolled_back`).
+    Switch {
+        digest: String,
+        action: &'static str,
+    },
+}
+
+/// Decides a change of the active version from the one active now (`current`: digest and
+/// since) and, for a rollback, the one active before it.
+pub(crate) fn active_change(
+    change: &ActiveChange,
+    current: Option<&(String, i64)>,
+    before: Option<String>,
+) -> StoreResult<ActivePlan> {
+    let name = &change.name;
+    match (&change.target, current) {
+        (ActiveTarget::IfNone(_), Some((digest, since))) => Ok(ActivePlan::Keep {
+            digest: digest.clone(),
+            since: *since,
+        }),
+        (ActiveTarget::Digest(target), Some((digest, since))) if target == digest => {
+            Ok(ActivePlan::Keep {
+                digest: digest.clone(),
+                since: *since,
+            })
+        }
+        (ActiveTarget::IfNone(d) | ActiveTarget::Digest(d), _) => Ok(ActivePlan::Switch {
+            digest: d.clone(),
+            action: "activated",
+        }),
+        (ActiveTarget::Previous, None) => Err(StoreError::NotFound(format!(
+            "active version of `{name}` to roll back from"
+        ))),
+        (ActiveTarget::Previous, Some(_)) => match before {
+            Some(digest) => Ok(ActivePlan::Switch {
+                digest,
+                action: "rolled_back",
+            }),
+            None => Err(StoreError::NotFound(format!(
+                "earlier active version of `{name}` to roll back to"
+            ))),
+        },
+    }
+}
+
+/// The answer of an activation that kept the active version.
+pub(crate) fn kept(
+    name: &str,
+    version: Option<String>,
+    digest: String,
+    since: i64,
+) -> StoreResult<ActiveOutcome> {
+    Ok(ActiveOutcome {
+        active: ActiveComponent {
+            name: name.to_string(),
+            version: version.unwrap_or_default(),
+            digest,
+            since: super::rows::unsigned("since", since)?,
+        },
+        previous: None,
+        changed: false,
+    })
+}
+
+/// The answer of an activation that switched versions.
+pub(crate) fn switched(
+    change: &ActiveChange,
+    version: String,
+    digest: String,
+    current: Option<(String, i64)>,
+) -> ActiveOutcome {
+    ActiveOutcome {
+        active: ActiveComponent {
+            name: change.name.clone(),
+            version,
+            digest,
+            since: change.now,
+        },
+        previous: current.map(|(d, _)| d),
+        changed: true,
+    }
+}
+
+/// A version the registry is asked to activate but does not hold.
+pub(crate) fn unknown_version(name: &str, digest: &str) -> StoreError {
+    StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
+}
+
+/// A value for a statement parameter, as both drivers bind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Param<'a> {
+    Text(Option<&'a str>),
+    Int(i64),
+}
+
+/// The columns of a receipt row, in the order of [`receipt_params`].
+pub(crate) const RECEIPT_INSERT_COLUMNS: &str = "receipt_id, workflow_id, step, attempt_id, \
+     evidence_kind, component, component_version, component_digest, input_digest, \
+     external_reference, output, recorded_at, author, reason, evidence";
+
+/// The values of a receipt row; `output` is the receipt's output as JSON text.
+pub(crate) fn receipt_params<'a>(
+    r: &'a NewReceipt,
+    workflow_id: &'a WorkflowId,
+    step: &'a str,
+    attempt_id: Option<&'a AttemptId>,
+    output: &'a str,
+    now: Millis,
+) -> [Param<'a>; 15] {
+    use Param::{Int, Text};
+    [
+        Text(Some(r.receipt_id.as_str())),
+        Text(Some(workflow_id.as_str())),
+        Text(Some(step)),
+        Text(attempt_id.map(AttemptId::as_str)),
+        Text(Some(r.evidence_kind.as_str())),
+        Text(Some(&r.component)),
+        Text(Some(&r.component_version)),
+        Text(Some(&r.component_digest)),
+        Text(Some(&r.input_digest)),
+        Text(r.external_reference.as_deref()),
+        Text(Some(output)),
+        Int(now as i64),
+        Text(r.author.as_deref()),
+        Text(r.reason.as_deref()),
+        Text(r.evidence.as_deref()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use StepState::*;
+
+    #[test]
+    fn a_revived_workflow_is_no_longer_ended_and_its_key_is_reserved_again() {
+        let change = state_change(WorkflowState::Failed, [Ready, Succeeded], 1_000).unwrap();
+        assert_eq!(change.next, WorkflowState::Running);
+        assert_eq!(change.ended_at, None);
+        assert!(change.restart_key_retention);
+        assert_eq!(change.notify, None);
+        assert_eq!(change.event.text, "Workflow running again");
+    }
+
+    #[test]
+    fn an_end_is_stamped_notified_and_starts_the_keys_retention() {
+        let change = state_change(WorkflowState::Running, [Succeeded, Succeeded], 1_000).unwrap();
+        assert_eq!(change.next, WorkflowState::Completed);
+        assert_eq!(change.ended_at, Some(1_000));
+        assert!(change.restart_key_retention);
+        assert_eq!(change.notify, Some("completed"));
+        let review = state_change(WorkflowState::Running, [OutcomeUnknown], 5).unwrap();
+        assert_eq!(review.ended_at, None);
+        assert!(!review.restart_key_retention);
+        assert_eq!(review.notify, Some("needs_review"));
+        assert!(state_change(WorkflowState::Running, [Running, Pending], 5).is_none());
+    }
+
+    #[test]
+    fn released_dependents_are_named_once_and_none_is_silent() {
+        assert!(released_event(&[]).is_none());
+        let e = released_event(&["b".into(), "c".into()]).unwrap();
+        assert_eq!(e.text, "Released b, c after its dependencies succeeded");
+    }
+}
