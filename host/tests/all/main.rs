@@ -10,6 +10,7 @@ mod console;
 mod crash_matrix;
 mod host_e2e;
 mod host_postgres;
+#[path = "../support/host_process.rs"]
 mod host_process;
 mod many_hosts;
 mod operator_actions;
