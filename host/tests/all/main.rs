@@ -24,3 +24,5 @@ mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
 mod supervision;
+#[path = "../support/wait.rs"]
+mod wait;
