@@ -1,8 +1,8 @@
 //! Races: several workers and clients on one store at once.
 
-use crate::actions::{action_scope, request};
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::actions::{action_scope, request};
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{StepState, Trigger, WorkflowId, WorkflowState};
 use docket::store::{ActionOutcome, AdmitOutcome, StepChange, WorkflowFilter};
 use serde_json::json;
