@@ -2,8 +2,22 @@
 //! the story it prints from them.
 
 use crate::host_process::repo_root;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use crate::wait;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A child process killed when dropped unless it already ended, so that a failed wait
+/// leaves no demo running.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
 
 #[test]
 fn the_demo_shows_recovery_by_query_one_delivery_and_review() {
@@ -14,27 +28,25 @@ fn the_demo_shows_recovery_by_query_one_delivery_and_review() {
     std::os::unix::fs::symlink(&cache, dir.path().join("components")).unwrap();
     let stdout = dir.path().join("stdout.txt");
     let stderr = dir.path().join("stderr.txt");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
+    let child = Command::new(env!("CARGO_BIN_EXE_docket"))
         .args(["demo", "--dir", dir.path().to_str().unwrap()])
         .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!(
-                "docket demo ran for more than a minute:\n{}",
-                std::fs::read_to_string(&stdout).unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut child = KillOnDrop(child);
+    let status = wait::until_blocking(
+        "docket demo ending within a minute",
+        Duration::from_secs(60),
+        || {
+            child
+                .0
+                .try_wait()
+                .unwrap()
+                .ok_or_else(|| std::fs::read_to_string(&stdout).unwrap_or_default())
+        },
+    );
     let out = std::fs::read_to_string(&stdout).unwrap();
     let err = std::fs::read_to_string(&stderr).unwrap();
     assert!(status.success(), "{status}\n{out}\n{err}");

@@ -3,10 +3,11 @@
 //! `target/console-screenshots/` as artifacts.
 
 use crate::host_process::{Contract, HostOptions, HostProcess, document, free_port, repo_root};
+use crate::wait;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// chromedriver on a free port, and a WebDriver session in headless Chromium.
 struct Browser {
@@ -36,54 +37,74 @@ impl Browser {
             json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
                             "--disable-dev-shm-usage", "--window-size=1280,1400"]}),
         );
-        let start = Instant::now();
-        let client = loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(caps.clone())
-                .connect(&format!("http://127.0.0.1:{port}"))
-                .await
-            {
-                Ok(c) => break c,
-                Err(e) if start.elapsed() < Duration::from_secs(30) => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("cannot open a Chromium session through chromedriver: {e}"),
-            }
-        };
+        // chromedriver takes a moment to listen.
+        let client = wait::until(
+            "a Chromium session through chromedriver",
+            Duration::from_secs(30),
+            || async {
+                let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+                ClientBuilder::new(connector)
+                    .capabilities(caps.clone())
+                    .connect(&format!("http://127.0.0.1:{port}"))
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         Self { driver, client }
     }
 
     /// The page's text, once a page is there (a click may still be navigating).
     async fn text(&self) -> String {
-        let start = Instant::now();
-        loop {
-            if let Ok(body) = self.client.find(Locator::Css("body")).await
-                && let Ok(text) = body.text().await
-            {
-                return text;
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "no page");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait::until("a page", Duration::from_secs(10), || async {
+            let body = self
+                .client
+                .find(Locator::Css("body"))
+                .await
+                .map_err(|e| e.to_string())?;
+            body.text().await.map_err(|e| e.to_string())
+        })
+        .await
     }
 
     /// The page's text once it contains `needle` (after a navigation), or a failure that
     /// shows the page.
     async fn wait_text(&self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let text = self.text().await;
-            if text.contains(needle) {
-                return text;
+        wait::until(
+            &format!("the page showing `{needle}`"),
+            Duration::from_secs(15),
+            || async {
+                let text = self.text().await;
+                if text.contains(needle) {
+                    Ok(text)
+                } else {
+                    Err(text)
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until the page a script marked `data-stale` on `<html>` before navigating away
+    /// has been replaced by a new, fully loaded one.
+    async fn wait_navigated(&self) {
+        wait::until("the next page", Duration::from_secs(15), || async {
+            let fresh = self
+                .client
+                .execute(
+                    "return document.readyState === 'complete' \
+                     && document.documentElement.dataset.stale === undefined;",
+                    vec![],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if fresh == json!(true) {
+                Ok(())
+            } else {
+                Err("the page before the navigation".into())
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "the page never showed `{needle}`:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     async fn screenshot(&self, name: &str) {
@@ -146,19 +167,24 @@ async fn stuck_query_only(host: &HostProcess) -> String {
         .submit(Contract::QueryOnly.workflow(), "q-1", document("Statement"))
         .await;
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    loop {
-        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-        if wf["state"] != "running" {
-            assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
-            return id;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{wf:#}");
-        if deliver(&wf)["state"] == "failed_retryable" {
-            host.advance_clock(1_000).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Empty lookups wait on time: the clock moves a second whenever the step waits.
+    let wf = wait::until(
+        "the delivery leaving `running`",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] != "running" {
+                return Ok(wf);
+            }
+            if deliver(&wf)["state"] == "failed_retryable" {
+                host.advance_clock(1_000).await;
+            }
+            Err(format!("{wf:#}"))
+        },
+    )
+    .await;
+    assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
+    id
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -313,6 +339,7 @@ async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
         .execute(
             r#"
             const [action, key, csrf] = arguments;
+            document.documentElement.dataset.stale = '1';
             const f = document.createElement('form');
             f.method = 'post';
             f.action = action;
@@ -335,9 +362,11 @@ async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.wait_navigated().await;
     let text = b.wait_text("was recorded").await;
     assert!(text.contains("The resolve action was recorded"), "{text}");
+    // Whatever the second press could have set going has had its chance to run.
+    host.wait_scheduler_looked().await;
     let (_, timeline) = host
         .get(&format!("/v1/workflows/{resolved}/timeline?limit=500"))
         .await;

@@ -9,11 +9,12 @@
 
 use crate::host_process::{Contract, HostOptions, HostProcess, PROVIDER_TOKEN, document, tail};
 use crate::postgres::TestDatabase;
+use crate::wait;
 use docket::sim::{ProviderSim, RunningSim, SimConfig};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Short leases keep recovery quick; the clock is moved past them.
 const LEASE_MS: u64 = 3_000;
@@ -359,7 +360,7 @@ async fn run_case(contract: Contract, checkpoint: u8, backend: Backend) {
     if expect.state == "needs_review" {
         // Review means no automatic action, however much time passes.
         host.advance_clock(24 * 3600 * 1000).await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        host.wait_scheduler_looked().await;
         let later = host.attempts(&id, "deliver").await;
         check!(
             case,
@@ -381,19 +382,11 @@ async fn run_case(contract: Contract, checkpoint: u8, backend: Backend) {
 /// host's lease, then a tick at a time while the step waits on time (never while an attempt
 /// runs, so a live lease is never expired by the test).
 async fn settle(case: &Case, host: &HostProcess, id: &str) -> Value {
-    let start = Instant::now();
     host.advance_clock(LEASE_MS + 1_000).await;
-    loop {
+    let settled = wait::poll(SETTLE, Duration::from_millis(150), || async {
         let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
         if wf["state"] != "running" {
-            return wf;
-        }
-        if start.elapsed() > SETTLE {
-            panic!(
-                "{}",
-                case.report(host, id, format!("still running after {SETTLE:?}"))
-                    .await
-            );
+            return Ok(wf);
         }
         let running = wf["steps"]
             .as_array()
@@ -401,7 +394,16 @@ async fn settle(case: &Case, host: &HostProcess, id: &str) -> Value {
         if !running {
             host.advance_clock(TICK_MS).await;
         }
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        Err(String::new())
+    })
+    .await;
+    match settled {
+        Ok(wf) => wf,
+        Err(_) => panic!(
+            "{}",
+            case.report(host, id, format!("still running after {SETTLE:?}"))
+                .await
+        ),
     }
 }
 

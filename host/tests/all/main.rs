@@ -2,14 +2,21 @@
 //!
 //! Every test here runs real components built from `adapters/` by the build script, real
 //! HTTP on loopback and real processes; nothing is mocked.
+//!
+//! One binary, because linking one (wasmtime, sqlx, axum and all) dominates a test build:
+//! the store conformance suite, the HTTP API's contract, the console's pages and the golden
+//! definition errors are modules here, not test crates of their own.
 
+mod api;
 mod cli_adapter;
 mod cli_demo;
 mod common;
 mod console;
+mod console_page;
 mod crash_matrix;
 mod host_e2e;
 mod host_postgres;
+#[path = "../support/host_process.rs"]
 mod host_process;
 mod many_hosts;
 mod operator_actions;
@@ -22,4 +29,8 @@ mod runtime_http_delivery;
 mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
+mod store_conformance;
 mod supervision;
+#[path = "../support/wait.rs"]
+mod wait;
+mod workflow_ui;

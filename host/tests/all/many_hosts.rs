@@ -5,9 +5,11 @@
 
 use crate::host_process::{HostOptions, HostProcess, PROVIDER_TOKEN, document};
 use crate::postgres::TestDatabase;
+use crate::wait;
 use docket::sim::{ProviderSim, SimConfig};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,18 @@ async fn submit(url: &str, key: &str, input: &Value) -> Result<(u16, Value), req
         .send()
         .await?;
     Ok((r.status().as_u16(), r.json().await?))
+}
+
+/// One try to have intent `i` admitted by the host at `url` (`None`: a host being restarted).
+async fn submit_to(url: Option<String>, i: usize, input: &Value) -> Result<String, String> {
+    let Some(url) = url else {
+        return Err("a host being restarted".into());
+    };
+    match submit(&url, &format!("statement-{i}"), input).await {
+        Ok((201 | 200, body)) => Ok(body["workflow_id"].as_str().unwrap().to_string()),
+        Ok((status, body)) => panic!("intent {i}: {status} {body}"),
+        Err(e) => Err(format!("{url}: {e}")),
+    }
 }
 
 fn recipient(i: usize) -> String {
@@ -94,12 +108,18 @@ async fn three_hosts_share_one_database_through_kills_without_a_second_delivery(
         hosts.iter().map(|h| Some(h.url.clone())).collect(),
     ));
     const INTENTS: usize = 500;
+    // Intents admitted so far: the hosts are killed at points of the run, not of the clock.
+    let admitted = Arc::new(AtomicUsize::new(0));
     let submitter = {
-        let live = live.clone();
+        let (live, admitted) = (live.clone(), admitted.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
+            // One intent every 16 ms: a rate of load, not a wait for anything.
+            let mut pace = tokio::time::interval(Duration::from_millis(16));
+            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             for i in 0..INTENTS {
-                let live = live.clone();
+                pace.tick().await;
+                let (live, admitted) = (live.clone(), admitted.clone());
                 tasks.spawn(async move {
                     let input = json!({
                         "title": format!("Statement {i}"),
@@ -107,20 +127,20 @@ async fn three_hosts_share_one_database_through_kills_without_a_second_delivery(
                         "body": "Your statement is attached."
                     });
                     let mut turn = i;
-                    loop {
-                        let url = live.read().unwrap()[turn % 3].clone();
-                        turn += 1;
-                        let Some(url) = url else { continue };
-                        match submit(&url, &format!("statement-{i}"), &input).await {
-                            Ok((201 | 200, body)) => {
-                                return (i, body["workflow_id"].as_str().unwrap().to_string());
-                            }
-                            Ok((status, body)) => panic!("intent {i}: {status} {body}"),
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    }
+                    let id = wait::until(
+                        &format!("intent {i} admitted by a live host"),
+                        Duration::from_secs(120),
+                        || {
+                            // Each try goes to the next host.
+                            let url = live.read().unwrap()[turn % 3].clone();
+                            turn += 1;
+                            submit_to(url, i, &input)
+                        },
+                    )
+                    .await;
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    (i, id)
                 });
-                tokio::time::sleep(Duration::from_millis(16)).await;
             }
             let mut ids = BTreeMap::new();
             while let Some(r) = tasks.join_next().await {
@@ -131,10 +151,22 @@ async fn three_hosts_share_one_database_through_kills_without_a_second_delivery(
         })
     };
 
-    // One host after another dies mid-run (SIGKILL) and comes back as a new process.
+    // One host after another dies mid-run (SIGKILL) and comes back as a new process: each
+    // once another 150 intents were admitted since the last one came back (or all were) and
+    // while it takes part (its claim ticks move).
     let mut killed = Vec::new();
     for (n, name) in ["a", "b", "c"].iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let due = (admitted.load(Ordering::SeqCst) + 150).min(INTENTS);
+        wait::until(
+            &format!("{due} intents admitted"),
+            Duration::from_secs(120),
+            async || match admitted.load(Ordering::SeqCst) {
+                count if count >= due => Ok(()),
+                count => Err(format!("{count} admitted")),
+            },
+        )
+        .await;
+        hosts[n].wait_ticks("claim", 2).await;
         live.write().unwrap()[n] = None;
         let host = hosts.remove(n);
         let dir = host.kill();
@@ -270,20 +302,14 @@ async fn a_host_is_woken_by_another_and_runs_components_it_only_has_from_the_dat
     );
     assert!(!log.contains("built example"), "{}", b.log_tail(30));
     // The scheduler starts listening just after the API is up.
-    let start = Instant::now();
-    while !b
-        .log_text()
-        .contains("listening for work made ready by other hosts")
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "B does not listen for other hosts' work:\n{}",
-            b.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // B is idle now: its next look without a wake-up is a minute away.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.wait_for_log(
+        "listening for work made ready by other hosts",
+        Duration::from_secs(10),
+    )
+    .await;
+    // B has looked once on start-up and is idle now: its next look without a wake-up is a
+    // minute away.
+    b.wait_ticks_reach("claim", 1).await;
 
     let (status, created) = a
         .submit("document-delivery", "woken-1", document("Wake up"))
@@ -319,21 +345,19 @@ async fn a_host_is_woken_by_another_and_runs_components_it_only_has_from_the_dat
 /// that took.
 async fn log_line(host: &HostProcess, parts: &[&str], within: Duration) -> Duration {
     let start = Instant::now();
-    loop {
+    wait::until(&format!("a log line with {parts:?}"), within, || async {
         if host
             .log_text()
             .lines()
             .any(|l| parts.iter().all(|p| l.contains(p)))
         {
-            return start.elapsed();
+            Ok(())
+        } else {
+            Err(host.log_tail(30))
         }
-        assert!(
-            start.elapsed() < within,
-            "no log line with {parts:?} within {within:?}:\n{}",
-            host.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    start.elapsed()
 }
 
 /// An activation and a rollback made through one host reach another within the registry

@@ -3,8 +3,9 @@
 //! each idempotent under its key, each told on the timeline with author, evidence and reason.
 
 use crate::host_process::{Contract, HostOptions, HostProcess, document};
+use crate::wait;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ENDED: &[&str] = &["completed", "needs_review", "failed"];
 
@@ -186,18 +187,22 @@ async fn query_action_verifies_a_delivery_that_became_visible_late() {
         .submit(Contract::QueryOnly.workflow(), "late-q", document("late"))
         .await;
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    let wf = loop {
-        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-        if wf["state"] != "running" {
-            break wf;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{wf:#}");
-        if deliver(&wf)["state"] == "failed_retryable" {
-            host.advance_clock(1_000).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Empty lookups wait on time: the clock moves a second whenever the step waits.
+    let wf = wait::until(
+        "the delivery leaving `running`",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] != "running" {
+                return Ok(wf);
+            }
+            if deliver(&wf)["state"] == "failed_retryable" {
+                host.advance_clock(1_000).await;
+            }
+            Err(format!("{wf:#}"))
+        },
+    )
+    .await;
     assert_eq!(wf["state"], "needs_review", "{wf:#}");
     assert_eq!(deliver(&wf)["state"], "outcome_unknown", "{wf:#}");
     let before = host.attempts(&id, "deliver").await.len();
@@ -283,21 +288,25 @@ role = "operator"
     assert_eq!(r.status().as_u16(), 201);
     let created: Value = r.json().await.unwrap();
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    loop {
-        let r = reqwest::Client::new()
-            .get(format!("{}/v1/workflows/{id}", host.url))
-            .bearer_auth("ops")
-            .send()
-            .await
-            .unwrap();
-        let wf: Value = r.json().await.unwrap();
-        if wf["state"] == "needs_review" {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{wf:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until(
+        "the workflow needing review",
+        Duration::from_secs(30),
+        || async {
+            let r = reqwest::Client::new()
+                .get(format!("{}/v1/workflows/{id}", host.url))
+                .bearer_auth("ops")
+                .send()
+                .await
+                .unwrap();
+            let wf: Value = r.json().await.unwrap();
+            if wf["state"] == "needs_review" {
+                Ok(())
+            } else {
+                Err(format!("{wf:#}"))
+            }
+        },
+    )
+    .await;
     let abandon = json!({"outcome": "abandon", "evidence": "no trace at the provider",
                          "reason": "the customer withdrew the request"});
     // The owner is a client: forbidden. Another client cannot even see it.
@@ -362,19 +371,22 @@ async fn retry_sends_the_same_key_again_and_revives_a_failed_workflow() {
         .submit("document-delivery", "retry-1", document("retry"))
         .await;
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    let failed = loop {
-        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-        if wf["state"] != "running" {
-            break wf;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{wf:#}");
-        if deliver(&wf)["state"] == "failed_retryable" {
-            // Skip the backoff in host time.
-            host.advance_clock(60_000).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let failed = wait::until(
+        "the delivery using up its attempts",
+        Duration::from_secs(60),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] != "running" {
+                return Ok(wf);
+            }
+            if deliver(&wf)["state"] == "failed_retryable" {
+                // Skip the backoff in host time.
+                host.advance_clock(60_000).await;
+            }
+            Err(format!("{wf:#}"))
+        },
+    )
+    .await;
     assert_eq!(failed["state"], "failed", "{failed:#}");
     assert_eq!(deliver(&failed)["state"], "failed_terminal");
     assert!(!failed["ended_at"].is_null());

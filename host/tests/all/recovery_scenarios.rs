@@ -6,6 +6,7 @@
 //! must hold at most one delivery per intent.
 
 use crate::host_process::{Contract, HostOptions, HostProcess, document};
+use crate::wait;
 use docket::intent::{WorkflowId, external_idempotency_key};
 use docket::sim::SimConfig;
 use serde_json::{Value, json};
@@ -47,12 +48,13 @@ fn one_identity(attempts: &[Value]) {
     assert_eq!(identities.len(), 1, "{attempts:#?}");
 }
 
-/// Moves the clock far ahead, a day at a time, and asserts nothing new happens to the step.
+/// Moves the clock far ahead, a day at a time, and asserts nothing new happens to the step
+/// (each time once the scheduler has looked again).
 async fn nothing_runs_again(host: &HostProcess, id: &str, deliveries: usize) {
     let before = host.attempts(id, "deliver").await.len();
     for _ in 0..3 {
         host.advance_clock(DAY_MS).await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        host.wait_scheduler_looked().await;
     }
     let after = host.attempts(id, "deliver").await;
     assert_eq!(after.len(), before, "a new attempt appeared: {after:#?}");
@@ -232,18 +234,19 @@ async fn a_key_reused_with_another_request_goes_to_review_and_never_to_a_new_key
         )
         .await;
     let id = created["workflow_id"].as_str().unwrap();
-    let start = Instant::now();
-    loop {
-        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-        if deliver_step(&wf)["state"] == "failed_retryable" {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the first attempt was not rate limited: {wf:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until(
+        "the first attempt rate limited",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if deliver_step(&wf)["state"] == "failed_retryable" {
+                Ok(())
+            } else {
+                Err(format!("{wf:#}"))
+            }
+        },
+    )
+    .await;
     let key = external_idempotency_key(&WorkflowId(id.to_string()), "deliver", NAMESPACE);
     let shown = host.attempts(id, "deliver").await[0]["request_identity"]
         .as_str()
@@ -322,15 +325,19 @@ async fn a_result_that_arrives_after_recovery_took_over_is_kept_as_evidence_and_
     let id = created["workflow_id"].as_str().unwrap().to_string();
     // Wait until the call is under way (checkpoint 3), then let the lease run out in host
     // time: recovery takes the step over while the call still waits for its answer.
-    let start = Instant::now();
-    loop {
-        let attempts = host.attempts(&id, "deliver").await;
-        if attempts.first().is_some_and(|a| a["checkpoint"] == 3) {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{attempts:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "the first attempt at checkpoint 3",
+        Duration::from_secs(20),
+        || async {
+            let attempts = host.attempts(&id, "deliver").await;
+            if attempts.first().is_some_and(|a| a["checkpoint"] == 3) {
+                Ok(())
+            } else {
+                Err(format!("{attempts:#?}"))
+            }
+        },
+    )
+    .await;
     host.advance_clock(31_000).await;
     let wf = host
         .wait_for(
@@ -343,15 +350,19 @@ async fn a_result_that_arrives_after_recovery_took_over_is_kept_as_evidence_and_
     let receipt = deliver_step(&wf)["receipt"].clone();
     assert_eq!(receipt["evidence_kind"], "query", "{receipt:#}");
     // The late answer arrives and is added to the first attempt's evidence.
-    let start = Instant::now();
-    let timeline = loop {
-        let timeline = host.timeline_text(&id).await;
-        if timeline.contains("Late result of attempt 1") {
-            break timeline;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "{timeline}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let timeline = wait::until(
+        "the late result on the timeline",
+        Duration::from_secs(10),
+        || async {
+            let timeline = host.timeline_text(&id).await;
+            if timeline.contains("Late result of attempt 1") {
+                Ok(timeline)
+            } else {
+                Err(timeline)
+            }
+        },
+    )
+    .await;
     assert!(timeline.contains("accepted the request"), "{timeline}");
     let attempts = host.attempts(&id, "deliver").await;
     assert_eq!(
@@ -405,11 +416,18 @@ async fn a_graceful_stop_ends_its_leases_so_recovery_need_not_wait_for_them() {
         )
         .await;
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    while sim.sim().world().is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "the provider committing the delivery",
+        Duration::from_secs(20),
+        || async {
+            if sim.sim().world().is_empty() {
+                Err("no delivery at the provider".into())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
     host.terminate();
     let exit = host.wait_exit(Duration::from_secs(20)).await;
     assert!(

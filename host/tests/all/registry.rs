@@ -3,6 +3,7 @@
 //! the version that produced it and no delivery twice.
 
 use crate::host_process::{HostOptions, HostProcess};
+use crate::wait;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -126,7 +127,11 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
     // two thirds (from the CLI, straight on the database: the host picks it up itself).
     let mut ids: Vec<String> = Vec::new();
     let started = Instant::now();
+    // One submission every 10 ms: a rate of load, not a wait for anything.
+    let mut pace = tokio::time::interval(Duration::from_millis(10));
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..200 {
+        pace.tick().await;
         if i == 65 {
             // Workflow 65's delivery is held by the provider across the activation: it
             // started on 1.0.0 and must finish on it.
@@ -135,14 +140,19 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
             host.faults(json!({"slow_next": 1, "slow_ms": 2500})).await;
         }
         if i == 66 {
-            let start = Instant::now();
-            while host.attempts(&ids[65], "deliver").await.is_empty() {
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "65 never started delivering"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            wait::until(
+                "workflow 65 delivering",
+                Duration::from_secs(20),
+                || async {
+                    let attempts = host.attempts(&ids[65], "deliver").await;
+                    if attempts.is_empty() {
+                        Err("no attempt of `deliver` yet".into())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+            .await;
             let (status, body) = request(
                 reqwest::Method::POST,
                 format!("{}/v1/adapters/http-delivery/activate", host.url),
@@ -153,6 +163,18 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
             assert_eq!(body["active_version"], "2.0.0");
         }
         if i == 133 {
+            // Some of the workflows admitted since the activation ran on 2.0.0 before it is
+            // rolled back.
+            wait::until("a delivery on 2.0.0", Duration::from_secs(30), || async {
+                for id in &ids[66..] {
+                    let attempts = host.attempts(id, "deliver").await;
+                    if attempts.iter().any(|a| a["component_version"] == "2.0.0") {
+                        return Ok(());
+                    }
+                }
+                Err("every delivery since the activation ran on 1.0.0 so far".into())
+            })
+            .await;
             let out = docket(&["adapter", "rollback", "http-delivery", "--db", &db]);
             assert!(
                 out.status.success(),
@@ -161,8 +183,8 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
             );
             let text = String::from_utf8_lossy(&out.stdout);
             assert!(text.contains("http-delivery@1.0.0"), "{text}");
-            // The running host takes it up within its registry poll (1 s).
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            // The running host takes it up at its next registry tick.
+            host.wait_ticks("registry", 2).await;
         }
         let (status, created) = host
             .submit(
@@ -173,7 +195,6 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
             .await;
         assert_eq!(status, 201, "{created}");
         ids.push(created["workflow_id"].as_str().unwrap().to_string());
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(started.elapsed() < Duration::from_secs(60));
 
@@ -217,15 +238,8 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
     assert_ne!(digests["1.0.0"], digests["2.0.0"]);
 
     // Nothing runs on 2.0.0 any more: the host unloads it (and keeps 1.0.0).
-    let start = Instant::now();
-    while !host.log_text().contains("unloaded http-delivery@2.0.0") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "2.0.0 stays loaded:\n{}",
-            host.log_tail(20)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    host.wait_for_log("unloaded http-delivery@2.0.0", Duration::from_secs(10))
+        .await;
     assert!(!host.log_text().contains("unloaded http-delivery@1.0.0"));
 
     // The provider's own record: one delivery per intent.
@@ -423,7 +437,9 @@ async fn an_uncertain_request_is_recovered_only_through_a_version_with_its_names
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The host has caught up with the registry and its scheduler looked again since.
+    host.wait_ticks("registry", 2).await;
+    host.wait_scheduler_looked().await;
     let (_, still) = host.get(&format!("/v1/workflows/{first}")).await;
     assert_eq!(still["state"], "needs_review", "{still:#}");
     let r = reqwest::Client::new()
@@ -459,7 +475,8 @@ async fn an_uncertain_request_is_recovered_only_through_a_version_with_its_names
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The running host takes the activation up at its next registry tick.
+    host.wait_ticks("registry", 2).await;
     let dir = host.kill();
     let (second, dir) = crash_after_sending("ns-2", &provider, Some(dir)).await;
     assert_eq!(deliveries("ns-2@example.com"), 1);

@@ -1,10 +1,7 @@
-//! Throwaway PostgreSQL databases for the tests on PostgreSQL, shared by the test crates.
+//! Throwaway PostgreSQL databases for the tests on PostgreSQL, shared by every suite.
 //! Each test gets a database of its own, created through `DOCKET_TEST_POSTGRES` (a role
 //! that may create databases; `scripts/test.sh` starts PostgreSQL, creates it and sets the
 //! variable) and dropped afterwards. Without the variable the tests fail, never skip.
-
-// Each test crate that includes this uses part of it.
-#![allow(dead_code)]
 
 use sqlx::{Connection, Executor, PgConnection};
 

@@ -1,6 +1,6 @@
 //! Request builders shared by the cases.
 
-use crate::backends::Store;
+use super::backends::Store;
 use docket::intent::{
     AttemptOutcome, CanonicalInput, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId,
     StepState, Subject, Trigger, WorkflowId, canonicalize,

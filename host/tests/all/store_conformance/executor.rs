@@ -1,7 +1,7 @@
 //! The scheduler's operations: claims, fenced writes, release of dependents, recovery.
 
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{AttemptOutcome, EventKind, NewEvent, StepState, Trigger, WorkflowState};
 use docket::store::{AttemptFacts, LateEvidence, RenewRequest, StepTransition, StoreError};
 use serde_json::json;

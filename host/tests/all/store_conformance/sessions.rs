@@ -1,7 +1,7 @@
 //! Console sessions: stored under the digest of the cookie, found until they expire or
 //! end, and expired ones forgotten.
 
-use crate::backends::Store;
+use super::backends::Store;
 use docket::store::ConsoleSession;
 
 const T0: u64 = 1_800_000_000_000;

@@ -1,7 +1,7 @@
 //! Deploys, admissions with idempotency keys, and the read projections.
 
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{AttemptOutcome, StepState, Subject, Trigger, WorkflowState, sha256_digest};
 use docket::store::{
     AdmitOutcome, AdmitRequest, DeployOutcome, KeyRecord, NewDefinition, StoreError, WorkflowFilter,

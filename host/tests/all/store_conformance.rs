@@ -8,23 +8,13 @@
 //!
 //! Times are simulated: every request carries its own `now`, nothing sleeps for time to pass.
 
-#[path = "store_conformance/actions.rs"]
 mod actions;
-#[path = "store_conformance/admission.rs"]
 mod admission;
-#[path = "store_conformance/backends.rs"]
 mod backends;
-#[path = "store_conformance/concurrency.rs"]
 mod concurrency;
-#[path = "store_conformance/executor.rs"]
 mod executor;
-#[path = "store_conformance/fixtures.rs"]
 mod fixtures;
-#[path = "store_conformance/sessions.rs"]
 mod sessions;
-#[path = "support/test_database.rs"]
-mod test_database;
-#[path = "store_conformance/wakeups.rs"]
 mod wakeups;
 
 /// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
@@ -34,7 +24,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    crate::backends::with_sqlite(crate::$module::$case).await;
+                    crate::store_conformance::backends::with_sqlite(crate::store_conformance::$module::$case).await;
                 }
             )+
         }
@@ -42,7 +32,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    crate::backends::with_postgres(crate::$module::$case).await;
+                    crate::store_conformance::backends::with_postgres(crate::store_conformance::$module::$case).await;
                 }
             )+
         }

@@ -3,7 +3,8 @@
 //! folds the attempts; the list puts the review queue first, filters and paginates;
 //! sessions live in the database, so every host on it knows them.
 
-#[path = "console_page/fixture.rs"]
+// Shared with the console's render benchmark, which includes it from there.
+#[path = "../console_page/fixture.rs"]
 mod fixture;
 
 use tower::ServiceExt;

@@ -55,7 +55,7 @@ where
     F: FnOnce(PgStore) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let database = crate::test_database::TestDatabase::create().await;
+    let database = crate::postgres::TestDatabase::create().await;
     let store = PgStore::connect(&database.url)
         .await
         .expect("connecting to the test database");

@@ -1,11 +1,12 @@
 //! A real `docket serve` process for end-to-end tests: its own temp directory, database,
-//! ports and config; killed when dropped.
+//! ports and config; killed when dropped. Its waits are bounded polls (`crate::wait`), and
+//! an absence is asserted only after the host's tick counts moved ([`HostProcess::wait_ticks`]).
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The bearer token of the provider simulators the tests start themselves.
 pub const PROVIDER_TOKEN: &str = "crash-test-token";
@@ -84,6 +85,10 @@ fn shared_component_cache() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Longest wait for tick counts to move: the scheduler looks at least once per idle poll
+/// (1 s by default) and the registry once a second, on a machine that may be loaded.
+const TICKS_WITHIN: Duration = Duration::from_secs(60);
 
 pub struct HostProcess {
     child: Child,
@@ -214,29 +219,87 @@ impl HostProcess {
     /// Waits until the process exits by itself (e.g. a failpoint aborted it); `None` if it
     /// still runs after `within`.
     pub async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if start.elapsed() > within {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let child = &mut self.child;
+        crate::wait::poll(within, Duration::from_millis(25), || {
+            let exited = child.try_wait().unwrap();
+            async move { exited.ok_or_else(|| "still running".to_string()) }
+        })
+        .await
+        .ok()
     }
 
     /// Waits until the process's log contains `needle`.
     pub async fn wait_for_log(&self, needle: &str, within: Duration) {
-        let start = Instant::now();
-        while !self.log_text().contains(needle) {
-            assert!(
-                start.elapsed() < within,
-                "the log never said {needle:?}:\n{}",
-                self.log_tail(30)
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        crate::wait::until(&format!("the log saying {needle:?}"), within, || async {
+            if self.log_text().contains(needle) {
+                Ok(())
+            } else {
+                Err(self.log_tail(30))
+            }
+        })
+        .await
+    }
+
+    /// The host's completed scheduler ticks since it started (test controls), by kind:
+    /// `claim`, `recovery`, `registry`, `lease_renewal`.
+    pub async fn ticks(&self) -> Value {
+        let (status, counts) = self.get("/v1/_test/ticks").await;
+        assert_eq!(status, 200, "reading the tick counts: {counts}");
+        counts
+    }
+
+    /// Waits until the host's `kind` ticks moved by `by` since now. A tick under way now may
+    /// have started before whatever the test just did, so `by` should be 2 to know that a
+    /// whole tick ran after it; then an absence can be asserted.
+    pub async fn wait_ticks(&self, kind: &str, by: u64) {
+        self.wait_ticks_of(&[kind], by).await
+    }
+
+    /// The scheduler's loop looked again: its claim and its recovery ticks both moved by two
+    /// since now, so whatever was ready or expired was claimed or recovered.
+    pub async fn wait_scheduler_looked(&self) {
+        self.wait_ticks_of(&["claim", "recovery"], 2).await
+    }
+
+    /// [`HostProcess::wait_ticks`] for several kinds at once, counted from one reading.
+    pub async fn wait_ticks_of(&self, kinds: &[&str], by: u64) {
+        let count = |counts: &Value, kind: &str| {
+            counts[kind]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no `{kind}` tick count in {counts}"))
+        };
+        let from = self.ticks().await;
+        crate::wait::until(
+            &format!("{kinds:?} ticks moving by {by} from {from}"),
+            TICKS_WITHIN,
+            || async {
+                let now = self.ticks().await;
+                if kinds.iter().all(|k| count(&now, k) >= count(&from, k) + by) {
+                    Ok(())
+                } else {
+                    Err(now.to_string())
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until the host has completed at least `n` ticks of `kind` since it started (the
+    /// host has looked at least that often, e.g. once on start-up).
+    pub async fn wait_ticks_reach(&self, kind: &str, n: u64) {
+        crate::wait::until(
+            &format!("{n} `{kind}` ticks since the start"),
+            TICKS_WITHIN,
+            || async {
+                let now = self.ticks().await;
+                match now[kind].as_u64() {
+                    Some(count) if count >= n => Ok(()),
+                    Some(_) => Err(now.to_string()),
+                    None => panic!("no `{kind}` tick count in {now}"),
+                }
+            },
+        )
+        .await
     }
 
     /// Moves the host's clock forward (test controls).
@@ -338,21 +401,25 @@ impl HostProcess {
 
     /// Polls a workflow until its state is one of `states`.
     pub async fn wait_for(&self, id: &str, states: &[&str], within: Duration) -> Value {
-        let start = Instant::now();
-        loop {
+        let reached = crate::wait::poll(within, Duration::from_millis(50), || async {
             let (_, wf) = self.get(&format!("/v1/workflows/{id}")).await;
             if states.iter().any(|s| wf["state"] == *s) {
-                return wf;
+                Ok(wf)
+            } else {
+                Err(format!("{wf:#}"))
             }
-            if start.elapsed() > within {
+        })
+        .await;
+        match reached {
+            Ok(wf) => wf,
+            Err(wf) => {
                 let (_, timeline) = self
                     .get(&format!("/v1/workflows/{id}/timeline?limit=500"))
                     .await;
                 panic!(
-                    "workflow {id} did not reach {states:?} within {within:?}: {wf:#}\ntimeline: {timeline:#}"
+                    "workflow {id} did not reach {states:?} within {within:?}: {wf}\ntimeline: {timeline:#}"
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

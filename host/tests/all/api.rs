@@ -7,14 +7,9 @@
 //! workflow to move, it claims and finishes steps through the executor store, as the
 //! scheduler would.
 
-#[path = "api/admission.rs"]
 mod admission;
-#[path = "api/common.rs"]
 mod common;
-#[path = "api/reads.rs"]
 mod reads;
-#[path = "support/test_database.rs"]
-mod test_database;
 
 /// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
 macro_rules! on_both_backends {
@@ -23,7 +18,7 @@ macro_rules! on_both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    crate::common::on(crate::common::BackendKind::Sqlite, crate::$module::$case()).await;
+                    crate::api::common::on(crate::api::common::BackendKind::Sqlite, crate::api::$module::$case()).await;
                 }
             )+
         }
@@ -31,7 +26,7 @@ macro_rules! on_both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    crate::common::on(crate::common::BackendKind::Postgres, crate::$module::$case()).await;
+                    crate::api::common::on(crate::api::common::BackendKind::Postgres, crate::api::$module::$case()).await;
                 }
             )+
         }

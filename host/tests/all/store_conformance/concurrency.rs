@@ -1,14 +1,12 @@
 //! Races: several workers and clients on one store at once.
 
-use crate::actions::{action_scope, request};
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::actions::{action_scope, request};
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{StepState, Trigger, WorkflowId, WorkflowState};
 use docket::store::{ActionOutcome, AdmitOutcome, StepChange, WorkflowFilter};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const CLAIMERS: usize = 4;
@@ -96,22 +94,23 @@ pub async fn concurrent_workers_run_dependent_steps_exactly_once<S: Store>(s: S)
         );
     }
     let total = ids.len() * 3;
-    let done = Arc::new(AtomicUsize::new(0));
+    // Steps finished so far; a worker that finds nothing to claim waits for it to move (a
+    // finished step may have released another).
+    let (done, _) = tokio::sync::watch::channel(0usize);
     let mut tasks = Vec::new();
     for worker in 0..CLAIMERS {
-        let (s, done) = (s.clone(), done.clone());
+        let (s, done, mut finished) = (s.clone(), done.clone(), done.subscribe());
         tasks.push(tokio::spawn(async move {
             let started = Instant::now();
             let mut mine = Vec::new();
             let mut released = Vec::new();
-            while done.load(Ordering::SeqCst) < total {
-                assert!(
-                    started.elapsed() < Duration::from_secs(60),
-                    "workers stalled"
-                );
+            while *finished.borrow_and_update() < total {
                 let batch = claim(&s, &format!("w{worker}"), T0 + 20, 4).await;
                 if batch.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    // Nothing ready now: the others hold what is left.
+                    let left = Duration::from_secs(60).saturating_sub(started.elapsed());
+                    let moved = tokio::time::timeout(left, finished.changed()).await;
+                    assert!(moved.is_ok(), "workers stalled");
                     continue;
                 }
                 for c in batch {
@@ -126,7 +125,7 @@ pub async fn concurrent_workers_run_dependent_steps_exactly_once<S: Store>(s: S)
                         c.fence.step.clone(),
                         c.attempt_number,
                     ));
-                    done.fetch_add(1, Ordering::SeqCst);
+                    done.send_modify(|n| *n += 1);
                 }
             }
             (mine, released)

@@ -79,12 +79,12 @@ pub async fn on(kind: BackendKind, case: impl Future<Output = ()>) {
     if kind == BackendKind::Sqlite {
         return POSTGRES_URL.scope(None, case).await;
     }
-    let database = DropOnExit(crate::test_database::TestDatabase::create().await);
+    let database = DropOnExit(crate::postgres::TestDatabase::create().await);
     POSTGRES_URL.scope(Some(database.0.url.clone()), case).await;
 }
 
 /// Drops the test database when it goes out of scope, also while a failing case unwinds.
-struct DropOnExit(crate::test_database::TestDatabase);
+struct DropOnExit(crate::postgres::TestDatabase);
 
 impl Drop for DropOnExit {
     fn drop(&mut self) {

@@ -1,8 +1,8 @@
 //! What an idle scheduler needs: the next deadline, wake-ups from other hosts, and the
 //! component bytes any host may need to run a step.
 
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{StepState, Trigger};
 use docket::store::{ActiveChange, ActiveTarget, NewComponent, StoreError};
 use std::sync::Arc;

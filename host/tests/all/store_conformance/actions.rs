@@ -1,7 +1,7 @@
 //! Operator actions: idempotent under their key, guarded by the state the decision saw.
 
-use crate::backends::Store;
-use crate::fixtures::*;
+use super::backends::Store;
+use super::fixtures::*;
 use docket::intent::{
     EventKind, EvidenceKind, NewEvent, StepState, Subject, Trigger, WorkflowId, WorkflowState,
 };
