@@ -82,7 +82,7 @@ async fn a_saturated_writer_refuses_admission_with_retry_after_and_nothing_is_re
     assert!(retry_after.is_some(), "no Retry-After");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("nothing was changed"), "{message}");
-    drop(hold);
+    hold.release().await;
     // Nothing was recorded: the same request now creates the workflow.
     let (status, _, body) = submit(&app, "busy-1").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");

@@ -276,10 +276,12 @@ fn attempt_rows(attempts: &[AttemptRecord]) -> Markup {
                     td { (a.trigger.as_str().replace('_', " ")) }
                     td { code { (a.lease_owner) } }
                     td {
-                        @if let (Some(c), Some(v)) = (&a.component, &a.component_version) { (c) "@" (v) br; }
-                        @if let Some(d) = &a.component_digest { code.muted title=(d) { (short(d)) } }
+                        @if let Some(p) = &a.provenance {
+                            (p.component) "@" (p.component_version) br;
+                            code.muted title=(p.component_digest) { (short(&p.component_digest)) }
+                        }
                     }
-                    td { @if let Some(d) = &a.input_digest { code title=(d) { (short(d)) } } }
+                    td { @if let Some(p) = &a.provenance { code title=(p.input_digest) { (short(&p.input_digest)) } } }
                     td { @if let Some(r) = &a.request_identity { code { (shorten_identity(r)) } } @else { span.muted { "not sent" } } }
                     td { (a.checkpoint) }
                     td { (a.outcome.as_str().replace('_', " ")) }
@@ -372,7 +374,7 @@ pub async fn render_workflow_page<S: ContextStore>(
                         td { (state_badge(s.state.as_str())) }
                         td { (s.attempts) }
                         td { @if let Some(r) = &s.receipt {
-                            (r.evidence_kind.as_str().replace('_', " ")) " · " (r.component) "@" (r.component_version)
+                            (r.evidence_kind.as_str().replace('_', " ")) " · " (r.provenance.component) "@" (r.provenance.component_version)
                             @if let Some(a) = &r.author { " · by " (a) }
                         } }
                     }
@@ -465,8 +467,8 @@ pub async fn step<S: ContextStore>(
     let latest = attempts.last();
     let contract: Option<Contract> = ctx.components.as_ref().and_then(|c| {
         latest
-            .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
-            .and_then(|(n, v)| c.exact(n, v))
+            .and_then(|a| a.provenance.as_ref())
+            .and_then(|p| c.exact(&p.component, &p.component_version))
             .or_else(|| step_def.and_then(|s| c.resolve(s).ok()))
             .and_then(|c| c.contract().cloned())
     });
@@ -519,8 +521,10 @@ pub async fn step<S: ContextStore>(
                     p { (if s.kind == crate::workflow::StepKind::Adapter { "Adapter" } else { "Handler" }) " step using " code { (s.component) " " (s.version_req.to_string()) } }
                 }
                 @if let Some(a) = sent.or(latest) {
-                    p { "Adapter version: " @if let (Some(c), Some(v)) = (&a.component, &a.component_version) { code { (c) "@" (v) } } }
-                    @if let Some(d) = &a.input_digest { p { "Input digest: " code { (d) } } }
+                    @if let Some(p) = &a.provenance {
+                        p { "Adapter version: " code { (p.component) "@" (p.component_version) } }
+                        p { "Input digest: " code { (p.input_digest) } }
+                    }
                 }
                 @if let Some(a) = sent {
                     p { "External request identity: " code { (shorten_identity(a.request_identity.as_deref().unwrap_or(""))) } span.muted { " (shortened; the full key is never shown)" } }
@@ -533,7 +537,7 @@ pub async fn step<S: ContextStore>(
             h2 { "What evidence exists" }
             div.box {
                 @if let Some(r) = receipt {
-                    p { strong { "Receipt: " } (r.evidence_kind.as_str().replace('_', " ")) " from " (r.component) "@" (r.component_version)
+                    p { strong { "Receipt: " } (r.evidence_kind.as_str().replace('_', " ")) " from " (r.provenance.component) "@" (r.provenance.component_version)
                         @if let Some(x) = &r.external_reference { " · provider reference " code { (x) } } }
                     @if let Some(a) = &r.author { p { "Resolved by " strong { (a) } } }
                     @if let Some(ev) = &r.evidence { p { "Evidence: " (ev) } }

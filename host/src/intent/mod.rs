@@ -57,6 +57,34 @@ impl NewEvent {
         }
     }
 
+    /// The conclusion told when a workflow moves from `from` to `to`.
+    pub fn workflow_state_changed(from: WorkflowState, to: WorkflowState) -> Self {
+        let text = match to {
+            WorkflowState::Completed => "Workflow completed: every step has a receipt",
+            WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
+            WorkflowState::NeedsReview => {
+                "Workflow needs review: a person must decide how to continue"
+            }
+            WorkflowState::Running => "Workflow running again",
+            WorkflowState::Cancelled => "Workflow cancelled",
+        };
+        Self::workflow(EventKind::Conclusion, text)
+            .with_data(serde_json::json!({"from": from, "to": to}))
+    }
+
+    /// The action told when a receipt released dependent steps; `None` when it released none.
+    pub fn released(steps: &[String]) -> Option<Self> {
+        (!steps.is_empty()).then(|| {
+            Self::workflow(
+                EventKind::Action,
+                format!(
+                    "Released {} after its dependencies succeeded",
+                    steps.join(", ")
+                ),
+            )
+        })
+    }
+
     /// A step-level event, optionally tied to an attempt.
     pub fn step(
         kind: EventKind,
@@ -80,6 +108,19 @@ impl NewEvent {
     }
 }
 
+/// Which code ran, on which input: what an attempt records at checkpoint 2 and a receipt
+/// carries, so a result can always be traced to the component version and the mapped
+/// input that produced it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub component: String,
+    pub component_version: String,
+    /// The digest of the component's bytes (`sha256:…`).
+    pub component_digest: String,
+    /// The digest of the step's mapped input in canonical form.
+    pub input_digest: String,
+}
+
 /// Evidence that a step completed, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
@@ -88,10 +129,8 @@ pub struct Receipt {
     pub step: String,
     pub attempt_id: Option<AttemptId>,
     pub evidence_kind: EvidenceKind,
-    pub component: String,
-    pub component_version: String,
-    pub component_digest: String,
-    pub input_digest: String,
+    #[serde(flatten)]
+    pub provenance: Provenance,
     pub external_reference: Option<String>,
     pub output: serde_json::Value,
     pub recorded_at: Millis,

@@ -311,17 +311,14 @@ fn manual_receipt(
     reason: &str,
     external_reference: &Option<String>,
 ) -> NewReceipt {
-    let latest = s.history.latest;
-    let from_latest = |f: fn(&AttemptRecord) -> &Option<String>| {
-        latest.and_then(|a| f(a).clone()).unwrap_or_default()
-    };
     NewReceipt {
         receipt_id: ReceiptId::new(s.now),
         evidence_kind: EvidenceKind::Manual,
-        component: from_latest(|a| &a.component),
-        component_version: from_latest(|a| &a.component_version),
-        component_digest: from_latest(|a| &a.component_digest),
-        input_digest: from_latest(|a| &a.input_digest),
+        provenance: s
+            .history
+            .latest
+            .and_then(|a| a.provenance.clone())
+            .unwrap_or_default(),
         external_reference: external_reference.clone(),
         output: json!({}),
         author: Some(s.actor.0.clone()),

@@ -135,7 +135,8 @@ pub async fn perform<S: ContextStore>(
     if let Some(components) = &ctx.components {
         if let Some((name, version)) = history
             .latest
-            .and_then(|a| a.component.as_deref().zip(a.component_version.as_deref()))
+            .and_then(|a| a.provenance.as_ref())
+            .map(|p| (p.component.as_str(), p.component_version.as_str()))
         {
             loaded = components
                 .exact_or_stored(&ctx.store, name, version)

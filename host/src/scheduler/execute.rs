@@ -12,8 +12,8 @@ use super::recovery::{Uncertainty, Verdict, decide};
 use super::{DeployError, ResolveError, Scheduler};
 use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
 use crate::intent::{
-    AttemptOutcome, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Trigger,
-    external_idempotency_key,
+    AttemptOutcome, EventKind, EvidenceKind, Millis, NewEvent, Provenance, ReceiptId, StepState,
+    Trigger, external_idempotency_key,
 };
 use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
 use crate::store::{
@@ -461,12 +461,19 @@ where
         }
     }
 
+    /// Which version of which component runs, on which input.
+    fn provenance(prepared: &Prepared, input_digest: &str) -> Provenance {
+        Provenance {
+            component: prepared.component.name().to_string(),
+            component_version: prepared.component.version().to_string(),
+            component_digest: prepared.component.digest.clone(),
+            input_digest: input_digest.to_string(),
+        }
+    }
+
     fn facts(prepared: &Prepared, input_digest: &str) -> AttemptFacts {
         AttemptFacts {
-            component: Some(prepared.component.name().to_string()),
-            component_version: Some(prepared.component.version().to_string()),
-            component_digest: Some(prepared.component.digest.clone()),
-            input_digest: Some(input_digest.to_string()),
+            provenance: Some(Self::provenance(prepared, input_digest)),
             ..AttemptFacts::default()
         }
     }
@@ -482,10 +489,7 @@ where
         NewReceipt {
             receipt_id: ReceiptId::new(now),
             evidence_kind: kind,
-            component: prepared.component.name().to_string(),
-            component_version: prepared.component.version().to_string(),
-            component_digest: prepared.component.digest.clone(),
-            input_digest: input_digest.to_string(),
+            provenance: Self::provenance(prepared, input_digest),
             external_reference: reference,
             output,
             author: None,

@@ -190,31 +190,25 @@ async fn transient_renewal_failures_do_not_lose_the_lease() {
     // Past the first lease (600 ms) the lease must still be this host's: recovery takes
     // nothing.
     let ticks = h.scheduler.ticks();
-    wait::until(
-        "three renewal rounds",
-        Duration::from_secs(20),
-        async || {
-            let n = ticks.get(Tick::LeaseRenewal);
-            if n >= 3 {
-                Ok(())
-            } else {
-                Err(format!("{n} rounds"))
-            }
-        },
-    )
+    wait::until("three renewal rounds", Duration::from_secs(20), || async {
+        let n = ticks.get(Tick::LeaseRenewal);
+        if n >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} rounds"))
+        }
+    })
     .await;
     assert_eq!(
         h.scheduler.recovery_tick(h.clock.now_ms()).await.unwrap(),
         0
     );
-    let state = wait::until(
-        "the delivery to end",
-        Duration::from_secs(30),
-        async || match h.deliver_state(&id).await {
+    let state = wait::until("the delivery to end", Duration::from_secs(30), || async {
+        match h.deliver_state(&id).await {
             StepState::Running | StepState::Ready => Err("still running".into()),
             other => Ok(other),
-        },
-    )
+        }
+    })
     .await;
     let timeline = h.timeline(&id).await;
     assert_eq!(state, StepState::Succeeded, "{timeline}");
@@ -244,7 +238,7 @@ async fn a_lost_lease_cancels_the_running_call_and_the_attempt_says_so() {
     wait::until(
         "the request at the provider",
         Duration::from_secs(20),
-        async || {
+        || async {
             let n = h.sim.sim().world().len();
             if n == 1 {
                 Ok(())
@@ -270,7 +264,7 @@ async fn a_lost_lease_cancels_the_running_call_and_the_attempt_says_so() {
     let timeline = wait::until(
         "the cancellation on the timeline",
         Duration::from_secs(10),
-        async || {
+        || async {
             let timeline = h.timeline(&id).await;
             if timeline.contains("the call was cancelled") {
                 Ok(timeline)

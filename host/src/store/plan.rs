@@ -1,12 +1,15 @@
 //! What a write does, decided once in pure code for both backends; each backend only
-//! executes the plan in its own SQL. Two backends that each decided for themselves would
+//! executes the plan in its own SQL. The timeline's wording is the domain's
+//! ([`NewEvent`]'s constructors), never the store's. Two backends that each decided for themselves would
 //! drift apart (they did: a revived workflow kept its end on one and not the other).
 
 use super::{
-    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmitRequest, KeyRecord,
-    NewReceipt, NewWorkflow, StepTransition, StoreError, StoreResult, WorkflowRecord,
+    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmitRequest, AttemptFacts,
+    KeyRecord, NewReceipt, NewWorkflow, StepTransition, StoreError, StoreResult, WorkflowRecord,
 };
-use crate::intent::{AttemptId, EventKind, Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use crate::intent::{
+    AttemptId, AttemptOutcome, Millis, NewEvent, StepState, WorkflowId, WorkflowState,
+};
 
 /// The step columns an attempt's end writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,19 +79,11 @@ pub(crate) fn state_change(
     if next == current {
         return None;
     }
-    let text = match next {
-        WorkflowState::Completed => "Workflow completed: every step has a receipt",
-        WorkflowState::Failed => "Workflow ended without completion: a step failed permanently",
-        WorkflowState::NeedsReview => "Workflow needs review: a person must decide how to continue",
-        WorkflowState::Running => "Workflow running again",
-        WorkflowState::Cancelled => "Workflow cancelled",
-    };
     Some(StateChange {
         next,
         ended_at: next.is_ended().then_some(now as i64),
         restart_key_retention: next.is_ended() || current.is_ended(),
-        event: NewEvent::workflow(EventKind::Conclusion, text)
-            .with_data(serde_json::json!({"from": current, "to": next})),
+        event: NewEvent::workflow_state_changed(current, next),
         notify: (next != WorkflowState::Running).then_some(next.as_str()),
     })
 }
@@ -116,19 +111,6 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
 /// A key that still reserves its scope at `now` (it has not expired).
 pub(crate) fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
     key.filter(|k| k.expires_at.is_none_or(|e| e > now))
-}
-
-/// The timeline entry for dependents released by a receipt; `None` when none were.
-pub(crate) fn released_event(released: &[String]) -> Option<NewEvent> {
-    (!released.is_empty()).then(|| {
-        NewEvent::workflow(
-            EventKind::Action,
-            format!(
-                "Released {} after its dependencies succeeded",
-                released.join(", ")
-            ),
-        )
-    })
 }
 
 /// The payload of an outbox row.
@@ -233,7 +215,47 @@ pub(crate) fn unknown_version(name: &str, digest: &str) -> StoreError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Param<'a> {
     Text(Option<&'a str>),
-    Int(i64),
+    Int(Option<i64>),
+}
+
+/// An attempt's stored result as JSON text.
+pub(crate) fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
+    facts
+        .result
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))
+}
+
+/// The values that record an attempt's facts, in the order both backends' statements take
+/// them: checkpoint, component, component version, component digest, input digest, request
+/// identity, observation, outcome, finished at, log, result (JSON text), attempt id. A
+/// value that is `None` leaves what was recorded.
+pub(crate) fn facts_params<'a>(
+    attempt: &'a AttemptId,
+    checkpoint: u8,
+    facts: &'a AttemptFacts,
+    finished_at: Option<Millis>,
+    log: Option<&'a str>,
+    result: Option<&'a str>,
+) -> [Param<'a>; 12] {
+    use Param::{Int, Text};
+    let p = facts.provenance.as_ref();
+    [
+        Int(Some(i64::from(checkpoint))),
+        Text(p.map(|p| p.component.as_str())),
+        Text(p.map(|p| p.component_version.as_str())),
+        Text(p.map(|p| p.component_digest.as_str())),
+        Text(p.map(|p| p.input_digest.as_str())),
+        Text(facts.request_identity.as_deref()),
+        Text(facts.observation.as_deref()),
+        Text(facts.outcome.map(AttemptOutcome::as_str)),
+        Int(finished_at.map(|v| v as i64)),
+        Text(log),
+        Text(result),
+        Text(Some(attempt.as_str())),
+    ]
 }
 
 /// The columns of a receipt row, in the order of [`receipt_params`].
@@ -257,13 +279,13 @@ pub(crate) fn receipt_params<'a>(
         Text(Some(step)),
         Text(attempt_id.map(AttemptId::as_str)),
         Text(Some(r.evidence_kind.as_str())),
-        Text(Some(&r.component)),
-        Text(Some(&r.component_version)),
-        Text(Some(&r.component_digest)),
-        Text(Some(&r.input_digest)),
+        Text(Some(&r.provenance.component)),
+        Text(Some(&r.provenance.component_version)),
+        Text(Some(&r.provenance.component_digest)),
+        Text(Some(&r.provenance.input_digest)),
         Text(r.external_reference.as_deref()),
         Text(Some(output)),
-        Int(now as i64),
+        Int(Some(now as i64)),
         Text(r.author.as_deref()),
         Text(r.reason.as_deref()),
         Text(r.evidence.as_deref()),
@@ -301,8 +323,8 @@ mod tests {
 
     #[test]
     fn released_dependents_are_named_once_and_none_is_silent() {
-        assert!(released_event(&[]).is_none());
-        let e = released_event(&["b".into(), "c".into()]).unwrap();
+        assert!(NewEvent::released(&[]).is_none());
+        let e = NewEvent::released(&["b".into(), "c".into()]).unwrap();
         assert_eq!(e.text, "Released b, c after its dependencies succeeded");
     }
 }

@@ -1,8 +1,8 @@
 //! Request and record types of the store traits (plain data, no sqlx).
 
 use crate::intent::{
-    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, ReceiptId,
-    StepState, Subject, Trigger, WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, Provenance,
+    ReceiptId, StepState, Subject, Trigger, WorkflowId, WorkflowState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -240,10 +240,8 @@ pub struct AttemptRecord {
     pub number: u32,
     pub trigger: Trigger,
     pub lease_owner: String,
-    pub component: Option<String>,
-    pub component_version: Option<String>,
-    pub component_digest: Option<String>,
-    pub input_digest: Option<String>,
+    /// Recorded at checkpoint 2; `None` for an attempt that ended before it.
+    pub provenance: Option<Provenance>,
     /// The external request identity (idempotency key) recorded at checkpoint 3.
     pub request_identity: Option<String>,
     pub checkpoint: u8,
@@ -316,10 +314,8 @@ pub struct RenewRequest {
 /// What an attempt learned by a checkpoint.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptFacts {
-    pub component: Option<String>,
-    pub component_version: Option<String>,
-    pub component_digest: Option<String>,
-    pub input_digest: Option<String>,
+    /// Known from checkpoint 2 on.
+    pub provenance: Option<Provenance>,
     pub request_identity: Option<String>,
     pub observation: Option<String>,
     pub outcome: Option<AttemptOutcome>,
@@ -384,10 +380,8 @@ pub enum StepTransition {
 pub struct NewReceipt {
     pub receipt_id: ReceiptId,
     pub evidence_kind: EvidenceKind,
-    pub component: String,
-    pub component_version: String,
-    pub component_digest: String,
-    pub input_digest: String,
+    #[serde(flatten)]
+    pub provenance: Provenance,
     pub external_reference: Option<String>,
     pub output: serde_json::Value,
     pub author: Option<String>,

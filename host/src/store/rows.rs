@@ -9,7 +9,8 @@ use super::{
     StoreResult, StoredComponent, StoredDefinition, StoredRefusal, Verification, WorkflowRecord,
 };
 use crate::intent::{
-    AttemptId, EvidenceKind, Millis, Receipt, ReceiptId, Subject, TimelineEvent, WorkflowId,
+    AttemptId, EvidenceKind, Millis, Provenance, Receipt, ReceiptId, Subject, TimelineEvent,
+    WorkflowId,
 };
 use sqlx::Row as _;
 
@@ -179,10 +180,12 @@ pub(crate) fn receipt(r: &impl Columns) -> StoreResult<Receipt> {
         step: r.text("step")?,
         attempt_id: r.opt_text("attempt_id")?.map(AttemptId),
         evidence_kind: r.parsed::<EvidenceKind>("evidence_kind")?,
-        component: r.text("component")?,
-        component_version: r.text("component_version")?,
-        component_digest: r.text("component_digest")?,
-        input_digest: r.text("input_digest")?,
+        provenance: Provenance {
+            component: r.text("component")?,
+            component_version: r.text("component_version")?,
+            component_digest: r.text("component_digest")?,
+            input_digest: r.text("input_digest")?,
+        },
         external_reference: r.opt_text("external_reference")?,
         output: r.json("output")?,
         recorded_at: r.uint("recorded_at")?,
@@ -200,10 +203,7 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         number: r.small::<u32>("number")?,
         trigger: r.parsed("trigger")?,
         lease_owner: r.text("lease_owner")?,
-        component: r.opt_text("component")?,
-        component_version: r.opt_text("component_version")?,
-        component_digest: r.opt_text("component_digest")?,
-        input_digest: r.opt_text("input_digest")?,
+        provenance: provenance(r)?,
         request_identity: r.opt_text("request_identity")?,
         checkpoint: r.small::<u8>("checkpoint")?,
         observation: r.opt_text("observation")?,
@@ -212,6 +212,26 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         finished_at: r.opt_uint("finished_at")?,
         log: r.json("log")?,
     })
+}
+
+/// An attempt's provenance: all four columns, or none (before checkpoint 2).
+fn provenance(r: &impl Columns) -> StoreResult<Option<Provenance>> {
+    let Some(component) = r.opt_text("component")? else {
+        return Ok(None);
+    };
+    let part = |col: &str| -> StoreResult<String> {
+        r.opt_text(col)?.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "an attempt names its component but not its `{col}`"
+            ))
+        })
+    };
+    Ok(Some(Provenance {
+        component,
+        component_version: part("component_version")?,
+        component_digest: part("component_digest")?,
+        input_digest: part("input_digest")?,
+    }))
 }
 
 pub(crate) fn timeline_event(r: &impl Columns) -> StoreResult<TimelineEvent> {

@@ -8,8 +8,8 @@ mod status;
 mod time;
 
 pub use projection::{
-    AttemptView, IntentView, MilestoneView, ReceiptView, StepView, SummaryView, TimelineView,
-    WorkflowView, shorten_identity, summary_view, workflow_view,
+    AttemptView, IntentView, MilestoneView, ProvenanceView, ReceiptView, StepView, SummaryView,
+    TimelineView, WorkflowView, shorten_identity, summary_view, workflow_view,
 };
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
 pub use time::{rfc3339, rfc3339_opt};

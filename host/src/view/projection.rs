@@ -8,8 +8,8 @@
 use super::status::{self, NextAction, StepStatus};
 use super::time::{rfc3339, rfc3339_opt};
 use crate::intent::{
-    AttemptOutcome, EventKind, EvidenceKind, Receipt, StepState, TimelineEvent, Trigger,
-    WorkflowState,
+    AttemptOutcome, EventKind, EvidenceKind, Provenance, Receipt, StepState, TimelineEvent,
+    Trigger, WorkflowState,
 };
 use crate::store::{AttemptRecord, StepRecord, WorkflowRecord};
 use crate::workflow::WorkflowDef;
@@ -86,10 +86,8 @@ pub struct ReceiptView {
     pub receipt_id: String,
     pub attempt_id: Option<String>,
     pub evidence_kind: EvidenceKind,
-    pub component: String,
-    pub component_version: String,
-    pub component_digest: String,
-    pub input_digest: String,
+    #[serde(flatten)]
+    pub provenance: Provenance,
     pub external_reference: Option<String>,
     pub output: Value,
     pub recorded_at: String,
@@ -104,10 +102,7 @@ impl From<&Receipt> for ReceiptView {
             receipt_id: r.receipt_id.to_string(),
             attempt_id: r.attempt_id.as_ref().map(ToString::to_string),
             evidence_kind: r.evidence_kind,
-            component: r.component.clone(),
-            component_version: r.component_version.clone(),
-            component_digest: r.component_digest.clone(),
-            input_digest: r.input_digest.clone(),
+            provenance: r.provenance.clone(),
             external_reference: r.external_reference.clone(),
             output: r.output.clone(),
             recorded_at: rfc3339(r.recorded_at),
@@ -163,10 +158,9 @@ pub struct AttemptView {
     pub number: u32,
     pub trigger: Trigger,
     pub lease_owner: String,
-    pub component: Option<String>,
-    pub component_version: Option<String>,
-    pub component_digest: Option<String>,
-    pub input_digest: Option<String>,
+    /// Which code ran on which input; every field `null` before checkpoint 2.
+    #[serde(flatten)]
+    pub provenance: ProvenanceView,
     /// A prefix of the external request identity, never the whole key.
     pub request_identity: Option<String>,
     pub checkpoint: u8,
@@ -176,6 +170,29 @@ pub struct AttemptView {
     pub finished_at: Option<String>,
 }
 
+/// An attempt's [`Provenance`] as shown: each field `null` until it is recorded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ProvenanceView {
+    pub component: Option<String>,
+    pub component_version: Option<String>,
+    pub component_digest: Option<String>,
+    pub input_digest: Option<String>,
+}
+
+impl From<Option<Provenance>> for ProvenanceView {
+    fn from(p: Option<Provenance>) -> Self {
+        match p {
+            Some(p) => Self {
+                component: Some(p.component),
+                component_version: Some(p.component_version),
+                component_digest: Some(p.component_digest),
+                input_digest: Some(p.input_digest),
+            },
+            None => Self::default(),
+        }
+    }
+}
+
 impl From<AttemptRecord> for AttemptView {
     fn from(a: AttemptRecord) -> Self {
         Self {
@@ -183,10 +200,7 @@ impl From<AttemptRecord> for AttemptView {
             number: a.number,
             trigger: a.trigger,
             lease_owner: a.lease_owner,
-            component: a.component,
-            component_version: a.component_version,
-            component_digest: a.component_digest,
-            input_digest: a.input_digest,
+            provenance: a.provenance.into(),
             request_identity: a.request_identity.as_deref().map(shorten_identity),
             checkpoint: a.checkpoint,
             observation: a.observation,
@@ -375,10 +389,12 @@ mod tests {
             step: step.into(),
             attempt_id: None,
             evidence_kind: EvidenceKind::Manual,
-            component: "c".into(),
-            component_version: "1.0.0".into(),
-            component_digest: "sha256:11".into(),
-            input_digest: "sha256:22".into(),
+            provenance: Provenance {
+                component: "c".into(),
+                component_version: "1.0.0".into(),
+                component_digest: "sha256:11".into(),
+                input_digest: "sha256:22".into(),
+            },
             external_reference: Some("ext-1".into()),
             output: json!({"ok": true}),
             recorded_at: at,

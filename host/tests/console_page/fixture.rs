@@ -132,10 +132,12 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 attempt_id: c.attempt_id.clone(),
                 checkpoint: 2,
                 facts: AttemptFacts {
-                    component: Some("worker".into()),
-                    component_version: Some("1.0.0".into()),
-                    component_digest: Some("sha256:0f0f0f0f0f0f0f0f0f0f0f0f0f0f".into()),
-                    input_digest: Some("sha256:abababababababababababababab".into()),
+                    provenance: Some(docket::intent::Provenance {
+                        component: "worker".into(),
+                        component_version: "1.0.0".into(),
+                        component_digest: "sha256:0f0f0f0f0f0f0f0f0f0f0f0f0f0f".into(),
+                        input_digest: "sha256:abababababababababababababab".into(),
+                    }),
                     request_identity: None,
                     observation: Some(format!("busy (attempt {n})")),
                     outcome: Some(AttemptOutcome::Rejected),

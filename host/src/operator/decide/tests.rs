@@ -76,10 +76,12 @@ fn attempt(sent: Sent) -> Option<AttemptRecord> {
         number: 1,
         trigger: Trigger::Initial,
         lease_owner: "host-a".into(),
-        component: Some("courier".into()),
-        component_version: Some("1.0.0".into()),
-        component_digest: Some("sha256:c".into()),
-        input_digest: Some("sha256:i".into()),
+        provenance: Some(crate::intent::Provenance {
+            component: "courier".into(),
+            component_version: "1.0.0".into(),
+            component_digest: "sha256:c".into(),
+            input_digest: "sha256:i".into(),
+        }),
         request_identity: (sent != Sent::Never).then(|| "key-1".into()),
         checkpoint: if sent == Sent::Never { 2 } else { 5 },
         observation: None,
@@ -260,9 +262,9 @@ fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance
     );
     assert_eq!(receipt.reason.as_deref(), Some("confirmed by phone"));
     assert_eq!(receipt.external_reference.as_deref(), Some("dlv_42"));
-    assert_eq!(receipt.component, "courier");
-    assert_eq!(receipt.component_digest, "sha256:c");
-    assert_eq!(receipt.input_digest, "sha256:i");
+    assert_eq!(receipt.provenance.component, "courier");
+    assert_eq!(receipt.provenance.component_digest, "sha256:c");
+    assert_eq!(receipt.provenance.input_digest, "sha256:i");
 }
 
 #[test]

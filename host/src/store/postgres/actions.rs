@@ -3,7 +3,7 @@
 
 use super::executor::{insert_receipt, recompute_state, release_dependents};
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
-use crate::intent::AttemptId;
+use crate::intent::{AttemptId, NewEvent};
 use crate::store::{
     ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
     StepChange, StoreResult,
@@ -158,7 +158,7 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         );
         insert_receipt(conn, &values).await?;
         let released = release_dependents(conn, &req.scope.workflow_id, req.now).await?;
-        events.extend(plan::released_event(&released));
+        events.extend(NewEvent::released(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
     let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;

@@ -2,14 +2,14 @@
 
 use super::{PgResult, PgStore, append_events, transaction};
 use crate::intent::{
-    AttemptId, AttemptOutcome, Millis, Receipt, StepState, WorkflowId, WorkflowState,
+    AttemptOutcome, Millis, NewEvent, Receipt, StepState, WorkflowId, WorkflowState,
 };
 use crate::store::plan;
 use crate::store::rows::{self, Columns, fits, parse};
 use crate::store::{
-    AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
-    FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
-    StoreError, StoreResult,
+    CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence, FinishOutcome,
+    FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition, StoreError,
+    StoreResult,
 };
 use sqlx::postgres::PgConnection;
 use std::collections::HashMap;
@@ -40,15 +40,6 @@ pub(crate) async fn outbox(
     Ok(())
 }
 
-fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
-    facts
-        .result
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))
-}
-
 /// Writes an attempt's facts (`$1`–`$11`) to attempt `$12`, as a statement for a `WITH`
 /// clause: the caller appends its guard (`AND …`) and binds the rest from `$13` on.
 const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
@@ -62,27 +53,19 @@ const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint,
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// Binds `$1`–`$12` of [`APPLY_FACTS`].
-fn bind_facts<'q>(
-    query: PgQuery<'q>,
-    attempt: &'q AttemptId,
-    checkpoint: u8,
-    facts: &'q AttemptFacts,
-    finished_at: Option<Millis>,
-    log: Option<String>,
-) -> PgResult<PgQuery<'q>> {
-    Ok(query
-        .bind(checkpoint as i64)
-        .bind(facts.component.as_deref())
-        .bind(facts.component_version.as_deref())
-        .bind(facts.component_digest.as_deref())
-        .bind(facts.input_digest.as_deref())
-        .bind(facts.request_identity.as_deref())
-        .bind(facts.observation.as_deref())
-        .bind(facts.outcome.map(AttemptOutcome::as_str))
-        .bind(finished_at.map(|v| v as i64))
-        .bind(log)
-        .bind(result_text(facts)?)
-        .bind(attempt.as_str()))
+fn bind_facts<'q>(mut query: PgQuery<'q>, values: [plan::Param<'q>; 12]) -> PgQuery<'q> {
+    for value in values {
+        query = bind(query, value);
+    }
+    query
+}
+
+/// Binds one planned value.
+fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q> {
+    match value {
+        plan::Param::Text(t) => query.bind(t),
+        plan::Param::Int(i) => query.bind(i),
+    }
 }
 
 /// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
@@ -319,20 +302,22 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
          applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM held) RETURNING 1)
          SELECT (SELECT count(*) FROM held) AS held"
     )));
-    let held: i64 = bind_facts(
-        query,
+    let result = plan::result_text(&req.facts)?;
+    let values = plan::facts_params(
         &req.attempt_id,
         req.checkpoint,
         &req.facts,
         None,
         None,
-    )?
-    .bind(req.fence.workflow_id.as_str())
-    .bind(&req.fence.step)
-    .bind(&req.fence.lease_token)
-    .fetch_one(&mut *conn)
-    .await?
-    .int("held")?;
+        result.as_deref(),
+    );
+    let held: i64 = bind_facts(query, values)
+        .bind(req.fence.workflow_id.as_str())
+        .bind(&req.fence.step)
+        .bind(&req.fence.lease_token)
+        .fetch_one(&mut *conn)
+        .await?
+        .int("held")?;
     if held == 0 {
         return Err(lease_lost(&req.fence).into());
     }
@@ -379,27 +364,29 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
          applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM moved) RETURNING 1)
          SELECT (SELECT count(*) FROM moved) AS moved"
     )));
-    let moved: i64 = bind_facts(
-        query,
+    let (result, log) = (plan::result_text(&facts)?, log.to_string());
+    let values = plan::facts_params(
         &attempt_id,
         checkpoint,
         &facts,
         Some(now),
-        Some(log.to_string()),
-    )?
-    .bind(cols.state.as_str())
-    .bind(cols.ready_at)
-    .bind(cols.next_trigger)
-    .bind(cols.uncertain_since)
-    .bind(cols.receipt_id)
-    .bind(note.as_deref())
-    .bind(id)
-    .bind(&fence.step)
-    .bind(&fence.lease_token)
-    .bind(expired_before.map(|v| v as i64))
-    .fetch_one(&mut *conn)
-    .await?
-    .int("moved")?;
+        Some(&log),
+        result.as_deref(),
+    );
+    let moved: i64 = bind_facts(query, values)
+        .bind(cols.state.as_str())
+        .bind(cols.ready_at)
+        .bind(cols.next_trigger)
+        .bind(cols.uncertain_since)
+        .bind(cols.receipt_id)
+        .bind(note.as_deref())
+        .bind(id)
+        .bind(&fence.step)
+        .bind(&fence.lease_token)
+        .bind(expired_before.map(|v| v as i64))
+        .fetch_one(&mut *conn)
+        .await?
+        .int("moved")?;
     if moved == 0 {
         return Err(lease_lost(&fence).into());
     }
@@ -428,7 +415,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         insert_receipt(conn, &values).await?;
         released = release_dependents(conn, &fence.workflow_id, now).await?;
     }
-    events.extend(plan::released_event(&released));
+    events.extend(NewEvent::released(&released));
     append_events(conn, &fence.workflow_id, now, &events).await?;
     let current = parse::<WorkflowState>(&current)?;
     let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
@@ -447,7 +434,7 @@ async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgRes
     )
     .bind(late.facts.observation.as_deref())
     .bind(late.facts.outcome.map(AttemptOutcome::as_str))
-    .bind(result_text(&late.facts)?)
+    .bind(plan::result_text(&late.facts)?)
     .bind(late.attempt_id.as_str())
     .execute(&mut *conn)
     .await?;
@@ -467,10 +454,7 @@ pub(crate) async fn insert_receipt(
     );
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
     for value in values {
-        query = match *value {
-            plan::Param::Text(t) => query.bind(t),
-            plan::Param::Int(i) => query.bind(i),
-        };
+        query = bind(query, *value);
     }
     query.execute(&mut *conn).await?;
     Ok(())

@@ -3,8 +3,8 @@
 
 use super::executor::{insert_receipt, recompute_state, release_dependents};
 use super::{SqliteStore, append_events};
-use crate::intent::AttemptId;
 use crate::intent::WorkflowState;
+use crate::intent::{AttemptId, NewEvent};
 use crate::store::plan;
 use crate::store::rows;
 use crate::store::rows::parse;
@@ -118,7 +118,7 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
             ),
         )?;
         let released = release_dependents(conn, &req.scope.workflow_id, req.now)?;
-        events.extend(plan::released_event(&released));
+        events.extend(NewEvent::released(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events)?;
     let current: String = conn

@@ -1,7 +1,9 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::{SqliteStore, append_events};
-use crate::intent::{AttemptId, AttemptOutcome, Millis, StepState, WorkflowId, WorkflowState};
+use crate::intent::{
+    AttemptId, AttemptOutcome, Millis, NewEvent, StepState, WorkflowId, WorkflowState,
+};
 use crate::store::plan;
 use crate::store::rows::{self, Columns, parse};
 use crate::store::{
@@ -72,12 +74,8 @@ fn apply_facts(
     finished_at: Option<Millis>,
     log: Option<&serde_json::Value>,
 ) -> StoreResult<()> {
-    let result = facts
-        .result
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))?;
+    let result = plan::result_text(facts)?;
+    let log = log.map(|l| l.to_string());
     conn.prepare_cached(
         "UPDATE attempts SET checkpoint = MAX(checkpoint, ?),
              component = COALESCE(?, component), component_version = COALESCE(?, component_version),
@@ -87,20 +85,14 @@ fn apply_facts(
              log = COALESCE(?, log), result = COALESCE(?, result)
          WHERE attempt_id = ?",
     )?
-    .execute(params![
-        checkpoint as i64,
-        facts.component.as_deref(),
-        facts.component_version.as_deref(),
-        facts.component_digest.as_deref(),
-        facts.input_digest.as_deref(),
-        facts.request_identity.as_deref(),
-        facts.observation.as_deref(),
-        facts.outcome.map(AttemptOutcome::as_str),
-        finished_at.map(|v| v as i64),
-        log.map(|l| l.to_string()),
-        result,
-        attempt.as_str(),
-    ])?;
+    .execute(rusqlite::params_from_iter(plan::facts_params(
+        attempt,
+        checkpoint,
+        facts,
+        finished_at,
+        log.as_deref(),
+        result.as_deref(),
+    )))?;
     Ok(())
 }
 
@@ -332,7 +324,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
         )?;
         released = release_dependents(conn, &fence.workflow_id, now)?;
     }
-    events.extend(plan::released_event(&released));
+    events.extend(NewEvent::released(&released));
     let (first, current): (i64, String) = conn
         .prepare_cached(
             "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2
@@ -440,13 +432,7 @@ impl ExecutorStore for SqliteStore {
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
-                let result = late
-                    .facts
-                    .result
-                    .as_ref()
-                    .map(serde_json::to_string)
-                    .transpose()
-                    .map_err(|e| StoreError::Corrupt(format!("attempt result: {e}")))?;
+                let result = plan::result_text(&late.facts)?;
                 conn.prepare_cached(
                     "UPDATE attempts SET observation = COALESCE(observation, ?1),
                          outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE(?2, outcome) ELSE outcome END,

@@ -221,10 +221,7 @@ impl Writer {
             permit.send(job);
             fillers.push(rx);
         }
-        Hold {
-            _release: release,
-            _fillers: fillers,
-        }
+        Hold { release, fillers }
     }
 
     /// Test failpoint: the next `n` batches commit but their callers never hear of it, as
@@ -236,8 +233,20 @@ impl Writer {
 
 /// A stopped, full writer (see [`Writer::saturate`]); dropping it lets the writer go on.
 pub struct Hold {
-    _release: std::sync::mpsc::Sender<()>,
-    _fillers: Vec<oneshot::Receiver<StoreResult<()>>>,
+    release: std::sync::mpsc::Sender<()>,
+    fillers: Vec<oneshot::Receiver<StoreResult<()>>>,
+}
+
+impl Hold {
+    /// Lets the writer go on and waits until the jobs that filled its queue are done, so
+    /// the queue has room again.
+    pub async fn release(self) {
+        let Hold { release, fillers } = self;
+        drop(release);
+        for filler in fillers {
+            let _ = filler.await;
+        }
+    }
 }
 
 /// The job's result; a writer that took the job and stopped before answering may have
@@ -366,7 +375,7 @@ mod tests {
             matches!(refused, StoreError::Backend { retry: Retry::Safe, ref cause } if cause.contains("busy")),
             "{refused:?}"
         );
-        drop(hold);
+        hold.release().await;
         // Room again: the writer goes on, and the refused row was never written.
         let count: i64 = writer
             .write(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))

@@ -302,10 +302,12 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                         attempt_id: c.attempt_id.clone(),
                         checkpoint: 6,
                         facts: AttemptFacts {
-                            component: Some("prepare-letter".into()),
-                            component_version: Some("1.0.0".into()),
-                            component_digest: Some("sha256:abcd".into()),
-                            input_digest: Some("sha256:1234".into()),
+                            provenance: Some(docket::intent::Provenance {
+                                component: "prepare-letter".into(),
+                                component_version: "1.0.0".into(),
+                                component_digest: "sha256:abcd".into(),
+                                input_digest: "sha256:1234".into(),
+                            }),
                             request_identity: Some(identity),
                             observation: Some("done".into()),
                             outcome: Some(AttemptOutcome::Accepted),
@@ -314,10 +316,12 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                         transition: StepTransition::Succeeded(Box::new(NewReceipt {
                             receipt_id: ReceiptId::new(now),
                             evidence_kind: EvidenceKind::Response,
-                            component: "prepare-letter".into(),
-                            component_version: "1.0.0".into(),
-                            component_digest: "sha256:abcd".into(),
-                            input_digest: "sha256:1234".into(),
+                            provenance: docket::intent::Provenance {
+                                component: "prepare-letter".into(),
+                                component_version: "1.0.0".into(),
+                                component_digest: "sha256:abcd".into(),
+                                input_digest: "sha256:1234".into(),
+                            },
                             external_reference: Some(format!("ext-{}", c.fence.step)),
                             output: json!({"title": "Hello"}),
                             author: None,

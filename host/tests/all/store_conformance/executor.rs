@@ -146,7 +146,12 @@ pub async fn fenced_writes_refuse_a_stale_lease<S: Store>(s: S) {
     .unwrap();
     let attempt = &s.attempts(&id, "only", 0, 10).await.unwrap()[0];
     assert_eq!(attempt.checkpoint, 3);
-    assert_eq!(attempt.component.as_deref(), Some("http-delivery"));
+    let provenance = attempt
+        .provenance
+        .as_ref()
+        .expect("recorded at checkpoint 2");
+    assert_eq!(provenance.component, "http-delivery");
+    assert_eq!(provenance.input_digest, "sha256:1234");
     assert_eq!(attempt.request_identity.as_deref(), Some("dk-1"));
     assert_eq!(attempt.observation.as_deref(), Some("sent"));
     assert_eq!(

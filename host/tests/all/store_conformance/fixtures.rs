@@ -98,10 +98,12 @@ pub fn receipt(now: Millis, step: &str) -> NewReceipt {
     NewReceipt {
         receipt_id: ReceiptId::new(now),
         evidence_kind: EvidenceKind::Response,
-        component: "http-delivery".into(),
-        component_version: "1.0.0".into(),
-        component_digest: "sha256:abcd".into(),
-        input_digest: "sha256:1234".into(),
+        provenance: docket::intent::Provenance {
+            component: "http-delivery".into(),
+            component_version: "1.0.0".into(),
+            component_digest: "sha256:abcd".into(),
+            input_digest: "sha256:1234".into(),
+        },
         external_reference: Some(format!("ext-{step}")),
         output: json!({"step": step}),
         author: None,
@@ -112,10 +114,12 @@ pub fn receipt(now: Millis, step: &str) -> NewReceipt {
 
 pub fn facts(observation: &str, outcome: AttemptOutcome) -> AttemptFacts {
     AttemptFacts {
-        component: Some("http-delivery".into()),
-        component_version: Some("1.0.0".into()),
-        component_digest: Some("sha256:abcd".into()),
-        input_digest: Some("sha256:1234".into()),
+        provenance: Some(docket::intent::Provenance {
+            component: "http-delivery".into(),
+            component_version: "1.0.0".into(),
+            component_digest: "sha256:abcd".into(),
+            input_digest: "sha256:1234".into(),
+        }),
         request_identity: Some("dk-1".into()),
         observation: Some(observation.into()),
         outcome: Some(outcome),
