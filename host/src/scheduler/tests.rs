@@ -10,7 +10,10 @@ use crate::intent::{StepState, WorkflowId};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ExecutorStore, ReadStore};
+use crate::store::{
+    ActiveChange, ActiveTarget, ClaimRequest, ComponentStore, ExecutorStore, NewComponent,
+    ReadStore,
+};
 use axum::body::Body;
 use axum::http::Request;
 use serde_json::{Value, json};
@@ -56,6 +59,7 @@ struct Harness {
     _dir: tempfile::TempDir,
     store: SqliteStore,
     scheduler: Arc<Scheduler<SqliteStore>>,
+    components: Arc<Components>,
     clock: Arc<SystemClock>,
     api: axum::Router,
     sim: RunningSim,
@@ -112,7 +116,7 @@ impl Harness {
         let scheduler = Scheduler::new(
             store.clone(),
             deployments.clone(),
-            components,
+            components.clone(),
             Arc::new(secrets),
             clock.clone(),
             SchedulerConfig {
@@ -127,6 +131,7 @@ impl Harness {
             _dir: dir,
             store,
             scheduler,
+            components,
             clock,
             api,
             sim,
@@ -298,4 +303,78 @@ async fn a_lost_lease_cancels_the_running_call_and_the_attempt_says_so() {
         StepState::Ready | StepState::FailedRetryable
     ));
     assert_eq!(h.sim.sim().world().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_that_expired_before_anything_was_sent_makes_the_step_ready_again() {
+    let h = Harness::new().await;
+    let id = h.submit("expired-1").await;
+    // A claim whose worker never gets to run (it died right after claiming).
+    let now = h.clock.now_ms();
+    let claimed = h
+        .store
+        .claim(ClaimRequest {
+            owner: "gone-host".into(),
+            now,
+            lease_ms: 1_000,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    // Before the lease runs out, recovery leaves it alone.
+    assert_eq!(h.scheduler.recovery_tick(now + 999).await.unwrap(), 0);
+    assert_eq!(h.deliver_state(&id).await, StepState::Running);
+    // After it, the step is ready again: nothing was sent, so nothing is uncertain.
+    assert_eq!(h.scheduler.recovery_tick(now + 1_001).await.unwrap(), 1);
+    let step = &h.store.steps(&id).await.unwrap()[0];
+    assert!(
+        matches!(step.state, StepState::Ready | StepState::FailedRetryable),
+        "{step:?}"
+    );
+    let timeline = h.timeline(&id).await;
+    assert!(
+        timeline.contains("nothing was sent, the step is ready again"),
+        "{timeline}"
+    );
+    assert_eq!(h.scheduler.ticks().get(Tick::Recovery), 2);
+    assert!(h.sim.sim().world().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_tick_takes_up_an_activation_made_elsewhere() {
+    let h = Harness::new().await;
+    let path = crate::guests::path("http-delivery-2").expect("built");
+    let bytes = tokio::fs::read(path).await.unwrap();
+    let digest = crate::intent::sha256_digest(&bytes);
+    // Another host (or `docket adapter deploy` and `activate`) stored and activated 2.0.0.
+    h.store
+        .store_component(NewComponent {
+            digest: digest.clone(),
+            name: "http-delivery".into(),
+            version: "2.0.0".into(),
+            kind: "adapter".into(),
+            bytes,
+            registered_at: h.clock.now_ms(),
+            author: "deployer".into(),
+        })
+        .await
+        .unwrap();
+    h.store
+        .set_active(ActiveChange {
+            name: "http-delivery".into(),
+            target: ActiveTarget::Digest(digest.clone()),
+            author: "deployer".into(),
+            now: h.clock.now_ms(),
+        })
+        .await
+        .unwrap();
+    assert_ne!(
+        h.components.active_digest("http-delivery"),
+        Some(digest.clone())
+    );
+    let ticks = h.scheduler.ticks();
+    super::registry_tick(&h.components, &h.store, &ticks).await;
+    assert_eq!(h.components.active_digest("http-delivery"), Some(digest));
+    assert_eq!(ticks.get(Tick::Registry), 1);
 }
