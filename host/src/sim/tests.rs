@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 
 use super::*;
 
+#[path = "../../tests/support/wait.rs"]
+mod wait;
+
 const TOKEN: &str = "test-token";
 
 async fn start(faults: Faults) -> (RunningSim, Client) {
@@ -331,10 +334,19 @@ async fn visibility_delay_hides_then_shows() {
     assert_eq!(early.json::<Value>().await.unwrap(), json!({"data": []}));
     // The world shows it at once; only lookups lag.
     assert_eq!(world(&client, &sim).await.len(), 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let late: Value = lookup(&client, &sim, "r").await.json().await.unwrap();
-    let data = late["data"].as_array().unwrap();
-    assert_eq!(data.len(), 1);
+    // Shown once the delay has passed (looked at until then, never a fixed wait).
+    let data = wait::until(
+        "the delivery in lookups",
+        Duration::from_secs(10),
+        || async {
+            let late: Value = lookup(&client, &sim, "r").await.json().await.unwrap();
+            match late["data"].as_array() {
+                Some(data) if data.len() == 1 => Ok(data.clone()),
+                _ => Err(late.to_string()),
+            }
+        },
+    )
+    .await;
     assert_eq!(data[0]["id"], "dlv_1");
     assert_eq!(data[0]["recipient"], "a@b.c");
     assert_eq!(data[0]["document_digest"], "sha256:ab12");
