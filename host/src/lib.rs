@@ -50,6 +50,11 @@ pub mod store;
 pub mod view;
 pub mod workflow;
 
+/// Bounded polls for tests, shared with the integration suite.
+#[cfg(test)]
+#[path = "../tests/support/wait.rs"]
+mod wait;
+
 /// Paths of the example and test components, built from `adapters/` by the build script.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));

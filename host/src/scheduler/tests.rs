@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
-#[path = "../../tests/support/wait.rs"]
-mod wait;
+use crate::wait;
 
 /// One adapter step delivering through the provider simulator.
 const DEFINITION: &str = r#"

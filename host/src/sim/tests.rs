@@ -8,8 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
-#[path = "../../tests/support/wait.rs"]
-mod wait;
+use crate::wait;
 
 const TOKEN: &str = "test-token";
 
