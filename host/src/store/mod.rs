@@ -7,9 +7,14 @@
 //! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler),
 //! [`OperatorStore`] (operator actions), [`ComponentStore`] (component bytes and the
 //! registry), [`SessionStore`] (console sessions) — and both backends implement the same
-//! traits, so no caller knows which one it has. The store never reads a clock: every method that needs "now" takes it in its request. Every write after a
-//! claim is fenced by the lease token; a lost lease is [`StoreError::LeaseLost`], never a
-//! silent overwrite.
+//! traits, so no caller knows which one it has. The store never reads a clock: every
+//! method that needs "now" takes it in its request. Every write after a claim is fenced by
+//! the lease token; a lost lease is [`StoreError::LeaseLost`], never a silent overwrite.
+//!
+//! What a write does is decided once, in pure code (`plan`), and the reads whose statements
+//! differ only in dialect are written once over sqlx (`reads`); each backend only executes
+//! (`rows` maps every driver's rows). A failure says whether repeating it is safe
+//! ([`Retry`]).
 
 mod plan;
 pub mod postgres;

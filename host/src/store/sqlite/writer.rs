@@ -385,6 +385,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stopped_writer_refuses_at_once_and_says_nothing_was_written() {
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let writer = Writer {
+            tx,
+            lose_acks: Arc::default(),
+        };
+        for refused in [
+            writer.try_write(|_| Ok(())).await.unwrap_err(),
+            writer.write(|_| Ok(())).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(&refused, StoreError::Backend { retry: Retry::Safe, cause } if cause.contains("stopped")),
+                "{refused:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_lost_acknowledgement_is_unknown_not_safe_and_the_write_is_there() {
         let (_dir, writer) = writer_with_table(QUEUE).await;
         writer.lose_acknowledgements(1);
