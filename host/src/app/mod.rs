@@ -161,8 +161,15 @@ impl App {
             .clone()
             .or(config.db.clone())
             .unwrap_or_else(|| DEFAULT_DB.into());
+        let parts = Parts {
+            options,
+            config,
+            sim,
+            clock,
+            listen,
+        };
         if is_postgres(&db) {
-            if sim.is_some() {
+            if parts.sim.is_some() {
                 tracing::warn!(
                     "this host embeds its own provider simulator; other hosts on this database embed theirs, so a step recovered on another host would ask another provider. With several hosts, run one `docket sim-provider` and point [adapters.http-delivery] at it"
                 );
@@ -181,15 +188,7 @@ impl App {
             // user's cache directory); the database holds the truth.
             let cache_dir =
                 component_cache_dir().unwrap_or_else(|| PathBuf::from(".docket/components"));
-            let parts = Parts {
-                options,
-                config,
-                cache_dir,
-                sim,
-                clock,
-                listen,
-            };
-            return assemble(parts, store).await;
+            return assemble(parts, store, cache_dir).await;
         }
         let db_path = sqlite_path(&db);
         if let Some(dir) = db_path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -203,15 +202,7 @@ impl App {
             .parent()
             .unwrap_or(Path::new("."))
             .join("components");
-        let parts = Parts {
-            options,
-            config,
-            cache_dir,
-            sim,
-            clock,
-            listen,
-        };
-        assemble(parts, store).await
+        assemble(parts, store, cache_dir).await
     }
 
     /// The embedded provider simulator, when this host runs one.
@@ -269,7 +260,6 @@ impl App {
 struct Parts<'a> {
     options: &'a Options,
     config: HostConfig,
-    cache_dir: PathBuf,
     sim: Option<RunningSim>,
     clock: Arc<SystemClock>,
     listen: SocketAddr,
@@ -318,14 +308,13 @@ async fn embed_simulator(
 
 /// The host on a given store: components, definitions, scheduler and API, each started as
 /// a supervised task.
-async fn assemble<S>(parts: Parts<'_>, store: S) -> Result<App, AppError>
+async fn assemble<S>(parts: Parts<'_>, store: S, cache_dir: PathBuf) -> Result<App, AppError>
 where
     S: ContextStore + ExecutorStore + ComponentStore,
 {
     let Parts {
         options,
         config,
-        cache_dir,
         sim,
         clock,
         listen,
