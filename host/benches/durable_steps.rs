@@ -172,6 +172,8 @@ async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
         .map(|s| NewStep {
             id: s.id.as_str().to_string(),
             depends_on: s.after.iter().map(|d| d.as_str().to_string()).collect(),
+            role: s.kind.role(),
+            compensate_on: vec![],
         })
         .collect();
     b.store

@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench --bench store_admit`
 
-use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, canonicalize};
+use docket::intent::{EventKind, NewEvent, StepRole, Subject, WorkflowId, canonicalize};
 use docket::store::sqlite::SqliteStore;
 use docket::store::{AdmissionStore, AdmitRequest, KeyScope, NewStep, NewWorkflow};
 use std::time::Instant;
@@ -31,6 +31,8 @@ fn request(key: usize) -> AdmitRequest {
                     } else {
                         vec![["a", "b", "c"][i - 1].to_string()]
                     },
+                    role: StepRole::Handler,
+                    compensate_on: vec![],
                 })
                 .collect(),
             deadline_at: now + 3_600_000,

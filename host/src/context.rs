@@ -6,7 +6,8 @@ use crate::access::Auth;
 use crate::clock::{Clock, SystemClock};
 use crate::scheduler::{Components, Deployments, Progress, Ticks};
 use crate::store::{
-    AdmissionStore, ComponentStore, DefinitionStore, OperatorStore, ReadStore, SessionStore,
+    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore, ReadStore,
+    SessionStore,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,7 @@ pub trait ContextStore:
     + ReadStore
     + DefinitionStore
     + OperatorStore
+    + CourseStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -32,6 +34,7 @@ impl<S> ContextStore for S where
         + ReadStore
         + DefinitionStore
         + OperatorStore
+        + CourseStore
         + ComponentStore
         + SessionStore
         + Clone

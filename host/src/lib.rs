@@ -5,7 +5,8 @@
 //! - Pure domain, no I/O: [`clock`] (the one source of "now"), [`contract`] (what plugins
 //!   declare and return), [`intent`] (ids, states, records, canonical input),
 //!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
-//!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction).
+//!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction), [`course`]
+//!   (what a cancellation and compensations do to a workflow's steps).
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
@@ -41,6 +42,7 @@ pub mod config;
 pub mod console;
 pub mod context;
 pub mod contract;
+pub mod course;
 pub mod intent;
 pub mod operator;
 pub mod runtime;

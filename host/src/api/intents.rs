@@ -443,6 +443,8 @@ async fn new_workflow<S: ContextStore>(
             .map(|s| NewStep {
                 id: s.id.to_string(),
                 depends_on: s.after.iter().map(ToString::to_string).collect(),
+                role: s.kind.role(),
+                compensate_on: s.compensation.iter().map(|c| c.on).collect(),
             })
             .collect(),
         deadline_at: now.saturating_add(millis(def.deadline)),

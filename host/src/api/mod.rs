@@ -17,6 +17,7 @@ mod actions;
 mod adapters;
 mod auth;
 mod controls;
+mod course;
 mod error;
 mod intents;
 mod pagination;
@@ -59,6 +60,14 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
         .route(
             "/v1/workflows/{id}/steps/{step}/{action}",
             post(actions::act::<S>),
+        )
+        .route(
+            "/v1/workflows/{id}/cancel",
+            post(course::cancel_workflow::<S>),
+        )
+        .route(
+            "/v1/workflows/{id}/cancellation",
+            get(course::cancellation::<S>),
         )
         .route(
             "/v1/adapters",

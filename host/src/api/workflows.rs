@@ -13,14 +13,15 @@ use crate::access::{Principal, Role};
 use crate::intent::{WorkflowId, WorkflowState};
 use crate::scheduler::DeployedDef;
 use crate::store::{WorkflowFilter, WorkflowRecord};
-use crate::view::{
-    AttemptView, SummaryView, TimelineView, WorkflowView, summary_view, workflow_view,
-};
+use crate::view::{AttemptView, SummaryView, TimelineView, summary_view, workflow_view};
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
@@ -39,7 +40,7 @@ fn path<T>(path: Result<Path<T>, PathRejection>) -> ApiResult<T> {
 }
 
 /// The workflow `id` if the caller may see it.
-async fn visible<S: ContextStore>(
+pub(super) async fn visible<S: ContextStore>(
     ctx: &Ctx<S>,
     caller: &Principal,
     id: &str,
@@ -77,22 +78,95 @@ async fn definition<S: ContextStore>(
     }
 }
 
-/// `GET /v1/workflows/{id}`.
+/// How often a long-poll reads the store again without a wake-up: changes made by another
+/// host, or by writes that do not move the progress signal, are seen at the latest this late.
+const LONG_POLL_RECHECK: Duration = Duration::from_millis(200);
+
+/// A revision from `If-None-Match` (`"12"`, `W/"12"` or a list of them): the first that
+/// parses.
+fn if_none_match(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|tag| {
+            let tag = tag.trim();
+            let tag = tag.strip_prefix("W/").unwrap_or(tag);
+            tag.trim_matches('"').parse::<u64>().ok()
+        })
+        .next()
+}
+
+/// A whole-number query parameter within `range`.
+fn number_param(
+    params: &HashMap<String, String>,
+    name: &str,
+    range: std::ops::RangeInclusive<u64>,
+) -> ApiResult<Option<u64>> {
+    let Some(text) = params.get(name).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    match text.parse::<u64>() {
+        Ok(n) if range.contains(&n) => Ok(Some(n)),
+        _ => Err(ApiError::invalid_parameter(
+            name,
+            text,
+            &format!(
+                "it must be a whole number from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        )),
+    }
+}
+
+/// `GET /v1/workflows/{id}[?wait=<1–60 s>&after=<revision>]`: the projection, with its
+/// revision as `ETag`. With `wait`, answers as soon as the revision exceeds `after` (by
+/// default the revision the caller's `If-None-Match` names, else the current one), or
+/// with the current projection when the wait ends. `If-None-Match` naming the current
+/// revision answers `304`.
 pub(super) async fn projection<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
-) -> ApiResult<Json<WorkflowView>> {
-    let record = visible(&ctx, &caller, &path(id)?).await?;
+    query: Params,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let params = params(query)?;
+    let wait = number_param(&params, "wait", 1..=60)?;
+    let after = number_param(&params, "after", 0..=u64::MAX)?;
+    let seen = if_none_match(&headers);
+    let id = path(id)?;
+    // Subscribed before the first read, so a change between the read and the wait wakes it.
+    let mut signal = ctx.progress.subscribe();
+    let mut record = visible(&ctx, &caller, &id).await?;
+    if let Some(wait) = wait {
+        let after = after.or(seen).unwrap_or(record.revision);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+        while record.revision <= after {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = signal.changed() => {}
+                _ = tokio::time::sleep(LONG_POLL_RECHECK) => {}
+            }
+            record = visible(&ctx, &caller, &id).await?;
+        }
+    }
+    let etag = HeaderValue::from_str(&format!("\"{}\"", record.revision))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if seen == Some(record.revision) {
+        let mut response = StatusCode::NOT_MODIFIED.into_response();
+        response.headers_mut().insert(header::ETAG, etag);
+        return Ok(response);
+    }
     let def = definition(&ctx, &record).await;
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let receipts = ctx.store.receipts(&record.workflow_id).await?;
-    Ok(Json(workflow_view(
-        &record,
-        def.as_ref().map(|d| &d.def),
-        &steps,
-        &receipts,
-    )))
+    let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    let mut response = Json(view).into_response();
+    response.headers_mut().insert(header::ETAG, etag);
+    Ok(response)
 }
 
 /// `GET /v1/workflows/{id}/timeline`, oldest first.

@@ -1,4 +1,5 @@
-//! `docket submit`, `docket status`, `docket timeline`: thin HTTP clients of the API.
+//! `docket submit`, `docket status`, `docket timeline`, `docket cancel`: thin HTTP clients
+//! of the API.
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -60,11 +61,37 @@ pub async fn submit(
 }
 
 pub async fn status(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
-    if id.contains('/') {
+    let response = server
+        .request(reqwest::Method::GET, &workflow_path(id)?)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {}", server.server))?;
+    print(response).await
+}
+
+/// A workflow id fit for a path.
+fn workflow_path(id: &str) -> anyhow::Result<String> {
+    if id.is_empty() || id.contains('/') || id.contains('?') {
         bail!("`{id}` is not a workflow id; ids look like wf_…");
     }
+    Ok(format!("/v1/workflows/{id}"))
+}
+
+pub async fn cancel(
+    server: &Server,
+    id: &str,
+    reason: &str,
+    withdraw: bool,
+    key: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let key = key.unwrap_or_else(|| format!("cli-cancel-{:016x}", rand::random::<u64>()));
     let response = server
-        .request(reqwest::Method::GET, &format!("/v1/workflows/{id}"))
+        .request(
+            reqwest::Method::POST,
+            &format!("{}/cancel", workflow_path(id)?),
+        )
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({"reason": reason, "withdraw": withdraw}))
         .send()
         .await
         .with_context(|| format!("cannot reach {}", server.server))?;

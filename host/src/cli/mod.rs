@@ -82,6 +82,23 @@ enum Command {
         #[command(flatten)]
         server: client::Server,
     },
+    /// Cancel a workflow (or, with --withdraw, withdraw a completed one): a request of its
+    /// own, answered with what it does first.
+    Cancel {
+        workflow_id: String,
+        /// Why: recorded with the cancellation.
+        #[arg(long)]
+        reason: String,
+        /// Reverse the effects of a completed workflow (its compensable ones).
+        #[arg(long)]
+        withdraw: bool,
+        /// Idempotency key (default: a new one); a workflow has at most one cancellation
+        /// whatever the key.
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        server: client::Server,
+    },
     /// Show a workflow's timeline.
     Timeline {
         workflow_id: String,
@@ -154,6 +171,13 @@ pub fn run() -> ExitCode {
                 workflow_id,
                 server,
             } => client::timeline(&server, &workflow_id).await,
+            Command::Cancel {
+                workflow_id,
+                reason,
+                withdraw,
+                key,
+                server,
+            } => client::cancel(&server, &workflow_id, &reason, withdraw, key).await,
             Command::Workflow(WorkflowCommand::Check { files, config }) => {
                 workflow::check(&files, config.as_deref()).await
             }

@@ -53,6 +53,11 @@ id_type!(
     ReceiptId,
     "rcp"
 );
+id_type!(
+    /// A workflow's cancellation: an intent of its own.
+    CancellationId,
+    "cnl"
+);
 
 #[cfg(test)]
 mod tests {

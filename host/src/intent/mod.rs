@@ -10,9 +10,12 @@ mod ids;
 mod json;
 mod states;
 
-pub use ids::{AttemptId, ReceiptId, WorkflowId, external_idempotency_key};
+pub use ids::{AttemptId, CancellationId, ReceiptId, WorkflowId, external_idempotency_key};
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
-pub use states::{AttemptOutcome, EventKind, EvidenceKind, StepState, Trigger, WorkflowState};
+pub use states::{
+    AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole, StepState, Trigger,
+    WorkflowState,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -119,6 +119,28 @@ snake_enum!(
 );
 
 snake_enum!(
+    /// What a row of a workflow's steps is: a step of the definition (its kind), or the
+    /// compensation of one (`<step>.compensate`), a step of its own.
+    StepRole, "step role" {
+        Handler = "handler",
+        Adapter = "adapter",
+        Compensation = "compensation",
+    }
+);
+
+snake_enum!(
+    /// When a definition compensates a step's effect.
+    CompensationTrigger, "compensation trigger" {
+        /// A step of the workflow ended `failed_terminal`.
+        WorkflowFailed = "workflow_failed",
+        /// A cancellation of the workflow took effect (a withdrawal included).
+        WorkflowCancelled = "workflow_cancelled",
+        /// The workflow will not complete: cancelled, withdrawn or failed.
+        WorkflowNotCompleted = "workflow_not_completed",
+    }
+);
+
+snake_enum!(
     /// What a timeline entry is: something seen, something done, or something decided.
     EventKind, "event kind" {
         Observation = "observation",
@@ -158,20 +180,38 @@ impl StepState {
 }
 
 impl WorkflowState {
-    /// The workflow's state from its steps, in the order the API defines: cancelled, failed,
-    /// needs review, completed, running.
-    pub fn derive(cancelled: bool, steps: impl IntoIterator<Item = StepState>) -> WorkflowState {
-        if cancelled {
+    /// The workflow's state from its rows (each with its role), in the order the API
+    /// defines: `cancelled` (a cancellation took effect and nothing runs, compensates or
+    /// waits for a person), `needs_review`, `failed` (nothing runs or compensates any more),
+    /// `completed`, `running`.
+    pub fn derive(
+        cancelled: bool,
+        steps: impl IntoIterator<Item = (StepRole, StepState)>,
+    ) -> WorkflowState {
+        let steps: Vec<(StepRole, StepState)> = steps.into_iter().collect();
+        let compensation = |r: &StepRole| *r == StepRole::Compensation;
+        let active = steps.iter().any(|(r, s)| match s {
+            StepState::Ready | StepState::Running | StepState::FailedRetryable => true,
+            StepState::Pending => compensation(r),
+            _ => false,
+        });
+        let review = steps
+            .iter()
+            .any(|(r, s)| s.needs_review() || (compensation(r) && *s == StepState::FailedTerminal));
+        if cancelled && !active && !review {
             return WorkflowState::Cancelled;
         }
-        let steps: Vec<StepState> = steps.into_iter().collect();
-        if steps.contains(&StepState::FailedTerminal) {
-            return WorkflowState::Failed;
-        }
-        if steps.iter().any(|s| s.needs_review()) {
+        if review {
             return WorkflowState::NeedsReview;
         }
-        if !steps.is_empty() && steps.iter().all(|s| *s == StepState::Succeeded) {
+        let failed = steps
+            .iter()
+            .any(|(r, s)| !compensation(r) && *s == StepState::FailedTerminal);
+        if failed && !active {
+            return WorkflowState::Failed;
+        }
+        let mut own = steps.iter().filter(|(r, _)| !compensation(r)).peekable();
+        if !cancelled && own.peek().is_some() && own.all(|(_, s)| *s == StepState::Succeeded) {
             return WorkflowState::Completed;
         }
         WorkflowState::Running
@@ -201,31 +241,82 @@ mod tests {
         assert!(err.to_string().contains("`done`") && err.to_string().contains("needs_review"));
     }
 
+    fn own(states: &[StepState]) -> Vec<(StepRole, StepState)> {
+        states.iter().map(|s| (StepRole::Adapter, *s)).collect()
+    }
+
     #[test]
     fn workflow_state_follows_the_api_order() {
+        let derive =
+            |cancelled, states: &[StepState]| WorkflowState::derive(cancelled, own(states));
         assert_eq!(
-            WorkflowState::derive(true, [Succeeded]),
+            derive(true, &[Succeeded, Cancelled]),
             WorkflowState::Cancelled
         );
+        // A cancellation never claims more than it knows: an unknown outcome is reviewed.
         assert_eq!(
-            WorkflowState::derive(false, [FailedTerminal, OutcomeUnknown]),
+            derive(true, &[OutcomeUnknown, Cancelled]),
+            WorkflowState::NeedsReview
+        );
+        assert_eq!(derive(true, &[Running, Cancelled]), WorkflowState::Running);
+        assert_eq!(
+            derive(false, &[FailedTerminal, OutcomeUnknown]),
+            WorkflowState::NeedsReview
+        );
+        assert_eq!(
+            derive(false, &[FailedTerminal, Pending]),
             WorkflowState::Failed
         );
         assert_eq!(
-            WorkflowState::derive(false, [Succeeded, OutcomeUnknown]),
+            derive(false, &[FailedTerminal, Running]),
+            WorkflowState::Running
+        );
+        assert_eq!(
+            derive(false, &[Succeeded, OutcomeUnknown]),
             WorkflowState::NeedsReview
         );
         assert_eq!(
-            WorkflowState::derive(false, [Succeeded, Blocked]),
+            derive(false, &[Succeeded, Blocked]),
             WorkflowState::NeedsReview
         );
         assert_eq!(
-            WorkflowState::derive(false, [Succeeded, Succeeded]),
+            derive(false, &[Succeeded, Succeeded]),
             WorkflowState::Completed
         );
         assert_eq!(
-            WorkflowState::derive(false, [Succeeded, Running, Pending]),
+            derive(false, &[Succeeded, Running, Pending]),
             WorkflowState::Running
         );
+    }
+
+    #[test]
+    fn compensations_keep_a_workflow_running_and_a_failed_one_in_review() {
+        let comp = |s| (StepRole::Compensation, s);
+        let steps = |c| vec![(StepRole::Adapter, Compensating), comp(c)];
+        assert_eq!(
+            WorkflowState::derive(true, steps(Pending)),
+            WorkflowState::Running
+        );
+        assert_eq!(
+            WorkflowState::derive(true, steps(Running)),
+            WorkflowState::Running
+        );
+        assert_eq!(
+            WorkflowState::derive(true, steps(FailedTerminal)),
+            WorkflowState::NeedsReview
+        );
+        assert_eq!(
+            WorkflowState::derive(
+                true,
+                vec![(StepRole::Adapter, Compensated), comp(Succeeded)]
+            ),
+            WorkflowState::Cancelled
+        );
+        let failed = vec![
+            (StepRole::Adapter, Compensated),
+            (StepRole::Handler, FailedTerminal),
+            comp(Succeeded),
+        ];
+        assert_eq!(WorkflowState::derive(false, failed), WorkflowState::Failed);
     }
 }

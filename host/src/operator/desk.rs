@@ -43,8 +43,9 @@ pub enum DeskError {
     Forbidden,
     /// The key was used for another order: use a new key.
     #[error(
-        "Idempotency-Key `{}` was already used for `{}` on step `{}` with a different body; use a new key for a different request",
-        .0.key.escape_debug(), .0.action, .0.step
+        "Idempotency-Key `{}` was already used for `{}`{} with a different body; use a new key for a different request",
+        .0.key.escape_debug(), .0.action,
+        if .0.step.is_empty() { String::new() } else { format!(" on step `{}`", .0.step) }
     )]
     KeyConflict(Box<ActionScope>),
     /// The store failed; its error says whether a retry is safe.

@@ -1,6 +1,7 @@
 //! Operator actions on a step — `query`, `retry`, `resolve`, `escalate` — as domain
 //! decisions, below every interface that offers them (the HTTP API and the console render
-//! the same [`ActionResult`]).
+//! the same [`ActionResult`]); and a workflow's cancellation, which its owner may ask for
+//! too ([`cancel`]).
 //!
 //! An action arrives as a typed [`Order`] under an idempotency key. [`decide`] judges it
 //! from the step's state, its attempts and the adapter's declared contract, and returns a
@@ -15,9 +16,11 @@
 //! attempts that end on another host. A resolution needs evidence and a reason and records
 //! who gave them; there is no way to mark a step succeeded without them.
 
+mod cancel;
 mod decide;
 mod desk;
 
+pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, perform};
 

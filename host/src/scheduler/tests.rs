@@ -158,6 +158,20 @@ impl Harness {
         )
     }
 
+    /// Cancels the workflow through the API; returns the status and the answer.
+    async fn cancel(&self, id: &WorkflowId, key: &str) -> (u16, Value) {
+        let request = Request::post(format!("/v1/workflows/{id}/cancel"))
+            .header("Idempotency-Key", key)
+            .body(Body::from(json!({"reason": "changed my mind"}).to_string()))
+            .unwrap();
+        let response = self.api.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
     async fn timeline(&self, id: &WorkflowId) -> String {
         self.store
             .timeline(id, 0, 1000)
@@ -376,4 +390,94 @@ async fn a_registry_tick_takes_up_an_activation_made_elsewhere() {
     super::registry_tick(&h.components, &h.store, &ticks).await;
     assert_eq!(h.components.active_digest("http-delivery"), Some(digest));
     assert_eq!(ticks.get(Tick::Registry), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancellation_fences_an_attempt_before_its_request_leaves() {
+    let h = Harness::new().await;
+    let id = h.submit("fence-1").await;
+    // Claimed (checkpoint 1), then the cancellation commits before the attempt runs on.
+    let mut claimed = h
+        .store
+        .claim(ClaimRequest {
+            owner: "unit-host".into(),
+            now: h.clock.now_ms(),
+            lease_ms: 60_000,
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    let (status, answer) = h.cancel(&id, "fence-cancel").await;
+    assert_eq!(status, 202, "{answer}");
+    // Before checkpoint 3 nothing was sent: the cancellation takes effect at once.
+    assert_eq!(answer["outcome"], "cancelled", "{answer:#}");
+    h.scheduler.clone().execute(claimed.remove(0)).await;
+    let timeline = h.timeline(&id).await;
+    assert_eq!(
+        h.deliver_state(&id).await,
+        StepState::Cancelled,
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("stopped it before its request was sent (checkpoint 3)"),
+        "{timeline}"
+    );
+    let attempt = &h.store.attempts(&id, "deliver", 0, 10).await.unwrap()[0];
+    assert_eq!(attempt.outcome, crate::intent::AttemptOutcome::Interrupted);
+    assert_eq!(attempt.checkpoint, 2);
+    let wf = h.store.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(wf.state, crate::intent::WorkflowState::Cancelled);
+    assert!(h.sim.sim().world().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancellation_after_the_request_left_awaits_its_outcome() {
+    let h = Harness::new().await;
+    // The provider commits at once and answers after 1.5 s.
+    h.sim
+        .sim()
+        .set_faults(json!({"slow_next": 1, "slow_ms": 1500}))
+        .unwrap();
+    let id = h.submit("await-1").await;
+    h.scheduler
+        .clone()
+        .claim_tick(h.clock.now_ms())
+        .await
+        .unwrap();
+    wait::until(
+        "the request at the provider",
+        Duration::from_secs(20),
+        || async {
+            let n = h.sim.sim().world().len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} deliveries"))
+            }
+        },
+    )
+    .await;
+    let (status, answer) = h.cancel(&id, "await-cancel").await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["outcome"], "awaiting_outcome", "{answer:#}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Cancel requested; awaiting the outcome of Deliver the letter"),
+        "{answer:#}"
+    );
+    // The answer arrives: the effect happened, and (nothing compensates it here) it stays,
+    // told as an effect the cancellation could not reverse.
+    let state = wait::until("the delivery to end", Duration::from_secs(30), || async {
+        match h.deliver_state(&id).await {
+            StepState::Running | StepState::Ready => Err("still running".into()),
+            other => Ok(other),
+        }
+    })
+    .await;
+    assert_eq!(state, StepState::Succeeded, "{}", h.timeline(&id).await);
+    let wf = h.store.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(wf.state, crate::intent::WorkflowState::Cancelled);
+    assert_eq!(h.sim.sim().world().len(), 1);
 }

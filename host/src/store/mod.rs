@@ -37,6 +37,10 @@ pub enum StoreError {
         workflow_id: WorkflowId,
         step: String,
     },
+    /// The workflow has a cancellation, so no new effect may start: checkpoint 3 of a
+    /// step's attempt is fenced (a compensation's is not).
+    #[error("workflow {workflow_id} has a cancellation: no new effect may start")]
+    Cancelled { workflow_id: WorkflowId },
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(String),
@@ -375,6 +379,23 @@ pub trait ExecutorStore: Send + Sync {
         &self,
         wake: std::sync::Arc<tokio::sync::Notify>,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
+}
+
+/// Changes of a workflow's course, idempotent per key.
+pub trait CourseStore: Send + Sync {
+    /// Cancels a workflow under a key, in one transaction: the key is looked up first; a
+    /// workflow that already has a cancellation answers with it; otherwise the refusal, or
+    /// the cancellation recorded and the workflow's course settled
+    /// ([`crate::course::settle`]). Every answer is stored under the key.
+    fn cancel(
+        &self,
+        request: CancelRequest,
+    ) -> impl Future<Output = StoreResult<CancelAnswer>> + Send;
+    /// The workflow's cancellation, if it has one.
+    fn cancellation(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Option<CancellationRecord>>> + Send;
 }
 
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.

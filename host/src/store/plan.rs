@@ -7,9 +7,108 @@ use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmitRequest, AttemptFacts,
     KeyRecord, NewReceipt, NewWorkflow, StepTransition, StoreError, StoreResult, WorkflowRecord,
 };
+use crate::course::{CourseStep, Settlement};
 use crate::intent::{
-    AttemptId, AttemptOutcome, Millis, NewEvent, StepState, WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState,
 };
+
+/// The columns [`super::rows::course_step`] reads, from `steps s` left-joined with the
+/// receipt it points at (`r`).
+pub(crate) const COURSE_SELECT: &str = "SELECT s.step, s.role, s.state, s.uncertain_since, \
+     s.compensate_on, s.receipt_id, r.external_reference \
+     FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id";
+
+/// What a new cancellation records, or the refusal to store under its key.
+pub(crate) fn cancellation(
+    req: &super::CancelRequest,
+    state: WorkflowState,
+    steps: &[CourseStep],
+) -> Result<super::CancellationRecord, super::StoredRefusal> {
+    let (outcome, consequences) = crate::course::decide_cancel(state, req.withdraw, steps)
+        .map_err(|message| super::StoredRefusal {
+            code: "invalid_transition".into(),
+            message,
+        })?;
+    let label = |id: &str| {
+        req.labels
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| id.to_string())
+    };
+    let message = crate::course::cancel_message(outcome, steps, &consequences, &label);
+    Ok(super::CancellationRecord {
+        cancellation_id: req.cancellation_id.clone(),
+        workflow_id: req.scope.workflow_id.clone(),
+        requested_by: req.scope.subject.0.clone(),
+        requested_at: req.now,
+        reason: req.reason.clone(),
+        withdraw: req.withdraw,
+        outcome,
+        message,
+        consequences,
+    })
+}
+
+/// The timeline's record of a cancellation.
+pub(crate) fn cancellation_event(c: &super::CancellationRecord) -> NewEvent {
+    let what = if c.withdraw {
+        "Withdrawal"
+    } else {
+        "Cancellation"
+    };
+    NewEvent::workflow(
+        crate::intent::EventKind::Action,
+        format!(
+            "{what} {} requested by {}: {}. {}",
+            c.cancellation_id, c.requested_by, c.reason, c.message
+        ),
+    )
+    .with_data(serde_json::json!({
+        "cancellation_id": c.cancellation_id,
+        "outcome": c.outcome,
+        "consequences": c.consequences,
+    }))
+}
+
+/// The answer stored under a cancel request's key.
+pub(crate) fn cancel_answer_text(
+    created: bool,
+    c: &super::CancellationRecord,
+) -> StoreResult<String> {
+    serde_json::to_string(&super::StoredCancel {
+        created,
+        cancellation: c.clone(),
+    })
+    .map_err(|e| StoreError::Corrupt(format!("cancellation answer: {e}")))
+}
+
+/// The rows after a settlement, as the workflow's state is derived from them.
+pub(crate) fn settled(steps: &[CourseStep], s: &Settlement) -> Vec<(Option<StepRole>, StepState)> {
+    let mut out: Vec<(Option<StepRole>, StepState)> = steps
+        .iter()
+        .map(|step| {
+            let state = if s.cancel.contains(&step.id) {
+                StepState::Cancelled
+            } else if s.compensated.contains(&step.id) {
+                StepState::Compensated
+            } else if s.start.iter().any(|c| c.of == step.id) {
+                StepState::Compensating
+            } else {
+                step.state
+            };
+            (step.role, state)
+        })
+        .collect();
+    out.extend(s.start.iter().map(|c| {
+        let state = if c.after.is_empty() {
+            StepState::Ready
+        } else {
+            StepState::Pending
+        };
+        (Some(StepRole::Compensation), state)
+    }));
+    out
+}
 
 /// The step columns an attempt's end writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,13 +168,18 @@ pub(crate) struct StateChange {
     pub notify: Option<&'static str>,
 }
 
-/// Plans the workflow's state from its steps: `None` when it stays as it is.
+/// Plans the workflow's state from its rows (with their roles; a row stored without one
+/// reads as an adapter): `None` when it stays as it is.
 pub(crate) fn state_change(
     current: WorkflowState,
-    steps: impl IntoIterator<Item = StepState>,
+    cancelled: bool,
+    steps: impl IntoIterator<Item = (Option<StepRole>, StepState)>,
     now: Millis,
 ) -> Option<StateChange> {
-    let next = WorkflowState::derive(current == WorkflowState::Cancelled, steps);
+    let steps = steps
+        .into_iter()
+        .map(|(role, state)| (role.unwrap_or(StepRole::Adapter), state));
+    let next = WorkflowState::derive(cancelled, steps);
     if next == current {
         return None;
     }
@@ -105,6 +209,11 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         attempts_used: 0,
         external_calls_used: 0,
         runtime_used_ms: 0,
+        revision: new.events.len() as u64,
+        input_revision: 1,
+        replaces: None,
+        replaced_by: None,
+        cancelled: false,
     }
 }
 
@@ -297,9 +406,22 @@ mod tests {
     use super::*;
     use StepState::*;
 
+    fn rows(states: &[StepState]) -> Vec<(Option<StepRole>, StepState)> {
+        states
+            .iter()
+            .map(|s| (Some(StepRole::Handler), *s))
+            .collect()
+    }
+
     #[test]
     fn a_revived_workflow_is_no_longer_ended_and_its_key_is_reserved_again() {
-        let change = state_change(WorkflowState::Failed, [Ready, Succeeded], 1_000).unwrap();
+        let change = state_change(
+            WorkflowState::Failed,
+            false,
+            rows(&[Ready, Succeeded]),
+            1_000,
+        )
+        .unwrap();
         assert_eq!(change.next, WorkflowState::Running);
         assert_eq!(change.ended_at, None);
         assert!(change.restart_key_retention);
@@ -309,16 +431,25 @@ mod tests {
 
     #[test]
     fn an_end_is_stamped_notified_and_starts_the_keys_retention() {
-        let change = state_change(WorkflowState::Running, [Succeeded, Succeeded], 1_000).unwrap();
+        let change = state_change(
+            WorkflowState::Running,
+            false,
+            rows(&[Succeeded, Succeeded]),
+            1_000,
+        )
+        .unwrap();
         assert_eq!(change.next, WorkflowState::Completed);
         assert_eq!(change.ended_at, Some(1_000));
         assert!(change.restart_key_retention);
         assert_eq!(change.notify, Some("completed"));
-        let review = state_change(WorkflowState::Running, [OutcomeUnknown], 5).unwrap();
+        let review =
+            state_change(WorkflowState::Running, false, rows(&[OutcomeUnknown]), 5).unwrap();
         assert_eq!(review.ended_at, None);
         assert!(!review.restart_key_retention);
         assert_eq!(review.notify, Some("needs_review"));
-        assert!(state_change(WorkflowState::Running, [Running, Pending], 5).is_none());
+        assert!(
+            state_change(WorkflowState::Running, false, rows(&[Running, Pending]), 5).is_none()
+        );
     }
 
     #[test]

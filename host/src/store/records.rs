@@ -1,8 +1,8 @@
 //! Request and record types of the store traits (plain data, no sqlx).
 
 use crate::intent::{
-    AttemptId, AttemptOutcome, CanonicalInput, EvidenceKind, Millis, NewEvent, Provenance,
-    ReceiptId, StepState, Subject, Trigger, WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, CanonicalInput, CompensationTrigger, EvidenceKind, Millis, NewEvent,
+    Provenance, ReceiptId, StepRole, StepState, Subject, Trigger, WorkflowId, WorkflowState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +151,9 @@ pub struct KeyRecord {
 pub struct NewStep {
     pub id: String,
     pub depends_on: Vec<String>,
+    pub role: StepRole,
+    /// The triggers on which the definition compensates this step's effect.
+    pub compensate_on: Vec<CompensationTrigger>,
 }
 
 /// An admission: the key is looked up and, if it is free, the intent created, in one
@@ -212,6 +215,14 @@ pub struct WorkflowRecord {
     pub attempts_used: u32,
     pub external_calls_used: u32,
     pub runtime_used_ms: u64,
+    /// Grows with every timeline event: the projection's revision.
+    pub revision: u64,
+    /// 1 at admission; each accepted correction adds one.
+    pub input_revision: u32,
+    pub replaces: Option<WorkflowId>,
+    pub replaced_by: Option<WorkflowId>,
+    /// The workflow has a cancellation (it may still be settling).
+    pub cancelled: bool,
 }
 
 /// A step as stored.
@@ -219,7 +230,13 @@ pub struct WorkflowRecord {
 pub struct StepRecord {
     pub workflow_id: WorkflowId,
     pub step: String,
+    /// `None` for rows stored before roles were kept.
+    pub role: Option<StepRole>,
     pub state: StepState,
+    /// The step's effect became uncertain and is still being investigated.
+    pub uncertain: bool,
+    /// The triggers on which the definition compensates this step's effect.
+    pub compensate_on: Vec<CompensationTrigger>,
     pub attempts: u32,
     /// When a `ready` or `failed_retryable` step may be claimed.
     pub ready_at: Option<Millis>,
@@ -551,4 +568,55 @@ pub struct ConsoleSession {
     pub csrf: String,
     pub started_at: Millis,
     pub expires_at: Millis,
+}
+
+/// A workflow's cancellation as stored: an intent of its own, with what it did first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancellationRecord {
+    pub cancellation_id: crate::intent::CancellationId,
+    pub workflow_id: WorkflowId,
+    pub requested_by: String,
+    pub requested_at: Millis,
+    pub reason: String,
+    pub withdraw: bool,
+    pub outcome: crate::course::CancelOutcome,
+    pub message: String,
+    /// The effects already made when it was requested, and whether each is reversed.
+    pub consequences: Vec<crate::course::Consequence>,
+}
+
+/// A request to cancel a workflow, under an idempotency key (`scope.action` is `cancel`).
+#[derive(Debug, Clone)]
+pub struct CancelRequest {
+    pub scope: ActionScope,
+    pub request_digest: String,
+    pub cancellation_id: crate::intent::CancellationId,
+    pub reason: String,
+    pub withdraw: bool,
+    /// Step labels, for the message a person reads.
+    pub labels: std::collections::HashMap<String, String>,
+    pub now: Millis,
+}
+
+/// What a cancel request came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelAnswer {
+    /// This request created the workflow's cancellation.
+    Created(CancellationRecord),
+    /// The workflow already had one: pressing twice acts once.
+    Existing(CancellationRecord),
+    /// Refused, and nothing changed; stored under the key.
+    Refused(StoredRefusal),
+    /// The key was used before with the same request: its stored answer.
+    Replayed(ActionRecord),
+    /// The key was used before with another request.
+    KeyConflict,
+}
+
+/// The stored answer of a cancel request that was not refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredCancel {
+    /// Whether that request created the cancellation.
+    pub created: bool,
+    pub cancellation: CancellationRecord,
 }

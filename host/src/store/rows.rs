@@ -9,8 +9,8 @@ use super::{
     StoreResult, StoredComponent, StoredDefinition, StoredRefusal, Verification, WorkflowRecord,
 };
 use crate::intent::{
-    AttemptId, EvidenceKind, Millis, Provenance, Receipt, ReceiptId, Subject, TimelineEvent,
-    WorkflowId,
+    AttemptId, CompensationTrigger, EvidenceKind, Millis, Provenance, Receipt, ReceiptId, Subject,
+    TimelineEvent, WorkflowId,
 };
 use sqlx::Row as _;
 
@@ -131,7 +131,8 @@ impl Columns for rusqlite::Row<'_> {
 /// The columns [`workflow`] reads, for a `SELECT`.
 pub(crate) const WORKFLOW_COLUMNS: &str =
     "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
-     state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms";
+     state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms,
+     next_seq, input_revision, replaces, replaced_by, cancel_on";
 
 pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
     Ok(WorkflowRecord {
@@ -149,6 +150,70 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         attempts_used: r.small::<u32>("attempts_used")?,
         external_calls_used: r.small::<u32>("external_calls_used")?,
         runtime_used_ms: r.uint("runtime_used_ms")?,
+        revision: r.uint("next_seq")?.saturating_sub(1),
+        input_revision: r.small::<u32>("input_revision")?,
+        replaces: r.opt_text("replaces")?.map(WorkflowId),
+        replaced_by: r.opt_text("replaced_by")?.map(WorkflowId),
+        cancelled: r.opt_text("cancel_on")?.is_some(),
+    })
+}
+
+/// The triggers stored comma-separated in `col` (none when NULL or empty).
+pub(crate) fn triggers(r: &impl Columns, col: &str) -> StoreResult<Vec<CompensationTrigger>> {
+    r.opt_text(col)?
+        .unwrap_or_default()
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(parse::<CompensationTrigger>)
+        .collect()
+}
+
+/// Triggers as stored: comma-separated, `None` when there are none.
+pub(crate) fn triggers_text(triggers: &[CompensationTrigger]) -> Option<String> {
+    (!triggers.is_empty()).then(|| {
+        triggers
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+/// A row of [`super::plan::COURSE_SELECT`].
+pub(crate) fn course_step(r: &impl Columns) -> StoreResult<crate::course::CourseStep> {
+    let receipt = r
+        .opt_text("receipt_id")?
+        .map(|_| r.opt_text("external_reference"))
+        .transpose()?;
+    Ok(crate::course::CourseStep {
+        id: r.text("step")?,
+        role: r.opt_text("role")?.map(|t| parse(&t)).transpose()?,
+        state: r.parsed("state")?,
+        uncertain: r.opt_int("uncertain_since")?.is_some(),
+        receipt,
+        compensate_on: triggers(r, "compensate_on")?,
+        checkpoint: None,
+    })
+}
+
+/// The columns [`cancellation`] reads, for a `SELECT`.
+pub(crate) const CANCELLATION_COLUMNS: &str = "cancellation_id, workflow_id, requested_by, \
+     requested_at, reason, withdraw, outcome, message, consequences";
+
+pub(crate) fn cancellation(r: &impl Columns) -> StoreResult<super::CancellationRecord> {
+    let consequences = r.text("consequences")?;
+    Ok(super::CancellationRecord {
+        cancellation_id: crate::intent::CancellationId(r.text("cancellation_id")?),
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        requested_by: r.text("requested_by")?,
+        requested_at: r.uint("requested_at")?,
+        reason: r.text("reason")?,
+        withdraw: r.int("withdraw")? != 0,
+        outcome: serde_json::from_value(serde_json::Value::String(r.text("outcome")?))
+            .map_err(|e| StoreError::Corrupt(format!("cancellation outcome: {e}")))?,
+        message: r.text("message")?,
+        consequences: serde_json::from_str(&consequences)
+            .map_err(|e| StoreError::Corrupt(format!("cancellation consequences: {e}")))?,
     })
 }
 
@@ -156,7 +221,10 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
     Ok(StepRecord {
         workflow_id: WorkflowId(r.text("workflow_id")?),
         step: r.text("step")?,
+        role: r.opt_text("role")?.map(|t| parse(&t)).transpose()?,
         state: r.parsed("state")?,
+        uncertain: r.opt_int("uncertain_since")?.is_some(),
+        compensate_on: triggers(r, "compensate_on")?,
         attempts: r.small::<u32>("attempts")?,
         ready_at: r.opt_uint("ready_at")?,
         lease_owner: r.opt_text("lease_owner")?,

@@ -3,13 +3,19 @@
 //! timeline entries and attempts. The API serialises these as JSON and the console renders
 //! them as pages, so both say the same thing.
 
+mod course;
 mod projection;
 mod status;
 mod time;
 
+pub use course::{
+    CancellationProgress, CancellationView, CompensationProgress, CourseActionView, course_actions,
+    course_steps,
+};
 pub use projection::{
-    AttemptView, IntentView, MilestoneView, ProvenanceView, ReceiptView, StepView, SummaryView,
-    TimelineView, WorkflowView, shorten_identity, summary_view, workflow_view,
+    AttemptView, CompensationView, IntentView, MilestoneView, ProvenanceView, ReceiptView,
+    StepView, SummaryView, TimelineView, WorkflowView, shorten_identity, summary_view,
+    workflow_view,
 };
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
 pub use time::{rfc3339, rfc3339_opt};

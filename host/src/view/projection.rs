@@ -5,11 +5,12 @@
 //! Times become RFC 3339 text here. An attempt's external request identity is a reusable
 //! idempotency key, so only a recognisable prefix of it is ever shown.
 
+use super::course::{CourseActionView, course_actions, course_steps};
 use super::status::{self, NextAction, StepStatus};
 use super::time::{rfc3339, rfc3339_opt};
 use crate::intent::{
-    AttemptOutcome, EventKind, EvidenceKind, Provenance, Receipt, StepState, TimelineEvent,
-    Trigger, WorkflowState,
+    AttemptOutcome, EventKind, EvidenceKind, Provenance, Receipt, StepRole, StepState,
+    TimelineEvent, Trigger, WorkflowState,
 };
 use crate::store::{AttemptRecord, StepRecord, WorkflowRecord};
 use crate::workflow::WorkflowDef;
@@ -59,6 +60,13 @@ pub struct WorkflowView {
     pub next_action: Option<NextAction>,
     pub milestones: Vec<MilestoneView>,
     pub steps: Vec<StepView>,
+    /// Grows with every timeline event; the response's `ETag`.
+    pub revision: u64,
+    pub input_revision: u32,
+    pub replaces: Option<String>,
+    pub replaced_by: Option<String>,
+    /// The changes of course the caller may ask for now.
+    pub actions: Vec<CourseActionView>,
 }
 
 /// A milestone on the wire.
@@ -77,6 +85,19 @@ pub struct StepView {
     pub attempts: u32,
     /// `{"note", "by", "at"}` once escalated.
     pub escalated: Option<Value>,
+    pub receipt: Option<ReceiptView>,
+    /// Why the step is blocked, when it is.
+    pub blocked: Option<Value>,
+    /// The compensation of the step's effect, once one was started.
+    pub compensation: Option<CompensationView>,
+}
+
+/// A compensation (`<step>.compensate`), nested under the step whose effect it reverses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompensationView {
+    pub id: String,
+    pub state: StepState,
+    pub attempts: u32,
     pub receipt: Option<ReceiptView>,
 }
 
@@ -234,7 +255,11 @@ fn ordered<'a>(
         def.and_then(|d| d.steps.iter().position(|s| s.id.as_str() == id))
             .unwrap_or(usize::MAX)
     };
-    let mut out: Vec<(&StepRecord, &str)> = steps.iter().map(|s| (s, label(&s.step))).collect();
+    let mut out: Vec<(&StepRecord, &str)> = steps
+        .iter()
+        .filter(|s| s.role != Some(StepRole::Compensation))
+        .map(|s| (s, label(&s.step)))
+        .collect();
     // Stable: unknown steps keep their stored order.
     out.sort_by_key(|(s, _)| index(&s.step));
     out
@@ -290,13 +315,46 @@ pub fn workflow_view(
             .and_then(|s| receipt_of(s, receipts))
             .map(|r| r.recorded_at)
     };
-    let milestones = status::milestones(def, record.created_at, completed_at, receipt_at)
+    let compensations: Vec<&StepRecord> = steps
+        .iter()
+        .filter(|s| s.role == Some(StepRole::Compensation))
+        .collect();
+    let mut milestones = status::milestones(def, record.created_at, completed_at, receipt_at);
+    if !compensations.is_empty() {
+        // Reached when every compensation the workflow started has committed its receipt.
+        let reached_at = compensations
+            .iter()
+            .map(|c| {
+                (c.state == StepState::Succeeded)
+                    .then(|| receipt_at(&c.step))
+                    .flatten()
+            })
+            .collect::<Option<Vec<_>>>()
+            .and_then(|at| at.into_iter().max());
+        milestones.push(status::Milestone {
+            name: status::REVERSED.to_string(),
+            reached_at,
+        });
+    }
+    let milestones = milestones
         .into_iter()
         .map(|m| MilestoneView {
             name: m.name,
             reached_at: rfc3339_opt(m.reached_at),
         })
         .collect();
+    let compensation_of = |id: &str| {
+        let cid = crate::course::compensation_id(id);
+        compensations
+            .iter()
+            .find(|c| c.step == cid)
+            .map(|c| CompensationView {
+                id: c.step.clone(),
+                state: c.state,
+                attempts: c.attempts,
+                receipt: receipt_of(c, receipts).map(ReceiptView::from),
+            })
+    };
     WorkflowView {
         workflow_id: record.workflow_id.to_string(),
         workflow: record.workflow.clone(),
@@ -307,9 +365,14 @@ pub fn workflow_view(
         state: record.state,
         created_at: rfc3339(record.created_at),
         ended_at: rfc3339_opt(record.ended_at),
-        status_text: status::status_text(record.state, &statuses),
+        status_text: status_line(record, &ordered, steps, &statuses),
         next_action: status::next_action(&statuses),
         milestones,
+        revision: record.revision,
+        input_revision: record.input_revision,
+        replaces: record.replaces.as_ref().map(ToString::to_string),
+        replaced_by: record.replaced_by.as_ref().map(ToString::to_string),
+        actions: course_actions(record, steps, receipts),
         steps: ordered
             .iter()
             .map(|(s, label)| StepView {
@@ -319,9 +382,71 @@ pub fn workflow_view(
                 attempts: s.attempts,
                 escalated: s.escalated.as_ref().map(escalation),
                 receipt: receipt_of(s, receipts).map(ReceiptView::from),
+                blocked: None,
+                compensation: compensation_of(&s.step),
             })
             .collect(),
     }
+}
+
+/// The status line: a change of course speaks first (compensations running, a
+/// cancellation waiting on an outcome or on running work), else the steps' states.
+fn status_line(
+    record: &WorkflowRecord,
+    ordered: &[(&StepRecord, &str)],
+    steps: &[StepRecord],
+    statuses: &[StepStatus<'_>],
+) -> String {
+    let reversing = steps.iter().any(|s| {
+        s.role == Some(StepRole::Compensation)
+            && matches!(
+                s.state,
+                StepState::Pending
+                    | StepState::Ready
+                    | StepState::Running
+                    | StepState::FailedRetryable
+            )
+    });
+    if record.state == WorkflowState::Running && reversing {
+        return status::REVERSING.to_string();
+    }
+    if record.cancelled && !record.state.is_ended() {
+        let rows = course_steps(steps, &[]);
+        let pending = crate::course::awaited(&rows);
+        let label = |id: &str| {
+            ordered
+                .iter()
+                .find(|(s, _)| s.step == id)
+                .map_or(id.to_string(), |(_, l)| l.to_string())
+        };
+        // A running adapter call may have sent its request: its outcome is awaited too.
+        let awaited: Vec<String> = ordered
+            .iter()
+            .filter(|(s, _)| {
+                pending.contains(&s.step.as_str())
+                    || (s.state == StepState::Running && s.role != Some(StepRole::Handler))
+            })
+            .map(|(s, _)| label(&s.step))
+            .collect();
+        if !awaited.is_empty() {
+            return format!(
+                "Cancel requested; awaiting the outcome of {}",
+                status::join_labels(&awaited.iter().map(String::as_str).collect::<Vec<_>>())
+            );
+        }
+        let running: Vec<&str> = ordered
+            .iter()
+            .filter(|(s, _)| s.state == StepState::Running)
+            .map(|(_, l)| *l)
+            .collect();
+        if !running.is_empty() {
+            return format!(
+                "Cancel requested; {} may finish, nothing new starts",
+                status::join_labels(&running)
+            );
+        }
+    }
+    status::status_text(record.state, statuses)
 }
 
 /// The list summary of one workflow.
@@ -336,7 +461,7 @@ pub fn summary_view(
         workflow: record.workflow.clone(),
         definition_version: record.definition_version,
         state: record.state,
-        status_text: status::status_text(record.state, &statuses(&ordered)),
+        status_text: status_line(record, &ordered, steps, &statuses(&ordered)),
         created_at: rfc3339(record.created_at),
         ended_at: rfc3339_opt(record.ended_at),
     }
@@ -364,6 +489,11 @@ mod tests {
             attempts_used: 0,
             external_calls_used: 0,
             runtime_used_ms: 0,
+            revision: 3,
+            input_revision: 1,
+            replaces: None,
+            replaced_by: None,
+            cancelled: false,
         }
     }
 
@@ -371,7 +501,10 @@ mod tests {
         StepRecord {
             workflow_id: WorkflowId("wf_1".into()),
             step: id.into(),
+            role: Some(StepRole::Adapter),
             state,
+            uncertain: false,
+            compensate_on: vec![],
             attempts: 1,
             ready_at: None,
             lease_owner: None,

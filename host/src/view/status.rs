@@ -69,8 +69,14 @@ fn review_text(step: &StepStatus<'_>) -> String {
     }
 }
 
+/// The milestone reached when every compensation a workflow started has succeeded.
+pub const REVERSED: &str = "Reversed after partial completion";
+
+/// The status while compensations run.
+pub const REVERSING: &str = "Reversing earlier effects";
+
 /// "A", "A and B", "A, B and C".
-fn join_labels(labels: &[&str]) -> String {
+pub fn join_labels(labels: &[&str]) -> String {
     match labels {
         [] => String::new(),
         [one] => (*one).to_string(),

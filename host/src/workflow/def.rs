@@ -88,6 +88,14 @@ pub enum StepKind {
 }
 
 impl StepKind {
+    /// The role its rows have in a workflow's steps.
+    pub fn role(self) -> crate::intent::StepRole {
+        match self {
+            StepKind::Handler => crate::intent::StepRole::Handler,
+            StepKind::Adapter => crate::intent::StepRole::Adapter,
+        }
+    }
+
     /// The kind as written in TOML.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -97,17 +105,7 @@ impl StepKind {
     }
 }
 
-/// When a step's effect is undone (the semantics arrive with compensation support).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CompensationTrigger {
-    /// A later step ended the workflow without completion.
-    WorkflowFailed,
-    /// The workflow was cancelled by a cancellation intent.
-    WorkflowCancelled,
-    /// Either of the above.
-    WorkflowNotCompleted,
-}
+pub use crate::intent::CompensationTrigger;
 
 /// A step's compensation: when the adapter's `compensate` is called for its effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,6 +13,7 @@ mod cli_demo;
 mod common;
 mod console;
 mod console_page;
+mod course;
 mod crash_matrix;
 mod host_e2e;
 mod host_postgres;

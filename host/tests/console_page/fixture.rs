@@ -9,7 +9,8 @@ use docket::api::shared_router;
 use docket::clock::{Clock, SystemClock};
 use docket::context::Context;
 use docket::intent::{
-    AttemptOutcome, EventKind, NewEvent, StepState, Subject, Trigger, WorkflowId, canonicalize,
+    AttemptOutcome, EventKind, NewEvent, StepRole, StepState, Subject, Trigger, WorkflowId,
+    canonicalize,
 };
 use docket::scheduler::Deployments;
 use docket::store::sqlite::SqliteStore;
@@ -79,6 +80,8 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 steps: vec![NewStep {
                     id: "work".into(),
                     depends_on: vec![],
+                    role: StepRole::Handler,
+                    compensate_on: vec![],
                 }],
                 deadline_at: now + 30 * 86_400_000,
                 key_retention_ms: 86_400_000,
@@ -181,6 +184,8 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     steps: vec![NewStep {
                         id: "work".into(),
                         depends_on: vec![],
+                        role: StepRole::Handler,
+                        compensate_on: vec![],
                     }],
                     deadline_at: at + 86_400_000,
                     key_retention_ms: 86_400_000,

@@ -4,11 +4,20 @@
 
 use super::*;
 
+/// Why an attempt stops at a checkpoint.
+pub(super) enum Halt {
+    /// The lease is gone: recovery owns the step.
+    Gone,
+    /// The workflow's cancellation fenced checkpoint 3: the request must not leave.
+    Cancelled,
+}
+
 impl<S> Scheduler<S>
 where
     S: ExecutorStore + DefinitionStore + crate::store::ComponentStore + Clone + 'static,
 {
-    /// Writes a checkpoint; `None` if the lease is gone (another worker owns the step).
+    /// Writes a checkpoint; `Err` if the attempt must stop: its lease is gone (another
+    /// worker owns the step) or, at checkpoint 3, the workflow's cancellation fences it.
     pub(super) async fn checkpoint(
         &self,
         claimed: &Claimed,
@@ -16,7 +25,7 @@ where
         facts: AttemptFacts,
         external_call: bool,
         events: Vec<NewEvent>,
-    ) -> Option<()> {
+    ) -> Result<(), Halt> {
         let request = CheckpointRequest {
             fence: claimed.fence.clone(),
             attempt_id: claimed.attempt_id.clone(),
@@ -30,19 +39,62 @@ where
         match self.store.checkpoint(request).await {
             Ok(()) => {
                 self.failpoint(n);
-                Some(())
+                Ok(())
             }
+            Err(StoreError::Cancelled { .. }) => Err(Halt::Cancelled),
             Err(StoreError::LeaseLost { .. }) if late.is_some() => {
                 // The call returned after recovery took the step over: what it returned is
                 // still evidence, kept on the attempt and told on the timeline.
                 let (facts, events) = late.expect("checked");
                 self.record_late(claimed, facts, events).await;
-                None
+                Err(Halt::Gone)
             }
             Err(e) => {
                 tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "checkpoint {n} not recorded: {e}");
-                None
+                Err(Halt::Gone)
             }
+        }
+    }
+
+    /// The attempt's request never leaves: the workflow's cancellation fenced checkpoint
+    /// 3. A step with no earlier uncertainty ends `cancelled`; one whose earlier request
+    /// may have been sent stays for review (a same-key retry now could make the effect the
+    /// client cancelled).
+    fn fenced(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        input: &crate::intent::CanonicalInput,
+    ) -> Ending {
+        let (state, note) = match claimed.uncertain_since {
+            None => (
+                StepState::Cancelled,
+                "the workflow's cancellation stopped it before its request was sent (checkpoint 3)"
+                    .to_string(),
+            ),
+            Some(_) => (
+                StepState::OutcomeUnknown,
+                "outcome unknown: an earlier request may have been sent, and the workflow's cancellation stopped a same-key retry that could make the effect now; query the provider or resolve the step".to_string(),
+            ),
+        };
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("{}: {note}", step.label),
+        );
+        let mut facts = Self::facts(prepared, &input.digest);
+        facts.outcome = Some(AttemptOutcome::Interrupted);
+        facts.observation = Some(note.clone());
+        Ending {
+            checkpoint: 2,
+            facts,
+            transition: StepTransition::Terminal(state),
+            note: Some(note),
+            log: serde_json::Value::Array(vec![]),
+            events: vec![event],
+            adapter: true,
         }
     }
 
@@ -92,7 +144,8 @@ where
         let mut facts = Self::facts(prepared, &input.digest);
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
         self.checkpoint(claimed, 2, facts.clone(), false, vec![])
-            .await?;
+            .await
+            .ok()?;
         let env = self.env(claimed, prepared.component.name());
         let limits = CallLimits {
             timeout: step.timeout,
@@ -123,8 +176,14 @@ where
             request_identity: Some(key.clone()),
             ..AttemptFacts::default()
         };
-        self.checkpoint(claimed, 3, identity, true, vec![event])
-            .await?;
+        match self
+            .checkpoint(claimed, 3, identity, true, vec![event])
+            .await
+        {
+            Ok(()) => {}
+            Err(Halt::Cancelled) => return Some(self.fenced(claimed, step, prepared, input)),
+            Err(Halt::Gone) => return None,
+        }
         let request = EffectRequest {
             idempotency_key: key,
             input: input.text.clone(),
@@ -275,7 +334,8 @@ where
         };
         let seen = NewEvent::step(EventKind::Observation, id, att, observation);
         self.checkpoint(claimed, 5, result_facts, false, vec![seen])
-            .await?;
+            .await
+            .ok()?;
         Some(ending)
     }
 

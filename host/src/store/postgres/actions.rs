@@ -11,7 +11,10 @@ use crate::store::{
 use crate::store::{plan, rows};
 use sqlx::postgres::PgConnection;
 
-async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Option<ActionRecord>> {
+pub(super) async fn action_on(
+    conn: &mut PgConnection,
+    scope: &ActionScope,
+) -> PgResult<Option<ActionRecord>> {
     let row = sqlx::query(
         "SELECT request_digest, refusal, answer FROM operator_actions
          WHERE subject = $1 AND workflow_id = $2 AND step = $3 AND action = $4 AND key = $5",
@@ -26,7 +29,7 @@ async fn action_on(conn: &mut PgConnection, scope: &ActionScope) -> PgResult<Opt
     Ok(row.as_ref().map(rows::action_record).transpose()?)
 }
 
-async fn store_answer(
+pub(super) async fn store_answer(
     conn: &mut PgConnection,
     scope: &ActionScope,
     answer: &ActionAnswer,
@@ -136,7 +139,7 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         return Ok(ActionOutcome::Refused(req.stale));
     }
     // From here on the transaction sees every committed step change of the workflow.
-    let current = lock_workflow(conn, &req.scope.workflow_id).await?;
+    let (current, cancelled) = lock_workflow(conn, &req.scope.workflow_id).await?;
     let mut events = req.events;
     if let StepChange::Succeed(r) = &change {
         let latest: Option<String> = sqlx::query_scalar(
@@ -161,7 +164,8 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         events.extend(NewEvent::released(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events).await?;
-    let workflow_state = recompute_state(conn, &req.scope.workflow_id, current, req.now).await?;
+    let workflow_state =
+        recompute_state(conn, &req.scope.workflow_id, current, cancelled, req.now).await?;
     Ok(ActionOutcome::Applied { workflow_state })
 }
 

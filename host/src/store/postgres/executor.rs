@@ -1,8 +1,9 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::{PgResult, PgStore, append_events, transaction};
+use crate::course;
 use crate::intent::{
-    AttemptOutcome, Millis, NewEvent, Receipt, StepState, WorkflowId, WorkflowState,
+    AttemptOutcome, Millis, NewEvent, Receipt, StepRole, StepState, WorkflowId, WorkflowState,
 };
 use crate::store::plan;
 use crate::store::rows::{self, Columns, fits, parse};
@@ -68,24 +69,19 @@ fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q> {
     }
 }
 
-/// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
-/// key's retention, tells the timeline and queues a notification. The caller holds the
-/// workflow row's lock, so the steps read here include every committed change.
+/// Settles the workflow's course (see [`crate::course::settle`]) and recomputes its state
+/// from its steps; on a change, stamps the end, starts the key's retention, tells the
+/// timeline and queues a notification. The caller holds the workflow row's lock, so the
+/// steps read here include every committed change.
 pub(crate) async fn recompute_state(
     conn: &mut PgConnection,
     id: &WorkflowId,
     current: WorkflowState,
+    cancelled: bool,
     now: Millis,
 ) -> PgResult<WorkflowState> {
-    let states: Vec<String> = sqlx::query_scalar("SELECT state FROM steps WHERE workflow_id = $1")
-        .bind(id.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-    let steps = states
-        .iter()
-        .map(|s| parse::<StepState>(s))
-        .collect::<StoreResult<Vec<_>>>()?;
-    let Some(change) = plan::state_change(current, steps, now) else {
+    let steps = settle_course(conn, id, cancelled, now).await?;
+    let Some(change) = plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
     };
     sqlx::query("UPDATE workflows SET state = $1, ended_at = $2 WHERE workflow_id = $3")
@@ -109,6 +105,97 @@ pub(crate) async fn recompute_state(
         outbox(conn, id, event, now).await?;
     }
     Ok(change.next)
+}
+
+/// Applies what the workflow's course asks for now (cancelled steps, compensations to
+/// start, originals compensated); returns every row's role and state afterwards.
+async fn settle_course(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    cancelled: bool,
+    now: Millis,
+) -> PgResult<Vec<(Option<StepRole>, StepState)>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "{} WHERE s.workflow_id = $1 ORDER BY s.ord",
+        plan::COURSE_SELECT
+    )))
+    .bind(id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    let steps = rows
+        .iter()
+        .map(rows::course_step)
+        .collect::<StoreResult<Vec<_>>>()?;
+    if !course::may_settle(cancelled, steps.iter().map(|s| &s.state)) {
+        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+    }
+    let deps: Vec<(String, String)> = if steps.iter().any(|s| !s.compensate_on.is_empty()) {
+        sqlx::query_as("SELECT step, depends_on FROM step_deps WHERE workflow_id = $1")
+            .bind(id.as_str())
+            .fetch_all(&mut *conn)
+            .await?
+    } else {
+        Vec::new()
+    };
+    let settlement = course::settle(cancelled, &steps, &deps);
+    if settlement.is_empty() {
+        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+    }
+    let mut changed: Vec<&str> = Vec::new();
+    let mut states: Vec<&str> = Vec::new();
+    for step in &settlement.cancel {
+        changed.push(step);
+        states.push(StepState::Cancelled.as_str());
+    }
+    for step in &settlement.compensated {
+        changed.push(step);
+        states.push(StepState::Compensated.as_str());
+    }
+    for c in &settlement.start {
+        changed.push(&c.of);
+        states.push(StepState::Compensating.as_str());
+    }
+    sqlx::query(
+        "UPDATE steps s SET state = t.st, ready_at = NULL
+         FROM UNNEST($2::TEXT[], $3::TEXT[]) AS t(step, st)
+         WHERE s.workflow_id = $1 AND s.step = t.step",
+    )
+    .bind(id.as_str())
+    .bind(&changed)
+    .bind(&states)
+    .execute(&mut *conn)
+    .await?;
+    for c in &settlement.start {
+        let ready = c.after.is_empty();
+        let state = if ready {
+            StepState::Ready
+        } else {
+            StepState::Pending
+        };
+        sqlx::query(
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role)
+             VALUES ($1, $2, $3, $4, 'compensation')",
+        )
+        .bind(id.as_str())
+        .bind(&c.id)
+        .bind(state.as_str())
+        .bind(ready.then_some(now as i64))
+        .execute(&mut *conn)
+        .await?;
+        if !c.after.is_empty() {
+            sqlx::query(
+                "INSERT INTO step_deps (workflow_id, step, depends_on)
+                 SELECT $1, $2, d FROM UNNEST($3::TEXT[]) AS d",
+            )
+            .bind(id.as_str())
+            .bind(&c.id)
+            .bind(&c.after)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    append_events(conn, id, now, &settlement.events).await?;
+    Ok(plan::settled(&steps, &settlement))
 }
 
 async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<Claimed>> {
@@ -321,15 +408,31 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
     if held == 0 {
         return Err(lease_lost(&req.fence).into());
     }
-    if req.external_call {
-        sqlx::query(
-            "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = $1",
+    if req.external_call || fenced_by_cancellation(&req) {
+        // Locks the workflow row, so a cancellation commits either before (and fences this
+        // checkpoint, the transaction rolled back) or after (and sees it).
+        let cancel_on: Option<String> = sqlx::query_scalar(
+            "UPDATE workflows SET external_calls_used = external_calls_used + $2
+             WHERE workflow_id = $1 RETURNING cancel_on",
         )
         .bind(req.fence.workflow_id.as_str())
-        .execute(&mut *conn)
+        .bind(i64::from(req.external_call))
+        .fetch_one(&mut *conn)
         .await?;
+        if cancel_on.is_some() && fenced_by_cancellation(&req) {
+            return Err(StoreError::Cancelled {
+                workflow_id: req.fence.workflow_id.clone(),
+            }
+            .into());
+        }
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
+}
+
+/// Whether this checkpoint starts a new effect that a cancellation must stop: checkpoint 3
+/// of a step (a compensation reverses an effect; a cancellation never stops it).
+fn fenced_by_cancellation(req: &CheckpointRequest) -> bool {
+    req.checkpoint == 3 && course::compensated_step(&req.fence.step).is_none()
 }
 
 async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<FinishOutcome> {
@@ -393,9 +496,9 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     // Locks the workflow row: from here on this transaction sees every step change of the
     // workflow committed by others. (The attempt row is locked first, as `late_evidence`
     // does.)
-    let current: String = sqlx::query_scalar(
+    let (current, cancel_on): (String, Option<String>) = sqlx::query_as(
         "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1 WHERE workflow_id = $2
-         RETURNING state",
+         RETURNING state, cancel_on",
     )
     .bind(runtime_ms as i64)
     .bind(id)
@@ -418,7 +521,8 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     events.extend(NewEvent::released(&released));
     append_events(conn, &fence.workflow_id, now, &events).await?;
     let current = parse::<WorkflowState>(&current)?;
-    let workflow_state = recompute_state(conn, &fence.workflow_id, current, now).await?;
+    let workflow_state =
+        recompute_state(conn, &fence.workflow_id, current, cancel_on.is_some(), now).await?;
     Ok(FinishOutcome {
         workflow_state,
         released,

@@ -19,6 +19,7 @@
 //! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
 
 mod actions;
+mod course;
 mod executor;
 mod read;
 mod sessions;
@@ -228,14 +229,14 @@ impl Notifier {
 pub(crate) async fn lock_workflow(
     conn: &mut PgConnection,
     id: &WorkflowId,
-) -> PgResult<WorkflowState> {
-    let state: String =
-        sqlx::query_scalar("SELECT state FROM workflows WHERE workflow_id = $1 FOR UPDATE")
+) -> PgResult<(WorkflowState, bool)> {
+    let (state, cancel_on): (String, Option<String>) =
+        sqlx::query_as("SELECT state, cancel_on FROM workflows WHERE workflow_id = $1 FOR UPDATE")
             .bind(id.as_str())
             .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-    Ok(rows::parse(&state)?)
+    Ok((rows::parse(&state)?, cancel_on.is_some()))
 }
 
 /// Appends events to a workflow's timeline, numbering them from its counter (which locks
@@ -691,9 +692,13 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     let mut steps = Vec::with_capacity(new.steps.len());
     let mut states = Vec::with_capacity(new.steps.len());
     let mut ready_at = Vec::with_capacity(new.steps.len());
+    let mut roles = Vec::with_capacity(new.steps.len());
+    let mut compensate_on = Vec::with_capacity(new.steps.len());
     for step in &new.steps {
         let ready = step.depends_on.is_empty();
         steps.push(step.id.as_str());
+        roles.push(step.role.as_str());
+        compensate_on.push(rows::triggers_text(&step.compensate_on));
         states.push(
             if ready {
                 StepState::Ready
@@ -706,14 +711,18 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     }
     // WITH ORDINALITY keeps the definition's order in `ord`.
     sqlx::query(
-        "INSERT INTO steps (workflow_id, step, state, ready_at)
-         SELECT $1, s, st, r FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[]) WITH ORDINALITY AS t(s, st, r, n)
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on)
+         SELECT $1, s, st, r, ro, co
+         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[])
+              WITH ORDINALITY AS t(s, st, r, ro, co, n)
          ORDER BY n",
     )
     .bind(id)
     .bind(&steps)
     .bind(&states)
     .bind(&ready_at)
+    .bind(&roles)
+    .bind(&compensate_on)
     .execute(&mut *conn)
     .await?;
     let (dep_steps, deps): (Vec<&str>, Vec<&str>) = new

@@ -24,7 +24,10 @@ fn scope_params(s: &ActionScope) -> [&str; 5] {
     ]
 }
 
-fn action_tx(conn: &Connection, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
+pub(super) fn action_tx(
+    conn: &Connection,
+    scope: &ActionScope,
+) -> StoreResult<Option<ActionRecord>> {
     let mut statement = conn.prepare_cached(
         "SELECT request_digest, refusal, answer FROM operator_actions
          WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
@@ -33,7 +36,11 @@ fn action_tx(conn: &Connection, scope: &ActionScope) -> StoreResult<Option<Actio
     found.next()?.map(rows::action_record).transpose()
 }
 
-fn store_answer(conn: &Connection, scope: &ActionScope, answer: &ActionAnswer) -> StoreResult<()> {
+pub(super) fn store_answer(
+    conn: &Connection,
+    scope: &ActionScope,
+    answer: &ActionAnswer,
+) -> StoreResult<()> {
     let [subject, workflow_id, step, action, key] = scope_params(scope);
     let (refusal, text) = rows::answer_columns(answer);
     conn.prepare_cached(
@@ -121,13 +128,14 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
         events.extend(NewEvent::released(&released));
     }
     append_events(conn, &req.scope.workflow_id, req.now, &events)?;
-    let current: String = conn
-        .prepare_cached("SELECT state FROM workflows WHERE workflow_id = ?")?
-        .query_row([workflow_id], |r| r.get(0))?;
+    let (current, cancel_on): (String, Option<String>) = conn
+        .prepare_cached("SELECT state, cancel_on FROM workflows WHERE workflow_id = ?")?
+        .query_row([workflow_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let workflow_state = recompute_state(
         conn,
         &req.scope.workflow_id,
         parse::<WorkflowState>(&current)?,
+        cancel_on.is_some(),
         req.now,
     )?;
     Ok(ActionOutcome::Applied { workflow_state })

@@ -1,8 +1,9 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
 use super::{SqliteStore, append_events};
+use crate::course;
 use crate::intent::{
-    AttemptId, AttemptOutcome, Millis, NewEvent, StepState, WorkflowId, WorkflowState,
+    AttemptId, AttemptOutcome, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState,
 };
 use crate::store::plan;
 use crate::store::rows::{self, Columns, parse};
@@ -96,24 +97,18 @@ fn apply_facts(
     Ok(())
 }
 
-/// Recomputes the workflow's state from its steps; on a change, stamps the end, starts the
-/// key's retention, tells the timeline and queues a notification.
+/// Settles the workflow's course (see [`crate::course::settle`]) and recomputes its state
+/// from its steps; on a change, stamps the end, starts the key's retention, tells the
+/// timeline and queues a notification.
 pub(crate) fn recompute_state(
     conn: &Connection,
     id: &WorkflowId,
     current: WorkflowState,
+    cancelled: bool,
     now: Millis,
 ) -> StoreResult<WorkflowState> {
-    let steps = {
-        let mut stmt = conn.prepare_cached("SELECT state FROM steps WHERE workflow_id = ?")?;
-        let states = stmt.query_map([id.as_str()], |r| r.get::<_, String>(0))?;
-        let mut steps = Vec::new();
-        for s in states {
-            steps.push(parse::<StepState>(&s?)?);
-        }
-        steps
-    };
-    let Some(change) = plan::state_change(current, steps, now) else {
+    let steps = settle_course(conn, id, cancelled, now)?;
+    let Some(change) = plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
     };
     conn.prepare_cached("UPDATE workflows SET state = ?, ended_at = ? WHERE workflow_id = ?")?
@@ -130,6 +125,81 @@ pub(crate) fn recompute_state(
         outbox(conn, id, event, now)?;
     }
     Ok(change.next)
+}
+
+/// Applies what the workflow's course asks for now (cancelled steps, compensations to
+/// start, originals compensated); returns every row's role and state afterwards.
+fn settle_course(
+    conn: &Connection,
+    id: &WorkflowId,
+    cancelled: bool,
+    now: Millis,
+) -> StoreResult<Vec<(Option<StepRole>, StepState)>> {
+    let steps = {
+        let mut stmt = conn.prepare_cached(&format!(
+            "{} WHERE s.workflow_id = ? ORDER BY s.rowid",
+            plan::COURSE_SELECT
+        ))?;
+        let mut rows = stmt.query([id.as_str()])?;
+        let mut steps = Vec::new();
+        while let Some(r) = rows.next()? {
+            steps.push(rows::course_step(r)?);
+        }
+        steps
+    };
+    if !course::may_settle(cancelled, steps.iter().map(|s| &s.state)) {
+        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+    }
+    let deps: Vec<(String, String)> = if steps.iter().any(|s| !s.compensate_on.is_empty()) {
+        let mut stmt =
+            conn.prepare_cached("SELECT step, depends_on FROM step_deps WHERE workflow_id = ?")?;
+        stmt.query_map([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    let settlement = course::settle(cancelled, &steps, &deps);
+    if settlement.is_empty() {
+        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+    }
+    let mut set_state = conn.prepare_cached(
+        "UPDATE steps SET state = ?1, ready_at = NULL WHERE workflow_id = ?2 AND step = ?3",
+    )?;
+    for step in &settlement.cancel {
+        set_state.execute(params![StepState::Cancelled.as_str(), id.as_str(), step])?;
+    }
+    for step in &settlement.compensated {
+        set_state.execute(params![StepState::Compensated.as_str(), id.as_str(), step])?;
+    }
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role) VALUES (?, ?, ?, ?, 'compensation')",
+    )?;
+    let mut dep = conn
+        .prepare_cached("INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)")?;
+    for c in &settlement.start {
+        set_state.execute(params![
+            StepState::Compensating.as_str(),
+            id.as_str(),
+            &c.of
+        ])?;
+        let ready = c.after.is_empty();
+        let state = if ready {
+            StepState::Ready
+        } else {
+            StepState::Pending
+        };
+        insert.execute(params![
+            id.as_str(),
+            &c.id,
+            state.as_str(),
+            ready.then_some(now as i64)
+        ])?;
+        for after in &c.after {
+            dep.execute(params![id.as_str(), &c.id, after])?;
+        }
+    }
+    append_events(conn, id, now, &settlement.events)?;
+    Ok(plan::settled(&steps, &settlement))
 }
 
 /// Budget and identity of a workflow as a claim sees it.
@@ -252,6 +322,16 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
 
 fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
     check_fence(conn, &req.fence, None)?;
+    if fenced_by_cancellation(&req) {
+        let cancel_on: Option<String> = conn
+            .prepare_cached("SELECT cancel_on FROM workflows WHERE workflow_id = ?")?
+            .query_row([req.fence.workflow_id.as_str()], |r| r.get(0))?;
+        if cancel_on.is_some() {
+            return Err(StoreError::Cancelled {
+                workflow_id: req.fence.workflow_id.clone(),
+            });
+        }
+    }
     apply_facts(
         conn,
         &req.attempt_id,
@@ -267,6 +347,12 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
         .execute([req.fence.workflow_id.as_str()])?;
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events)
+}
+
+/// Whether this checkpoint starts a new effect that a cancellation must stop: checkpoint 3
+/// of a step (a compensation reverses an effect; a cancellation never stops it).
+pub(crate) fn fenced_by_cancellation(req: &CheckpointRequest) -> bool {
+    req.checkpoint == 3 && course::compensated_step(&req.fence.step).is_none()
 }
 
 fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOutcome> {
@@ -325,20 +411,21 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
         released = release_dependents(conn, &fence.workflow_id, now)?;
     }
     events.extend(NewEvent::released(&released));
-    let (first, current): (i64, String) = conn
+    let (first, current, cancel_on): (i64, String, Option<String>) = conn
         .prepare_cached(
             "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2
-             WHERE workflow_id = ?3 RETURNING next_seq - ?2, state",
+             WHERE workflow_id = ?3 RETURNING next_seq - ?2, state, cancel_on",
         )?
         .query_row(
             params![req.runtime_ms as i64, events.len() as i64, id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
     if !events.is_empty() {
         super::insert_events(conn, &fence.workflow_id, first as u64, now, &events)?;
     }
     let current = parse::<WorkflowState>(&current)?;
-    let workflow_state = recompute_state(conn, &fence.workflow_id, current, now)?;
+    let workflow_state =
+        recompute_state(conn, &fence.workflow_id, current, cancel_on.is_some(), now)?;
     Ok(FinishOutcome {
         workflow_state,
         released,

@@ -7,6 +7,7 @@
 //! the migrations.
 
 mod actions;
+mod course;
 mod executor;
 mod points;
 mod read;
@@ -499,7 +500,8 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     ])?;
     {
         let mut insert = conn.prepare_cached(
-            "INSERT INTO steps (workflow_id, step, state, ready_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on)
+             VALUES (?, ?, ?, ?, ?, ?)",
         )?;
         for step in &new.steps {
             let ready = step.depends_on.is_empty();
@@ -512,7 +514,9 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
                 id,
                 &step.id,
                 state.as_str(),
-                ready.then_some(req.now as i64)
+                ready.then_some(req.now as i64),
+                step.role.as_str(),
+                rows::triggers_text(&step.compensate_on),
             ])?;
         }
         let mut dep = conn.prepare_cached(

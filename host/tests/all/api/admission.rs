@@ -72,11 +72,17 @@ pub async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays
         v["steps"],
         json!([
             {"id": "prepare", "label": "Prepare letter", "state": "ready", "attempts": 0,
-             "escalated": null, "receipt": null},
+             "escalated": null, "receipt": null, "blocked": null, "compensation": null},
             {"id": "deliver", "label": "Deliver letter", "state": "pending", "attempts": 0,
-             "escalated": null, "receipt": null},
+             "escalated": null, "receipt": null, "blocked": null, "compensation": null},
         ])
     );
+    // The projection's course: its revision (two timeline events so far), the command as
+    // sent, and what the caller may do now.
+    assert_eq!(v["revision"], 2);
+    assert_eq!(v["input_revision"], 1);
+    assert_eq!(v["actions"][0]["action"], "cancel");
+    assert_eq!(v["actions"][0]["label"], "Cancel request");
 
     let timeline = host
         .get(None, &format!("/v1/workflows/{id}/timeline"))

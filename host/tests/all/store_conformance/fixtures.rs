@@ -2,7 +2,7 @@
 
 use super::backends::Store;
 use docket::intent::{
-    AttemptOutcome, CanonicalInput, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId,
+    AttemptOutcome, CanonicalInput, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepRole,
     StepState, Subject, Trigger, WorkflowId, canonicalize,
 };
 use docket::store::{
@@ -48,6 +48,8 @@ pub fn admit(
                 .map(|(id, deps)| NewStep {
                     id: id.to_string(),
                     depends_on: deps.iter().map(|d| d.to_string()).collect(),
+                    role: StepRole::Adapter,
+                    compensate_on: vec![],
                 })
                 .collect(),
             deadline_at: now + 3_600_000,

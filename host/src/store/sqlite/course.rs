@@ -1,0 +1,136 @@
+//! Changes of a workflow's course: its cancellation, under a key, with the course settled
+//! in the same transaction.
+
+use super::actions::{action_tx, store_answer};
+use super::executor::recompute_state;
+use super::{SqliteStore, append_events};
+use crate::course;
+use crate::intent::{WorkflowId, WorkflowState};
+use crate::store::plan;
+use crate::store::rows::{self, CANCELLATION_COLUMNS, parse};
+use crate::store::{
+    ActionAnswer, CancelAnswer, CancelRequest, CancellationRecord, CourseStore, StoreError,
+    StoreResult,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+fn cancellation_tx(conn: &Connection, id: &WorkflowId) -> StoreResult<Option<CancellationRecord>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {CANCELLATION_COLUMNS} FROM cancellations WHERE workflow_id = ?"
+    ))?;
+    let mut found = stmt.query([id.as_str()])?;
+    found.next()?.map(rows::cancellation).transpose()
+}
+
+/// The workflow's rows as the course sees them, with the checkpoint of each running attempt.
+fn course_steps(conn: &Connection, id: &WorkflowId) -> StoreResult<Vec<course::CourseStep>> {
+    let mut steps = Vec::new();
+    {
+        let mut stmt = conn.prepare_cached(&format!(
+            "{} WHERE s.workflow_id = ? ORDER BY s.rowid",
+            plan::COURSE_SELECT
+        ))?;
+        let mut found = stmt.query([id.as_str()])?;
+        while let Some(r) = found.next()? {
+            steps.push(rows::course_step(r)?);
+        }
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.step, a.checkpoint FROM steps s JOIN attempts a
+           ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
+         WHERE s.workflow_id = ? AND s.state = 'running'",
+    )?;
+    let running = stmt.query_map([id.as_str()], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for found in running {
+        let (step, checkpoint) = found?;
+        if let Some(s) = steps.iter_mut().find(|s| s.id == step) {
+            s.checkpoint = Some(rows::fits("checkpoint", checkpoint)?);
+        }
+    }
+    Ok(steps)
+}
+
+fn cancel_tx(conn: &Connection, req: CancelRequest) -> StoreResult<CancelAnswer> {
+    if let Some(existing) = action_tx(conn, &req.scope)? {
+        return Ok(if existing.request_digest == req.request_digest {
+            CancelAnswer::Replayed(existing)
+        } else {
+            CancelAnswer::KeyConflict
+        });
+    }
+    let id = &req.scope.workflow_id;
+    let (state, cancel_on): (String, Option<String>) = conn
+        .prepare_cached("SELECT state, cancel_on FROM workflows WHERE workflow_id = ?")?
+        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
+    let s = &req.scope;
+    conn.prepare_cached(
+        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        &s.subject.0,
+        id.as_str(),
+        &s.step,
+        &s.action,
+        &s.key,
+        &req.request_digest,
+        req.now as i64
+    ])?;
+    if cancel_on.is_some()
+        && let Some(existing) = cancellation_tx(conn, id)?
+    {
+        let text = plan::cancel_answer_text(false, &existing)?;
+        store_answer(conn, &req.scope, &ActionAnswer::Applied(text))?;
+        return Ok(CancelAnswer::Existing(existing));
+    }
+    let state = parse::<WorkflowState>(&state)?;
+    let steps = course_steps(conn, id)?;
+    let record = match plan::cancellation(&req, state, &steps) {
+        Ok(record) => record,
+        Err(refusal) => {
+            store_answer(conn, &req.scope, &ActionAnswer::Refused(refusal.clone()))?;
+            return Ok(CancelAnswer::Refused(refusal));
+        }
+    };
+    conn.prepare_cached(&format!(
+        "INSERT INTO cancellations ({CANCELLATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))?
+    .execute(params![
+        record.cancellation_id.as_str(),
+        id.as_str(),
+        &record.requested_by,
+        record.requested_at as i64,
+        &record.reason,
+        i64::from(record.withdraw),
+        record.outcome.as_str(),
+        &record.message,
+        serde_json::to_string(&record.consequences)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+    ])?;
+    conn.prepare_cached("UPDATE workflows SET cancel_on = ? WHERE workflow_id = ?")?
+        .execute(params![
+            rows::triggers_text(course::CANCELLATION_TRIGGERS),
+            id.as_str()
+        ])?;
+    append_events(conn, id, req.now, &[plan::cancellation_event(&record)])?;
+    recompute_state(conn, id, state, true, req.now)?;
+    let text = plan::cancel_answer_text(true, &record)?;
+    store_answer(conn, &req.scope, &ActionAnswer::Applied(text))?;
+    Ok(CancelAnswer::Created(record))
+}
+
+impl CourseStore for SqliteStore {
+    async fn cancel(&self, request: CancelRequest) -> StoreResult<CancelAnswer> {
+        self.writer
+            .write(move |conn| cancel_tx(conn, request))
+            .await
+    }
+
+    async fn cancellation(&self, id: &WorkflowId) -> StoreResult<Option<CancellationRecord>> {
+        self.points.with(|conn| cancellation_tx(conn, id))
+    }
+}

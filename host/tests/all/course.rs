@@ -1,0 +1,482 @@
+//! Changing a workflow's course against a real `docket serve`, its provider simulator and
+//! a real database: a cancellation is an intent of its own, decided by what it finds, acted
+//! on once however often it is pressed, and never claiming more than is known; the
+//! projection carries its revision for `ETag`s and long-polls. Each case runs on a SQLite
+//! file (`sqlite::<case>`) and a PostgreSQL database of its own (`postgres::<case>`).
+
+use crate::host_process::{Contract, HostOptions, HostProcess, document};
+use crate::postgres::TestDatabase;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const SETTLED: &[&str] = &["completed", "needs_review", "failed", "cancelled"];
+
+/// The owner (a client) and an operator, by token.
+const TOKENS: &str = r#"
+[[tokens]]
+token = "owner"
+subject = "team-a"
+role = "client"
+[[tokens]]
+token = "stranger"
+subject = "team-b"
+role = "client"
+[[tokens]]
+token = "ops"
+subject = "alice"
+role = "operator"
+"#;
+
+/// A POST with a key and (optionally) a bearer token.
+async fn post(
+    host: &HostProcess,
+    path: &str,
+    key: &str,
+    token: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}{path}", host.url))
+        .header("Idempotency-Key", key)
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(host: &HostProcess, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut request = reqwest::Client::new().get(format!("{}{path}", host.url));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == id))
+        .unwrap_or_else(|| panic!("no step {id}: {wf:#}"))
+}
+
+async fn submit(host: &HostProcess, workflow: &str, key: &str, token: Option<&str>) -> String {
+    let (status, created) = post(
+        host,
+        "/v1/intents",
+        key,
+        token,
+        json!({"workflow": workflow, "input": document(key)}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    created["workflow_id"].as_str().unwrap().to_string()
+}
+
+/// A fire-and-forget delivery whose response was lost: it waits for review.
+async fn unknown_outcome(host: &HostProcess, key: &str) -> String {
+    host.faults(json!({"lose_next": 1})).await;
+    let id = submit(host, Contract::FireAndForget.workflow(), key, None).await;
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(30)).await;
+    assert_eq!(step(&wf, "deliver")["state"], "outcome_unknown", "{wf:#}");
+    id
+}
+
+/// Before any step ran: every step is cancelled at once, nothing reaches the provider, and
+/// pressing again — with the same key, another key, or by another caller at the same
+/// moment — answers with the one cancellation.
+async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: TOKENS.into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit(&host, "document-delivery", "cancel-early", Some("owner")).await;
+    let (_, wf) = get(&host, &format!("/v1/workflows/{id}"), Some("owner")).await;
+    assert_eq!(wf["actions"][0]["action"], "cancel", "{wf:#}");
+    assert_eq!(wf["actions"][0]["label"], "Cancel request");
+    assert_eq!(wf["actions"][0]["consequences"], json!([]));
+    let path = format!("/v1/workflows/{id}/cancel");
+
+    // Another client cannot see the workflow; a cancellation needs a reason.
+    let (status, _) = post(
+        &host,
+        &path,
+        "c-0",
+        Some("stranger"),
+        json!({"reason": "x"}),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, body) = post(&host, &path, "c-0", Some("owner"), json!({})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["details"][0]["pointer"], "/reason");
+
+    // The owner and an operator press at the same moment, under different keys.
+    let reason = json!({"reason": "ordered by mistake"});
+    let (a, b) = tokio::join!(
+        post(&host, &path, "c-1", Some("owner"), reason.clone()),
+        post(
+            &host,
+            &path,
+            "c-2",
+            Some("ops"),
+            json!({"reason": "asked by phone"})
+        ),
+    );
+    let mut answers = [a, b];
+    answers.sort_by_key(|(status, _)| *status);
+    assert_eq!(answers[0].0, 200, "{answers:?}");
+    assert_eq!(answers[1].0, 202, "{answers:?}");
+    let created = answers[1].1.clone();
+    assert_eq!(
+        answers[0].1["cancellation_id"], created["cancellation_id"],
+        "{answers:?}"
+    );
+    assert!(
+        created["cancellation_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("cnl_")
+    );
+    assert_eq!(created["outcome"], "cancelled", "{created:#}");
+    assert_eq!(created["workflow_id"], id.as_str());
+    assert!(created["requested_at"].as_str().unwrap().ends_with('Z'));
+
+    // The same key again answers as it did; a third key answers with the same one.
+    let creator = if created["requested_by"] == "team-a" {
+        ("c-1", "owner", reason.clone())
+    } else {
+        ("c-2", "ops", json!({"reason": "asked by phone"}))
+    };
+    let (status, again) = post(&host, &path, creator.0, Some(creator.1), creator.2).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again, created);
+    let (status, other) = post(&host, &path, "c-3", Some("ops"), reason.clone()).await;
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(other["cancellation_id"], created["cancellation_id"]);
+    // The same key with another body is a conflict, and changes nothing.
+    let (status, conflict) = post(
+        &host,
+        &path,
+        creator.0,
+        Some(creator.1),
+        json!({"reason": "something else"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["error"]["code"], "key_conflict");
+
+    let (_, wf) = get(&host, &format!("/v1/workflows/{id}"), Some("ops")).await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    assert!(wf["ended_at"].is_string(), "{wf:#}");
+    assert_eq!(wf["status_text"], "Cancelled");
+    assert_eq!(wf["actions"], json!([]));
+    for s in ["validate", "render", "deliver"] {
+        assert_eq!(step(&wf, s)["state"], "cancelled", "{wf:#}");
+    }
+    let (status, progress) = get(
+        &host,
+        &format!("/v1/workflows/{id}/cancellation"),
+        Some("owner"),
+    )
+    .await;
+    assert_eq!(status, 200, "{progress}");
+    assert_eq!(progress["progress"]["settled"], true);
+    assert_eq!(progress["progress"]["workflow_state"], "cancelled");
+    let (_, page) = get(
+        &host,
+        &format!("/v1/workflows/{id}/timeline?limit=500"),
+        Some("ops"),
+    )
+    .await;
+    let timeline = page.to_string();
+    assert_eq!(
+        timeline.matches("Cancellation cnl_").count(),
+        1,
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("Cancelled before they had any effect: validate, render, deliver"),
+        "{timeline}"
+    );
+    // A cancelled workflow's cancellation answers again, whatever the key.
+    let (status, _) = post(&host, &path, "c-4", Some("owner"), reason).await;
+    assert_eq!(status, 200);
+    assert!(host.world().await.is_empty());
+}
+
+/// While an outcome is unknown the cancellation waits for it and says so; settled as "it
+/// did not happen", the step is cancelled; settled as "it happened", the effect stays (this
+/// adapter cannot compensate) and the workflow ends cancelled with it.
+async fn a_cancellation_during_an_unknown_outcome_awaits_it_and_settles_both_ways(
+    db: Option<String>,
+) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![Contract::FireAndForget.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    for (key, outcome) in [("await-no", "not_happened"), ("await-yes", "succeeded")] {
+        let id = unknown_outcome(&host, key).await;
+        let (status, cancel) = post(
+            &host,
+            &format!("/v1/workflows/{id}/cancel"),
+            &format!("{key}-cancel"),
+            None,
+            json!({"reason": "no longer needed"}),
+        )
+        .await;
+        assert_eq!(status, 202, "{cancel}");
+        assert_eq!(cancel["outcome"], "awaiting_outcome", "{cancel:#}");
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        assert_eq!(wf["state"], "needs_review", "{wf:#}");
+        assert_eq!(
+            wf["status_text"],
+            "Cancel requested; awaiting the outcome of Deliver document"
+        );
+        assert_eq!(step(&wf, "deliver")["state"], "outcome_unknown");
+        let (_, progress) = host.get(&format!("/v1/workflows/{id}/cancellation")).await;
+        assert_eq!(progress["progress"]["awaiting"], json!(["deliver"]));
+
+        let reference = host.world().await.last().unwrap()["id"].clone();
+        let (status, resolved) = post(
+            &host,
+            &format!("/v1/workflows/{id}/steps/deliver/resolve"),
+            &format!("{key}-resolve"),
+            None,
+            json!({"outcome": outcome, "evidence": "the provider's dashboard",
+                   "reason": "checked", "external_reference": reference}),
+        )
+        .await;
+        assert_eq!(status, 200, "{resolved}");
+        let wf = host.wait_for(&id, SETTLED, Duration::from_secs(10)).await;
+        assert_eq!(wf["state"], "cancelled", "{wf:#}");
+        let expected = if outcome == "succeeded" {
+            "succeeded"
+        } else {
+            "cancelled"
+        };
+        assert_eq!(step(&wf, "deliver")["state"], expected, "{wf:#}");
+    }
+    // The provider's record: one delivery each (the lost response's), never a second.
+    assert_eq!(host.world().await.len(), 2);
+}
+
+/// A completed workflow is withdrawn only on request and only if an effect of it can be
+/// compensated; a failed one has nothing to stop.
+async fn completed_and_failed_workflows_refuse_what_cannot_be_done(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![Contract::FireAndForget.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    let done = submit(&host, "document-delivery", "done-1", None).await;
+    let wf = host.wait_for(&done, SETTLED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    // Nothing in this definition compensates the delivery: no withdrawal is offered.
+    assert_eq!(wf["actions"], json!([]), "{wf:#}");
+    let path = format!("/v1/workflows/{done}/cancel");
+    let (status, body) = post(&host, &path, "d-1", None, json!({"reason": "late"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_transition");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"withdraw\": true")
+    );
+    let (status, body) = post(
+        &host,
+        &path,
+        "d-2",
+        None,
+        json!({"reason": "late", "withdraw": true}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to withdraw")
+    );
+    // The refusal is stored under its key.
+    let (status, again) = post(
+        &host,
+        &path,
+        "d-2",
+        None,
+        json!({"reason": "late", "withdraw": true}),
+    )
+    .await;
+    assert_eq!((status, &again), (409, &body));
+    let (status, _) = host
+        .get(&format!("/v1/workflows/{done}/cancellation"))
+        .await;
+    assert_eq!(status, 404);
+
+    let failed = unknown_outcome(&host, "failed-1").await;
+    let (status, _) = post(
+        &host,
+        &format!("/v1/workflows/{failed}/steps/deliver/resolve"),
+        "abandon-1",
+        None,
+        json!({"outcome": "abandon", "evidence": "none", "reason": "gave up"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let wf = host
+        .wait_for(&failed, SETTLED, Duration::from_secs(10))
+        .await;
+    assert_eq!(wf["state"], "failed", "{wf:#}");
+    let (status, body) = post(
+        &host,
+        &format!("/v1/workflows/{failed}/cancel"),
+        "f-1",
+        None,
+        json!({"reason": "late"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let (_, wf) = host.get(&format!("/v1/workflows/{done}")).await;
+    assert_eq!(wf["state"], "completed", "nothing changed: {wf:#}");
+}
+
+/// `ETag` is the revision; `If-None-Match` with it is `304`; a long-poll answers as soon
+/// as the revision moves past `after`, and with the current projection when the wait ends.
+async fn the_projection_revision_drives_etags_and_long_polls(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit(&host, "document-delivery", "revision-1", None).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/workflows/{id}", host.url);
+    let r = client.get(&url).send().await.unwrap();
+    let etag = r.headers()["etag"].to_str().unwrap().to_string();
+    let wf: Value = r.json().await.unwrap();
+    let revision = wf["revision"].as_u64().unwrap();
+    assert_eq!(etag, format!("\"{revision}\""));
+    assert_eq!(wf["input_revision"], 1);
+    assert_eq!(wf["replaces"], Value::Null);
+    assert_eq!(wf["replaced_by"], Value::Null);
+    let r = client
+        .get(&url)
+        .header("If-None-Match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+
+    // Nothing moves: the long-poll answers when its wait ends, with the same revision.
+    let started = Instant::now();
+    let r = client
+        .get(format!("{url}?wait=1&after={revision}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let same: Value = r.json().await.unwrap();
+    assert_eq!(same["revision"], revision);
+
+    // A cancellation moves it: the waiting poll answers well before its 30 s.
+    let poll = tokio::spawn({
+        let url = format!("{url}?wait=30&after={revision}");
+        async move {
+            let started = Instant::now();
+            let wf: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+            (started.elapsed(), wf)
+        }
+    });
+    let (status, _) = post(
+        &host,
+        &format!("/v1/workflows/{id}/cancel"),
+        "rev-cancel",
+        None,
+        json!({"reason": "moving on"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let (waited, moved) = poll.await.unwrap();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert!(moved["revision"].as_u64().unwrap() > revision, "{moved:#}");
+    assert_eq!(moved["state"], "cancelled");
+    let (status, body) = host.get(&format!("/v1/workflows/{id}?wait=61")).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_parameter");
+}
+
+macro_rules! on_both_backends {
+    ($($case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    super::$case(None).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    let database = super::TestDatabase::create().await;
+                    super::$case(Some(database.url.clone())).await;
+                    database.drop_now().await;
+                }
+            )+
+        }
+    };
+}
+
+on_both_backends!(
+    a_cancellation_before_any_effect_ends_every_step_once,
+    a_cancellation_during_an_unknown_outcome_awaits_it_and_settles_both_ways,
+    completed_and_failed_workflows_refuse_what_cannot_be_done,
+    the_projection_revision_drives_etags_and_long_polls,
+);
+
+/// `docket cancel` asks the running host and prints its answer; a second run answers with
+/// the same cancellation.
+#[tokio::test(flavor = "multi_thread")]
+async fn docket_cancel_asks_the_host_and_prints_its_answer() {
+    let host = HostProcess::start(HostOptions {
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit(&host, "document-delivery", "cli-cancel", None).await;
+    let run = |extra: &[&str]| {
+        let mut args = vec!["cancel", id.as_str(), "--server", host.url.as_str()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let first = run(&["--reason", "typo in the title"]);
+    assert!(first.status.success(), "{first:?}");
+    let answer: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(answer["outcome"], "cancelled", "{answer:#}");
+    assert_eq!(answer["reason"], "typo in the title");
+    let second = run(&["--reason", "pressed again", "--key", "another"]);
+    assert!(second.status.success(), "{second:?}");
+    let again: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(again["cancellation_id"], answer["cancellation_id"]);
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["cancel", "wf/../x", "--reason", "r", "--server", &host.url])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a workflow id"));
+}
