@@ -11,7 +11,9 @@
 use super::adapter::cache_dir;
 use crate::capabilities::{Grant, HostRule, SecretSource};
 use crate::clock::SystemClock;
-use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
+use crate::contract::{
+    CompensationRequest, Contract, EffectError, EffectRequest, Lookup, PluginReceipt,
+};
 use crate::runtime::{CallEnv, CallLimits, ComponentKind, Prepared, Runtime, RuntimeConfig};
 use crate::sim::{DeliveryStatus, ProviderSim, RunningSim, SimConfig};
 use anyhow::{Context, bail};
@@ -337,7 +339,8 @@ async fn lost_response(s: &Subject, key: &str) -> anyhow::Result<Vec<Finding>> {
             "the provider committed, the answer was lost ({}); lookup by reference: {}",
             brief(&lost),
             match &lookup {
-                Ok(Lookup::Found { receipt }) => format!("found {}", receipt.external_reference),
+                Ok(Lookup::Found { receipt, .. }) =>
+                    format!("found {}", receipt.external_reference),
                 Ok(Lookup::Absent) => "absent".into(),
                 Err(e) => format!("failed: {e}"),
             }
@@ -435,7 +438,7 @@ async fn eventual_visibility(
     let mut absent = 0;
     let outcome = loop {
         match s.query(key).await {
-            Ok(Lookup::Found { receipt }) => break Ok(receipt.external_reference),
+            Ok(Lookup::Found { receipt, .. }) => break Ok(receipt.external_reference),
             Ok(Lookup::Absent) => absent += 1,
             Err(e) => break Err(e),
         }
@@ -470,9 +473,15 @@ async fn compensation(s: &Subject, key: &str) -> Vec<Finding> {
             format!("could not create a delivery to undo: {}", brief(&created)),
         )];
     };
+    let request = CompensationRequest {
+        idempotency_key: format!("{key}.compensate"),
+        input: s.input.clone(),
+        original_receipt: receipt.clone(),
+        attempt: 1,
+    };
     let report = s
         .runtime
-        .compensate(&s.prepared, s.env(), s.limits(), &receipt)
+        .compensate(&s.prepared, s.env(), s.limits(), &request)
         .await;
     let answer = match report.outcome {
         Ok(Ok(r)) => Ok(r),
