@@ -248,10 +248,18 @@ fn verify_passes_the_honest_adapter() {
         "two attempts at once",
         "a restarted worker",
         "eventual visibility in lookups",
+        "compensating twice, one key",
+        "compensation answer lost",
     ] {
         assert!(stdout.contains(scenario), "no {scenario:?} in:\n{stdout}");
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The evidence of compensation is the provider's record and the lookup's status.
+    assert!(stdout.contains("2 cancel requests"), "{stdout}");
+    assert!(
+        stdout.contains("(reversed, provider says `cancelled`)"),
+        "{stdout}"
+    );
 }
 
 #[test]
