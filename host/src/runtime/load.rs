@@ -1,8 +1,8 @@
 //! Loading components, telling adapters from handlers, and linking them per grant.
 //!
 //! Loading checks the bytes (a component, not a core module or garbage), compiles once
-//! (memory and disk caches by digest), and calls `describe()` in a sandbox that grants
-//! nothing. Preparing checks every import and every declared need against the effective
+//! (memory and disk caches by digest), refuses a component built against another version of
+//! the `docket:plugin` package, and calls `describe()` in a sandbox that grants nothing. Preparing checks every import and every declared need against the effective
 //! grant, builds a linker with exactly the granted interfaces, and caches the resulting
 //! `InstancePre` per (digest, grant).
 
