@@ -103,6 +103,20 @@ pub struct EffectRequest {
     pub attempt: u32,
 }
 
+/// A request to reverse an effect that is known to have happened (`compensate`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompensationRequest {
+    /// The compensation's own external key, derived for the step id `<step>.compensate`:
+    /// not the original step's key.
+    pub idempotency_key: String,
+    /// JSON text of the compensation's mapped input.
+    pub input: String,
+    /// The original step's receipt: the effect to reverse.
+    pub original_receipt: PluginReceipt,
+    /// 1 for the compensation's first attempt.
+    pub attempt: u32,
+}
+
 /// An adapter's evidence that an effect happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginReceipt {
@@ -111,11 +125,26 @@ pub struct PluginReceipt {
     pub output: String,
 }
 
+/// Where a found effect stands, in the terms the host acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectStatus {
+    /// It happened and has not been reversed.
+    InEffect,
+    /// A compensation took effect.
+    Reversed,
+}
+
 /// The answer of a lookup by stable reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "lookup", rename_all = "snake_case")]
 pub enum Lookup {
-    Found { receipt: PluginReceipt },
+    Found {
+        receipt: PluginReceipt,
+        status: EffectStatus,
+        /// The provider's own word (e.g. `cancelled`): recorded and shown, never interpreted.
+        provider_status: String,
+    },
     Absent,
 }
 

@@ -17,9 +17,9 @@ pub mod common {
             package docket:guest;
 
             world common {
-                import docket:plugin/types@0.1.0;
-                import docket:plugin/log@0.1.0;
-                import docket:plugin/clock@0.1.0;
+                import docket:plugin/types@0.2.0;
+                import docket:plugin/log@0.2.0;
+                import docket:plugin/clock@0.2.0;
             }
         ",
         path: "../../wit",
@@ -31,14 +31,16 @@ pub mod common {
 
 /// Bindings for the `adapter` world.
 #[cfg(feature = "adapter")]
+// The generated export of `compensate` takes its flattened request (9 core arguments).
+#[allow(clippy::too_many_arguments)]
 pub mod adapter {
     wit_bindgen::generate!({
         world: "docket:plugin/adapter",
         path: "../../wit",
         with: {
-            "docket:plugin/types@0.1.0": crate::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.1.0": crate::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.1.0": crate::bindings::common::docket::plugin::clock,
+            "docket:plugin/types@0.2.0": crate::bindings::common::docket::plugin::types,
+            "docket:plugin/log@0.2.0": crate::bindings::common::docket::plugin::log,
+            "docket:plugin/clock@0.2.0": crate::bindings::common::docket::plugin::clock,
             "wasi:http/types@0.2.12": wasip2::http::types,
             "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
             "wasi:io/poll@0.2.12": wasip2::io::poll,
@@ -60,9 +62,9 @@ pub mod handler {
         world: "docket:plugin/handler",
         path: "../../wit",
         with: {
-            "docket:plugin/types@0.1.0": crate::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.1.0": crate::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.1.0": crate::bindings::common::docket::plugin::clock,
+            "docket:plugin/types@0.2.0": crate::bindings::common::docket::plugin::types,
+            "docket:plugin/log@0.2.0": crate::bindings::common::docket::plugin::log,
+            "docket:plugin/clock@0.2.0": crate::bindings::common::docket::plugin::clock,
         },
         pub_export_macro: true,
         export_macro_name: "__export_handler_world",

@@ -1,8 +1,9 @@
 //! Constructors for the contract types, so plugins do not spell out every record field.
 
 use crate::{
-    Capabilities, CompensationSupport, Contract, EffectError, HandlerContract, HandlerError,
-    Idempotency, QuerySupport, RateLimit, Receipt, Rejection,
+    Capabilities, CompensationSupport, Contract, EffectError, EffectStatus, FoundEffect,
+    HandlerContract, HandlerError, Idempotency, Lookup, QuerySupport, RateLimit, Receipt,
+    Rejection,
 };
 
 impl Contract {
@@ -87,6 +88,32 @@ impl Receipt {
             external_reference: external_reference.into(),
             output: output.into(),
         }
+    }
+}
+
+impl Lookup {
+    /// The provider knows the effect: its evidence, where it stands, and the provider's own
+    /// word for its state (e.g. `"delivered"`, `"cancelled"`), which the host records as is.
+    pub fn found(
+        receipt: Receipt,
+        status: EffectStatus,
+        provider_status: impl Into<String>,
+    ) -> Self {
+        Lookup::Found(FoundEffect {
+            receipt,
+            status,
+            provider_status: provider_status.into(),
+        })
+    }
+
+    /// The provider knows the effect and it still stands.
+    pub fn in_effect(receipt: Receipt, provider_status: impl Into<String>) -> Self {
+        Lookup::found(receipt, EffectStatus::InEffect, provider_status)
+    }
+
+    /// The provider knows the effect and it was reversed (a compensation took effect).
+    pub fn reversed(receipt: Receipt, provider_status: impl Into<String>) -> Self {
+        Lookup::found(receipt, EffectStatus::Reversed, provider_status)
     }
 }
 

@@ -8,7 +8,7 @@ use core::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{EffectError, HandlerError, Request};
+use crate::{CompensationRequest, EffectError, HandlerError, Request};
 
 pub use serde_json;
 
@@ -89,5 +89,21 @@ impl Request {
     /// Parses the request's input into `T`; use `?` to turn a failure into `rejected`.
     pub fn parse_input<T: DeserializeOwned>(&self) -> Result<T, InputError> {
         parse(&self.input)
+    }
+}
+
+impl CompensationRequest {
+    /// Parses the compensation's input into `T`; use `?` to turn a failure into `rejected`.
+    pub fn parse_input<T: DeserializeOwned>(&self) -> Result<T, InputError> {
+        parse(&self.input)
+    }
+
+    /// Parses the original receipt's output (what the original step returned) into `T`.
+    pub fn parse_original_output<T: DeserializeOwned>(&self) -> Result<T, InputError> {
+        serde_json::from_str(&self.original_receipt.output).map_err(|err| {
+            InputError::new(format!(
+                "the original receipt's output is not the expected JSON document: {err}"
+            ))
+        })
     }
 }

@@ -47,8 +47,9 @@ pub mod secrets;
 pub mod settings;
 
 pub use bindings::common::docket::plugin::types::{
-    Capabilities, CompensationSupport, Contract, EffectError, HandlerContract, HandlerError,
-    Idempotency, Json, Lookup, QuerySupport, RateLimit, Receipt, Rejection, Request,
+    Capabilities, CompensationRequest, CompensationSupport, Contract, EffectError, EffectStatus,
+    FoundEffect, HandlerContract, HandlerError, Idempotency, Json, Lookup, QuerySupport, RateLimit,
+    Receipt, Rejection, Request,
 };
 
 /// A component that causes an external side effect (the WIT `adapter` world).
@@ -64,8 +65,12 @@ pub trait Adapter {
     /// Cause the effect once. `request.idempotency_key` must reach the provider.
     fn invoke(request: Request) -> Result<Receipt, EffectError>;
 
-    /// Look up an earlier effect by the idempotency key the host sent. The host calls it
-    /// only when the contract declares query support; the default refuses.
+    /// Look up an earlier effect by the idempotency key the host sent with the original
+    /// `invoke`, and say where it stands: build the answer with [`Lookup::found`] (or
+    /// [`Lookup::in_effect`] / [`Lookup::reversed`]) or [`Lookup::Absent`]. The host also
+    /// recovers an uncertain compensation this way, so report a reversed effect as
+    /// [`EffectStatus::Reversed`]. The host calls it only when the contract declares query
+    /// support; the default refuses.
     fn query(reference: String) -> Result<Lookup, EffectError> {
         let _ = reference;
         Err(EffectError::rejected(
@@ -74,10 +79,13 @@ pub trait Adapter {
         ))
     }
 
-    /// Undo or counteract the effect named by the receipt. The host calls it only when the
-    /// contract declares compensation support; the default refuses.
-    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
-        let _ = receipt;
+    /// Reverse the effect named by `request.original_receipt`, once, and return the
+    /// compensation's own receipt. `request.idempotency_key` is the compensation's own key
+    /// and must reach the provider; `request.input` is its mapped input and
+    /// `request.attempt` counts the compensation's attempts from 1. The host calls it only
+    /// when the contract declares compensation support; the default refuses.
+    fn compensate(request: CompensationRequest) -> Result<Receipt, EffectError> {
+        let _ = request;
         Err(EffectError::rejected(
             "compensation_unsupported",
             "this adapter does not support compensation",
@@ -110,8 +118,8 @@ impl<T: Adapter> bindings::adapter::Guest for T {
         <T as Adapter>::query(reference)
     }
 
-    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
-        <T as Adapter>::compensate(receipt)
+    fn compensate(request: CompensationRequest) -> Result<Receipt, EffectError> {
+        <T as Adapter>::compensate(request)
     }
 }
 

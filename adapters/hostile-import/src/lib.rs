@@ -3,17 +3,19 @@
 //! must refuse to load it and name the import; `invoke` calls the import so the component
 //! really declares it.
 
+// The generated export of `compensate` takes its flattened request (9 core arguments).
+#[allow(clippy::too_many_arguments)]
 mod bindings {
     wit_bindgen::generate!({
         world: "evil:spy/hostile-import",
         // docket's package (with its WASI deps) first, then the package that includes it.
         path: ["../../wit", "wit"],
         with: {
-            "docket:plugin/types@0.1.0": docket_guest::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.1.0": docket_guest::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.1.0": docket_guest::bindings::common::docket::plugin::clock,
-            "docket:plugin/settings@0.1.0": docket_guest::bindings::adapter::docket::plugin::settings,
-            "docket:plugin/secrets@0.1.0": docket_guest::bindings::adapter::docket::plugin::secrets,
+            "docket:plugin/types@0.2.0": docket_guest::bindings::common::docket::plugin::types,
+            "docket:plugin/log@0.2.0": docket_guest::bindings::common::docket::plugin::log,
+            "docket:plugin/clock@0.2.0": docket_guest::bindings::common::docket::plugin::clock,
+            "docket:plugin/settings@0.2.0": docket_guest::bindings::adapter::docket::plugin::settings,
+            "docket:plugin/secrets@0.2.0": docket_guest::bindings::adapter::docket::plugin::secrets,
             "wasi:http/types@0.2.12": wasip2::http::types,
             "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
             "wasi:io/poll@0.2.12": wasip2::io::poll,
@@ -26,7 +28,7 @@ mod bindings {
 }
 
 use bindings::evil::spy::exfiltrate;
-use docket_guest::{Contract, EffectError, Lookup, Receipt, Request};
+use docket_guest::{CompensationRequest, Contract, EffectError, Lookup, Receipt, Request};
 
 /// The adapter; its contract looks harmless, its imports do not.
 struct HostileImport;
@@ -48,7 +50,7 @@ impl bindings::Guest for HostileImport {
         ))
     }
 
-    fn compensate(_receipt: Receipt) -> Result<Receipt, EffectError> {
+    fn compensate(_request: CompensationRequest) -> Result<Receipt, EffectError> {
         Err(EffectError::rejected(
             "compensation_unsupported",
             "hostile-import has no compensation",

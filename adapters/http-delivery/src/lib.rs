@@ -3,7 +3,9 @@
 //! `client_reference`, cancel), and maps every answer to the contract's typed errors.
 //!
 //! The host-derived idempotency key travels as `client_reference` on every attempt, and as
-//! the `Idempotency-Key` header in the variants that send it. Cargo features build the
+//! the `Idempotency-Key` header in the variants that send it; a compensation cancels the
+//! original delivery and sends its own key the same way. A lookup reports a cancelled
+//! delivery as reversed, any other as in effect. Cargo features build the
 //! contract variants that `docket adapter verify` tells apart (see [`VARIANT`]).
 //!
 //! Operator settings: `base_url` (required, e.g. `http://127.0.0.1:8080`) and `timeout_ms`
@@ -12,7 +14,10 @@
 mod provider;
 
 use docket_guest::http::Method;
-use docket_guest::{Adapter, Contract, EffectError, Lookup, Receipt, Request, log};
+use docket_guest::{
+    Adapter, CompensationRequest, Contract, EffectError, EffectStatus, Lookup, Receipt, Request,
+    log,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -191,8 +196,18 @@ impl Adapter for HttpDelivery {
                 Ok(match found {
                     Some(delivery) => {
                         let id = provider::delivery_id(&delivery).to_string();
-                        log::info(format!("lookup of {reference}: found delivery {id}"));
-                        Lookup::Found(Receipt::new(id, Value::Object(delivery).to_string()))
+                        let word = provider::delivery_status(&delivery).to_string();
+                        // Only a cancel reverses a delivery; every other word means it stands.
+                        let status = if word == provider::CANCELLED {
+                            EffectStatus::Reversed
+                        } else {
+                            EffectStatus::InEffect
+                        };
+                        log::info(format!(
+                            "lookup of {reference}: found delivery {id} ({word})"
+                        ));
+                        let receipt = Receipt::new(id, Value::Object(delivery).to_string());
+                        Lookup::found(receipt, status, word)
                     }
                     None => {
                         log::info(format!("lookup of {reference}: no delivery yet"));
@@ -214,14 +229,14 @@ impl Adapter for HttpDelivery {
         }
     }
 
-    fn compensate(receipt: Receipt) -> Result<Receipt, EffectError> {
+    fn compensate(request: CompensationRequest) -> Result<Receipt, EffectError> {
         if !VARIANT.compensable {
             return Err(EffectError::rejected(
                 "compensation_unsupported",
                 format!("{} does not declare compensation support", VARIANT.name),
             ));
         }
-        let id = receipt.external_reference;
+        let id = request.original_receipt.external_reference;
         if id.is_empty() {
             return Err(EffectError::rejected(
                 "invalid_receipt",
@@ -233,8 +248,18 @@ impl Adapter for HttpDelivery {
             "/v1/deliveries/{}/cancel",
             docket_guest::http::encode_query_component(&id)
         );
-        log::info(format!("cancelling delivery {id}"));
-        let response = provider.request(Method::Post, &path).send()?;
+        let key = &request.idempotency_key;
+        let mut post = provider.request(Method::Post, &path);
+        if VARIANT.sends_idempotency_key {
+            post = post.header("idempotency-key", key.as_str());
+        }
+        log::info(format!(
+            "cancelling delivery {id} with key {key} (attempt {})",
+            request.attempt
+        ));
+        // Like a create, a failure after the request may have left is `outcome-unknown`:
+        // the host then looks the delivery up to see whether it is cancelled.
+        let response = post.send()?;
         match response.status {
             200 => {
                 // Cancelling is idempotent at the provider; keep its answer as the output.
@@ -243,7 +268,10 @@ impl Adapter for HttpDelivery {
                     _ => {
                         let mut body = Map::new();
                         body.insert("id".to_string(), Value::String(id.clone()));
-                        body.insert("status".to_string(), Value::String("cancelled".into()));
+                        body.insert(
+                            "status".to_string(),
+                            Value::String(provider::CANCELLED.into()),
+                        );
                         Value::Object(body)
                     }
                 };

@@ -102,6 +102,18 @@ fn check_delivery(delivery: Map<String, Value>) -> Result<Map<String, Value>, St
     }
 }
 
+/// The provider's status word of a cancelled delivery.
+pub const CANCELLED: &str = "cancelled";
+
+/// The `status` of a delivery, or `unknown` when the provider sent none.
+pub fn delivery_status(delivery: &Map<String, Value>) -> &str {
+    delivery
+        .get("status")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+}
+
 /// The `id` of a delivery accepted by [`delivery`] or [`first_listed`].
 pub fn delivery_id(delivery: &Map<String, Value>) -> &str {
     delivery
@@ -238,5 +250,11 @@ mod tests {
         assert_eq!(delivery_id(&found.unwrap()), "dlv_1");
         assert!(first_listed(br#"{"nope":1}"#).is_err());
         assert!(delivery(br#"{"status":"accepted"}"#).is_err());
+        let cancelled = delivery(br#"{"id":"dlv_1","status":"cancelled"}"#).unwrap();
+        assert_eq!(delivery_status(&cancelled), CANCELLED);
+        assert_eq!(
+            delivery_status(&delivery(br#"{"id":"dlv_1"}"#).unwrap()),
+            "unknown"
+        );
     }
 }

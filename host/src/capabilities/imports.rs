@@ -78,7 +78,7 @@ mod tests {
             "wasi:io/poll@0.2.0",
             "wasi:cli/environment@0.2.12",
             "wasi:sockets/tcp@0.2.3",
-            "docket:plugin/log@0.1.0",
+            "docket:plugin/log@0.2.0",
         ] {
             assert_eq!(
                 check_import(i, &Grant::none()),
@@ -96,7 +96,7 @@ mod tests {
             ImportVerdict::NotGranted(_)
         ));
         assert!(matches!(
-            check_import("docket:plugin/secrets@0.1.0", &none),
+            check_import("docket:plugin/secrets@0.2.0", &none),
             ImportVerdict::NotGranted(_)
         ));
         let granted = Grant::new(
@@ -108,7 +108,7 @@ mod tests {
             ImportVerdict::Allowed
         );
         assert_eq!(
-            check_import("docket:plugin/secrets@0.1.0", &granted),
+            check_import("docket:plugin/secrets@0.2.0", &granted),
             ImportVerdict::Allowed
         );
     }

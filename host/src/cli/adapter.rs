@@ -3,7 +3,7 @@
 
 use crate::capabilities::{Grant, HostRule, SecretSource};
 use crate::clock::SystemClock;
-use crate::contract::{EffectRequest, PluginReceipt};
+use crate::contract::{CompensationRequest, EffectRequest, PluginReceipt};
 use crate::runtime::{
     CallEnv, CallLimits, CallReport, ComponentKind, LoadedComponent, Runtime, RuntimeConfig,
 };
@@ -30,7 +30,8 @@ pub enum AdapterCommand {
     /// Check, claim by claim, that an adapter's declared idempotency, query and compensation
     /// hold against the provider simulator (duplicate request, response lost after commit,
     /// changed input under one key, two attempts at once, a restarted worker, eventual
-    /// visibility). Exits non-zero when a declared claim does not hold.
+    /// visibility, compensating twice under one key, a compensation's answer lost). Exits
+    /// non-zero when a declared claim does not hold.
     Verify {
         /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
         component: String,
@@ -73,18 +74,25 @@ pub enum AdapterCommand {
 pub struct InvokeArgs {
     /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
     component: String,
-    /// The step input (adapters: `invoke`; handlers: `run`), as JSON.
+    /// The input (adapters: `invoke` and `compensate`; handlers: `run`), as JSON.
     #[arg(long, default_value = "{}")]
     input: String,
     /// Which export to call (handlers always `run`).
     #[arg(long, value_enum, default_value_t = Operation::Invoke)]
     op: Operation,
-    /// The idempotency key for `invoke`, the reference for `query`.
+    /// The idempotency key for `invoke` and `compensate` (the compensation's own key), the
+    /// reference for `query`.
     #[arg(long, default_value = "cli-key-1")]
     key: String,
-    /// For `compensate`: the external reference of the receipt to undo.
+    /// For `compensate`: the external reference of the original receipt to reverse.
     #[arg(long)]
     receipt: Option<String>,
+    /// For `compensate`: the original receipt's output, as JSON.
+    #[arg(long, default_value = "{}")]
+    receipt_output: String,
+    /// The attempt number passed to `invoke` or `compensate`.
+    #[arg(long, default_value_t = 1)]
+    attempt: u32,
     /// Grant outbound HTTP to this destination (`http://host:port`); repeatable.
     #[arg(long = "allow-host")]
     allow_hosts: Vec<String>,
@@ -294,7 +302,7 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
             let request = EffectRequest {
                 idempotency_key: args.key.clone(),
                 input: args.input.clone(),
-                attempt: 1,
+                attempt: args.attempt,
             };
             let report = runtime.invoke(&prepared, env, limits, &request).await;
             print_report(report, effect_json)
@@ -311,11 +319,18 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
                 .receipt
                 .clone()
                 .ok_or_else(|| anyhow!("--op compensate needs --receipt EXTERNAL_REFERENCE"))?;
-            let receipt = PluginReceipt {
-                external_reference: reference,
-                output: "{}".into(),
+            serde_json::from_str::<serde_json::Value>(&args.receipt_output)
+                .context("--receipt-output is not valid JSON")?;
+            let request = CompensationRequest {
+                idempotency_key: args.key.clone(),
+                input: args.input.clone(),
+                original_receipt: PluginReceipt {
+                    external_reference: reference,
+                    output: args.receipt_output.clone(),
+                },
+                attempt: args.attempt,
             };
-            let report = runtime.compensate(&prepared, env, limits, &receipt).await;
+            let report = runtime.compensate(&prepared, env, limits, &request).await;
             print_report(report, effect_json)
         }
     };

@@ -11,9 +11,11 @@
 use super::adapter::cache_dir;
 use crate::capabilities::{Grant, HostRule, SecretSource};
 use crate::clock::SystemClock;
-use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
+use crate::contract::{
+    CompensationRequest, Contract, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
+};
 use crate::runtime::{CallEnv, CallLimits, ComponentKind, Prepared, Runtime, RuntimeConfig};
-use crate::sim::{DeliveryStatus, ProviderSim, RunningSim, SimConfig};
+use crate::sim::{Delivery, DeliveryStatus, ProviderSim, RunningSim, SimConfig};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
@@ -107,6 +109,35 @@ impl Subject {
             Ok(Err(e)) => Err(e.to_string()),
             Err(f) => Err(f.to_string()),
         }
+    }
+
+    /// One `compensate` call reversing `original` under the compensation's own `key`.
+    async fn compensate(
+        &self,
+        key: &str,
+        original: &PluginReceipt,
+        attempt: u32,
+    ) -> Result<PluginReceipt, String> {
+        let request = CompensationRequest {
+            idempotency_key: key.to_string(),
+            input: self.input.clone(),
+            original_receipt: original.clone(),
+            attempt,
+        };
+        let report = self
+            .runtime
+            .compensate(&self.prepared, self.env(), self.limits(), &request)
+            .await;
+        match report.outcome {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(describe_error(&e)),
+            Err(f) => Err(f.to_string()),
+        }
+    }
+
+    /// The provider's record of the delivery with this id.
+    fn delivery(&self, id: &str) -> Option<Delivery> {
+        self.sim.sim().world().into_iter().find(|d| d.id == id)
     }
 
     /// Deliveries the provider recorded for this reference.
@@ -270,7 +301,7 @@ pub async fn verify(
             3 => concurrent(&subject, &key).await,
             4 => restarted_worker(&subject, &key, &path, &grant).await?,
             5 => eventual_visibility(&subject, &contract, &key).await?,
-            _ => compensation(&subject, &key).await,
+            _ => compensation(&subject, &contract, &key).await?,
         };
         findings.extend(found);
         bar.inc(1);
@@ -332,15 +363,17 @@ async fn lost_response(s: &Subject, key: &str) -> anyhow::Result<Vec<Finding>> {
     out.push(finding(
         Claim::Query,
         "response lost after commit",
-        matches!(lookup, Ok(Lookup::Found { .. })),
+        matches!(
+            lookup,
+            Ok(Lookup::Found {
+                status: EffectStatus::InEffect,
+                ..
+            })
+        ),
         format!(
             "the provider committed, the answer was lost ({}); lookup by reference: {}",
             brief(&lost),
-            match &lookup {
-                Ok(Lookup::Found { receipt }) => format!("found {}", receipt.external_reference),
-                Ok(Lookup::Absent) => "absent".into(),
-                Err(e) => format!("failed: {e}"),
-            }
+            brief_lookup(&lookup)
         ),
     ));
     let again = s.invoke(key, &s.input).await;
@@ -435,7 +468,7 @@ async fn eventual_visibility(
     let mut absent = 0;
     let outcome = loop {
         match s.query(key).await {
-            Ok(Lookup::Found { receipt }) => break Ok(receipt.external_reference),
+            Ok(Lookup::Found { receipt, .. }) => break Ok(receipt.external_reference),
             Ok(Lookup::Absent) => absent += 1,
             Err(e) => break Err(e),
         }
@@ -460,43 +493,130 @@ async fn eventual_visibility(
     )])
 }
 
-async fn compensation(s: &Subject, key: &str) -> Vec<Finding> {
+/// Compensation is a new effect with its own key: asked twice under that key it takes effect
+/// once, and when its answer is lost the adapter says the outcome is unknown and a lookup of
+/// the original reference shows the effect reversed (the host's way to recover it).
+async fn compensation(s: &Subject, contract: &Contract, key: &str) -> anyhow::Result<Vec<Finding>> {
+    const TWICE: &str = "compensating twice, one key";
+    const LOST: &str = "compensation answer lost";
+    let mut out = Vec::new();
     let created = s.invoke(key, &s.input).await;
     let Ok(receipt) = created else {
-        return vec![finding(
+        out.push(finding(
             Claim::Compensation,
-            "compensation",
+            TWICE,
             false,
             format!("could not create a delivery to undo: {}", brief(&created)),
-        )];
+        ));
+        return Ok(out);
     };
-    let report = s
-        .runtime
-        .compensate(&s.prepared, s.env(), s.limits(), &receipt)
-        .await;
-    let answer = match report.outcome {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(describe_error(&e)),
-        Err(f) => Err(f.to_string()),
+    let id = &receipt.external_reference;
+    let compensation_key = format!("{key}.compensate");
+    let first = s.compensate(&compensation_key, &receipt, 1).await;
+    let after_first = s.delivery(id);
+    let second = s.compensate(&compensation_key, &receipt, 2).await;
+    let after_second = s.delivery(id);
+    let cancelled_once = match (&after_first, &after_second) {
+        (Some(a), Some(b)) => {
+            b.status == DeliveryStatus::Cancelled
+                && a.cancelled_at.is_some()
+                && a.cancelled_at == b.cancelled_at
+        }
+        _ => false,
     };
-    let status = s
-        .sim
-        .sim()
-        .world()
-        .into_iter()
-        .find(|d| d.id == receipt.external_reference)
-        .map(|d| d.status);
-    vec![finding(
+    out.push(finding(
         Claim::Compensation,
-        "compensation",
-        answer.is_ok() && status == Some(DeliveryStatus::Cancelled),
+        TWICE,
+        first.is_ok() && second.is_ok() && cancelled_once,
         format!(
-            "undo {}: {}, the provider's record says {}",
-            receipt.external_reference,
-            brief(&answer),
-            status.map_or("nothing".to_string(), |s| format!("{s:?}").to_lowercase())
+            "undo {id} twice under one key: {} and {}; the provider's record says {}",
+            brief(&first),
+            brief(&second),
+            record(after_second.as_ref())
         ),
-    )]
+    ));
+
+    // A second delivery, whose cancel commits and loses its answer.
+    let lost_key = format!("{key}-lost");
+    let created = s.invoke(&lost_key, &s.input).await;
+    let Ok(receipt) = created else {
+        out.push(finding(
+            Claim::Compensation,
+            LOST,
+            false,
+            format!("could not create a delivery to undo: {}", brief(&created)),
+        ));
+        return Ok(out);
+    };
+    let id = &receipt.external_reference;
+    s.faults(serde_json::json!({"lose_next_cancel": 1}))?;
+    let lost = s
+        .compensate(&format!("{lost_key}.compensate"), &receipt, 1)
+        .await;
+    s.faults(serde_json::json!({"lose_next_cancel": 0}))?;
+    let unknown = matches!(&lost, Err(e) if e.contains("outcome_unknown"));
+    let (held, lookup) = if contract.query.supported {
+        let lookup = s.query(&lost_key).await;
+        let reversed = matches!(
+            lookup,
+            Ok(Lookup::Found {
+                status: EffectStatus::Reversed,
+                ..
+            })
+        );
+        (unknown && reversed, brief_lookup(&lookup))
+    } else {
+        (
+            unknown,
+            "not declared, so recovery goes to review".to_string(),
+        )
+    };
+    out.push(finding(
+        Claim::Compensation,
+        LOST,
+        held,
+        format!(
+            "undo {id} while the provider loses the answer: {}; the provider's record says {}; lookup of the original reference: {lookup}",
+            brief(&lost),
+            record(s.delivery(id).as_ref())
+        ),
+    ));
+    Ok(out)
+}
+
+/// A delivery's status and cancel history, as evidence.
+fn record(delivery: Option<&Delivery>) -> String {
+    let Some(d) = delivery else {
+        return "nothing".to_string();
+    };
+    let status = format!("{:?}", d.status).to_lowercase();
+    let requests = match d.cancel_requests {
+        1 => "1 cancel request".to_string(),
+        n => format!("{n} cancel requests"),
+    };
+    match &d.cancelled_at {
+        Some(at) => format!("{status} at {at}, {requests}"),
+        None => format!("{status}, {requests}"),
+    }
+}
+
+fn brief_lookup(lookup: &Result<Lookup, String>) -> String {
+    match lookup {
+        Ok(Lookup::Found {
+            receipt,
+            status,
+            provider_status,
+        }) => format!(
+            "found {} ({}, provider says `{provider_status}`)",
+            receipt.external_reference,
+            match status {
+                EffectStatus::InEffect => "in effect",
+                EffectStatus::Reversed => "reversed",
+            }
+        ),
+        Ok(Lookup::Absent) => "absent".into(),
+        Err(e) => format!("failed: {e}"),
+    }
 }
 
 fn deliveries(n: usize) -> String {

@@ -1,5 +1,9 @@
 //! Generated bindings for docket's two worlds. Nothing outside `runtime` sees these types.
 
+/// The version of the `docket:plugin` package in `wit/docket.wit` that these bindings are
+/// generated from; a component's `docket:plugin` imports must carry exactly this version.
+pub const PLUGIN_PACKAGE_VERSION: &str = "0.2.0";
+
 /// The `adapter` world: docket's host interfaces plus `wasi:http`.
 pub mod adapter {
     wasmtime::component::bindgen!({

@@ -11,7 +11,10 @@ use super::bindings::handler::Handler;
 use super::load::{PreKind, Prepared};
 use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
 use crate::capabilities::{Grant, Redactor};
-use crate::contract::{EffectError, EffectRequest, HandlerError, Lookup, PluginReceipt};
+use crate::contract::{
+    CompensationRequest, EffectError, EffectRequest, EffectStatus, HandlerError, Lookup,
+    PluginReceipt,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{Store, Trap};
@@ -192,18 +195,17 @@ impl Runtime {
             async move |store, pre| {
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_query(&mut *store, &reference).await?;
-                Ok(result
-                    .map(|l| match l {
-                        wit::Lookup::Found(r) => Lookup::Found {
-                            receipt: receipt_from_wit(r),
-                        },
-                        wit::Lookup::Absent => Lookup::Absent,
-                    })
-                    .map_err(effect_error_from_wit))
+                Ok(result.map(lookup_from_wit).map_err(effect_error_from_wit))
             },
             |r, red| match r {
-                Ok(Lookup::Found { receipt }) => Ok(Lookup::Found {
+                Ok(Lookup::Found {
+                    receipt,
+                    status,
+                    provider_status,
+                }) => Ok(Lookup::Found {
                     receipt: redact_receipt(receipt, red),
+                    status,
+                    provider_status: red.redact(&provider_status).into_owned(),
                 }),
                 other => redact_effect_err(other, red),
             },
@@ -211,13 +213,14 @@ impl Runtime {
         .await
     }
 
-    /// Calls an adapter's `compensate` for an earlier receipt.
+    /// Calls an adapter's `compensate` once, to reverse `request.original_receipt`. The
+    /// answer is the compensation's own receipt; errors are typed as for `invoke`.
     pub async fn compensate(
         &self,
         prepared: &Prepared,
         env: CallEnv,
         limits: CallLimits,
-        receipt: &PluginReceipt,
+        request: &CompensationRequest,
     ) -> CallReport<Result<PluginReceipt, EffectError>> {
         if !matches!(prepared.pre, PreKind::Adapter(_)) {
             return CallReport::not_supported(format!(
@@ -225,9 +228,14 @@ impl Runtime {
                 prepared.name()
             ));
         }
-        let receipt = wit::Receipt {
-            external_reference: receipt.external_reference.clone(),
-            output: receipt.output.clone(),
+        let request = wit::CompensationRequest {
+            idempotency_key: request.idempotency_key.clone(),
+            input: request.input.clone(),
+            original_receipt: wit::Receipt {
+                external_reference: request.original_receipt.external_reference.clone(),
+                output: request.original_receipt.output.clone(),
+            },
+            attempt: request.attempt,
         };
         self.call(
             &prepared.pre,
@@ -236,7 +244,7 @@ impl Runtime {
             limits,
             async move |store, pre| {
                 let instance = adapter_instance(store, pre).await?;
-                let result = instance.call_compensate(&mut *store, &receipt).await?;
+                let result = instance.call_compensate(&mut *store, &request).await?;
                 Ok(result.map(receipt_from_wit).map_err(effect_error_from_wit))
             },
             redact_effect,
@@ -351,6 +359,20 @@ pub(super) fn receipt_from_wit(r: wit::Receipt) -> PluginReceipt {
     PluginReceipt {
         external_reference: r.external_reference,
         output: r.output,
+    }
+}
+
+fn lookup_from_wit(l: wit::Lookup) -> Lookup {
+    match l {
+        wit::Lookup::Found(found) => Lookup::Found {
+            receipt: receipt_from_wit(found.receipt),
+            status: match found.status {
+                wit::EffectStatus::InEffect => EffectStatus::InEffect,
+                wit::EffectStatus::Reversed => EffectStatus::Reversed,
+            },
+            provider_status: found.provider_status,
+        },
+        wit::Lookup::Absent => Lookup::Absent,
     }
 }
 

@@ -1,12 +1,13 @@
 //! Loading components, telling adapters from handlers, and linking them per grant.
 //!
 //! Loading checks the bytes (a component, not a core module or garbage), compiles once
-//! (memory and disk caches by digest), and calls `describe()` in a sandbox that grants
-//! nothing. Preparing checks every import and every declared need against the effective
+//! (memory and disk caches by digest), refuses a component built against another version of
+//! the `docket:plugin` package, and calls `describe()` in a sandbox that grants nothing. Preparing checks every import and every declared need against the effective
 //! grant, builds a linker with exactly the granted interfaces, and caches the resulting
 //! `InstancePre` per (digest, grant).
 
 use super::Runtime;
+use super::bindings::PLUGIN_PACKAGE_VERSION;
 use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings, types};
 use super::bindings::adapter::{Adapter, AdapterPre};
 use super::bindings::handler::HandlerPre;
@@ -161,6 +162,17 @@ pub enum LoadError {
     #[error("the component is invalid: {reason}")]
     Compile { reason: String },
     #[error(
+        "the component was built against {built_for} (it imports `{import}`), but this host runs plugins built against docket:plugin@{expected}; rebuild it against `wit/docket.wit` (package docket:plugin@{expected}){hint}"
+    )]
+    ContractVersion {
+        /// `docket:plugin@<version>`, or a phrase when the import has no version.
+        built_for: String,
+        import: String,
+        expected: &'static str,
+        /// What changed since `built_for`, when docket knows.
+        hint: &'static str,
+    },
+    #[error(
         "the component implements neither docket world: it exports [{exports}], but an adapter exports `describe`, `invoke`, `query` and `compensate`, and a handler `describe` and `run`; build it against `wit/docket.wit`"
     )]
     UnknownWorld { exports: String },
@@ -257,6 +269,9 @@ impl Runtime {
             .exports(engine)
             .map(|(name, _)| name.to_string())
             .collect();
+        // Before anything else: a component of another contract version fails every later
+        // check with a confusing message (unknown world, missing import, bad signature).
+        check_contract_version(&imports)?;
         let has = |n: &str| exports.iter().any(|e| e == n);
         let world = if has("invoke") {
             World::Adapter
@@ -476,6 +491,35 @@ fn wrap_pre(
                 })
         }
     }
+}
+
+/// Refuses a component whose `docket:plugin` imports carry another version than the one
+/// this host's bindings implement, naming both versions.
+fn check_contract_version(imports: &[String]) -> Result<(), LoadError> {
+    for import in imports {
+        let Some(rest) = import.strip_prefix("docket:plugin/") else {
+            continue;
+        };
+        let built_for = rest.split_once('@').map(|(_, v)| v);
+        if built_for == Some(PLUGIN_PACKAGE_VERSION) {
+            continue;
+        }
+        let hint = match built_for {
+            Some("0.1.0") => {
+                "; since 0.1.0, `compensate` takes a compensation-request (its own idempotency key, its input, the original receipt and the attempt) and a lookup's `found` carries the effect's status (with docket-guest: update it, then implement `compensate(request)` and build lookups with `Lookup::found(receipt, status, provider_status)`)"
+            }
+            _ => "",
+        };
+        return Err(LoadError::ContractVersion {
+            built_for: built_for.map_or("an unversioned docket:plugin".to_string(), |v| {
+                format!("docket:plugin@{v}")
+            }),
+            import: import.clone(),
+            expected: PLUGIN_PACKAGE_VERSION,
+            hint,
+        });
+    }
+    Ok(())
 }
 
 /// Rejects garbage and core modules before the compiler sees them.

@@ -17,6 +17,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use bindings::PLUGIN_PACKAGE_VERSION;
 pub use call::{CallFailure, CallLimits, CallReport};
 pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared, World};
 pub use state::{CallEnv, LogLevel, LogLine, LogSource};

@@ -59,3 +59,49 @@ async fn a_guest_reads_the_hosts_clock_as_its_wall_clock() {
     let output: serde_json::Value = serde_json::from_str(&receipt.output).unwrap();
     assert_eq!(output["now_ms"], 1_000_000_001_234u64, "{output}");
 }
+
+/// A component that only imports an empty instance under `name`.
+fn component_importing(name: &str) -> Vec<u8> {
+    use wasm_encoder::{
+        Component, ComponentImportSection, ComponentTypeRef, ComponentTypeSection, InstanceType,
+    };
+    let mut types = ComponentTypeSection::new();
+    types.instance(&InstanceType::new());
+    let mut imports = ComponentImportSection::new();
+    imports.import(name, ComponentTypeRef::Instance(0));
+    let mut component = Component::new();
+    component.section(&types).section(&imports);
+    component.finish()
+}
+
+#[tokio::test]
+async fn a_component_built_for_the_previous_contract_is_refused_naming_both_versions() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let bytes = component_importing("docket:plugin/types@0.1.0");
+    let Err(err) = rt.load(&bytes).await else {
+        panic!("a 0.1.0 component was loaded");
+    };
+    let message = err.to_string();
+    for want in [
+        "built against docket:plugin@0.1.0",
+        "`docket:plugin/types@0.1.0`",
+        "rebuild it against `wit/docket.wit` (package docket:plugin@0.2.0)",
+        "compensation-request",
+    ] {
+        assert!(message.contains(want), "missing {want:?} in: {message}");
+    }
+
+    let bytes = component_importing("docket:plugin/log");
+    let err = rt.load(&bytes).await.err().expect("refused").to_string();
+    assert!(
+        err.contains("built against an unversioned docket:plugin"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_bindings_version_is_the_wit_packages() {
+    let wit = include_str!("../../../wit/docket.wit");
+    let package = format!("package docket:plugin@{};", super::PLUGIN_PACKAGE_VERSION);
+    assert!(wit.lines().any(|l| l == package), "no `{package}` line");
+}

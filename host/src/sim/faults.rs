@@ -9,6 +9,9 @@
 //! or not that share is in use, so the same request sequence with the same seed and settings
 //! injects the same faults. `*_next` counters take precedence over shares and count down
 //! only when the fault is actually injected.
+//!
+//! Cancels draw nothing: shares never apply to them (so adding cancels to a run does not
+//! shift the faults its creates see), only the `*_next_cancel` counters do.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,6 +49,11 @@ pub struct Faults {
     pub unavailable: f64,
     /// The next N create requests are answered `503`.
     pub unavailable_next: u32,
+    /// The next N cancel requests for a known delivery cancel it (or find it cancelled)
+    /// and then lose the response, like `lose_next` for creates.
+    pub lose_next_cancel: u32,
+    /// The next N cancel requests are answered `503`; nothing is cancelled.
+    pub unavailable_next_cancel: u32,
     /// Whether `Idempotency-Key` is honoured; when false every create request creates.
     pub idempotency: bool,
     /// Whether the lookup endpoint exists; when false it answers `404`.
@@ -71,6 +79,8 @@ impl Default for Faults {
             retry_after_s: 1,
             unavailable: 0.0,
             unavailable_next: 0,
+            lose_next_cancel: 0,
+            unavailable_next_cancel: 0,
             idempotency: true,
             query: true,
             visibility_delay_ms: 0,
@@ -202,6 +212,16 @@ impl FaultState {
     /// Whether to delay the answer: consumes one `slow_next` first, else uses the roll.
     pub fn take_slow(&mut self, roll: Roll) -> bool {
         take(&mut self.faults.slow_next, roll.slow)
+    }
+
+    /// Whether to answer a cancel `503`: consumes one `unavailable_next_cancel`.
+    pub fn take_unavailable_cancel(&mut self) -> bool {
+        take(&mut self.faults.unavailable_next_cancel, false)
+    }
+
+    /// Whether to lose a cancel's response: consumes one `lose_next_cancel`.
+    pub fn take_lose_cancel(&mut self) -> bool {
+        take(&mut self.faults.lose_next_cancel, false)
     }
 }
 

@@ -14,8 +14,17 @@
 //!   directly so that "lost response after commit" can close a connection without writing a
 //!   single HTTP byte.
 //!
-//! Faults apply to `POST /v1/deliveries` only; lookups and cancels always answer (subject to
-//! the token and the `query` switch), so tests can inspect the provider while it misbehaves.
+//! Shares and the plain `*_next` counters apply to `POST /v1/deliveries` only. Cancels
+//! (`POST /v1/deliveries/{id}/cancel`) have their own counters: `lose_next_cancel` applies
+//! the cancel and then loses its response, `unavailable_next_cancel` answers `503` and
+//! cancels nothing. Lookups always answer (subject to the token and the `query` switch), so
+//! tests can inspect the provider while it misbehaves; a cancelled delivery shows there with
+//! `"status": "cancelled"` and its `cancelled_at`.
+//!
+//! In `/v1/_world` every delivery also carries `cancel_requests`: each cancel request received
+//! for it with the right token, whatever the answer. With `cancelled_at` (set by the first
+//! cancel that took effect, never changed after) a test can tell "cancelled once, asked
+//! twice" from "never asked".
 
 mod faults;
 mod server;
@@ -39,7 +48,8 @@ pub use state::{Delivery, DeliveryStatus};
 
 use state::World;
 
-/// A source of the current time, for `created_at`, key retention and eventual visibility.
+/// A source of the current time, for `created_at`, `cancelled_at`, key retention and
+/// eventual visibility.
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Errors of the simulator's own API (fault settings); protocol answers are HTTP statuses.

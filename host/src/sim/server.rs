@@ -2,11 +2,11 @@
 //! that serves them with hyper.
 //!
 //! Handlers hold the world's lock only for one synchronous call into `state.rs`, never across
-//! an await. "Lost response after commit" works like this: the create handler commits, then
-//! returns a response carrying the [`LoseResponse`] marker; the per-connection service sees
-//! the marker and fails instead of answering, and hyper then closes the connection without
-//! writing anything. The caller sees a transport error, exactly like a crash between commit
-//! and answer.
+//! an await. "Lost response after commit" works like this: the create (or cancel) handler
+//! commits, then returns a response carrying the [`LoseResponse`] marker; the per-connection
+//! service sees the marker and fails instead of answering, and hyper then closes the
+//! connection without writing anything. The caller sees a transport error, exactly like a
+//! crash between commit and answer.
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::ProviderSim;
-use super::state::{CreateOutcome, CreateRequest};
+use super::state::{CancelOutcome, CreateOutcome, CreateRequest};
 
 /// Marks a response that must not be sent: the connection is closed instead.
 #[derive(Debug, Clone, Copy)]
@@ -252,6 +252,17 @@ async fn lookup(
             "expected the query parameter client_reference=<reference>".to_owned(),
         ));
     }
+    // The request count is the world's bookkeeping for tests, not part of a delivery.
+    let found: Vec<Value> = found
+        .into_iter()
+        .map(|delivery| {
+            let mut value = json!(delivery);
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("cancel_requests");
+            }
+            value
+        })
+        .collect();
     Ok(Json(json!({"data": found})).into_response())
 }
 
@@ -262,11 +273,29 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_token(&sim, &headers)?;
-    let cancelled = sim
-        .lock()
-        .cancel(&id)
-        .ok_or(ApiError::NotFound("no delivery with this id"))?;
-    info!(id = %cancelled.id, "delivery cancelled");
+    let now = sim.now();
+    let decision = sim.lock().cancel(&id, now);
+    let cancelled = match decision.outcome {
+        CancelOutcome::Unavailable => {
+            info!(%id, "injected fault: cancel answered 503, nothing cancelled");
+            return Ok((
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "unavailable"})),
+            )
+                .into_response());
+        }
+        CancelOutcome::UnknownDelivery => {
+            return Err(ApiError::NotFound("no delivery with this id"));
+        }
+        CancelOutcome::Cancelled(delivery) => delivery,
+    };
+    if decision.lose {
+        info!(id = %cancelled.id, "injected fault: cancel response lost after commit");
+        let mut lost = StatusCode::OK.into_response();
+        lost.extensions_mut().insert(LoseResponse);
+        return Ok(lost);
+    }
+    info!(id = %cancelled.id, requests = cancelled.cancel_requests, "delivery cancelled");
     Ok(Json(json!({"id": cancelled.id, "status": cancelled.status})).into_response())
 }
 

@@ -8,7 +8,8 @@
 //!
 //! Invariants: deliveries are only appended, never removed (the world is the ground truth for
 //! "how many times did the effect happen"); ids are `dlv_<n>` with `n` counting from 1 in
-//! creation order; a request answered `429`, `503`, `400`, `409` or `422` creates nothing.
+//! creation order; a request answered `429`, `503`, `400`, `409` or `422` creates nothing; a
+//! cancel answered `503` or `404` cancels nothing, and a cancel never uncancels.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,6 +35,13 @@ pub struct Delivery {
     pub status: DeliveryStatus,
     /// Creation time, RFC 3339 in UTC.
     pub created_at: String,
+    /// When the first cancel took effect, RFC 3339 in UTC; `null` while not cancelled. Later
+    /// cancels leave it unchanged, so it shows the cancel took effect once.
+    pub cancelled_at: Option<String>,
+    /// Every cancel request received for this delivery with the right token, whatever the
+    /// answer: applied, repeated, answered `503`, or with its response lost. The world's
+    /// bookkeeping for tests (`/v1/_world`); lookups do not show it.
+    pub cancel_requests: u32,
 }
 
 /// The status of a delivery.
@@ -102,6 +110,25 @@ pub(crate) struct CreateDecision {
     pub lose: bool,
     /// Answer only after this delay (never set when `lose` is).
     pub delay: Option<Duration>,
+}
+
+/// What the protocol answers to a cancel request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CancelOutcome {
+    /// `503`; nothing cancelled.
+    Unavailable,
+    /// `404`: no delivery with this id.
+    UnknownDelivery,
+    /// `200`: the delivery, cancelled now or earlier.
+    Cancelled(Delivery),
+}
+
+/// The outcome plus the transport fault to apply when answering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CancelDecision {
+    pub outcome: CancelOutcome,
+    /// Close the connection without answering (only ever set for `Cancelled`).
+    pub lose: bool,
 }
 
 /// A delivery plus what the HTTP answers do not show.
@@ -241,6 +268,8 @@ impl World {
             document_digest: fields.document_digest,
             status: DeliveryStatus::Accepted,
             created_at: rfc3339(now),
+            cancelled_at: None,
+            cancel_requests: 0,
         };
         let visible_at = now + Duration::from_millis(self.faults.faults.visibility_delay_ms);
         let answer = Accepted {
@@ -270,11 +299,39 @@ impl World {
         Some(found)
     }
 
-    /// Cancels a delivery; cancelling again changes nothing. `None` for an unknown id.
-    pub fn cancel(&mut self, id: &str) -> Option<Delivery> {
-        let record = self.records.iter_mut().find(|r| r.delivery.id == id)?;
-        record.delivery.status = DeliveryStatus::Cancelled;
-        Some(record.delivery.clone())
+    /// Decides and applies one cancel request: counts it against the delivery, then (unless
+    /// a `503` is injected) cancels it; cancelling again changes nothing but the count. The
+    /// cancel is applied before the answer, so a lost answer hides an effect that happened.
+    pub fn cancel(&mut self, id: &str, now: SystemTime) -> CancelDecision {
+        let unavailable = self.faults.take_unavailable_cancel();
+        let Some(record) = self.records.iter_mut().find(|r| r.delivery.id == id) else {
+            let outcome = if unavailable {
+                CancelOutcome::Unavailable
+            } else {
+                CancelOutcome::UnknownDelivery
+            };
+            return CancelDecision {
+                outcome,
+                lose: false,
+            };
+        };
+        let delivery = &mut record.delivery;
+        delivery.cancel_requests += 1;
+        if unavailable {
+            return CancelDecision {
+                outcome: CancelOutcome::Unavailable,
+                lose: false,
+            };
+        }
+        if delivery.status != DeliveryStatus::Cancelled {
+            delivery.status = DeliveryStatus::Cancelled;
+            delivery.cancelled_at = Some(rfc3339(now));
+        }
+        let outcome = CancelOutcome::Cancelled(delivery.clone());
+        CancelDecision {
+            outcome,
+            lose: self.faults.take_lose_cancel(),
+        }
     }
 
     /// Every delivery ever created, in creation order, with its current status, visible or not.

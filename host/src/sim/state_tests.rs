@@ -164,16 +164,92 @@ fn lookup_respects_visibility_and_query_switch() {
     assert_eq!(w.lookup("r", at(300)), None);
 }
 
+fn cancelled(decision: CancelDecision) -> Delivery {
+    match decision.outcome {
+        CancelOutcome::Cancelled(delivery) => delivery,
+        other => panic!("expected a cancel, got {other:?}"),
+    }
+}
+
 #[test]
 fn cancel_is_idempotent_and_shows_in_the_world() {
     let mut w = world(Faults::default());
     post(&mut w, None, &body("r", "a@b"), at(0));
-    let once = w.cancel("dlv_1").unwrap();
-    let twice = w.cancel("dlv_1").unwrap();
-    assert_eq!(once, twice);
+    let once = cancelled(w.cancel("dlv_1", at(10)));
+    let twice = cancelled(w.cancel("dlv_1", at(20)));
     assert_eq!(once.status, DeliveryStatus::Cancelled);
-    assert_eq!(w.deliveries()[0].status, DeliveryStatus::Cancelled);
-    assert!(w.cancel("dlv_2").is_none());
+    // The second cancel changed nothing but the count: it took effect once, at 10 ms.
+    assert_eq!(
+        once.cancelled_at.as_deref(),
+        Some("2023-11-14T22:13:20.010Z")
+    );
+    assert_eq!(twice.cancelled_at, once.cancelled_at);
+    assert_eq!((once.cancel_requests, twice.cancel_requests), (1, 2));
+    let recorded = &w.deliveries()[0];
+    assert_eq!(recorded.status, DeliveryStatus::Cancelled);
+    assert_eq!(recorded.cancel_requests, 2);
+    assert_eq!(
+        w.cancel("dlv_2", at(30)).outcome,
+        CancelOutcome::UnknownDelivery
+    );
+    // The lookup shows the cancelled delivery.
+    assert_eq!(
+        w.lookup("r", at(30)).unwrap()[0].status,
+        DeliveryStatus::Cancelled
+    );
+}
+
+#[test]
+fn a_lost_cancel_response_hides_a_cancel_that_took_effect() {
+    let mut w = world(Faults {
+        lose_next_cancel: 1,
+        ..Faults::default()
+    });
+    post(&mut w, None, &body("r", "a@b"), at(0));
+    let lost = w.cancel("dlv_1", at(10));
+    assert!(lost.lose);
+    assert_eq!(cancelled(lost).status, DeliveryStatus::Cancelled);
+    assert_eq!(w.faults().lose_next_cancel, 0);
+    // The retry is answered and changes nothing.
+    let retried = w.cancel("dlv_1", at(20));
+    assert!(!retried.lose);
+    let delivery = cancelled(retried);
+    assert_eq!(delivery.cancel_requests, 2);
+    assert_eq!(
+        delivery.cancelled_at.as_deref(),
+        Some("2023-11-14T22:13:20.010Z")
+    );
+}
+
+#[test]
+fn an_unavailable_cancel_counts_and_cancels_nothing() {
+    let mut w = world(Faults {
+        unavailable_next_cancel: 1,
+        ..Faults::default()
+    });
+    post(&mut w, None, &body("r", "a@b"), at(0));
+    let refused = w.cancel("dlv_1", at(10));
+    assert_eq!(refused.outcome, CancelOutcome::Unavailable);
+    assert!(!refused.lose);
+    let recorded = &w.deliveries()[0];
+    assert_eq!(recorded.status, DeliveryStatus::Accepted);
+    assert_eq!(recorded.cancelled_at, None);
+    assert_eq!(recorded.cancel_requests, 1);
+    assert_eq!(cancelled(w.cancel("dlv_1", at(20))).cancel_requests, 2);
+}
+
+#[test]
+fn cancels_draw_no_shares() {
+    // A share of 1 would fire on every draw; cancels must not consume or apply it.
+    let mut w = world(Faults {
+        lose: 1.0,
+        unavailable: 0.0,
+        ..Faults::default()
+    });
+    post(&mut w, None, &body("r", "a@b"), at(0));
+    let decision = w.cancel("dlv_1", at(10));
+    assert!(!decision.lose);
+    assert_eq!(cancelled(decision).status, DeliveryStatus::Cancelled);
 }
 
 #[test]

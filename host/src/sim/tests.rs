@@ -369,8 +369,49 @@ async fn cancel_twice_gives_the_same_answer() {
         cancel(&client, &sim, "dlv_9").await.status(),
         StatusCode::NOT_FOUND
     );
-    assert_eq!(world(&client, &sim).await[0]["status"], "cancelled");
+    let recorded = &world(&client, &sim).await[0];
+    assert_eq!(recorded["status"], "cancelled");
+    assert_eq!(recorded["cancel_requests"], 2, "{recorded}");
+    assert!(recorded["cancelled_at"].is_string(), "{recorded}");
     assert_eq!(sim.sim().world()[0].status, DeliveryStatus::Cancelled);
+    // A lookup shows the cancel, but not the world's request count.
+    let found: Value = lookup(&client, &sim, "r").await.json().await.unwrap();
+    assert_eq!(found["data"][0]["status"], "cancelled", "{found}");
+    assert_eq!(found["data"][0]["cancelled_at"], recorded["cancelled_at"]);
+    assert!(found["data"][0].get("cancel_requests").is_none(), "{found}");
+}
+
+#[tokio::test]
+async fn a_cancel_can_lose_its_response_or_be_refused() {
+    let (sim, client) = start(Faults::default()).await;
+    post(&client, &sim, Some("k"), &delivery("r", "a@b.c"))
+        .await
+        .unwrap();
+    patch(&client, &sim, r#"{"unavailable_next_cancel": 1}"#).await;
+    assert_eq!(
+        cancel(&client, &sim, "dlv_1").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(world(&client, &sim).await[0]["status"], "accepted");
+
+    patch(&client, &sim, r#"{"lose_next_cancel": 1}"#).await;
+    let lost = client
+        .post(format!("{}/v1/deliveries/dlv_1/cancel", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await;
+    assert!(lost.is_err(), "the answer should be lost: {lost:?}");
+    // The cancel took effect although nobody heard so; asking again changes nothing.
+    let recorded = &world(&client, &sim).await[0];
+    assert_eq!(recorded["status"], "cancelled", "{recorded}");
+    let at = recorded["cancelled_at"].clone();
+    assert_eq!(
+        cancel(&client, &sim, "dlv_1").await.status(),
+        StatusCode::OK
+    );
+    let recorded = &world(&client, &sim).await[0];
+    assert_eq!(recorded["cancel_requests"], 3, "{recorded}");
+    assert_eq!(recorded["cancelled_at"], at);
 }
 
 #[tokio::test]

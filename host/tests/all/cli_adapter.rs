@@ -35,7 +35,7 @@ fn inspect_prints_contract_imports_and_exports() {
         "idempotency:  yes — retention 86400 s, namespace `reference-provider`",
         "query:        yes",
         "wasi:http/outgoing-handler@0.2.12",
-        "docket:plugin/secrets@0.1.0",
+        "docket:plugin/secrets@0.2.0",
         "invoke",
     ] {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
@@ -146,6 +146,72 @@ async fn invoke_delivers_through_a_granted_host_with_a_secret() {
     assert!(stderr.contains("wasi:http/"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn invoke_compensates_and_queries_with_the_new_shapes() {
+    let sim = ProviderSim::start(SimConfig::new("cli-token"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let base = sim.base_url();
+    let run = move |extra: &[&str]| {
+        let mut args: Vec<String> = ["adapter", "invoke", "http-delivery"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+        args.extend([
+            "--setting".to_string(),
+            format!("base_url={base}"),
+            "--allow-host".to_string(),
+            base.clone(),
+            "--secret".to_string(),
+            "provider_token=cli-token".to_string(),
+        ]);
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            docket(&refs)
+        })
+    };
+    let input =
+        r#"{"recipient": "a@example.com", "document": "Hi", "document_digest": "sha256:00"}"#;
+    let out = run(&["--key", "cli-c", "--input", input]).await.unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+
+    let out = run(&[
+        "--op",
+        "compensate",
+        "--key",
+        "cli-c.compensate",
+        "--receipt",
+        "dlv_1",
+        "--input",
+        input,
+    ])
+    .await
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}
+{stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["ok"]["external_reference"], "dlv_1", "{doc}");
+    assert!(stderr.contains("cli-c.compensate"), "{stderr}");
+    assert_eq!(sim.sim().world()[0].cancel_requests, 1);
+
+    let out = run(&["--op", "query", "--key", "cli-c"]).await.unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}
+{stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["ok"]["lookup"], "found", "{doc}");
+    assert_eq!(doc["ok"]["status"], "reversed", "{doc}");
+    assert_eq!(doc["ok"]["provider_status"], "cancelled", "{doc}");
+}
+
 /// The verdict lines of `adapter verify`: claim name → verdict.
 fn verdicts(stdout: &str) -> Vec<(String, String)> {
     stdout
@@ -182,10 +248,18 @@ fn verify_passes_the_honest_adapter() {
         "two attempts at once",
         "a restarted worker",
         "eventual visibility in lookups",
+        "compensating twice, one key",
+        "compensation answer lost",
     ] {
         assert!(stdout.contains(scenario), "no {scenario:?} in:\n{stdout}");
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The evidence of compensation is the provider's record and the lookup's status.
+    assert!(stdout.contains("2 cancel requests"), "{stdout}");
+    assert!(
+        stdout.contains("(reversed, provider says `cancelled`)"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! protocol: every answer maps to the right typed result.
 
 use crate::common::{env, grant, load, runtime, settings};
-use docket::contract::{EffectError, EffectRequest, Lookup, PluginReceipt};
+use docket::contract::{
+    CompensationRequest, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
+};
 use docket::runtime::{CallLimits, CallReport, Prepared, Runtime};
 use docket::sim::{ProviderSim, RunningSim, SimConfig};
 use serde_json::{Value, json};
@@ -191,7 +193,15 @@ async fn a_dropped_connection_after_commit_is_outcome_unknown_and_query_finds_it
     // The provider did commit it: the uncertainty was real.
     assert_eq!(f.deliveries(), 1);
     match f.query("key-lost").await.unwrap() {
-        Lookup::Found { receipt } => assert_eq!(receipt.external_reference, "dlv_1"),
+        Lookup::Found {
+            receipt,
+            status,
+            provider_status,
+        } => {
+            assert_eq!(receipt.external_reference, "dlv_1");
+            assert_eq!(status, EffectStatus::InEffect);
+            assert_eq!(provider_status, "accepted");
+        }
         Lookup::Absent => panic!("lookup should find the delivery"),
     }
     assert_eq!(f.query("never-sent").await.unwrap(), Lookup::Absent);
@@ -240,21 +250,90 @@ async fn connection_refused_is_not_sent() {
     assert!(matches!(err, EffectError::NotSent { .. }), "{err:?}");
 }
 
+impl Fixture {
+    async fn compensate(
+        &self,
+        key: &str,
+        original: &PluginReceipt,
+    ) -> Result<PluginReceipt, EffectError> {
+        let request = CompensationRequest {
+            idempotency_key: key.into(),
+            input: document("a@example.com").to_string(),
+            original_receipt: original.clone(),
+            attempt: 1,
+        };
+        let env = env(
+            settings(&[("base_url", &self.sim.base_url()), ("timeout_ms", "2000")]),
+            &[("provider_token", TOKEN)],
+        );
+        outcome(
+            self.rt
+                .compensate(&self.adapter, env, CallLimits::default(), &request)
+                .await,
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn compensate_cancels_the_delivery() {
     let f = fixture("http-delivery").await;
     let receipt = f.invoke("key-c", &document("a@example.com")).await.unwrap();
-    let env = env(
-        settings(&[("base_url", &f.sim.base_url())]),
-        &[("provider_token", TOKEN)],
-    );
-    let report =
-        f.rt.compensate(&f.adapter, env, CallLimits::default(), &receipt)
-            .await;
-    let cancelled = outcome(report).expect("cancelled");
+    let cancelled = f
+        .compensate("key-c.compensate", &receipt)
+        .await
+        .expect("cancelled");
     assert_eq!(cancelled.external_reference, "dlv_1");
     let world = serde_json::to_value(f.sim.sim().world()).unwrap();
     assert_eq!(world[0]["status"], "cancelled", "{world}");
+    // The lookup of the original reference now says the effect was reversed.
+    match f.query("key-c").await.unwrap() {
+        Lookup::Found {
+            status,
+            provider_status,
+            ..
+        } => {
+            assert_eq!(status, EffectStatus::Reversed);
+            assert_eq!(provider_status, "cancelled");
+        }
+        Lookup::Absent => panic!("lookup should find the delivery"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compensation_answers_map_like_invoke() {
+    let f = fixture("http-delivery").await;
+    let receipt = f.invoke("key-m", &document("a@example.com")).await.unwrap();
+    // Refused before acting: retryable, nothing cancelled.
+    f.faults(json!({"unavailable_next_cancel": 1}));
+    let err = f
+        .compensate("key-m.compensate", &receipt)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EffectError::Unavailable { .. }), "{err:?}");
+    assert_eq!(f.sim.sim().world()[0].cancelled_at, None);
+    // Acted on, answer lost: outcome unknown, and the cancel did happen.
+    f.faults(json!({"lose_next_cancel": 1}));
+    let err = f
+        .compensate("key-m.compensate", &receipt)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EffectError::OutcomeUnknown { .. }), "{err:?}");
+    let recorded = &f.sim.sim().world()[0];
+    assert!(recorded.cancelled_at.is_some(), "{recorded:?}");
+    assert_eq!(recorded.cancel_requests, 2);
+    // An effect the provider does not know cannot be reversed.
+    let unknown = PluginReceipt {
+        external_reference: "dlv_404".into(),
+        output: "{}".into(),
+    };
+    let err = f
+        .compensate("key-x.compensate", &unknown)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EffectError::Rejected { code, .. } if code == "unknown_delivery"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

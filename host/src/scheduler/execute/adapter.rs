@@ -360,7 +360,7 @@ where
         let att = Some(&claimed.attempt_id);
         let since = claimed.uncertain_since.unwrap_or(now);
         let (transition, note, events, outcome) = match report.outcome {
-            Ok(Ok(Lookup::Found { receipt })) => {
+            Ok(Ok(Lookup::Found { receipt, .. })) => {
                 let output = serde_json::from_str(&receipt.output)
                     .unwrap_or(serde_json::Value::String(receipt.output.clone()));
                 let r = Self::receipt(
