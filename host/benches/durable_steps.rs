@@ -191,6 +191,7 @@ async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
                 steps,
                 deadline_at: b.clock.now_ms() + 3_600_000,
                 key_retention_ms: 1000,
+                replaces: None,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",

@@ -37,6 +37,7 @@ fn request(key: usize) -> AdmitRequest {
                 .collect(),
             deadline_at: now + 3_600_000,
             key_retention_ms: 1000,
+            replaces: None,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled a"),

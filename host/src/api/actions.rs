@@ -80,6 +80,9 @@ impl From<DeskError> for ApiError {
                 ApiError::new(ErrorCode::KeyConflict, e.to_string())
                     .with_details(vec![json!({"workflow_id": workflow_id})])
             }
+            DeskError::InvalidInput { message, details } => {
+                ApiError::new(ErrorCode::InvalidInput, message).with_details(details)
+            }
             DeskError::Store(store) => store.into(),
             DeskError::Internal(message) => ApiError::internal(message),
         }

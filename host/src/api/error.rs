@@ -37,6 +37,8 @@ pub enum ErrorCode {
     KeyConflict,
     /// 409: an operator action the step's state or the adapter's contract does not allow.
     InvalidTransition,
+    /// 409: a correction after a consequential effect: it must be a new request.
+    RevisionRefused,
     /// 413: the body is over the configured limit.
     PayloadTooLarge,
     /// 422: the input does not satisfy the definition's schema.
@@ -62,6 +64,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::KeyConflict => "key_conflict",
             ErrorCode::InvalidTransition => "invalid_transition",
+            ErrorCode::RevisionRefused => "revision_refused",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::Internal => "internal",
@@ -82,7 +85,7 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
-            ErrorCode::InvalidTransition => StatusCode::CONFLICT,
+            ErrorCode::InvalidTransition | ErrorCode::RevisionRefused => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidInput => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -97,6 +100,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub details: Vec<Value>,
+    /// Where to go instead (e.g. `{"replacement": "/v1/workflows/…/replacement"}`).
+    pub links: Option<Value>,
 }
 
 /// Results of handlers.
@@ -109,7 +114,14 @@ impl ApiError {
             code,
             message: message.into(),
             details: Vec::new(),
+            links: None,
         }
+    }
+
+    /// Attaches links to where the caller should go instead.
+    pub fn with_links(mut self, links: Value) -> Self {
+        self.links = Some(links);
+        self
     }
 
     /// Attaches structured details.
@@ -211,13 +223,15 @@ impl From<DeployError> for ApiError {
 impl ApiError {
     /// The JSON envelope of this error.
     pub fn body(&self) -> Value {
-        json!({
-            "error": {
-                "code": self.code.as_str(),
-                "message": self.message,
-                "details": self.details,
-            }
-        })
+        let mut error = json!({
+            "code": self.code.as_str(),
+            "message": self.message,
+            "details": self.details,
+        });
+        if let Some(links) = &self.links {
+            error["links"] = links.clone();
+        }
+        json!({ "error": error })
     }
 }
 

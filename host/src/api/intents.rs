@@ -276,7 +276,7 @@ fn describe(value: &Value) -> String {
 }
 
 /// The `200`/`201` answer with its `Location`.
-fn intent_response(
+pub(super) fn intent_response(
     status: StatusCode,
     record: &WorkflowRecord,
     replayed: bool,
@@ -375,7 +375,7 @@ pub(super) async fn submit<S: ContextStore>(
     }
     // The key is free: check the definition and the input, then look the key up again and
     // create the intent in one transaction (a concurrent submission may have won meanwhile).
-    let new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
+    let new = new_workflow(&ctx, &scope, &input, &canonical, now, None).await??;
     let request = AdmitRequest {
         scope: scope.clone(),
         input: canonical,
@@ -397,12 +397,13 @@ pub(super) async fn submit<S: ContextStore>(
 
 /// The intent to create for a free key, or why none may be created (`404`: no such
 /// definition, `422`: the input does not satisfy its schema).
-async fn new_workflow<S: ContextStore>(
+pub(super) async fn new_workflow<S: ContextStore>(
     ctx: &Ctx<S>,
     scope: &KeyScope,
     input: &Value,
     canonical: &CanonicalInput,
     now: Millis,
+    replaces: Option<WorkflowId>,
 ) -> ApiResult<Result<NewWorkflow, ApiError>> {
     let Some(deployed) = ctx.deployments.latest(&scope.workflow).await? else {
         return Ok(Err(ApiError::not_found(format!(
@@ -450,6 +451,7 @@ async fn new_workflow<S: ContextStore>(
         deadline_at: now.saturating_add(millis(def.deadline)),
         key_retention_ms: millis(ctx.limits.key_retention),
         events: admission_events(def, scope, canonical),
+        replaces,
     }))
 }
 

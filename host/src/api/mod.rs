@@ -70,6 +70,14 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             get(course::cancellation::<S>),
         )
         .route(
+            "/v1/workflows/{id}/revisions",
+            get(course::revisions::<S>).post(course::revise_workflow::<S>),
+        )
+        .route(
+            "/v1/workflows/{id}/replacement",
+            post(course::replace_workflow::<S>),
+        )
+        .route(
             "/v1/adapters",
             get(adapters::list::<S>).post(adapters::deploy::<S>),
         )

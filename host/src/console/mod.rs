@@ -334,6 +334,7 @@ fn desk_error(e: DeskError) -> (StatusCode, String) {
         DeskError::NotFound(_) => StatusCode::NOT_FOUND,
         DeskError::Forbidden => StatusCode::FORBIDDEN,
         DeskError::KeyConflict(_) => StatusCode::CONFLICT,
+        DeskError::InvalidInput { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         DeskError::Store(cause) => {
             tracing::warn!("console action: {cause}");
             return (

@@ -1,6 +1,8 @@
 //! An intent's course after admission changes only by explicit transitions: a
-//! cancellation (an intent of its own, never a signal to a process) and compensations (new
-//! effects, each a step of its own addressed `<step>.compensate`, never an erasure).
+//! cancellation (an intent of its own, never a signal to a process), compensations (new
+//! effects, each a step of its own addressed `<step>.compensate`, never an erasure) and
+//! corrections (a new input revision while nothing consequential was sent, else a
+//! replacement: [`plan_revision`]).
 //!
 //! What a transition does to the steps is decided here, in pure code, once for both
 //! stores: which steps a cancellation ends at once, which effects are compensated and in
@@ -435,5 +437,8 @@ fn dependents(step: &str, deps: &[(String, String)]) -> Vec<String> {
     found
 }
 
+mod revision;
 #[cfg(test)]
 mod tests;
+
+pub use revision::{Blocker, RevisionPlan, RevisionStep, plan_revision};

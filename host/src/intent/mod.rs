@@ -141,6 +141,9 @@ pub struct Receipt {
     pub author: Option<String>,
     pub reason: Option<String>,
     pub evidence: Option<String>,
+    /// The input revision that invalidated the step this receipt closed; the receipt
+    /// stays, but no longer stands.
+    pub superseded_by: Option<u32>,
 }
 
 /// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds, as times are shown.

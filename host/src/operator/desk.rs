@@ -48,6 +48,13 @@ pub enum DeskError {
         if .0.step.is_empty() { String::new() } else { format!(" on step `{}`", .0.step) }
     )]
     KeyConflict(Box<ActionScope>),
+    /// The corrected input does not satisfy the definition's schema (`details` name the
+    /// fields).
+    #[error("{message}")]
+    InvalidInput {
+        message: String,
+        details: Vec<serde_json::Value>,
+    },
     /// The store failed; its error says whether a retry is safe.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -206,6 +213,7 @@ fn stored(refusal: &Refusal) -> StoredRefusal {
     StoredRefusal {
         code: refusal.code().to_string(),
         message: refusal.to_string(),
+        details: Vec::new(),
     }
 }
 

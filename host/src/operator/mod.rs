@@ -19,10 +19,12 @@
 mod cancel;
 mod decide;
 mod desk;
+mod revise;
 
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, perform};
+pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 
 use serde_json::{Value, json};
 

@@ -41,6 +41,13 @@ pub enum StoreError {
     /// step's attempt is fenced (a compensation's is not).
     #[error("workflow {workflow_id} has a cancellation: no new effect may start")]
     Cancelled { workflow_id: WorkflowId },
+    /// The mapped input an attempt would send differs from the one the step's request was
+    /// first recorded with (checkpoint 3): an adapter never sends another input under the
+    /// same identity (DESIGN.md invariant 5).
+    #[error(
+        "the input this attempt would send ({attempt}) differs from the one recorded for the step's request ({step}); another input is never sent under the same identity"
+    )]
+    InputChanged { step: String, attempt: String },
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(String),
@@ -396,6 +403,29 @@ pub trait CourseStore: Send + Sync {
         &self,
         id: &WorkflowId,
     ) -> impl Future<Output = StoreResult<Option<CancellationRecord>>> + Send;
+    /// Corrects a workflow's input under a key, in one transaction, if the workflow is as
+    /// the plan saw it ([`ReviseAnswer::Moved`] otherwise, with nothing written): the new
+    /// revision recorded, invalidated steps made to run again, their receipts and attempts
+    /// marked superseded. Every answer but `Moved` is stored under the key.
+    fn revise(
+        &self,
+        request: ReviseRequest,
+    ) -> impl Future<Output = StoreResult<ReviseAnswer>> + Send;
+    /// Keeps `answer` under a key not used before, for a request whose effect is
+    /// idempotent by itself (a replacement's admission under its derived key); a key used
+    /// before keeps what it had. Returns what the key holds now.
+    fn remember(
+        &self,
+        scope: ActionScope,
+        request_digest: String,
+        answer: ActionAnswer,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<ActionRecord>> + Send;
+    /// The workflow's input revisions after the first, oldest first.
+    fn revisions(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Vec<RevisionRecord>>> + Send;
 }
 
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.

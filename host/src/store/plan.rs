@@ -28,6 +28,7 @@ pub(crate) fn cancellation(
         .map_err(|message| super::StoredRefusal {
             code: "invalid_transition".into(),
             message,
+            details: Vec::new(),
         })?;
     let label = |id: &str| {
         req.labels
@@ -80,6 +81,66 @@ pub(crate) fn cancel_answer_text(
         cancellation: c.clone(),
     })
     .map_err(|e| StoreError::Corrupt(format!("cancellation answer: {e}")))
+}
+
+/// Whether the workflow is still as a revision's plan saw it.
+pub(crate) fn unmoved(
+    seen: &super::RevisionSnapshot,
+    state: WorkflowState,
+    input_revision: u32,
+    steps: &[(String, StepState, u32)],
+) -> bool {
+    let mut now: Vec<&(String, StepState, u32)> = steps.iter().collect();
+    let mut then: Vec<&(String, StepState, u32)> = seen.steps.iter().collect();
+    now.sort_by(|a, b| a.0.cmp(&b.0));
+    then.sort_by(|a, b| a.0.cmp(&b.0));
+    seen.state == state && seen.input_revision == input_revision && now == then
+}
+
+/// The record of an applied revision.
+pub(crate) fn revision_record(
+    req: &super::ReviseRequest,
+    plan: &crate::course::RevisionPlan,
+) -> super::RevisionRecord {
+    super::RevisionRecord {
+        workflow_id: req.scope.workflow_id.clone(),
+        input_revision: req.seen.input_revision + 1,
+        prior_digest: req.seen.input_digest.clone(),
+        input_digest: req.input.digest.clone(),
+        author: req.scope.subject.0.clone(),
+        reason: req.reason.clone(),
+        at: req.now,
+        invalidated_steps: plan.invalidated.clone(),
+        kept_receipts: plan.kept_receipts.clone(),
+    }
+}
+
+/// The timeline's record of a revision.
+pub(crate) fn revision_event(r: &super::RevisionRecord) -> NewEvent {
+    let invalidated = if r.invalidated_steps.is_empty() {
+        "no step runs again".to_string()
+    } else {
+        format!("runs again: {}", r.invalidated_steps.join(", "))
+    };
+    NewEvent::workflow(
+        crate::intent::EventKind::Action,
+        format!(
+            "Input revision {} by {}: {} ({} → {}); {invalidated}",
+            r.input_revision, r.author, r.reason, r.prior_digest, r.input_digest
+        ),
+    )
+    .with_data(serde_json::json!({
+        "input_revision": r.input_revision,
+        "prior_digest": r.prior_digest,
+        "input_digest": r.input_digest,
+        "invalidated_steps": r.invalidated_steps,
+        "kept_receipts": r.kept_receipts,
+    }))
+}
+
+/// JSON text of a value the store keeps (an answer, a list).
+pub(crate) fn json_text(value: &impl serde::Serialize) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
 }
 
 /// The rows after a settlement, as the workflow's state is derived from them.
@@ -211,7 +272,7 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         runtime_used_ms: 0,
         revision: new.events.len() as u64,
         input_revision: 1,
-        replaces: None,
+        replaces: new.replaces.clone(),
         replaced_by: None,
         cancelled: false,
     }

@@ -181,6 +181,9 @@ pub struct NewWorkflow {
     pub key_retention_ms: u64,
     /// The first timeline events ("request recorded", the first scheduling event).
     pub events: Vec<NewEvent>,
+    /// The workflow this one replaces (a correction after a consequential effect): linked
+    /// both ways in the admission's transaction.
+    pub replaces: Option<WorkflowId>,
 }
 
 /// The answer of an admission.
@@ -268,6 +271,8 @@ pub struct AttemptRecord {
     pub finished_at: Option<Millis>,
     /// The attempt's bounded, redacted log lines.
     pub log: serde_json::Value,
+    /// The input revision that invalidated its step, if one did.
+    pub superseded_by: Option<u32>,
 }
 
 /// Filter and page of a workflow list.
@@ -501,6 +506,9 @@ pub enum ActionAnswer {
 pub struct StoredRefusal {
     pub code: String,
     pub message: String,
+    /// What stopped it, when the refusal names things (e.g. the steps that refuse a
+    /// revision); empty otherwise.
+    pub details: Vec<serde_json::Value>,
 }
 
 /// What an operator action does to its step.
@@ -619,4 +627,52 @@ pub struct StoredCancel {
     /// Whether that request created the cancellation.
     pub created: bool,
     pub cancellation: CancellationRecord,
+}
+
+/// An input revision as stored: who corrected what, why, and what it invalidated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevisionRecord {
+    pub workflow_id: WorkflowId,
+    pub input_revision: u32,
+    pub prior_digest: String,
+    pub input_digest: String,
+    pub author: String,
+    pub reason: String,
+    pub at: Millis,
+    pub invalidated_steps: Vec<String>,
+    pub kept_receipts: Vec<String>,
+}
+
+/// What a revision saw when it was planned; it applies only if nothing of it moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionSnapshot {
+    pub state: WorkflowState,
+    pub input_revision: u32,
+    pub input_digest: String,
+    /// Every step's state and attempt count.
+    pub steps: Vec<(String, StepState, u32)>,
+}
+
+/// A correction of a workflow's input under a key (`scope.action` is `revise`).
+#[derive(Debug, Clone)]
+pub struct ReviseRequest {
+    pub scope: ActionScope,
+    pub request_digest: String,
+    pub input: CanonicalInput,
+    pub reason: String,
+    pub seen: RevisionSnapshot,
+    /// The plan, or the refusal to store under the key.
+    pub change: Result<crate::course::RevisionPlan, StoredRefusal>,
+    pub now: Millis,
+}
+
+/// What a revision request came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReviseAnswer {
+    Applied(RevisionRecord),
+    Refused(StoredRefusal),
+    /// The workflow moved since the plan was made: nothing was written; plan again.
+    Moved,
+    Replayed(ActionRecord),
+    KeyConflict,
 }

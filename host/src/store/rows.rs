@@ -200,6 +200,28 @@ pub(crate) fn course_step(r: &impl Columns) -> StoreResult<crate::course::Course
 pub(crate) const CANCELLATION_COLUMNS: &str = "cancellation_id, workflow_id, requested_by, \
      requested_at, reason, withdraw, outcome, message, consequences";
 
+/// The columns [`revision`] reads, for a `SELECT`.
+pub(crate) const REVISION_COLUMNS: &str = "workflow_id, input_revision, prior_digest, \
+     input_digest, author, reason, at, invalidated_steps, kept_receipts";
+
+pub(crate) fn revision(r: &impl Columns) -> StoreResult<super::RevisionRecord> {
+    let list = |col: &str| -> StoreResult<Vec<String>> {
+        serde_json::from_str(&r.text(col)?)
+            .map_err(|e| StoreError::Corrupt(format!("revision {col}: {e}")))
+    };
+    Ok(super::RevisionRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        input_revision: r.small::<u32>("input_revision")?,
+        prior_digest: r.text("prior_digest")?,
+        input_digest: r.text("input_digest")?,
+        author: r.text("author")?,
+        reason: r.text("reason")?,
+        at: r.uint("at")?,
+        invalidated_steps: list("invalidated_steps")?,
+        kept_receipts: list("kept_receipts")?,
+    })
+}
+
 pub(crate) fn cancellation(r: &impl Columns) -> StoreResult<super::CancellationRecord> {
     let consequences = r.text("consequences")?;
     Ok(super::CancellationRecord {
@@ -239,7 +261,7 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
 pub(crate) const RECEIPT_COLUMNS: &str =
     "receipt_id, workflow_id, step, attempt_id, evidence_kind, component, component_version,
      component_digest, input_digest, external_reference, output, recorded_at, author, reason,
-     evidence";
+     evidence, superseded_by";
 
 pub(crate) fn receipt(r: &impl Columns) -> StoreResult<Receipt> {
     Ok(Receipt {
@@ -260,6 +282,10 @@ pub(crate) fn receipt(r: &impl Columns) -> StoreResult<Receipt> {
         author: r.opt_text("author")?,
         reason: r.opt_text("reason")?,
         evidence: r.opt_text("evidence")?,
+        superseded_by: r
+            .opt_int("superseded_by")?
+            .map(|v| fits("superseded_by", v))
+            .transpose()?,
     })
 }
 
@@ -279,6 +305,10 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         started_at: r.uint("started_at")?,
         finished_at: r.opt_uint("finished_at")?,
         log: r.json("log")?,
+        superseded_by: r
+            .opt_int("superseded_by")?
+            .map(|v| fits("superseded_by", v))
+            .transpose()?,
     })
 }
 
@@ -408,11 +438,22 @@ pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
     })
 }
 
-/// Columns `request_digest`, `refusal`, `answer`: a refusal's code beside its message, or
-/// the applied action's answer alone.
+/// Columns `request_digest`, `refusal`, `answer`, `refusal_details`: a refusal's code beside
+/// its message (and details), or the applied action's answer alone.
 pub(crate) fn action_record(r: &impl Columns) -> StoreResult<ActionRecord> {
     let answer = match (r.opt_text("refusal")?, r.opt_text("answer")?) {
-        (Some(code), Some(message)) => Some(ActionAnswer::Refused(StoredRefusal { code, message })),
+        (Some(code), Some(message)) => {
+            let details = match r.opt_text("refusal_details")? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("refusal details: {e}")))?,
+                None => Vec::new(),
+            };
+            Some(ActionAnswer::Refused(StoredRefusal {
+                code,
+                message,
+                details,
+            }))
+        }
         (None, Some(applied)) => Some(ActionAnswer::Applied(applied)),
         (Some(_), None) => {
             return Err(StoreError::Corrupt(
@@ -427,11 +468,16 @@ pub(crate) fn action_record(r: &impl Columns) -> StoreResult<ActionRecord> {
     })
 }
 
-/// The `(refusal, answer)` columns of an answer.
-pub(crate) fn answer_columns(answer: &ActionAnswer) -> (Option<&str>, &str) {
+/// The `(refusal, answer, refusal_details)` columns of an answer.
+pub(crate) fn answer_columns(answer: &ActionAnswer) -> (Option<&str>, &str, Option<String>) {
     match answer {
-        ActionAnswer::Applied(body) => (None, body),
-        ActionAnswer::Refused(r) => (Some(&r.code), &r.message),
+        ActionAnswer::Applied(body) => (None, body, None),
+        ActionAnswer::Refused(r) => (
+            Some(&r.code),
+            &r.message,
+            (!r.details.is_empty())
+                .then(|| serde_json::Value::Array(r.details.clone()).to_string()),
+        ),
     }
 }
 

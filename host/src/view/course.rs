@@ -128,41 +128,96 @@ pub fn course_steps(steps: &[StepRecord], receipts: &[Receipt]) -> Vec<CourseSte
 
 /// What may be done to the workflow's course now: cancel it while it runs or waits
 /// (`Cancel request` until an external effect was accepted, then `Stop remaining work`), or
-/// withdraw it once completed when an effect of it can be compensated.
+/// withdraw it once completed when an effect of it can be compensated; correct its input
+/// while no adapter request may have left, else replace it with a new request.
 pub fn course_actions(
     record: &WorkflowRecord,
     steps: &[StepRecord],
     receipts: &[Receipt],
 ) -> Vec<CourseActionView> {
-    if record.cancelled {
-        return Vec::new();
-    }
     let rows = course_steps(steps, receipts);
     let consequences = course::consequences(&rows, course::CANCELLATION_TRIGGERS);
-    let effect_made = rows
-        .iter()
-        .any(|s| matches!(s.role, None | Some(StepRole::Adapter)) && s.receipt.is_some());
-    match record.state {
-        WorkflowState::Running | WorkflowState::NeedsReview => vec![CourseActionView {
+    let adapter = |s: &CourseStep| matches!(s.role, None | Some(StepRole::Adapter));
+    let effect_made = rows.iter().any(|s| adapter(s) && s.receipt.is_some());
+    // A request may have left: a receipt, an uncertainty, a call under way, a conflict.
+    let may_have_sent = rows.iter().any(|s| {
+        adapter(s)
+            && (s.receipt.is_some()
+                || s.uncertain
+                || matches!(
+                    s.state,
+                    StepState::Running | StepState::OutcomeUnknown | StepState::WaitingForReview
+                ))
+    });
+    let open = matches!(
+        record.state,
+        WorkflowState::Running | WorkflowState::NeedsReview
+    );
+    let mut actions = Vec::new();
+    if !record.cancelled && open {
+        actions.push(CourseActionView {
             action: "cancel",
             label: if effect_made {
                 "Stop remaining work"
             } else {
                 "Cancel request"
             },
-            consequences,
-        }],
-        WorkflowState::Completed
-            if consequences
-                .iter()
-                .any(|c| c.compensation == Compensability::WillCompensate) =>
-        {
-            vec![CourseActionView {
-                action: "withdraw",
-                label: "Request withdrawal",
-                consequences,
-            }]
+            consequences: consequences.clone(),
+        });
+    }
+    if !record.cancelled
+        && record.state == WorkflowState::Completed
+        && consequences
+            .iter()
+            .any(|c| c.compensation == Compensability::WillCompensate)
+    {
+        actions.push(CourseActionView {
+            action: "withdraw",
+            label: "Request withdrawal",
+            consequences: consequences.clone(),
+        });
+    }
+    if record.replaced_by.is_none() {
+        if !record.cancelled && open && !may_have_sent {
+            actions.push(CourseActionView {
+                action: "revise",
+                label: "Correct the request",
+                consequences: Vec::new(),
+            });
         }
-        _ => Vec::new(),
+        actions.push(CourseActionView {
+            action: "replace",
+            label: "Replace with a corrected request",
+            consequences,
+        });
+    }
+    actions
+}
+
+/// An input revision on the wire (`POST …/revisions` answers one; `GET` lists them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RevisionView {
+    pub input_revision: u32,
+    pub prior_digest: String,
+    pub input_digest: String,
+    pub author: String,
+    pub reason: String,
+    pub at: String,
+    pub invalidated_steps: Vec<String>,
+    pub kept_receipts: Vec<String>,
+}
+
+impl From<&crate::store::RevisionRecord> for RevisionView {
+    fn from(r: &crate::store::RevisionRecord) -> Self {
+        Self {
+            input_revision: r.input_revision,
+            prior_digest: r.prior_digest.clone(),
+            input_digest: r.input_digest.clone(),
+            author: r.author.clone(),
+            reason: r.reason.clone(),
+            at: rfc3339(r.at),
+            invalidated_steps: r.invalidated_steps.clone(),
+            kept_receipts: r.kept_receipts.clone(),
+        }
     }
 }

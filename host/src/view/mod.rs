@@ -9,8 +9,8 @@ mod status;
 mod time;
 
 pub use course::{
-    CancellationProgress, CancellationView, CompensationProgress, CourseActionView, course_actions,
-    course_steps,
+    CancellationProgress, CancellationView, CompensationProgress, CourseActionView, RevisionView,
+    course_actions, course_steps,
 };
 pub use projection::{
     AttemptView, CompensationView, IntentView, MilestoneView, ProvenanceView, ReceiptView,

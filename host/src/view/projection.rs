@@ -90,6 +90,9 @@ pub struct StepView {
     pub blocked: Option<Value>,
     /// The compensation of the step's effect, once one was started.
     pub compensation: Option<CompensationView>,
+    /// Receipts a correction of the input superseded (each names its revision), oldest
+    /// first.
+    pub superseded_receipts: Vec<ReceiptView>,
 }
 
 /// A compensation (`<step>.compensate`), nested under the step whose effect it reverses.
@@ -115,6 +118,8 @@ pub struct ReceiptView {
     pub author: Option<String>,
     pub reason: Option<String>,
     pub evidence: Option<String>,
+    /// The input revision that superseded it, if one did.
+    pub superseded_by: Option<u32>,
 }
 
 impl From<&Receipt> for ReceiptView {
@@ -130,6 +135,7 @@ impl From<&Receipt> for ReceiptView {
             author: r.author.clone(),
             reason: r.reason.clone(),
             evidence: r.evidence.clone(),
+            superseded_by: r.superseded_by,
         }
     }
 }
@@ -189,6 +195,8 @@ pub struct AttemptView {
     pub outcome: AttemptOutcome,
     pub started_at: String,
     pub finished_at: Option<String>,
+    /// The input revision that superseded it, if one did.
+    pub superseded_by: Option<u32>,
 }
 
 /// An attempt's [`Provenance`] as shown: each field `null` until it is recorded.
@@ -228,6 +236,7 @@ impl From<AttemptRecord> for AttemptView {
             outcome: a.outcome,
             started_at: rfc3339(a.started_at),
             finished_at: rfc3339_opt(a.finished_at),
+            superseded_by: a.superseded_by,
         }
     }
 }
@@ -276,12 +285,17 @@ fn statuses<'a>(ordered: &[(&'a StepRecord, &'a str)]) -> Vec<StepStatus<'a>> {
         .collect()
 }
 
-/// The receipt of a step: the one it points at, else its latest.
+/// The receipt of a step: the one it points at, else its latest that still stands.
 fn receipt_of<'a>(step: &StepRecord, receipts: &'a [Receipt]) -> Option<&'a Receipt> {
     step.receipt_id
         .as_ref()
         .and_then(|id| receipts.iter().find(|r| &r.receipt_id == id))
-        .or_else(|| receipts.iter().rev().find(|r| r.step == step.step))
+        .or_else(|| {
+            receipts
+                .iter()
+                .rev()
+                .find(|r| r.step == step.step && r.superseded_by.is_none())
+        })
 }
 
 /// The escalation as stored, with a millisecond `at` written as RFC 3339.
@@ -384,6 +398,11 @@ pub fn workflow_view(
                 receipt: receipt_of(s, receipts).map(ReceiptView::from),
                 blocked: None,
                 compensation: compensation_of(&s.step),
+                superseded_receipts: receipts
+                    .iter()
+                    .filter(|r| r.step == s.step && r.superseded_by.is_some())
+                    .map(ReceiptView::from)
+                    .collect(),
             })
             .collect(),
     }
@@ -534,6 +553,7 @@ mod tests {
             author: Some("ops".into()),
             reason: Some("checked".into()),
             evidence: Some("provider portal".into()),
+            superseded_by: None,
         }
     }
 

@@ -55,6 +55,16 @@ async fn get(host: &HostProcess, path: &str, token: Option<&str>) -> (u16, Value
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
+/// The names of the projection's `actions`.
+fn actions(wf: &Value) -> Vec<&str> {
+    wf["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect()
+}
+
 fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
     wf["steps"]
         .as_array()
@@ -100,6 +110,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     assert_eq!(wf["actions"][0]["action"], "cancel", "{wf:#}");
     assert_eq!(wf["actions"][0]["label"], "Cancel request");
     assert_eq!(wf["actions"][0]["consequences"], json!([]));
+    assert_eq!(actions(&wf), ["cancel", "revise", "replace"]);
     let path = format!("/v1/workflows/{id}/cancel");
 
     // Another client cannot see the workflow; a cancellation needs a reason.
@@ -175,7 +186,8 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     assert_eq!(wf["state"], "cancelled", "{wf:#}");
     assert!(wf["ended_at"].is_string(), "{wf:#}");
     assert_eq!(wf["status_text"], "Cancelled");
-    assert_eq!(wf["actions"], json!([]));
+    // Only a new request is left: a replacement.
+    assert_eq!(actions(&wf), ["replace"]);
     for s in ["validate", "render", "deliver"] {
         assert_eq!(step(&wf, s)["state"], "cancelled", "{wf:#}");
     }
@@ -281,7 +293,7 @@ async fn completed_and_failed_workflows_refuse_what_cannot_be_done(db: Option<St
     let wf = host.wait_for(&done, SETTLED, Duration::from_secs(30)).await;
     assert_eq!(wf["state"], "completed", "{wf:#}");
     // Nothing in this definition compensates the delivery: no withdrawal is offered.
-    assert_eq!(wf["actions"], json!([]), "{wf:#}");
+    assert_eq!(actions(&wf), ["replace"], "{wf:#}");
     let path = format!("/v1/workflows/{done}/cancel");
     let (status, body) = post(&host, &path, "d-1", None, json!({"reason": "late"})).await;
     assert_eq!(status, 409, "{body}");
@@ -416,6 +428,161 @@ async fn the_projection_revision_drives_etags_and_long_polls(db: Option<String>)
     assert_eq!(body["error"]["code"], "invalid_parameter");
 }
 
+/// Before the delivery, a corrected title reaches it through the handlers that prepare it:
+/// the provider receives the corrected document only, and the revision is on record.
+async fn a_revision_before_the_side_effect_reaches_the_delivery(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let typo =
+        json!({"title": "Qaurterly report", "recipient": "reader@example.com", "body": "Hello"});
+    let (status, created) = post(
+        &host,
+        "/v1/intents",
+        "revise-early",
+        None,
+        json!({"workflow": "document-delivery", "input": typo}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let path = format!("/v1/workflows/{id}/revisions");
+    // The corrected input is checked against the workflow's own schema.
+    let (status, body) = post(
+        &host,
+        &path,
+        "r-0",
+        None,
+        json!({"input": {"title": ""}, "reason": "typo"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_input");
+    let fixed =
+        json!({"title": "Quarterly report", "recipient": "reader@example.com", "body": "Hello"});
+    let revision = json!({"input": fixed, "reason": "typo in the title"});
+    let (status, revised) = post(&host, &path, "r-1", None, revision.clone()).await;
+    assert_eq!(status, 201, "{revised}");
+    assert_eq!(revised["input_revision"], 2);
+    assert_eq!(
+        revised["invalidated_steps"],
+        json!(["validate", "render", "deliver"])
+    );
+    assert_ne!(revised["prior_digest"], revised["input_digest"]);
+    // The same key and body answer as before, and act once.
+    let (status, again) = post(&host, &path, "r-1", None, revision).await;
+    assert_eq!((status, &again), (201, &revised));
+    let (_, listed) = host.get(&path).await;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["data"][0]["author"], "local");
+    // The original key still names the command as sent (revision 1).
+    let (status, replay) = post(
+        &host,
+        "/v1/intents",
+        "revise-early",
+        None,
+        json!({"workflow": "document-delivery", "input": typo}),
+    )
+    .await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(replay["workflow_id"], id.as_str());
+
+    // The host runs the work now: the delivery carries the corrected document only.
+    let dir = host.kill();
+    let host = HostProcess::start(HostOptions {
+        db,
+        dir: Some(dir),
+        ..HostOptions::default()
+    })
+    .await;
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    assert_eq!(wf["input_revision"], 2);
+    assert_eq!(wf["input_digest"], revised["input_digest"]);
+    let rendered = &step(&wf, "render")["receipt"]["output"];
+    assert!(
+        rendered["document"]
+            .as_str()
+            .unwrap()
+            .contains("Quarterly report"),
+        "{rendered}"
+    );
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:?}");
+    assert_eq!(world[0]["document_digest"], rendered["document_digest"]);
+}
+
+/// After a request may have left, a correction is a new request: `409 revision_refused`
+/// names the step and links to the replacement, which creates a new workflow linked both
+/// ways and cancels the original.
+async fn a_revision_after_the_side_effect_is_refused_and_replaced(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![Contract::FireAndForget.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    let id = unknown_outcome(&host, "replace-1").await;
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert!(!actions(&wf).contains(&"revise"), "{wf:#}");
+    let fixed = document("replace-1 corrected");
+    let (status, refused) = post(
+        &host,
+        &format!("/v1/workflows/{id}/revisions"),
+        "rev-late",
+        None,
+        json!({"input": fixed, "reason": "wrong title"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "revision_refused");
+    assert_eq!(refused["error"]["details"], json!([{"step": "deliver"}]));
+    let link = format!("/v1/workflows/{id}/replacement");
+    assert_eq!(refused["error"]["links"]["replacement"], link.as_str());
+
+    let body = json!({"input": fixed, "reason": "wrong title", "cancel_original": true});
+    let (status, replacement) = post(&host, &link, "rep-1", None, body.clone()).await;
+    assert_eq!(status, 201, "{replacement}");
+    let new_id = replacement["workflow_id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, id);
+    assert_eq!(replacement["replaces"], id.as_str());
+    assert_eq!(replacement["cancellation"]["outcome"], "awaiting_outcome");
+    // Once: the same key answers the same; another key returns the one replacement.
+    let (status, again) = post(&host, &link, "rep-1", None, body).await;
+    assert_eq!(
+        (status, &again["workflow_id"]),
+        (201, &replacement["workflow_id"])
+    );
+    let (status, other) = post(
+        &host,
+        &link,
+        "rep-2",
+        None,
+        json!({"input": fixed, "reason": "pressed again"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(other["workflow_id"], new_id.as_str());
+
+    let (_, original) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(original["replaced_by"], new_id.as_str());
+    assert_eq!(
+        original["status_text"],
+        "Cancel requested; awaiting the outcome of Deliver document"
+    );
+    let replaced = host
+        .wait_for(&new_id, SETTLED, Duration::from_secs(30))
+        .await;
+    assert_eq!(replaced["state"], "completed", "{replaced:#}");
+    assert_eq!(replaced["replaces"], id.as_str());
+    assert_eq!(replaced["idempotency_key"], format!("replacement:{id}"));
+    // The provider: the original's (lost) delivery and the replacement's.
+    assert_eq!(host.world().await.len(), 2);
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),+ $(,)?) => {
         mod sqlite {
@@ -444,6 +611,8 @@ on_both_backends!(
     a_cancellation_during_an_unknown_outcome_awaits_it_and_settles_both_ways,
     completed_and_failed_workflows_refuse_what_cannot_be_done,
     the_projection_revision_drives_etags_and_long_polls,
+    a_revision_before_the_side_effect_reaches_the_delivery,
+    a_revision_after_the_side_effect_is_refused_and_replaced,
 );
 
 /// `docket cancel` asks the running host and prints its answer; a second run answers with

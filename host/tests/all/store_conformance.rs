@@ -50,6 +50,7 @@ conformance!(
     executor::expired_leases_report_checkpoint_and_stored_result,
     executor::late_evidence_fills_gaps_and_moves_nothing,
     executor::a_host_ends_only_its_own_leases,
+    executor::checkpoint_three_keeps_one_input_and_honours_a_cancellation,
     actions::operator_actions_are_idempotent_and_guarded,
     actions::a_manual_receipt_releases_dependents,
     concurrency::concurrent_claims_take_each_step_exactly_once,

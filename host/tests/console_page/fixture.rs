@@ -85,6 +85,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 }],
                 deadline_at: now + 30 * 86_400_000,
                 key_retention_ms: 86_400_000,
+                replaces: None,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",
@@ -189,6 +190,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     }],
                     deadline_at: at + 86_400_000,
                     key_retention_ms: 86_400_000,
+                    replaces: None,
                     events: vec![NewEvent::workflow(
                         EventKind::Observation,
                         "Request recorded",

@@ -89,6 +89,7 @@ fn attempt(sent: Sent) -> Option<AttemptRecord> {
         started_at,
         finished_at: Some(started_at + 5),
         log: Value::Null,
+        superseded_by: None,
     })
 }
 

@@ -10,6 +10,8 @@ pub(super) enum Halt {
     Gone,
     /// The workflow's cancellation fenced checkpoint 3: the request must not leave.
     Cancelled,
+    /// The input differs from the one the step's request was recorded with (why).
+    InputChanged(String),
 }
 
 impl<S> Scheduler<S>
@@ -42,6 +44,7 @@ where
                 Ok(())
             }
             Err(StoreError::Cancelled { .. }) => Err(Halt::Cancelled),
+            Err(e @ StoreError::InputChanged { .. }) => Err(Halt::InputChanged(e.to_string())),
             Err(StoreError::LeaseLost { .. }) if late.is_some() => {
                 // The call returned after recovery took the step over: what it returned is
                 // still evidence, kept on the attempt and told on the timeline.
@@ -182,6 +185,26 @@ where
         {
             Ok(()) => {}
             Err(Halt::Cancelled) => return Some(self.fenced(claimed, step, prepared, input)),
+            Err(Halt::InputChanged(why)) => {
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    step.id.as_str(),
+                    Some(&claimed.attempt_id),
+                    format!("{} waits for review: {why}", step.label),
+                );
+                let mut facts = Self::facts(prepared, &input.digest);
+                facts.outcome = Some(AttemptOutcome::Interrupted);
+                facts.observation = Some(why.clone());
+                return Some(Ending {
+                    checkpoint: 2,
+                    facts,
+                    transition: StepTransition::Terminal(StepState::WaitingForReview),
+                    note: Some(why),
+                    log: serde_json::Value::Array(vec![]),
+                    events: vec![event],
+                    adapter: true,
+                });
+            }
             Err(Halt::Gone) => return None,
         }
         let request = EffectRequest {

@@ -16,7 +16,7 @@ pub(super) async fn action_on(
     scope: &ActionScope,
 ) -> PgResult<Option<ActionRecord>> {
     let row = sqlx::query(
-        "SELECT request_digest, refusal, answer FROM operator_actions
+        "SELECT request_digest, refusal, answer, refusal_details FROM operator_actions
          WHERE subject = $1 AND workflow_id = $2 AND step = $3 AND action = $4 AND key = $5",
     )
     .bind(&scope.subject.0)
@@ -34,9 +34,9 @@ pub(super) async fn store_answer(
     scope: &ActionScope,
     answer: &ActionAnswer,
 ) -> PgResult<()> {
-    let (refusal, text) = rows::answer_columns(answer);
+    let (refusal, text, details) = rows::answer_columns(answer);
     sqlx::query(
-        "UPDATE operator_actions SET refusal = $1, answer = $2
+        "UPDATE operator_actions SET refusal = $1, answer = $2, refusal_details = $8
          WHERE subject = $3 AND workflow_id = $4 AND step = $5 AND action = $6 AND key = $7
            AND answer IS NULL",
     )
@@ -47,6 +47,7 @@ pub(super) async fn store_answer(
     .bind(&scope.step)
     .bind(&scope.action)
     .bind(&scope.key)
+    .bind(details)
     .execute(&mut *conn)
     .await?;
     Ok(())

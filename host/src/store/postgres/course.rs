@@ -5,12 +5,12 @@ use super::actions::{action_on, store_answer};
 use super::executor::recompute_state;
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::course;
-use crate::intent::WorkflowId;
+use crate::intent::{Millis, StepState, WorkflowId};
 use crate::store::plan;
-use crate::store::rows::{self, CANCELLATION_COLUMNS, Columns};
+use crate::store::rows::{self, CANCELLATION_COLUMNS, Columns, REVISION_COLUMNS};
 use crate::store::{
-    ActionAnswer, CancelAnswer, CancelRequest, CancellationRecord, CourseStore, StoreError,
-    StoreResult,
+    ActionAnswer, ActionRecord, ActionScope, CancelAnswer, CancelRequest, CancellationRecord,
+    CourseStore, ReviseAnswer, ReviseRequest, RevisionRecord, StoreError, StoreResult,
 };
 use sqlx::postgres::PgConnection;
 
@@ -133,6 +133,125 @@ async fn cancel_tx(conn: &mut PgConnection, req: CancelRequest) -> PgResult<Canc
     Ok(CancelAnswer::Created(record))
 }
 
+async fn revise_tx(conn: &mut PgConnection, req: ReviseRequest) -> PgResult<ReviseAnswer> {
+    let s = &req.scope;
+    if let Some(existing) = action_on(conn, s).await? {
+        return Ok(if existing.request_digest == req.request_digest {
+            ReviseAnswer::Replayed(existing)
+        } else {
+            ReviseAnswer::KeyConflict
+        });
+    }
+    let id = &s.workflow_id;
+    // The workflow row's lock orders this against every step change.
+    let (state, _) = lock_workflow(conn, id).await?;
+    let input_revision: i64 =
+        sqlx::query_scalar("SELECT input_revision FROM workflows WHERE workflow_id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+    let found = sqlx::query("SELECT step, state, attempts FROM steps WHERE workflow_id = $1")
+        .bind(id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut steps = Vec::with_capacity(found.len());
+    for r in &found {
+        steps.push((
+            r.text("step")?,
+            r.parsed::<StepState>("state")?,
+            r.small::<u32>("attempts")?,
+        ));
+    }
+    if !plan::unmoved(
+        &req.seen,
+        state,
+        rows::fits("input_revision", input_revision)?,
+        &steps,
+    ) {
+        return Ok(ReviseAnswer::Moved);
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+    )
+    .bind(&s.subject.0)
+    .bind(id.as_str())
+    .bind(&s.step)
+    .bind(&s.action)
+    .bind(&s.key)
+    .bind(&req.request_digest)
+    .bind(req.now as i64)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        // A twin under the same key committed first: answer as it did.
+        return Ok(ReviseAnswer::Moved);
+    }
+    let revision_plan = match &req.change {
+        Ok(p) => p,
+        Err(refusal) => {
+            store_answer(conn, s, &ActionAnswer::Refused(refusal.clone())).await?;
+            return Ok(ReviseAnswer::Refused(refusal.clone()));
+        }
+    };
+    let record = plan::revision_record(&req, revision_plan);
+    let n = i64::from(record.input_revision);
+    sqlx::query(
+        "UPDATE workflows SET input = $1, input_digest = $2, input_revision = $3 WHERE workflow_id = $4",
+    )
+    .bind(&req.input.text)
+    .bind(&req.input.digest)
+    .bind(n)
+    .bind(id.as_str())
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO revisions ({REVISION_COLUMNS}, input) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+    )))
+    .bind(id.as_str())
+    .bind(n)
+    .bind(&record.prior_digest)
+    .bind(&record.input_digest)
+    .bind(&record.author)
+    .bind(&record.reason)
+    .bind(record.at as i64)
+    .bind(plan::json_text(&record.invalidated_steps)?)
+    .bind(plan::json_text(&record.kept_receipts)?)
+    .bind(&req.input.text)
+    .execute(&mut *conn)
+    .await?;
+    for (step, again) in &revision_plan.rerun {
+        sqlx::query(
+            "UPDATE steps SET state = $1, ready_at = CASE WHEN $1 = 'ready' THEN $2 END,
+                 receipt_id = NULL, next_trigger = 'initial', note = NULL, uncertain_since = NULL,
+                 escalated = NULL, input_digest = NULL
+             WHERE workflow_id = $3 AND step = $4",
+        )
+        .bind(again.as_str())
+        .bind(req.now as i64)
+        .bind(id.as_str())
+        .bind(step)
+        .execute(&mut *conn)
+        .await?;
+        for table in ["receipts", "attempts"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {table} SET superseded_by = $1
+                 WHERE workflow_id = $2 AND step = $3 AND superseded_by IS NULL"
+            )))
+            .bind(n)
+            .bind(id.as_str())
+            .bind(step)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    append_events(conn, id, req.now, &[plan::revision_event(&record)]).await?;
+    recompute_state(conn, id, state, false, req.now).await?;
+    store_answer(conn, s, &ActionAnswer::Applied(plan::json_text(&record)?)).await?;
+    Ok(ReviseAnswer::Applied(record))
+}
+
 impl CourseStore for PgStore {
     async fn cancel(&self, request: CancelRequest) -> StoreResult<CancelAnswer> {
         transaction!(self.pool, |conn| cancel_tx(conn, request.clone()))
@@ -141,5 +260,50 @@ impl CourseStore for PgStore {
     async fn cancellation(&self, id: &WorkflowId) -> StoreResult<Option<CancellationRecord>> {
         let mut conn = self.pool.acquire().await?;
         Ok(cancellation_on(&mut conn, id).await?)
+    }
+
+    async fn revise(&self, request: ReviseRequest) -> StoreResult<ReviseAnswer> {
+        transaction!(self.pool, |conn| revise_tx(conn, request.clone()))
+    }
+
+    async fn remember(
+        &self,
+        scope: ActionScope,
+        request_digest: String,
+        answer: ActionAnswer,
+        now: Millis,
+    ) -> StoreResult<ActionRecord> {
+        let (refusal, text, details) = rows::answer_columns(&answer);
+        sqlx::query(
+            "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest,
+                 created_at, refusal, answer, refusal_details)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+        )
+        .bind(&scope.subject.0)
+        .bind(scope.workflow_id.as_str())
+        .bind(&scope.step)
+        .bind(&scope.action)
+        .bind(&scope.key)
+        .bind(&request_digest)
+        .bind(now as i64)
+        .bind(refusal)
+        .bind(text)
+        .bind(details)
+        .execute(&self.pool)
+        .await?;
+        let mut conn = self.pool.acquire().await?;
+        action_on(&mut conn, &scope)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("a remembered key vanished".into()))
+    }
+
+    async fn revisions(&self, id: &WorkflowId) -> StoreResult<Vec<RevisionRecord>> {
+        let found = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE workflow_id = $1 ORDER BY input_revision"
+        )))
+        .bind(id.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        found.iter().map(rows::revision).collect()
     }
 }

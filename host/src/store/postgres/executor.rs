@@ -270,7 +270,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
     .await?;
     let mut receipts: HashMap<String, Vec<Receipt>> = HashMap::new();
     for r in sqlx::query(
-        "SELECT * FROM receipts WHERE workflow_id = ANY($1)
+        "SELECT * FROM receipts WHERE workflow_id = ANY($1) AND superseded_by IS NULL
          ORDER BY recorded_at, receipt_id COLLATE \"C\"",
     )
     .bind(&workflow_ids)
@@ -424,6 +424,27 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
                 workflow_id: req.fence.workflow_id.clone(),
             }
             .into());
+        }
+    }
+    if req.checkpoint == 3 {
+        // The input the attempt recorded at checkpoint 2 against the step's: the first
+        // request's digest is kept, and another is refused (the transaction rolls back).
+        let (step, attempt): (Option<String>, Option<String>) = sqlx::query_as(
+            "WITH a AS (SELECT input_digest FROM attempts WHERE attempt_id = $3),
+                  before AS (SELECT input_digest FROM steps WHERE workflow_id = $1 AND step = $2),
+                  kept AS (UPDATE steps SET input_digest = (SELECT input_digest FROM a)
+                           WHERE workflow_id = $1 AND step = $2 AND input_digest IS NULL)
+             SELECT (SELECT input_digest FROM before), (SELECT input_digest FROM a)",
+        )
+        .bind(req.fence.workflow_id.as_str())
+        .bind(&req.fence.step)
+        .bind(req.attempt_id.as_str())
+        .fetch_one(&mut *conn)
+        .await?;
+        if let (Some(step), Some(attempt)) = (step, attempt)
+            && step != attempt
+        {
+            return Err(StoreError::InputChanged { step, attempt }.into());
         }
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events).await

@@ -651,8 +651,9 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     let id = new.workflow_id.as_str();
     sqlx::query(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11)",
+             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq,
+             replaces)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12)",
     )
     .bind(id)
     .bind(&req.scope.workflow)
@@ -665,6 +666,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     .bind(new.deadline_at as i64)
     .bind(new.key_retention_ms as i64)
     .bind(new.events.len() as i64 + 1)
+    .bind(new.replaces.as_ref().map(WorkflowId::as_str))
     .execute(&mut *conn)
     .await?;
     // Takes the key if it is free or past its retention. A concurrent admission holding
@@ -688,6 +690,15 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     .rows_affected();
     if took == 0 {
         return Ok(None);
+    }
+    if let Some(original) = &new.replaces {
+        sqlx::query(
+            "UPDATE workflows SET replaced_by = $1 WHERE workflow_id = $2 AND replaced_by IS NULL",
+        )
+        .bind(id)
+        .bind(original.as_str())
+        .execute(&mut *conn)
+        .await?;
     }
     let mut steps = Vec::with_capacity(new.steps.len());
     let mut states = Vec::with_capacity(new.steps.len());

@@ -29,7 +29,7 @@ pub(super) fn action_tx(
     scope: &ActionScope,
 ) -> StoreResult<Option<ActionRecord>> {
     let mut statement = conn.prepare_cached(
-        "SELECT request_digest, refusal, answer FROM operator_actions
+        "SELECT request_digest, refusal, answer, refusal_details FROM operator_actions
          WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
     )?;
     let mut found = statement.query(scope_params(scope))?;
@@ -42,12 +42,12 @@ pub(super) fn store_answer(
     answer: &ActionAnswer,
 ) -> StoreResult<()> {
     let [subject, workflow_id, step, action, key] = scope_params(scope);
-    let (refusal, text) = rows::answer_columns(answer);
+    let (refusal, text, details) = rows::answer_columns(answer);
     conn.prepare_cached(
-        "UPDATE operator_actions SET refusal = ?, answer = ?
+        "UPDATE operator_actions SET refusal = ?, answer = ?, refusal_details = ?
          WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ? AND answer IS NULL",
     )?
-    .execute(params![refusal, text, subject, workflow_id, step, action, key])?;
+    .execute(params![refusal, text, details, subject, workflow_id, step, action, key])?;
     Ok(())
 }
 
@@ -144,7 +144,7 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
 impl OperatorStore for SqliteStore {
     async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
         let row = sqlx::query(
-            "SELECT request_digest, refusal, answer FROM operator_actions
+            "SELECT request_digest, refusal, answer, refusal_details FROM operator_actions
              WHERE subject = ? AND workflow_id = ? AND step = ? AND action = ? AND key = ?",
         )
         .bind(&scope.subject.0)

@@ -332,6 +332,41 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
             });
         }
     }
+    if req.checkpoint == 3 {
+        // The input the attempt recorded at checkpoint 2 against the step's: the first
+        // request's digest is kept, and another is refused.
+        let (step, attempt): (Option<String>, Option<String>) = conn
+            .prepare_cached(
+                "SELECT s.input_digest, a.input_digest FROM steps s, attempts a
+                 WHERE s.workflow_id = ?1 AND s.step = ?2 AND a.attempt_id = ?3",
+            )?
+            .query_row(
+                params![
+                    req.fence.workflow_id.as_str(),
+                    &req.fence.step,
+                    req.attempt_id.as_str()
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+        if let (Some(step), Some(attempt)) = (&step, &attempt)
+            && step != attempt
+        {
+            return Err(StoreError::InputChanged {
+                step: step.clone(),
+                attempt: attempt.clone(),
+            });
+        }
+        if step.is_none() && attempt.is_some() {
+            conn.prepare_cached(
+                "UPDATE steps SET input_digest = ? WHERE workflow_id = ? AND step = ?",
+            )?
+            .execute(params![
+                attempt,
+                req.fence.workflow_id.as_str(),
+                &req.fence.step
+            ])?;
+        }
+    }
     apply_facts(
         conn,
         &req.attempt_id,

@@ -472,8 +472,8 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let id = new.workflow_id.as_str();
     conn.prepare_cached(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq)
-         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq, replaces)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         id,
@@ -487,7 +487,14 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         new.deadline_at as i64,
         new.key_retention_ms as i64,
         new.events.len() as i64 + 1,
+        new.replaces.as_ref().map(WorkflowId::as_str),
     ])?;
+    if let Some(original) = &new.replaces {
+        conn.prepare_cached(
+            "UPDATE workflows SET replaced_by = ? WHERE workflow_id = ? AND replaced_by IS NULL",
+        )?
+        .execute(params![id, original.as_str()])?;
+    }
     conn.prepare_cached(
         "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest) VALUES (?, ?, ?, ?, ?)",
     )?

@@ -18,13 +18,14 @@ pub(crate) fn workflow_tx(
     found.next()?.map(rows::workflow).transpose()
 }
 
-/// A workflow's receipts, read inside a write transaction.
+/// A workflow's standing receipts (none superseded), read inside a write transaction.
 pub(crate) fn receipts_tx(
     conn: &rusqlite::Connection,
     id: &WorkflowId,
 ) -> StoreResult<Vec<Receipt>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE workflow_id = ? ORDER BY recorded_at, receipt_id"
+        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE workflow_id = ? AND superseded_by IS NULL
+         ORDER BY recorded_at, receipt_id"
     ))?;
     super::each_row(&mut stmt, [id.as_str()], |r| rows::receipt(r))
 }

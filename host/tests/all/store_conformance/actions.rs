@@ -48,6 +48,7 @@ fn stale() -> StoredRefusal {
     StoredRefusal {
         code: "step_moved".into(),
         message: "the step moved".into(),
+        details: vec![],
     }
 }
 
@@ -211,6 +212,7 @@ pub async fn operator_actions_are_idempotent_and_guarded<S: Store>(s: S) {
     let refusal = StoredRefusal {
         code: "not_idempotent".into(),
         message: "a retry could do it twice".into(),
+        details: vec![serde_json::json!({"step": "a"})],
     };
     assert_eq!(
         s.act(request(

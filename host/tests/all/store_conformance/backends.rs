@@ -3,8 +3,8 @@
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
-    AdmissionStore, ComponentStore, DefinitionStore, ExecutorStore, OperatorStore, ReadStore,
-    SessionStore,
+    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore, OperatorStore,
+    ReadStore, SessionStore,
 };
 use std::future::Future;
 
@@ -15,6 +15,7 @@ pub trait Store:
     + ReadStore
     + ExecutorStore
     + OperatorStore
+    + CourseStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -29,6 +30,7 @@ impl<T> Store for T where
         + ReadStore
         + ExecutorStore
         + OperatorStore
+        + CourseStore
         + SessionStore
         + Clone
         + 'static

@@ -519,3 +519,84 @@ pub async fn a_host_ends_only_its_own_leases<S: Store>(s: S) {
             .all(|e| e.fence != theirs[0].fence)
     );
 }
+
+/// Checkpoint 3 keeps the first request's input digest and refuses another under the same
+/// identity (DESIGN.md invariant 5); a cancellation fences it.
+pub async fn checkpoint_three_keeps_one_input_and_honours_a_cancellation<S: Store>(s: S) {
+    let id = workflow(&s, "identity", &[("deliver", &[])], T0).await;
+    let with_input = |digest: &str| {
+        let mut f = facts("about to send", AttemptOutcome::InProgress);
+        f.provenance.as_mut().unwrap().input_digest = digest.to_string();
+        f.outcome = None;
+        f
+    };
+    let first = claim(&s, "w1", T0 + 1, 1).await.remove(0);
+    s.checkpoint(checkpoint(&first, 2, with_input("sha256:aa"), 0, T0 + 2))
+        .await
+        .unwrap();
+    s.checkpoint(checkpoint(&first, 3, AttemptFacts::default(), 1, T0 + 3))
+        .await
+        .unwrap();
+    s.finish(finish_request(
+        &first,
+        retry(T0 + 4, Trigger::Retry, None),
+        T0 + 4,
+    ))
+    .await
+    .unwrap();
+    let second = claim(&s, "w1", T0 + 5, 1).await.remove(0);
+    s.checkpoint(checkpoint(&second, 2, with_input("sha256:bb"), 0, T0 + 6))
+        .await
+        .unwrap();
+    let refused = s
+        .checkpoint(checkpoint(&second, 3, AttemptFacts::default(), 1, T0 + 7))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::InputChanged { step, attempt } if step == "sha256:aa" && attempt == "sha256:bb"),
+        "{refused:?}"
+    );
+    // Refused, nothing was written: the attempt is still at checkpoint 2.
+    let attempts = s.attempts(&id, "deliver", 0, 10).await.unwrap();
+    assert_eq!(attempts[1].checkpoint, 2);
+
+    // A cancellation committed after the claim fences checkpoint 3 of a step.
+    let other = workflow(&s, "fenced", &[("deliver", &[])], T0 + 10).await;
+    let claimed = claim(&s, "w1", T0 + 11, 1).await.remove(0);
+    assert_eq!(claimed.fence.workflow_id, other);
+    let answer = s
+        .cancel(docket::store::CancelRequest {
+            scope: docket::store::ActionScope {
+                subject: docket::intent::Subject("alice".into()),
+                workflow_id: other.clone(),
+                step: String::new(),
+                action: "cancel".into(),
+                key: "c-1".into(),
+            },
+            request_digest: "sha256:c".into(),
+            cancellation_id: docket::intent::CancellationId::new(T0 + 12),
+            reason: "no longer needed".into(),
+            withdraw: false,
+            labels: Default::default(),
+            now: T0 + 12,
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answer, docket::store::CancelAnswer::Created(c) if c.outcome == docket::course::CancelOutcome::Cancelled),
+        "{answer:?}"
+    );
+    s.checkpoint(checkpoint(&claimed, 2, with_input("sha256:cc"), 0, T0 + 13))
+        .await
+        .unwrap();
+    let fenced = s
+        .checkpoint(checkpoint(&claimed, 3, AttemptFacts::default(), 1, T0 + 14))
+        .await
+        .unwrap_err();
+    assert!(matches!(fenced, StoreError::Cancelled { .. }), "{fenced:?}");
+    let record = s.workflow(&other).await.unwrap().unwrap();
+    assert!(record.cancelled);
+    assert_eq!(record.state, WorkflowState::Running, "its step still runs");
+    let ended = end(&s, &claimed, StepState::Cancelled, T0 + 15).await;
+    assert_eq!(ended.workflow_state, WorkflowState::Cancelled);
+}

@@ -54,6 +54,7 @@ pub fn admit(
                 .collect(),
             deadline_at: now + 3_600_000,
             key_retention_ms: 10_000,
+            replaces: None,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled"),
