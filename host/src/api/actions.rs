@@ -52,6 +52,7 @@ fn order(action: Action, bytes: &[u8]) -> ApiResult<Order> {
             text("external_reference")?,
         ),
         Action::Escalate => Order::escalate(text("note")?),
+        Action::Compensate => Order::compensate(text("reason")?),
     };
     made.map_err(|e| invalid(e.message, &format!("/{}", e.field)))
 }
@@ -102,7 +103,7 @@ pub(super) async fn act<S: ContextStore>(
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
     let action = Action::parse(&action_text).ok_or_else(|| {
         ApiError::not_found(format!(
-            "there is no step action `{}`; the actions are query, retry, resolve and escalate",
+            "there is no step action `{}`; the actions are query, retry, resolve, escalate and compensate",
             quote(&action_text)
         ))
     })?;

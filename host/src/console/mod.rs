@@ -291,6 +291,7 @@ async fn act<S: ContextStore>(
             Some(&form.external_reference),
         ),
         Action::Escalate => Order::escalate(Some(&form.note)),
+        Action::Compensate => Order::compensate(Some(&form.reason)),
     };
     let order = match order {
         Ok(order) => order,

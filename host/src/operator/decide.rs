@@ -56,7 +56,19 @@ pub struct Situation<'a> {
     /// when no such version can be loaded.
     pub contract: Option<&'a Contract>,
     pub history: History<'a>,
+    /// Where the workflow's course stands (a compensation by hand depends on it).
+    pub course: CourseFacts,
     pub now: Millis,
+}
+
+/// What a compensation by hand looks at beyond the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CourseFacts {
+    pub workflow: crate::intent::WorkflowState,
+    /// The workflow has a cancellation.
+    pub cancelled: bool,
+    /// The step's compensation was already started.
+    pub compensation_started: bool,
 }
 
 /// What an accepted action does: the step's change and the timeline's entries, applied
@@ -105,6 +117,9 @@ pub enum Refusal {
         forgotten_at: Millis,
         retention_seconds: u64,
     },
+    /// A compensation by hand is not possible now.
+    #[error("the effect of step `{step}` cannot be compensated by hand: {why}")]
+    CannotCompensate { step: String, why: String },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -123,6 +138,7 @@ impl Refusal {
             Refusal::ContractUnavailable { .. } => "contract_unavailable",
             Refusal::NotIdempotent { .. } => "not_idempotent",
             Refusal::KeyForgotten { .. } => "key_forgotten",
+            Refusal::CannotCompensate { .. } => "cannot_compensate",
             Refusal::StepMoved { .. } => "step_moved",
         }
     }
@@ -132,6 +148,7 @@ impl Refusal {
 fn allowed(action: Action) -> String {
     match action {
         Action::Escalate => "only unfinished steps can be escalated".into(),
+        Action::Compensate => "only a step that succeeded has an effect to reverse".into(),
         other => format!(
             "{} is possible in: {}",
             other.noun(),
@@ -152,6 +169,7 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
             s.state,
             StepState::Succeeded | StepState::Compensated | StepState::Cancelled
         ),
+        Action::Compensate => s.state == StepState::Succeeded,
         _ => SETTLEABLE.contains(&s.state),
     };
     if !allowed_now {
@@ -290,6 +308,54 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
                         data,
                     )],
                 },
+            })
+        }
+        Order::Compensate { reason } => {
+            let cannot = |why: String| Refusal::CannotCompensate {
+                step: s.step.to_string(),
+                why,
+            };
+            let course = s.course;
+            let open_for_it = course.cancelled
+                || matches!(
+                    course.workflow,
+                    crate::intent::WorkflowState::Failed | crate::intent::WorkflowState::Cancelled
+                );
+            if !open_for_it {
+                return Err(cannot(format!(
+                    "the workflow is {} without a cancellation; cancel it (or withdraw it) first",
+                    course.workflow
+                )));
+            }
+            if !s.is_adapter {
+                return Err(cannot(
+                    "it is a pure handler and had no external effect".into(),
+                ));
+            }
+            if course.compensation_started || crate::course::compensated_step(s.step).is_some() {
+                return Err(cannot("its compensation was already started".into()));
+            }
+            let contract = s.contract.ok_or_else(|| Refusal::ContractUnavailable {
+                step: s.step.to_string(),
+                what: "its compensation cannot be judged",
+            })?;
+            if !contract.compensation.supported {
+                return Err(cannot(format!(
+                    "the adapter `{}` does not declare compensation",
+                    contract.name
+                )));
+            }
+            let id = crate::course::compensation_id(s.step);
+            Ok(Plan {
+                change: StepChange::Compensate { id: id.clone() },
+                events: vec![event(
+                    EventKind::Action,
+                    format!(
+                        "Operator {by} ordered the compensation of {} ({id}): {reason}",
+                        s.label
+                    ),
+                    json!({"action": "compensate", "author": by, "reason": reason}),
+                )],
             })
         }
         Order::Escalate { note } => Ok(Plan {

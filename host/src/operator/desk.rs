@@ -129,7 +129,11 @@ pub async fn perform<S: ContextStore>(
             crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
             other => DeskError::Internal(other.to_string()),
         })?;
-    let step_def = def.as_ref().and_then(|d| d.def.step(&step));
+    // A compensation (`<step>.compensate`) is acted on like any step, with its step's adapter.
+    let step_def = def
+        .as_ref()
+        .and_then(|d| crate::scheduler::step_of(&d.def, &step));
+    let step_def = step_def.as_ref();
     let label = step_def.map_or(step.as_str(), |s| s.label.as_str());
     let is_adapter = step_def.is_some_and(|s| s.kind == crate::workflow::StepKind::Adapter);
     let attempts = ctx
@@ -164,6 +168,13 @@ pub async fn perform<S: ContextStore>(
         is_adapter,
         contract: loaded.as_ref().and_then(|c| c.contract()),
         history,
+        course: super::CourseFacts {
+            workflow: record.state,
+            cancelled: record.cancelled,
+            compensation_started: steps
+                .iter()
+                .any(|s| s.step == crate::course::compensation_id(&step)),
+        },
         now,
     });
     let (change, events) = match decision {

@@ -22,28 +22,31 @@ mod desk;
 mod revise;
 
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
-pub use decide::{History, Plan, Refusal, SETTLEABLE, Situation, decide};
+pub use decide::{CourseFacts, History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, perform};
 pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 
 use serde_json::{Value, json};
 
-/// The four actions.
+/// The five actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     Query,
     Retry,
     Resolve,
     Escalate,
+    /// Reverse one effect by hand (a compensation of its own).
+    Compensate,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 4] = [
+    pub const ALL: [Action; 5] = [
         Action::Query,
         Action::Retry,
         Action::Resolve,
         Action::Escalate,
+        Action::Compensate,
     ];
 
     /// The action named in a path or a form, if any.
@@ -53,6 +56,7 @@ impl Action {
             "retry" => Self::Retry,
             "resolve" => Self::Resolve,
             "escalate" => Self::Escalate,
+            "compensate" => Self::Compensate,
             _ => return None,
         })
     }
@@ -64,6 +68,7 @@ impl Action {
             Self::Retry => "retry",
             Self::Resolve => "resolve",
             Self::Escalate => "escalate",
+            Self::Compensate => "compensate",
         }
     }
 
@@ -74,6 +79,7 @@ impl Action {
             Self::Retry => "retried",
             Self::Resolve => "resolved",
             Self::Escalate => "escalated",
+            Self::Compensate => "compensated",
         }
     }
 
@@ -84,6 +90,7 @@ impl Action {
             Self::Retry => "a retry",
             Self::Resolve => "a resolution",
             Self::Escalate => "an escalation",
+            Self::Compensate => "a compensation",
         }
     }
 }
@@ -143,6 +150,10 @@ pub enum Order {
     },
     Escalate {
         note: String,
+    },
+    /// Reverse the step's effect by hand: a compensation of its own.
+    Compensate {
+        reason: String,
     },
 }
 
@@ -211,12 +222,20 @@ impl Order {
         })
     }
 
+    /// A compensation by hand, with its reason (required).
+    pub fn compensate(reason: Option<&str>) -> Result<Order, InvalidOrder> {
+        Ok(Order::Compensate {
+            reason: required("reason", reason, "say why the effect must be reversed")?,
+        })
+    }
+
     pub fn action(&self) -> Action {
         match self {
             Order::Query => Action::Query,
             Order::Retry => Action::Retry,
             Order::Resolve { .. } => Action::Resolve,
             Order::Escalate { .. } => Action::Escalate,
+            Order::Compensate { .. } => Action::Compensate,
         }
     }
 
@@ -242,6 +261,7 @@ impl Order {
                 v
             }
             Order::Escalate { note } => json!({"note": note}),
+            Order::Compensate { reason } => json!({"reason": reason}),
         }
     }
 }

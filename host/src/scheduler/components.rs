@@ -468,4 +468,13 @@ impl CheckEnv for Components {
     fn allows_secret(&self, component: &str, secret: &str) -> bool {
         self.policy.allows_secret(component, secret)
     }
+
+    fn declares_compensation(&self, component: &str, version: &semver::Version) -> Option<bool> {
+        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+        by_name
+            .get(component)?
+            .iter()
+            .find(|(v, _)| v == version)
+            .and_then(|(_, c)| c.contract().map(|c| c.compensation.supported))
+    }
 }

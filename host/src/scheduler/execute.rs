@@ -10,7 +10,9 @@ mod adapter;
 
 use super::recovery::{Uncertainty, Verdict, decide};
 use super::{DeployError, ResolveError, Scheduler};
-use crate::contract::{Contract, EffectError, EffectRequest, Lookup, PluginReceipt};
+use crate::contract::{
+    CompensationRequest, Contract, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
+};
 use crate::intent::{
     AttemptOutcome, EventKind, EvidenceKind, Millis, NewEvent, Provenance, ReceiptId, StepState,
     Trigger, external_idempotency_key,
@@ -176,7 +178,7 @@ where
             Ok(outcome) => {
                 // Checkpoint 6: the receipt and the release of dependents are durable.
                 if receipt_of_adapter {
-                    self.failpoint(6);
+                    self.failpoint(6, &claimed);
                 }
                 if !outcome.released.is_empty() {
                     self.wake.notify_one();
@@ -297,21 +299,25 @@ where
             Err(DeployError::Store(e)) => return transient(claimed, &e),
             Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
-        let Some(step) = deployed.def.step(&fence.step) else {
+        let reverses = crate::course::compensated_step(&fence.step);
+        let Some(step) = step_of(&deployed.def, &fence.step) else {
             let note = format!(
                 "step `{}` is not in definition v{}",
                 fence.step, claimed.definition_version
             );
             return Some(self.blocked(claimed, note));
         };
+        let step = &step;
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {
-            self.failpoint(1);
+            self.failpoint(1, claimed);
         }
         // A recovery query only gathers evidence about an effect that may already have
         // happened: the budgets bound new effects and must never leave an outcome unasked
-        // (the visibility window bounds how often a query runs).
+        // (the visibility window bounds how often a query runs). A compensation reverses an
+        // effect: a budget never refuses one.
         if claimed.trigger != Trigger::RecoveryQuery
+            && reverses.is_none()
             && let Some(why) = over_budget(claimed, &deployed.def.budget, self.clock.now_ms())
         {
             return Some(self.budget_exceeded(claimed, why));
@@ -375,7 +381,7 @@ where
                     step,
                     &component,
                     &input,
-                    deployed.def.budget.max_external_calls,
+                    reverses.map_or(Some(deployed.def.budget.max_external_calls), |_| None),
                 )
                 .await
                 .map(|ending| Ending {
@@ -673,6 +679,38 @@ where
         if let Err(e) = self.store.late_evidence(late).await {
             tracing::error!(workflow = %claimed.fence.workflow_id, step, "recording a late result failed: {e}");
         }
+    }
+}
+
+/// What the row `id` of a workflow of `def` runs: a step of the definition, or the
+/// compensation of one (`<step>.compensate`).
+pub(crate) fn step_of(def: &crate::workflow::WorkflowDef, id: &str) -> Option<StepDef> {
+    match crate::course::compensated_step(id) {
+        Some(of) => def.step(of).map(compensation_def),
+        None => def.step(id).cloned(),
+    }
+}
+
+/// The step a compensation row runs: the original step's adapter, under the id
+/// `<step>.compensate`, with the compensation's input mapping (default: the step's own) and
+/// retry policy.
+fn compensation_def(step: &StepDef) -> StepDef {
+    let (input, retry) = match &step.compensation {
+        Some(c) => (
+            c.input.clone().unwrap_or_else(|| step.input.clone()),
+            c.retry.clone(),
+        ),
+        None => (step.input.clone(), crate::workflow::RetryPolicy::default()),
+    };
+    StepDef {
+        id: step.id.compensation(),
+        label: format!("Compensation of {}", step.label),
+        input,
+        outputs: Vec::new(),
+        retry,
+        milestone: None,
+        compensation: None,
+        ..step.clone()
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod components;
 pub mod definitions;
 mod execute;
+pub(crate) use execute::step_of;
 mod progress;
 pub mod recovery;
 pub mod registry;
@@ -78,33 +79,41 @@ pub fn default_owner() -> String {
 /// A fault injected by the test controls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failpoint {
-    /// Abort the process right after this checkpoint (1–6) of the next adapter attempt.
+    /// Abort the process right after this checkpoint (1–6) of the next adapter attempt of
+    /// a step (not of a compensation).
     Checkpoint(u8),
+    /// Abort the process right after this checkpoint (1–6) of the next attempt of a
+    /// compensation (`<step>.compensate`).
+    CompensationCheckpoint(u8),
     /// Panic the scheduler's task when it first claims a step: how a test shows that a
     /// dead task stops the host.
     SchedulerPanic,
 }
 
-/// The failpoint asked for by the environment: `DOCKET_FAILPOINT=checkpoint-N` or
-/// `scheduler-panic`. The caller decides whether test controls allow it; `None` when unset
-/// or malformed.
+/// The failpoint asked for by the environment: `DOCKET_FAILPOINT=checkpoint-N`,
+/// `compensation-checkpoint-N` or `scheduler-panic`. The caller decides whether test
+/// controls allow it; `None` when unset or malformed.
 pub fn failpoint_from_env() -> Option<Failpoint> {
     let value = std::env::var("DOCKET_FAILPOINT").ok()?;
     if value == "scheduler-panic" {
         return Some(Failpoint::SchedulerPanic);
     }
-    match value
-        .strip_prefix("checkpoint-")
-        .and_then(|n| n.parse::<u8>().ok())
-    {
-        Some(n @ 1..=6) => Some(Failpoint::Checkpoint(n)),
-        _ => {
-            tracing::error!(
-                "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6 or scheduler-panic; ignored"
-            );
-            None
-        }
+    let number = |prefix: &str| {
+        value
+            .strip_prefix(prefix)
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| (1..=6).contains(n))
+    };
+    if let Some(n) = number("compensation-checkpoint-") {
+        return Some(Failpoint::CompensationCheckpoint(n));
     }
+    if let Some(n) = number("checkpoint-") {
+        return Some(Failpoint::Checkpoint(n));
+    }
+    tracing::error!(
+        "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6, compensation-checkpoint-1 … 6 or scheduler-panic; ignored"
+    );
+    None
 }
 
 /// One catch-up with the adapter registry: activations and rollbacks made elsewhere (another
@@ -191,9 +200,17 @@ where
     }
 
     /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
-    fn failpoint(&self, n: u8) {
-        if self.config.failpoint == Some(Failpoint::Checkpoint(n)) {
-            eprintln!("docket: failpoint checkpoint-{n} reached; aborting");
+    /// Aborts the process if the failpoint names checkpoint `n` of this kind of attempt.
+    fn failpoint(&self, n: u8, claimed: &crate::store::Claimed) {
+        let compensation = crate::course::compensated_step(&claimed.fence.step).is_some();
+        let hit = match self.config.failpoint {
+            Some(Failpoint::Checkpoint(at)) => at == n && !compensation,
+            Some(Failpoint::CompensationCheckpoint(at)) => at == n && compensation,
+            _ => false,
+        };
+        if hit {
+            let kind = if compensation { "compensation-" } else { "" };
+            eprintln!("docket: failpoint {kind}checkpoint-{n} reached; aborting");
             std::process::abort();
         }
     }
@@ -499,9 +516,7 @@ where
             .get(&lease.workflow, lease.definition_version)
             .await
         {
-            Ok(Some(d)) => d
-                .def
-                .step(step)
+            Ok(Some(d)) => execute::step_of(&d.def, step)
                 .is_some_and(|s| s.retry.allows_another(lease.attempt_number)),
             Ok(None) => false,
             Err(DeployError::Store(e)) => return Err(e),

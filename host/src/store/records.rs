@@ -526,6 +526,9 @@ pub enum StepChange {
     Terminal { state: StepState, note: String },
     /// Marked for another person (`{"note", "by", "at"}`); the state is unchanged.
     Escalate(serde_json::Value),
+    /// Its effect is reversed by a compensation of its own (`id`, ready at once): the
+    /// step becomes `compensating`.
+    Compensate { id: String },
 }
 
 /// An operator action to apply in one transaction, with its key.

@@ -107,12 +107,19 @@ impl StepKind {
 
 pub use crate::intent::CompensationTrigger;
 
-/// A step's compensation: when the adapter's `compensate` is called for its effect.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A step's compensation: when the adapter's `compensate` is called for its effect, with
+/// which input, and how its failed attempts are retried. It runs as a step of its own,
+/// `<step>.compensate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Compensation {
     /// The trigger.
     pub on: CompensationTrigger,
+    /// The compensation's input; `None`: the step's own mapped input. It may read the
+    /// step's receipt and those of the steps it runs after.
+    pub input: Option<InputMapping>,
+    /// How failed attempts of the compensation are retried.
+    pub retry: RetryPolicy,
 }
 
 /// Capabilities a step asks for. The effective grant is the intersection with what the

@@ -43,6 +43,9 @@ pub trait CheckEnv {
     fn allows_host(&self, component: &str, host: &str) -> bool;
     /// Whether the operator's config allows `component` the secret `secret`.
     fn allows_secret(&self, component: &str, secret: &str) -> bool;
+    /// Whether version `version` of `component` declares compensation; `None` when its
+    /// contract is not known here.
+    fn declares_compensation(&self, component: &str, version: &Version) -> Option<bool>;
 }
 
 /// An in-memory [`CheckEnv`]: listed components and exact-match allowances.
@@ -51,6 +54,7 @@ pub struct StaticEnv {
     components: BTreeMap<String, Vec<(Version, ComponentWorld)>>,
     hosts: BTreeMap<String, BTreeSet<String>>,
     secrets: BTreeMap<String, BTreeSet<String>>,
+    compensation: BTreeMap<(String, Version), bool>,
 }
 
 impl StaticEnv {
@@ -85,6 +89,13 @@ impl StaticEnv {
             .insert(secret.to_string());
         self
     }
+
+    /// Records whether a version's contract declares compensation.
+    pub fn compensation(mut self, component: &str, version: Version, declared: bool) -> Self {
+        self.compensation
+            .insert((component.to_string(), version), declared);
+        self
+    }
 }
 
 impl CheckEnv for StaticEnv {
@@ -105,6 +116,12 @@ impl CheckEnv for StaticEnv {
             .get(component)
             .is_some_and(|s| s.contains(secret))
     }
+
+    fn declares_compensation(&self, component: &str, version: &Version) -> Option<bool> {
+        self.compensation
+            .get(&(component.to_string(), version.clone()))
+            .copied()
+    }
 }
 
 /// Checks each step's component, version requirement and capabilities against `env`.
@@ -113,6 +130,7 @@ pub(super) fn check_steps(steps: &[StepToml], env: &dyn CheckEnv, diags: &mut Ve
         // Allowances are per component, so they mean nothing for an unknown one.
         if check_component(step, env, diags) {
             check_capabilities(step, env, diags);
+            check_compensation(step, env, diags);
         }
     }
 }
@@ -226,6 +244,44 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
             );
         }
     }
+}
+
+/// A compensated step's adapter must declare compensation in every version that may run it.
+fn check_compensation(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    let Some(compensation) = &step.compensation else {
+        return;
+    };
+    if *step.kind.get_ref() != StepKind::Adapter {
+        return; // A handler's compensation is refused by the file checks.
+    }
+    let name = step.component.get_ref();
+    let req = &step.version.get_ref().0;
+    let mut lacking: Vec<Version> = env
+        .versions(name)
+        .into_iter()
+        .filter(|(v, world)| *world == ComponentWorld::Adapter && req.matches(v))
+        .filter(|(v, _)| env.declares_compensation(name, v) == Some(false))
+        .map(|(v, _)| v)
+        .collect();
+    if lacking.is_empty() {
+        return;
+    }
+    lacking.sort();
+    let versions = lacking
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    diags.push(
+        Diagnostic::new(format!(
+            "step `{}` is compensated, but `{name}` {versions} does not declare compensation in its contract",
+            step.id.get_ref()
+        ))
+        .at(compensation.span())
+        .help(format!(
+            "remove [steps.compensation], or require a version of `{name}` whose contract declares compensation"
+        )),
+    );
 }
 
 fn article(kind: StepKind) -> &'static str {

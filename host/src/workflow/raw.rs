@@ -82,4 +82,6 @@ pub(super) struct CapabilitiesToml {
 #[serde(deny_unknown_fields)]
 pub(super) struct CompensationToml {
     pub on: CompensationTrigger,
+    pub input: Option<toml::Table>,
+    pub retry: Option<RetryToml>,
 }

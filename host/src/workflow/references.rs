@@ -15,6 +15,42 @@ use super::spans::Part;
 use super::step::mapping_path;
 use super::validate::Ctx;
 
+/// Checks what each reference of step `i`'s compensation reads: a step's compensation runs
+/// after its effect, so it may read the step's own receipt and those of the steps it runs
+/// after.
+pub(super) fn compensation_references(
+    raw: &WorkflowToml,
+    i: usize,
+    refs: Vec<Located<Reference>>,
+    index: &BTreeMap<&str, usize>,
+    graph: &Graph,
+    ctx: &mut Ctx<'_, '_>,
+) {
+    let id = raw.steps[i].id.get_ref();
+    let ancestors = graph.ancestors(i);
+    for (path, reference) in refs {
+        let Some(target) = reference.step() else {
+            continue;
+        };
+        let name = target.as_str();
+        let known = index.get(name).copied();
+        let readable = known.is_some_and(|j| j == i || ancestors.contains(&j));
+        if !readable && !graph.is_incomplete(i) {
+            let span = ctx.step_span(i, &super::step::compensation_path(&path), Part::Value);
+            ctx.push(
+                Diagnostic::new(format!(
+                    "the compensation of step `{id}` reads `{reference}`, but `{name}` is neither `{id}` nor a step it runs after"
+                ))
+                .at(span)
+                .help(format!(
+                    "read the receipt of `{id}` or of a step in its `after`; the steps are {}",
+                    list(index.keys())
+                )),
+            );
+        }
+    }
+}
+
 /// Checks what each reference of step `i` reads.
 pub(super) fn references(
     raw: &WorkflowToml,

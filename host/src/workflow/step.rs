@@ -20,13 +20,14 @@ use super::validate::{Ctx, DEFAULT_TIMEOUT, nonzero, positive};
 use super::values::TomlDuration;
 use super::{StepDef, StepKind};
 
-/// A step, with the references in its input mapping (for [`super::references`]).
+/// A step, with the references in its input mapping (for [`super::references`]) and in its
+/// compensation's.
 pub(super) fn step(
     raw: &StepToml,
     i: usize,
     deadline: Duration,
     ctx: &mut Ctx<'_, '_>,
-) -> (StepDef, Vec<Located<Reference>>) {
+) -> (StepDef, Vec<Located<Reference>>, Vec<Located<Reference>>) {
     let id = raw.id.get_ref();
     let kind = *raw.kind.get_ref();
     if raw.label.get_ref().trim().is_empty() {
@@ -120,12 +121,72 @@ pub(super) fn step(
             .milestone
             .as_ref()
             .map(|m| m.get_ref().trim().to_string()),
-        compensation: raw
-            .compensation
-            .as_ref()
-            .map(|c| Compensation { on: c.get_ref().on }),
+        compensation: None,
     };
-    (step, refs)
+    let mut compensation_refs = Vec::new();
+    let compensation = raw.compensation.as_ref().map(|c| {
+        let c = c.get_ref();
+        let input = c.input.as_ref().map(|table| {
+            let (mapping, refs) = compensation_input(table, id.as_str(), i, ctx);
+            compensation_refs = refs;
+            mapping
+        });
+        let retry = c
+            .retry
+            .as_ref()
+            .map_or_else(RetryPolicy::default, |r| self::retry(r, id.as_str(), ctx));
+        Compensation {
+            on: c.on,
+            input,
+            retry,
+        }
+    });
+    (
+        StepDef {
+            compensation,
+            ..step
+        },
+        refs,
+        compensation_refs,
+    )
+}
+
+/// The path of a compensation's mapping entry under its step.
+pub(super) fn compensation_path(path: &[Seg]) -> Vec<Seg> {
+    let mut full = vec![Seg::key("compensation"), Seg::key("input")];
+    full.extend_from_slice(path);
+    full
+}
+
+/// `[steps.compensation.input]`, built like a step's mapping.
+fn compensation_input(
+    table: &toml::Table,
+    id: &str,
+    i: usize,
+    ctx: &mut Ctx<'_, '_>,
+) -> (InputMapping, Vec<Located<Reference>>) {
+    let fields = match toml_to_json(&toml::Value::Table(table.clone())) {
+        Ok(Value::Object(fields)) => fields,
+        Ok(_) => Default::default(),
+        Err(err) => {
+            ctx.push(
+                Diagnostic::new(format!("compensation input mapping of step `{id}`: {err}"))
+                    .at(ctx.step_span(i, &compensation_path(&[]), Part::Key))
+                    .help("use finite numbers in the input mapping"),
+            );
+            return (InputMapping::default(), Vec::new());
+        }
+    };
+    let (mapping, refs, errors) = InputMapping::build(&fields);
+    for (path, err) in errors {
+        let span = ctx.step_span(i, &compensation_path(&path), Part::Value);
+        ctx.push(
+            Diagnostic::new(err.to_string())
+                .at(span)
+                .help(REFERENCE_HELP),
+        );
+    }
+    (mapping, refs)
 }
 
 fn retry(raw: &RetryToml, id: &str, ctx: &mut Ctx<'_, '_>) -> RetryPolicy {

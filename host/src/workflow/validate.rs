@@ -91,8 +91,9 @@ pub(super) fn workflow(raw: &WorkflowToml, ctx: &mut Ctx<'_, '_>, digest: String
 
     let mut steps = Vec::with_capacity(raw.steps.len());
     for (i, raw_step) in raw.steps.iter().enumerate() {
-        let (step, refs) = step::step(raw_step, i, deadline, ctx);
+        let (step, refs, compensation_refs) = step::step(raw_step, i, deadline, ctx);
         references::references(raw, i, refs, &index, &graph, &input_schema, ctx);
+        references::compensation_references(raw, i, compensation_refs, &index, &graph, ctx);
         steps.push(step);
     }
     let budget = budget(raw.budget.as_ref(), &raw.steps, ctx);

@@ -168,6 +168,14 @@ macro_rules! name_type {
 name_type!(WorkflowName, "workflow name", false);
 name_type!(StepId, "step id", true);
 
+impl StepId {
+    /// The id of this step's compensation, `<id>.compensate`: a step of its own, and the
+    /// one id with a `.` (never written in a definition, so it never collides).
+    pub fn compensation(&self) -> StepId {
+        StepId(crate::course::compensation_id(&self.0))
+    }
+}
+
 /// A duration written as text with units (`"5s"`, `"200ms"`, `"1h 30m"`), parsed with
 /// `humantime`. Only used at the TOML boundary; validated types hold [`Duration`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -583,6 +583,366 @@ async fn a_revision_after_the_side_effect_is_refused_and_replaced(db: Option<Str
     assert_eq!(host.world().await.len(), 2);
 }
 
+/// A delivery through `adapter` compensated on `on`, optionally followed by a notice through
+/// the same provider (`notice`: its retry table) that can fail on its own.
+fn compensated(name: &str, adapter: &str, on: &str, notice: Option<&str>) -> (String, String) {
+    let mut text = format!(
+        r#"
+name = "{name}"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+
+[[steps]]
+id = "deliver"
+label = "Deliver document"
+kind = "adapter"
+component = "{adapter}"
+version = "^1"
+milestone = "Delivery verified"
+timeout = "20s"
+
+[steps.input]
+recipient = "$input.recipient"
+document = "$input.document"
+document_digest = "$input.document_digest"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+
+[steps.compensation]
+on = "{on}"
+"#
+    );
+    if let Some(retry) = notice {
+        text.push_str(&format!(
+            r#"
+[[steps]]
+id = "notify"
+label = "Send the notice"
+kind = "adapter"
+component = "{adapter}"
+version = "^1"
+after = ["deliver"]
+timeout = "20s"
+
+[steps.input]
+recipient = "$input.recipient"
+document = "Your document was sent"
+document_digest = "sha256:01"
+
+[steps.retry]
+{retry}
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+"#
+        ));
+    }
+    (format!("{name}.toml"), text)
+}
+
+fn raw_input(recipient: &str) -> Value {
+    json!({"recipient": recipient, "document": "Hi", "document_digest": "sha256:00"})
+}
+
+async fn submit_raw(host: &HostProcess, workflow: &str, key: &str) -> String {
+    let (status, created) = host
+        .submit(workflow, key, raw_input("reader@example.com"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    created["workflow_id"].as_str().unwrap().to_string()
+}
+
+/// A completed delivery is withdrawn on request: the compensation is a step of its own
+/// with its own attempts and receipt, the provider cancels the delivery once, the original
+/// receipt stays, and the timeline tells both effects.
+async fn a_withdrawal_reverses_a_completed_delivery_once(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![compensated(
+            "withdrawable",
+            "http-delivery",
+            "workflow_cancelled",
+            None,
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit_raw(&host, "withdrawable", "withdraw-1").await;
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let delivery = host.world().await[0]["id"].as_str().unwrap().to_string();
+    let withdraw = wf["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "withdraw")
+        .unwrap_or_else(|| panic!("no withdrawal offered: {wf:#}"))
+        .clone();
+    assert_eq!(withdraw["label"], "Request withdrawal");
+    assert_eq!(
+        withdraw["consequences"],
+        json!([{"step": "deliver", "external_reference": delivery, "compensation": "will_compensate"}])
+    );
+    let path = format!("/v1/workflows/{id}/cancel");
+    let (status, answer) = post(
+        &host,
+        &path,
+        "w-1",
+        None,
+        json!({"reason": "sent to the wrong reader", "withdraw": true}),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["outcome"], "compensating", "{answer:#}");
+    assert_eq!(answer["withdraw"], true);
+    let (status, again) = post(
+        &host,
+        &path,
+        "w-2",
+        None,
+        json!({"reason": "again", "withdraw": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["cancellation_id"], answer["cancellation_id"]);
+
+    let wf = host
+        .wait_for(
+            &id,
+            &["cancelled", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "compensated", "{wf:#}");
+    assert_eq!(deliver["receipt"]["external_reference"], delivery.as_str());
+    let compensation = &deliver["compensation"];
+    assert_eq!(compensation["id"], "deliver.compensate");
+    assert_eq!(compensation["state"], "succeeded", "{wf:#}");
+    assert_eq!(compensation["receipt"]["evidence_kind"], "response");
+    let reversed = wf["milestones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "Reversed after partial completion")
+        .unwrap_or_else(|| panic!("no reversal milestone: {wf:#}"));
+    assert!(reversed["reached_at"].is_string(), "{wf:#}");
+    // The compensation's attempts are its own.
+    let attempts = host.attempts(&id, "deliver.compensate").await;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["trigger"], "compensation");
+    assert_eq!(attempts[0]["checkpoint"], 6);
+    // The provider's record: the delivery was made once and cancelled once.
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:?}");
+    assert_eq!(world[0]["status"], "cancelled");
+    assert_eq!(world[0]["cancel_requests"], 1);
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("Deliver document succeeded"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("Compensation of Deliver document succeeded"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("deliver compensated"), "{timeline}");
+}
+
+/// A compensation whose answer was lost is recovered by looking up the original effect:
+/// it shows as reversed, so no second cancel is sent.
+async fn a_compensation_whose_answer_was_lost_is_recovered_by_query(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![compensated(
+            "withdrawable-query-only",
+            "http-delivery-query-only",
+            "workflow_not_completed",
+            None,
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit_raw(&host, "withdrawable-query-only", "lost-cancel").await;
+    host.wait_for(&id, SETTLED, Duration::from_secs(30)).await;
+    host.faults(json!({"lose_next_cancel": 1})).await;
+    let (status, answer) = post(
+        &host,
+        &format!("/v1/workflows/{id}/cancel"),
+        "lc-1",
+        None,
+        json!({"reason": "withdrawn", "withdraw": true}),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let wf = host
+        .wait_for(
+            &id,
+            &["cancelled", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    let compensation = &step(&wf, "deliver")["compensation"];
+    assert_eq!(compensation["receipt"]["evidence_kind"], "query", "{wf:#}");
+    let world = host.world().await;
+    assert_eq!(world[0]["cancel_requests"], 1, "{world:?}");
+    assert_eq!(world[0]["status"], "cancelled");
+    let attempts = host.attempts(&id, "deliver.compensate").await;
+    let triggers: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["trigger"].as_str().unwrap())
+        .collect();
+    assert_eq!(triggers, ["compensation", "recovery_query"], "{attempts:?}");
+}
+
+/// While an effect stands and later work is only waiting to retry, a cancellation stops
+/// the rest and reverses the effect.
+async fn a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates(
+    db: Option<String>,
+) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![compensated(
+            "noticed",
+            "http-delivery",
+            "workflow_cancelled",
+            Some("max_attempts = 3\ninitial_backoff = \"30m\"\nmax_backoff = \"30m\""),
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    // The delivery is committed at once and answered late; meanwhile the provider is set to
+    // refuse the next request — the notice's, which then waits 30 minutes to retry.
+    host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
+    let id = submit_raw(&host, "noticed", "stop-rest").await;
+    crate::wait::until(
+        "the delivery at the provider",
+        Duration::from_secs(30),
+        || async {
+            let n = host.world().await.len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} deliveries"))
+            }
+        },
+    )
+    .await;
+    host.faults(json!({"unavailable_next": 1})).await;
+    let wf = crate::wait::until(
+        "the notice to wait for its retry",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if step(&wf, "notify")["state"] == "failed_retryable" {
+                Ok(wf)
+            } else {
+                Err(format!("{wf:#}"))
+            }
+        },
+    )
+    .await;
+    let cancel = wf["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "cancel")
+        .cloned()
+        .unwrap();
+    assert_eq!(cancel["label"], "Stop remaining work");
+    let (status, answer) = post(
+        &host,
+        &format!("/v1/workflows/{id}/cancel"),
+        "sr-1",
+        None,
+        json!({"reason": "no longer needed"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["outcome"], "compensating", "{answer:#}");
+    let wf = host
+        .wait_for(
+            &id,
+            &["cancelled", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    assert_eq!(step(&wf, "deliver")["state"], "compensated");
+    assert_eq!(step(&wf, "notify")["state"], "cancelled");
+    let world = host.world().await;
+    let delivered: Vec<&Value> = world
+        .iter()
+        .filter(|d| d["status"] == "cancelled")
+        .collect();
+    assert_eq!(delivered.len(), 1, "{world:?}");
+    assert_eq!(delivered[0]["cancel_requests"], 1);
+}
+
+/// `on = "workflow_failed"`: a later step that fails for good compensates the delivery;
+/// while it only waits to retry, nothing is compensated.
+async fn a_terminal_failure_compensates_and_a_retryable_one_does_not(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![compensated(
+            "failing-notice",
+            "http-delivery",
+            "workflow_failed",
+            Some("max_attempts = 2\ninitial_backoff = \"200ms\""),
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    // The delivery is committed at once and answered late; meanwhile the provider is set to
+    // refuse the next two requests — the notice's two attempts.
+    host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
+    let id = submit_raw(&host, "failing-notice", "fail-later").await;
+    crate::wait::until(
+        "the delivery at the provider",
+        Duration::from_secs(30),
+        || async {
+            let n = host.world().await.len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} deliveries"))
+            }
+        },
+    )
+    .await;
+    host.faults(json!({"unavailable_next": 2})).await;
+    let wf = host
+        .wait_for(
+            &id,
+            &["failed", "needs_review", "cancelled"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "failed", "{wf:#}");
+    assert_eq!(step(&wf, "notify")["state"], "failed_terminal");
+    assert_eq!(step(&wf, "deliver")["state"], "compensated", "{wf:#}");
+    let timeline = host.timeline_text(&id).await;
+    let retry = timeline.find("Retry scheduled").expect("a retry");
+    let failed = timeline
+        .find("Send the notice failed after 2 attempts")
+        .expect("the failure");
+    let scheduled = timeline
+        .find("Compensation deliver.compensate scheduled")
+        .expect("a compensation");
+    assert!(retry < failed && failed < scheduled, "{timeline}");
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:?}");
+    assert_eq!(world[0]["cancel_requests"], 1);
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),+ $(,)?) => {
         mod sqlite {
@@ -613,6 +973,10 @@ on_both_backends!(
     the_projection_revision_drives_etags_and_long_polls,
     a_revision_before_the_side_effect_reaches_the_delivery,
     a_revision_after_the_side_effect_is_refused_and_replaced,
+    a_withdrawal_reverses_a_completed_delivery_once,
+    a_compensation_whose_answer_was_lost_is_recovered_by_query,
+    a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates,
+    a_terminal_failure_compensates_and_a_retryable_one_does_not,
 );
 
 /// `docket cancel` asks the running host and prints its answer; a second run answers with

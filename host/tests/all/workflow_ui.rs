@@ -28,8 +28,19 @@ fn env() -> StaticEnv {
             Version::new(1, 0, 0),
             ComponentWorld::Adapter,
         )
+        .component(
+            "http-delivery-fire-and-forget",
+            Version::new(1, 0, 0),
+            ComponentWorld::Adapter,
+        )
         .allow_host("http-delivery", "$base_url")
         .allow_secret("http-delivery", "provider_token")
+        .compensation("http-delivery", Version::new(1, 0, 0), true)
+        .compensation(
+            "http-delivery-fire-and-forget",
+            Version::new(1, 0, 0),
+            false,
+        )
 }
 
 fn manifest_dir() -> PathBuf {

@@ -58,7 +58,8 @@ fn contract(runner: Runner) -> Option<Contract> {
             supported: query,
             visibility_window_ms: 5_000,
         },
-        compensation: CompensationClaim { supported: false },
+        // As the shipped variants: queryable adapters can cancel a delivery.
+        compensation: CompensationClaim { supported: query },
         capabilities: DeclaredCapabilities::default(),
     })
 }
@@ -107,8 +108,16 @@ fn orders() -> Vec<Order> {
         );
     }
     all.push(Order::escalate(Some("ask the provider")).unwrap());
+    all.push(Order::compensate(Some("withdrawn by the client")).unwrap());
     all
 }
+
+/// A failed workflow: where a compensation by hand is allowed.
+const FAILED: CourseFacts = CourseFacts {
+    workflow: crate::intent::WorkflowState::Failed,
+    cancelled: false,
+    compensation_started: false,
+};
 
 /// What the step becomes, in a word, when the action is accepted.
 fn change_kind(change: &StepChange) -> &'static str {
@@ -133,6 +142,7 @@ fn change_kind(change: &StepChange) -> &'static str {
         } => "abandoned",
         StepChange::Terminal { .. } => "other_terminal",
         StepChange::Escalate(_) => "escalated",
+        StepChange::Compensate { .. } => "compensate",
     }
 }
 
@@ -149,6 +159,12 @@ fn expected(
         OutcomeUnknown | WaitingForReview | Blocked | FailedRetryable | FailedTerminal
     );
     match order {
+        Order::Compensate { .. } => match (state, runner) {
+            (Succeeded, Runner::Handler | Runner::FireAndForget) => Err("cannot_compensate"),
+            (Succeeded, Runner::AdapterNotLoaded) => Err("contract_unavailable"),
+            (Succeeded, Runner::QueryOnly | Runner::Idempotent) => Ok("compensate"),
+            _ => Err("state_forbids"),
+        },
         Order::Escalate { .. } => {
             if matches!(state, Succeeded | Compensated | Cancelled) {
                 Err("state_forbids")
@@ -197,6 +213,7 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
                         is_adapter: runner != Runner::Handler,
                         contract: contract.as_ref(),
                         history: History::of(&attempts),
+                        course: FAILED,
                         now: NOW,
                     };
                     let got = decide(&situation);
@@ -226,7 +243,7 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
             }
         }
     }
-    assert_eq!(cases, StepState::ALL.len() * 6 * RUNNERS.len() * 3);
+    assert_eq!(cases, StepState::ALL.len() * 7 * RUNNERS.len() * 3);
 }
 
 #[test]
@@ -249,6 +266,7 @@ fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance
         is_adapter: true,
         contract: None,
         history: History::of(&attempts),
+        course: FAILED,
         now: NOW,
     })
     .unwrap();
@@ -308,5 +326,54 @@ fn orders_missing_what_they_need_name_the_field() {
     assert_eq!(
         blank_reference.to_json(),
         serde_json::json!({"outcome": "abandon", "evidence": "e", "reason": "r"})
+    );
+}
+
+#[test]
+fn a_compensation_by_hand_needs_a_workflow_that_will_not_complete() {
+    let actor = Subject("ops".into());
+    let order = Order::compensate(Some("the client withdrew")).unwrap();
+    let contract = contract(Runner::Idempotent);
+    let situation = |course: CourseFacts| Situation {
+        order: &order,
+        actor: &actor,
+        step: "deliver",
+        state: StepState::Succeeded,
+        label: "Deliver the document",
+        is_adapter: true,
+        contract: contract.as_ref(),
+        history: History::default(),
+        course,
+        now: NOW,
+    };
+    let running = CourseFacts {
+        workflow: crate::intent::WorkflowState::Completed,
+        ..FAILED
+    };
+    let refused = decide(&situation(running)).unwrap_err();
+    assert_eq!(refused.code(), "cannot_compensate");
+    assert!(
+        refused
+            .to_string()
+            .contains("cancel it (or withdraw it) first")
+    );
+    let cancelled = CourseFacts {
+        cancelled: true,
+        ..running
+    };
+    let plan = decide(&situation(cancelled)).unwrap();
+    assert_eq!(
+        plan.change,
+        StepChange::Compensate {
+            id: "deliver.compensate".into()
+        }
+    );
+    let twice = CourseFacts {
+        compensation_started: true,
+        ..cancelled
+    };
+    assert_eq!(
+        decide(&situation(twice)).unwrap_err().code(),
+        "cannot_compensate"
     );
 }

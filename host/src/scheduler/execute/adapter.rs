@@ -40,7 +40,7 @@ where
         let late = (n == 5).then(|| (request.facts.clone(), request.events.clone()));
         match self.store.checkpoint(request).await {
             Ok(()) => {
-                self.failpoint(n);
+                self.failpoint(n, claimed);
                 Ok(())
             }
             Err(StoreError::Cancelled { .. }) => Err(Halt::Cancelled),
@@ -107,7 +107,8 @@ where
         step: &StepDef,
         prepared: &Prepared,
         input: &crate::intent::CanonicalInput,
-        max_external_calls: u32,
+        // `None` for a compensation, which no budget refuses.
+        max_external_calls: Option<u32>,
     ) -> Option<Ending> {
         let Some(contract) = prepared.component.contract().cloned() else {
             // Definitions are checked against every registered version's world; a version
@@ -138,12 +139,46 @@ where
             return Some(self.namespace_changed(claimed, step, prepared, &contract, input, sent));
         }
         let querying = claimed.trigger == Trigger::RecoveryQuery;
-        if !querying && claimed.external_calls_used >= max_external_calls {
+        if !querying
+            && let Some(max) = max_external_calls
+            && claimed.external_calls_used >= max
+        {
             return Some(self.budget_exceeded(
                 claimed,
-                format!("the workflow's budget of {max_external_calls} external calls is used up"),
+                format!("the workflow's budget of {max} external calls is used up"),
             ));
         }
+        // A compensation reverses the effect named by the original step's receipt, with an
+        // adapter version that declares it can.
+        let reverses = crate::course::compensated_step(&claimed.fence.step);
+        let original = match reverses {
+            None => None,
+            Some(of) => {
+                if !contract.compensation.supported {
+                    let reason = format!(
+                        "`{}@{}` does not declare compensation; activate a version that does, or resolve the compensation",
+                        contract.name, contract.version
+                    );
+                    return Some(Ending::cannot_start(
+                        claimed,
+                        step,
+                        StepState::Blocked,
+                        reason,
+                    ));
+                }
+                let Some(r) = claimed.context.receipts.iter().find(|r| r.step == of) else {
+                    let reason =
+                        format!("`{of}` has no receipt: there is no known effect to reverse");
+                    return Some(Ending::cannot_start(
+                        claimed,
+                        step,
+                        StepState::Blocked,
+                        reason,
+                    ));
+                };
+                Some((of, r))
+            }
+        };
         let mut facts = Self::facts(prepared, &input.digest);
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
         self.checkpoint(claimed, 2, facts.clone(), false, vec![])
@@ -155,10 +190,20 @@ where
         };
         if querying {
             facts.request_identity = Some(key.clone());
+            // A compensation is looked up by the original effect's reference: its status
+            // says whether it was reversed.
+            let reference = match original {
+                Some((of, _)) => external_idempotency_key(
+                    &claimed.fence.workflow_id,
+                    of,
+                    &contract.idempotency.namespace,
+                ),
+                None => key.clone(),
+            };
             let report = self
                 .components
                 .runtime()
-                .query(prepared, env, limits, &key)
+                .query(prepared, env, limits, &reference)
                 .await;
             return Some(self.after_query(claimed, step, prepared, &contract, input, report));
         }
@@ -207,18 +252,36 @@ where
             }
             Err(Halt::Gone) => return None,
         }
-        let request = EffectRequest {
-            idempotency_key: key,
-            input: input.text.clone(),
-            attempt: claimed.attempt_number,
+        let report = match original {
+            None => {
+                let request = EffectRequest {
+                    idempotency_key: key,
+                    input: input.text.clone(),
+                    attempt: claimed.attempt_number,
+                };
+                self.components
+                    .runtime()
+                    .invoke(prepared, env, limits, &request)
+                    .await
+            }
+            Some((_, receipt)) => {
+                let request = CompensationRequest {
+                    idempotency_key: key,
+                    input: input.text.clone(),
+                    original_receipt: PluginReceipt {
+                        external_reference: receipt.external_reference.clone().unwrap_or_default(),
+                        output: receipt.output.to_string(),
+                    },
+                    attempt: claimed.attempt_number,
+                };
+                self.components
+                    .runtime()
+                    .compensate(prepared, env, limits, &request)
+                    .await
+            }
         };
-        let report = self
-            .components
-            .runtime()
-            .invoke(prepared, env, limits, &request)
-            .await;
         // Checkpoint 4 is the call itself: nothing is written before it returns.
-        self.failpoint(4);
+        self.failpoint(4, claimed);
         self.after_invoke(claimed, step, prepared, &contract, input, report)
             .await
     }
@@ -382,7 +445,26 @@ where
         let id = step.id.as_str();
         let att = Some(&claimed.attempt_id);
         let since = claimed.uncertain_since.unwrap_or(now);
+        // A compensation asks about the original effect: only its reversal closes it.
+        let compensating = crate::course::compensated_step(&claimed.fence.step).is_some();
         let (transition, note, events, outcome) = match report.outcome {
+            Ok(Ok(Lookup::Found {
+                status,
+                provider_status,
+                ..
+            })) if compensating && status != EffectStatus::Reversed => {
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!(
+                        "Lookup of the original effect at {} shows it still in effect ({provider_status}): not reversed (yet)",
+                        contract.name
+                    ),
+                );
+                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
+                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+            }
             Ok(Ok(Lookup::Found { receipt, .. })) => {
                 let output = serde_json::from_str(&receipt.output)
                     .unwrap_or(serde_json::Value::String(receipt.output.clone()));

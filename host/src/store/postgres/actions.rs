@@ -131,6 +131,20 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         .bind(step)
         .bind(expected)
         .bind(value.to_string()),
+        // The compensation's row is created with the move, in one statement.
+        StepChange::Compensate { id } => sqlx::query(
+            "WITH moved AS (
+                 UPDATE steps SET state = 'compensating'
+                 WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL
+                 RETURNING workflow_id)
+             INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
+             SELECT workflow_id, $4, 'ready', $5, 'compensation', 'compensation' FROM moved",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(id.as_str())
+        .bind(req.now as i64),
     }
     .execute(&mut *conn)
     .await?

@@ -173,8 +173,8 @@ async fn settle_course(
             StepState::Pending
         };
         sqlx::query(
-            "INSERT INTO steps (workflow_id, step, state, ready_at, role)
-             VALUES ($1, $2, $3, $4, 'compensation')",
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
+             VALUES ($1, $2, $3, $4, 'compensation', 'compensation')",
         )
         .bind(id.as_str())
         .bind(&c.id)

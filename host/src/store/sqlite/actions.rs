@@ -99,6 +99,21 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
         StepChange::Escalate(value) => conn
             .prepare_cached(&format!("UPDATE steps SET escalated = ?4 WHERE {guard}"))?
             .execute(params![base[0], base[1], base[2], value.to_string()])?,
+        StepChange::Compensate { id } => {
+            let moved = conn
+                .prepare_cached(&format!(
+                    "UPDATE steps SET state = 'compensating' WHERE {guard}"
+                ))?
+                .execute(params![base[0], base[1], base[2]])?;
+            if moved == 1 {
+                conn.prepare_cached(
+                    "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
+                     VALUES (?, ?, 'ready', ?, 'compensation', 'compensation')",
+                )?
+                .execute(params![workflow_id, id, now])?;
+            }
+            moved
+        }
     };
     if moved == 0 {
         store_answer(conn, &req.scope, &ActionAnswer::Refused(req.stale.clone()))?;

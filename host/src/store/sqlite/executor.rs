@@ -172,7 +172,8 @@ fn settle_course(
         set_state.execute(params![StepState::Compensated.as_str(), id.as_str(), step])?;
     }
     let mut insert = conn.prepare_cached(
-        "INSERT INTO steps (workflow_id, step, state, ready_at, role) VALUES (?, ?, ?, ?, 'compensation')",
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
+         VALUES (?, ?, ?, ?, 'compensation', 'compensation')",
     )?;
     let mut dep = conn
         .prepare_cached("INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)")?;
