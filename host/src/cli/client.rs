@@ -1,5 +1,5 @@
-//! `docket submit`, `docket status`, `docket timeline`, `docket cancel`: thin HTTP clients
-//! of the API.
+//! `docket submit`, `docket status`, `docket timeline`, `docket cancel`, `docket revise`:
+//! thin HTTP clients of the API.
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -92,6 +92,29 @@ pub async fn cancel(
         )
         .header("Idempotency-Key", key)
         .json(&serde_json::json!({"reason": reason, "withdraw": withdraw}))
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {}", server.server))?;
+    print(response).await
+}
+
+pub async fn revise(
+    server: &Server,
+    id: &str,
+    input: &str,
+    reason: &str,
+    key: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let input: serde_json::Value =
+        serde_json::from_str(input).context("--input is not valid JSON")?;
+    let key = key.unwrap_or_else(|| format!("cli-revise-{:016x}", rand::random::<u64>()));
+    let response = server
+        .request(
+            reqwest::Method::POST,
+            &format!("{}/revisions", workflow_path(id)?),
+        )
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({"input": input, "reason": reason}))
         .send()
         .await
         .with_context(|| format!("cannot reach {}", server.server))?;

@@ -99,6 +99,22 @@ enum Command {
         #[command(flatten)]
         server: client::Server,
     },
+    /// Correct a workflow's input: a new input revision while nothing consequential was
+    /// sent (the answer names what runs again), else a refusal that points to a replacement.
+    Revise {
+        workflow_id: String,
+        /// The corrected input as JSON.
+        #[arg(long)]
+        input: String,
+        /// Why: recorded with the revision.
+        #[arg(long)]
+        reason: String,
+        /// Idempotency key (default: a new one).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        server: client::Server,
+    },
     /// Show a workflow's timeline.
     Timeline {
         workflow_id: String,
@@ -178,6 +194,13 @@ pub fn run() -> ExitCode {
                 key,
                 server,
             } => client::cancel(&server, &workflow_id, &reason, withdraw, key).await,
+            Command::Revise {
+                workflow_id,
+                input,
+                reason,
+                key,
+                server,
+            } => client::revise(&server, &workflow_id, &input, &reason, key).await,
             Command::Workflow(WorkflowCommand::Check { files, config }) => {
                 workflow::check(&files, config.as_deref()).await
             }

@@ -248,9 +248,11 @@ async fn step_view<S: ContextStore>(
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let receipts = ctx.store.receipts(&record.workflow_id).await?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    // A compensation is shown nested under the step whose effect it reverses.
+    let shown = crate::course::compensated_step(step).unwrap_or(step);
     view.steps
         .into_iter()
-        .find(|s| s.id == step)
+        .find(|s| s.id == shown)
         .ok_or_else(|| DeskError::Internal(format!("step {step} vanished from its workflow")))
 }
 

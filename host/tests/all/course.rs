@@ -943,6 +943,97 @@ async fn a_terminal_failure_compensates_and_a_retryable_one_does_not(db: Option<
     assert_eq!(world[0]["cancel_requests"], 1);
 }
 
+/// On a failed workflow an operator reverses an effect by hand; a compensation that keeps
+/// failing waits for a person, who acts on it like on any step (`deliver.compensate`).
+async fn an_operator_compensates_by_hand_and_acts_on_the_compensation(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![compensated(
+            "by-hand",
+            "http-delivery",
+            "workflow_cancelled",
+            Some("max_attempts = 2\ninitial_backoff = \"200ms\""),
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
+    let id = submit_raw(&host, "by-hand", "by-hand-1").await;
+    crate::wait::until(
+        "the delivery at the provider",
+        Duration::from_secs(30),
+        || async {
+            let n = host.world().await.len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} deliveries"))
+            }
+        },
+    )
+    .await;
+    host.faults(json!({"unavailable_next": 2})).await;
+    let wf = host
+        .wait_for(&id, &["failed", "needs_review"], Duration::from_secs(30))
+        .await;
+    assert_eq!(wf["state"], "failed", "{wf:#}");
+    // Compensated on cancellation only: the failure left the delivery standing.
+    assert_eq!(step(&wf, "deliver")["state"], "succeeded");
+    let steps = format!("/v1/workflows/{id}/steps");
+    let (status, refused) = post(
+        &host,
+        &format!("{steps}/notify/compensate"),
+        "m-0",
+        None,
+        json!({"reason": "undo"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    // The provider refuses cancels for a while: the compensation fails and waits for review.
+    host.faults(json!({"unavailable_next_cancel": 5})).await;
+    let (status, started) = post(
+        &host,
+        &format!("{steps}/deliver/compensate"),
+        "m-1",
+        None,
+        json!({"reason": "the client withdrew by phone"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    assert_eq!(started["state"], "compensating", "{started:#}");
+    let wf = host
+        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        step(&wf, "deliver")["compensation"]["state"],
+        "failed_terminal",
+        "{wf:#}"
+    );
+    // The provider answers again: a same-key retry of the compensation settles it.
+    host.faults(json!({"unavailable_next_cancel": 0})).await;
+    let (status, retried) = post(
+        &host,
+        &format!("{steps}/deliver.compensate/retry"),
+        "m-2",
+        None,
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{retried}");
+    let wf = host
+        .wait_for(&id, &["failed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(step(&wf, "deliver")["state"], "compensated", "{wf:#}");
+    let world = host.world().await;
+    assert_eq!(world[0]["status"], "cancelled", "{world:?}");
+    assert_eq!(world[0]["cancel_requests"], 6);
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("Operator local ordered the compensation of Deliver document"),
+        "{timeline}"
+    );
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),+ $(,)?) => {
         mod sqlite {
@@ -977,12 +1068,13 @@ on_both_backends!(
     a_compensation_whose_answer_was_lost_is_recovered_by_query,
     a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates,
     a_terminal_failure_compensates_and_a_retryable_one_does_not,
+    an_operator_compensates_by_hand_and_acts_on_the_compensation,
 );
 
 /// `docket cancel` asks the running host and prints its answer; a second run answers with
 /// the same cancellation.
 #[tokio::test(flavor = "multi_thread")]
-async fn docket_cancel_asks_the_host_and_prints_its_answer() {
+async fn docket_cancel_and_revise_ask_the_host_and_print_its_answer() {
     let host = HostProcess::start(HostOptions {
         pause_execution: true,
         ..HostOptions::default()
@@ -1006,10 +1098,45 @@ async fn docket_cancel_asks_the_host_and_prints_its_answer() {
     assert!(second.status.success(), "{second:?}");
     let again: Value = serde_json::from_slice(&second.stdout).unwrap();
     assert_eq!(again["cancellation_id"], answer["cancellation_id"]);
+    // `docket revise` on a cancelled workflow: refused, and the exit code says so.
+    let revise = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args([
+            "revise",
+            id.as_str(),
+            "--input",
+            r#"{"title": "T", "recipient": "r@example.com", "body": "B"}"#,
+            "--reason",
+            "typo",
+            "--server",
+            host.url.as_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!revise.status.success(), "{revise:?}");
+    let refused: Value = serde_json::from_slice(&revise.stdout).unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_transition", "{refused}");
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
         .args(["cancel", "wf/../x", "--reason", "r", "--server", &host.url])
         .output()
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a workflow id"));
+    // On a workflow that has not started, the correction is a new revision.
+    let other = submit(&host, "document-delivery", "cli-revise", None).await;
+    let revised = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args([
+            "revise",
+            other.as_str(),
+            "--input",
+            r#"{"title": "Corrected", "recipient": "r@example.com", "body": "B"}"#,
+            "--reason",
+            "typo",
+            "--server",
+            host.url.as_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(revised.status.success(), "{revised:?}");
+    let answer: Value = serde_json::from_slice(&revised.stdout).unwrap();
+    assert_eq!(answer["input_revision"], 2, "{answer}");
 }
