@@ -1,6 +1,9 @@
 //! The crash matrix: for each delivery contract and each attempt checkpoint 1–6, a real
 //! `docket serve` aborts itself at that checkpoint (`DOCKET_FAILPOINT`), restarts on the same
-//! database, and must recover as the contract allows, with at most one delivery.
+//! database, and must recover as the contract allows, with at most one delivery. The
+//! compensation matrix does the same to the attempt that withdraws a completed delivery
+//! (`compensation-checkpoint-N`): at most one cancel takes effect, and never a second cancel
+//! without a lookup or idempotency to justify it.
 //!
 //! The provider simulator runs in the test process, outside every host, so its record of
 //! deliveries survives the kill and is the ground truth for "did it happen, how often". The
@@ -561,4 +564,305 @@ async fn past_the_retention_deadline_an_unknown_outcome_goes_to_review() {
         .collect();
     assert_eq!(triggers, ["initial", "recovery_query"], "{attempts:#?}");
     assert_eq!(sim.sim().world().len(), 0);
+}
+
+/// What a compensation case must end with.
+struct CompensationExpect {
+    /// Workflow state at the end.
+    state: &'static str,
+    /// State of `deliver` and of its compensation at the end.
+    step_state: &'static str,
+    compensation_state: &'static str,
+    /// The delivery was cancelled when the host died.
+    cancelled_at_death: bool,
+    /// Cancel requests the provider received, all in all.
+    cancel_requests: u32,
+    /// The compensation receipt's evidence kind (`None`: no receipt).
+    evidence: Option<&'static str>,
+    /// Every one of these occurs in the timeline.
+    timeline: &'static [&'static str],
+}
+
+/// The recovery of a compensation the checkpoints and the contract allow: like any effect,
+/// by a lookup of the original reference (whose status says whether it was reversed), a
+/// same-key retry where the contract allows it, else review — never a second cancel
+/// without either.
+fn compensation_expected(contract: Contract, checkpoint: u8) -> CompensationExpect {
+    use Contract::*;
+    let reversed = |cancelled_at_death, evidence, timeline| CompensationExpect {
+        state: "cancelled",
+        step_state: "compensated",
+        compensation_state: "succeeded",
+        cancelled_at_death,
+        cancel_requests: 1,
+        evidence: Some(evidence),
+        timeline,
+    };
+    match (checkpoint, contract) {
+        (1 | 2, _) => reversed(
+            false,
+            "response",
+            &["nothing was sent, the step is ready again"],
+        ),
+        // The identity is recorded and the cancel never left: the lookup shows the delivery
+        // still in effect; an idempotent adapter sends the cancel under the same key…
+        (3, Idempotent) => reversed(
+            false,
+            "response",
+            &["still in effect", "retry with the same idempotency key"],
+        ),
+        // …one without idempotency may not: a person decides.
+        (3, _) => CompensationExpect {
+            state: "needs_review",
+            step_state: "compensating",
+            compensation_state: "outcome_unknown",
+            cancelled_at_death: false,
+            cancel_requests: 0,
+            evidence: None,
+            timeline: &["still in effect", "needs review, no automatic retry"],
+        },
+        // The provider cancelled; the answer was not stored: the lookup shows it reversed.
+        (4, _) => reversed(true, "query", &["verified by query"]),
+        (5, _) => reversed(true, "response", &["resuming from the stored result"]),
+        (6, _) => reversed(true, "response", &[]),
+        _ => unreachable!("checkpoints are 1 to 6"),
+    }
+}
+
+/// A definition that withdraws the delivery through `contract` on cancellation.
+fn compensated(contract: Contract) -> (String, String) {
+    let (file, text) = contract.definition();
+    (
+        file,
+        format!("{text}\n[steps.compensation]\non = \"workflow_cancelled\"\n"),
+    )
+}
+
+async fn run_compensation_case(contract: Contract, checkpoint: u8, backend: Backend) {
+    let name = format!(
+        "{} compensation crashed at checkpoint {checkpoint} ({backend:?})",
+        contract.component()
+    );
+    let database = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(TestDatabase::create().await),
+    };
+    let db = database.as_ref().map(|d| d.url.clone());
+    let expect = compensation_expected(contract, checkpoint);
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = sim.base_url();
+    let options = |dir, failpoint: Option<u8>| HostOptions {
+        config: format!("[limits]\nlease = \"{LEASE_MS}ms\"\n"),
+        workflows: vec![compensated(contract)],
+        env: failpoint
+            .map(|n| {
+                vec![(
+                    "DOCKET_FAILPOINT".to_string(),
+                    format!("compensation-checkpoint-{n}"),
+                )]
+            })
+            .unwrap_or_default(),
+        dir,
+        provider: Some(provider.clone()),
+        db: db.clone(),
+        ..HostOptions::default()
+    };
+    let mut case = Case {
+        name,
+        sim,
+        crashed_log: None,
+    };
+    // The delivery completes on the host that will die while reversing it.
+    let mut host = HostProcess::start(options(None, Some(checkpoint))).await;
+    let (status, created) = host
+        .submit(
+            contract.workflow(),
+            &format!("withdraw-{checkpoint}"),
+            document("Withdrawn"),
+        )
+        .await;
+    let id = created["workflow_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    check!(
+        case,
+        &host,
+        &id,
+        status == 201,
+        "submit answered {status}: {created}"
+    );
+    let wf = host.wait_for(&id, &["completed"], SETTLE).await;
+    check!(
+        case,
+        &host,
+        &id,
+        wf["state"] == "completed",
+        "not completed: {wf}"
+    );
+    let (status, answer) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/cancel"),
+            "withdraw",
+            serde_json::json!({"reason": "withdrawn", "withdraw": true}),
+        )
+        .await;
+    check!(
+        case,
+        &host,
+        &id,
+        status == 202 && answer["outcome"] == "compensating",
+        "the withdrawal answered {status}: {answer}"
+    );
+    let exit = host.wait_exit(Duration::from_secs(60)).await;
+    case.crashed_log = Some(host.log.clone());
+    let died = exit.is_some_and(|s| !s.success())
+        && host.log_text().contains(&format!(
+            "failpoint compensation-checkpoint-{checkpoint} reached"
+        ));
+    check!(
+        case,
+        &host,
+        &id,
+        died,
+        "the host did not abort at the failpoint (exit: {exit:?})"
+    );
+    let world = case.sim.sim().world();
+    check!(
+        case,
+        &host,
+        &id,
+        world.len() == 1 && world[0].cancelled_at.is_some() == expect.cancelled_at_death,
+        "when the host died the provider held {world:?}, expected the delivery cancelled: {}",
+        expect.cancelled_at_death
+    );
+
+    // The same directory and database, no failpoint.
+    let dir = host.kill();
+    let host = HostProcess::start(options(Some(dir), None)).await;
+    let wf = settle(&case, &host, &id).await;
+    check!(
+        case,
+        &host,
+        &id,
+        wf["state"] == expect.state,
+        "ended {}, expected {}",
+        wf["state"],
+        expect.state
+    );
+    let deliver = wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "deliver"))
+        .cloned()
+        .unwrap_or_default();
+    let compensation = &deliver["compensation"];
+    check!(
+        case,
+        &host,
+        &id,
+        deliver["state"] == expect.step_state && compensation["state"] == expect.compensation_state,
+        "deliver ended {} and its compensation {}, expected {} and {}",
+        deliver["state"],
+        compensation["state"],
+        expect.step_state,
+        expect.compensation_state
+    );
+    check!(
+        case,
+        &host,
+        &id,
+        compensation["receipt"]["evidence_kind"].as_str() == expect.evidence,
+        "compensation receipt evidence {}, expected {:?}",
+        compensation["receipt"]["evidence_kind"],
+        expect.evidence
+    );
+    // The original receipt stays: the effect happened and was reversed, never erased.
+    check!(
+        case,
+        &host,
+        &id,
+        deliver["receipt"]["external_reference"] == world[0].id.as_str(),
+        "the delivery's receipt is gone"
+    );
+    let world = case.sim.sim().world();
+    check!(
+        case,
+        &host,
+        &id,
+        world.len() == 1 && world[0].cancel_requests == expect.cancel_requests,
+        "the provider received {} cancel requests, expected {}",
+        world[0].cancel_requests,
+        expect.cancel_requests
+    );
+    let timeline = host.timeline_text(&id).await;
+    eprintln!("[{}] ended {}:\n{timeline}", case.name, wf["state"]);
+    for text in expect.timeline {
+        check!(
+            case,
+            &host,
+            &id,
+            timeline.contains(text),
+            "the timeline does not say {text:?}"
+        );
+    }
+    drop(host);
+    if let Some(database) = database {
+        database.drop_now().await;
+    }
+}
+
+async fn run_compensation_matrix(contract: Contract, backend: Backend) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut cases = tokio::task::JoinSet::new();
+    for checkpoint in 1..=6 {
+        let slots = slots.clone();
+        cases.spawn(async move {
+            let _slot = slots.acquire_owned().await.unwrap();
+            run_compensation_case(contract, checkpoint, backend).await;
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(result) = cases.join_next().await {
+        if let Err(e) = result {
+            let panic = e.into_panic();
+            failures.push(
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a case panicked".into()),
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 6 cases failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compensation_crash_matrix_idempotent() {
+    run_compensation_matrix(Contract::Idempotent, Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compensation_crash_matrix_query_only() {
+    run_compensation_matrix(Contract::QueryOnly, Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compensation_crash_matrix_idempotent_on_postgres() {
+    run_compensation_matrix(Contract::Idempotent, Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compensation_crash_matrix_query_only_on_postgres() {
+    run_compensation_matrix(Contract::QueryOnly, Backend::Postgres).await;
 }

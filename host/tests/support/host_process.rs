@@ -399,6 +399,19 @@ impl HostProcess {
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A POST with an `Idempotency-Key`.
+    pub async fn post_with_key(&self, path: &str, key: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
     /// Polls a workflow until its state is one of `states`.
     pub async fn wait_for(&self, id: &str, states: &[&str], within: Duration) -> Value {
         let reached = crate::wait::poll(within, Duration::from_millis(50), || async {

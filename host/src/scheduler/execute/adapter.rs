@@ -465,7 +465,11 @@ where
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
                 (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
             }
-            Ok(Ok(Lookup::Found { receipt, .. })) => {
+            Ok(Ok(Lookup::Found {
+                receipt,
+                provider_status,
+                ..
+            })) => {
                 let output = serde_json::from_str(&receipt.output)
                     .unwrap_or(serde_json::Value::String(receipt.output.clone()));
                 let r = Self::receipt(
@@ -480,10 +484,17 @@ where
                     EventKind::Observation,
                     id,
                     att,
-                    format!(
-                        "Lookup by reference found {} at {}",
-                        receipt.external_reference, contract.name
-                    ),
+                    if compensating {
+                        format!(
+                            "Lookup of the original effect at {} shows {} reversed ({provider_status})",
+                            contract.name, receipt.external_reference
+                        )
+                    } else {
+                        format!(
+                            "Lookup by reference found {} at {}",
+                            receipt.external_reference, contract.name
+                        )
+                    },
                 );
                 let done = NewEvent::step(
                     EventKind::Conclusion,
