@@ -804,25 +804,137 @@ async fn a_compensation_whose_answer_was_lost_is_recovered_by_query(db: Option<S
 }
 
 /// While an effect stands and later work is only waiting to retry, a cancellation stops
-/// the rest and reverses the effect.
+/// the rest and reverses the effect — or, where the definition does not compensate it on
+/// cancellation, says so and leaves it standing.
 async fn a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates(
     db: Option<String>,
 ) {
+    let retry = "max_attempts = 3\ninitial_backoff = \"30m\"\nmax_backoff = \"30m\"";
+    let host = HostProcess::start(HostOptions {
+        db,
+        workflows: vec![
+            compensated(
+                "noticed",
+                "http-delivery",
+                "workflow_cancelled",
+                Some(retry),
+            ),
+            compensated(
+                "noticed-kept",
+                "http-delivery",
+                "workflow_failed",
+                Some(retry),
+            ),
+        ],
+        ..HostOptions::default()
+    })
+    .await;
+    for (workflow, reversed) in [("noticed", true), ("noticed-kept", false)] {
+        // The delivery is committed at once and answered late; meanwhile the provider is
+        // set to refuse the next request — the notice's, which then waits 30 minutes.
+        host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
+        let before = host.world().await.len();
+        let id = submit_raw(&host, workflow, workflow).await;
+        crate::wait::until(
+            "the delivery at the provider",
+            Duration::from_secs(30),
+            || async {
+                let n = host.world().await.len();
+                if n == before + 1 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} deliveries"))
+                }
+            },
+        )
+        .await;
+        host.faults(json!({"unavailable_next": 1})).await;
+        let wf = crate::wait::until(
+            "the notice to wait for its retry",
+            Duration::from_secs(30),
+            || async {
+                let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+                if step(&wf, "notify")["state"] == "failed_retryable" {
+                    Ok(wf)
+                } else {
+                    Err(format!("{wf:#}"))
+                }
+            },
+        )
+        .await;
+        let delivery = host.world().await[before]["id"].clone();
+        let expected = if reversed {
+            "will_compensate"
+        } else {
+            "cannot_compensate"
+        };
+        let cancel = wf["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["action"] == "cancel")
+            .cloned()
+            .unwrap();
+        assert_eq!(cancel["label"], "Stop remaining work");
+        let consequences =
+            json!([{"step": "deliver", "external_reference": delivery, "compensation": expected}]);
+        assert_eq!(cancel["consequences"], consequences);
+        let (status, answer) = post(
+            &host,
+            &format!("/v1/workflows/{id}/cancel"),
+            &format!("{workflow}-cancel"),
+            None,
+            json!({"reason": "no longer needed"}),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+        assert_eq!(answer["outcome"], "compensating", "{answer:#}");
+        assert_eq!(answer["consequences"], consequences);
+        let wf = host
+            .wait_for(
+                &id,
+                &["cancelled", "needs_review", "failed"],
+                Duration::from_secs(30),
+            )
+            .await;
+        assert_eq!(wf["state"], "cancelled", "{wf:#}");
+        assert_eq!(step(&wf, "notify")["state"], "cancelled");
+        let world = host.world().await;
+        if reversed {
+            assert_eq!(step(&wf, "deliver")["state"], "compensated");
+            assert_eq!(world[before]["status"], "cancelled", "{world:?}");
+            assert_eq!(world[before]["cancel_requests"], 1);
+        } else {
+            assert_eq!(step(&wf, "deliver")["state"], "succeeded");
+            assert_eq!(step(&wf, "deliver")["compensation"], Value::Null);
+            assert_eq!(world[before]["cancel_requests"], 0, "{world:?}");
+            assert!(
+                answer["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("cannot be compensated and stays"),
+                "{answer:#}"
+            );
+        }
+    }
+}
+
+/// A cancellation during the call: the outcome is awaited, and once the delivery is known
+/// to have happened it is reversed — once.
+async fn a_cancellation_during_an_adapter_call_awaits_then_compensates(db: Option<String>) {
     let host = HostProcess::start(HostOptions {
         db,
         workflows: vec![compensated(
-            "noticed",
+            "withdrawable",
             "http-delivery",
             "workflow_cancelled",
-            Some("max_attempts = 3\ninitial_backoff = \"30m\"\nmax_backoff = \"30m\""),
+            None,
         )],
         ..HostOptions::default()
     })
     .await;
-    // The delivery is committed at once and answered late; meanwhile the provider is set to
-    // refuse the next request — the notice's, which then waits 30 minutes to retry.
     host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
-    let id = submit_raw(&host, "noticed", "stop-rest").await;
+    let id = submit_raw(&host, "withdrawable", "mid-call").await;
     crate::wait::until(
         "the delivery at the provider",
         Duration::from_secs(30),
@@ -836,38 +948,21 @@ async fn a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates(
         },
     )
     .await;
-    host.faults(json!({"unavailable_next": 1})).await;
-    let wf = crate::wait::until(
-        "the notice to wait for its retry",
-        Duration::from_secs(30),
-        || async {
-            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-            if step(&wf, "notify")["state"] == "failed_retryable" {
-                Ok(wf)
-            } else {
-                Err(format!("{wf:#}"))
-            }
-        },
-    )
-    .await;
-    let cancel = wf["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["action"] == "cancel")
-        .cloned()
-        .unwrap();
-    assert_eq!(cancel["label"], "Stop remaining work");
     let (status, answer) = post(
         &host,
         &format!("/v1/workflows/{id}/cancel"),
-        "sr-1",
+        "mid-call-cancel",
         None,
-        json!({"reason": "no longer needed"}),
+        json!({"reason": "changed my mind"}),
     )
     .await;
     assert_eq!(status, 202, "{answer}");
-    assert_eq!(answer["outcome"], "compensating", "{answer:#}");
+    assert_eq!(answer["outcome"], "awaiting_outcome", "{answer:#}");
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(
+        wf["status_text"], "Cancel requested; awaiting the outcome of Deliver document",
+        "{wf:#}"
+    );
     let wf = host
         .wait_for(
             &id,
@@ -877,14 +972,10 @@ async fn a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates(
         .await;
     assert_eq!(wf["state"], "cancelled", "{wf:#}");
     assert_eq!(step(&wf, "deliver")["state"], "compensated");
-    assert_eq!(step(&wf, "notify")["state"], "cancelled");
     let world = host.world().await;
-    let delivered: Vec<&Value> = world
-        .iter()
-        .filter(|d| d["status"] == "cancelled")
-        .collect();
-    assert_eq!(delivered.len(), 1, "{world:?}");
-    assert_eq!(delivered[0]["cancel_requests"], 1);
+    assert_eq!(world.len(), 1);
+    assert_eq!(world[0]["status"], "cancelled");
+    assert_eq!(world[0]["cancel_requests"], 1);
 }
 
 /// `on = "workflow_failed"`: a later step that fails for good compensates the delivery;
@@ -1067,6 +1158,7 @@ on_both_backends!(
     a_withdrawal_reverses_a_completed_delivery_once,
     a_compensation_whose_answer_was_lost_is_recovered_by_query,
     a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates,
+    a_cancellation_during_an_adapter_call_awaits_then_compensates,
     a_terminal_failure_compensates_and_a_retryable_one_does_not,
     an_operator_compensates_by_hand_and_acts_on_the_compensation,
 );

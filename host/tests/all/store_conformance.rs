@@ -51,6 +51,7 @@ conformance!(
     executor::late_evidence_fills_gaps_and_moves_nothing,
     executor::a_host_ends_only_its_own_leases,
     executor::checkpoint_three_keeps_one_input_and_honours_a_cancellation,
+    executor::a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new,
     actions::operator_actions_are_idempotent_and_guarded,
     actions::a_manual_receipt_releases_dependents,
     concurrency::concurrent_claims_take_each_step_exactly_once,

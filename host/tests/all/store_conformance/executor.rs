@@ -600,3 +600,57 @@ pub async fn checkpoint_three_keeps_one_input_and_honours_a_cancellation<S: Stor
     let ended = end(&s, &claimed, StepState::Cancelled, T0 + 15).await;
     assert_eq!(ended.workflow_state, WorkflowState::Cancelled);
 }
+
+/// A cancellation while a handler runs: it may finish, its dependents never start, and the
+/// workflow ends cancelled once it has.
+pub async fn a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new<S: Store>(s: S) {
+    let id = workflow(
+        &s,
+        "stopping",
+        &[("render", &[]), ("deliver", &["render"])],
+        T0,
+    )
+    .await;
+    let running = claim(&s, "w1", T0 + 1, 1).await.remove(0);
+    assert_eq!(running.fence.step, "render");
+    let answer = s
+        .cancel(docket::store::CancelRequest {
+            scope: docket::store::ActionScope {
+                subject: docket::intent::Subject("alice".into()),
+                workflow_id: id.clone(),
+                step: String::new(),
+                action: "cancel".into(),
+                key: "stop-1".into(),
+            },
+            request_digest: "sha256:s".into(),
+            cancellation_id: docket::intent::CancellationId::new(T0 + 2),
+            reason: "no longer needed".into(),
+            withdraw: false,
+            labels: [("render".to_string(), "Render".to_string())].into(),
+            now: T0 + 2,
+        })
+        .await
+        .unwrap();
+    let docket::store::CancelAnswer::Created(c) = &answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(c.outcome, docket::course::CancelOutcome::Stopping);
+    assert_eq!(
+        c.message,
+        "Stopping: Render may finish, and nothing new starts"
+    );
+    let steps = s.steps(&id).await.unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.state).collect::<Vec<_>>(),
+        [StepState::Running, StepState::Cancelled]
+    );
+    assert_eq!(
+        s.workflow(&id).await.unwrap().unwrap().state,
+        WorkflowState::Running
+    );
+    // The handler finishes: nothing is released, the workflow is cancelled.
+    let finished = succeed(&s, &running, T0 + 3).await;
+    assert!(finished.released.is_empty());
+    assert_eq!(finished.workflow_state, WorkflowState::Cancelled);
+    assert!(claim(&s, "w1", T0 + 4, 10).await.is_empty());
+}

@@ -29,7 +29,8 @@ pub fn input(value: Value) -> CanonicalInput {
     canonicalize(&value).expect("a canonical input")
 }
 
-/// An admission creating a workflow with `steps` as (id, dependencies).
+/// An admission creating a workflow with `steps` as (id, dependencies). A step named
+/// `render…` is a handler, every other an adapter.
 pub fn admit(
     scope: KeyScope,
     value: Value,
@@ -48,7 +49,11 @@ pub fn admit(
                 .map(|(id, deps)| NewStep {
                     id: id.to_string(),
                     depends_on: deps.iter().map(|d| d.to_string()).collect(),
-                    role: StepRole::Adapter,
+                    role: if id.starts_with("render") {
+                        StepRole::Handler
+                    } else {
+                        StepRole::Adapter
+                    },
                     compensate_on: vec![],
                 })
                 .collect(),
