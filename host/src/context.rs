@@ -114,3 +114,34 @@ impl<S> Context<S> {
         self.clock.now_ms()
     }
 }
+
+/// How often a long-poll reads the store again without a wake-up: changes made by another
+/// host, or by writes that do not move the progress signal, are seen at the latest this late.
+const LONG_POLL_RECHECK: Duration = Duration::from_millis(200);
+
+impl<S: ContextStore> Context<S> {
+    /// The workflow `id` as soon as its revision exceeds `after`, or as it stands when
+    /// `wait` ends (`None` if it does not exist). What `?wait=&after=` long-polls share.
+    pub async fn workflow_after(
+        &self,
+        id: &crate::intent::WorkflowId,
+        after: u64,
+        wait: Duration,
+    ) -> crate::store::StoreResult<Option<crate::store::WorkflowRecord>> {
+        // Subscribed before the first read, so a change between the read and the wait wakes it.
+        let mut signal = self.progress.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let record = self.store.workflow(id).await?;
+            match &record {
+                Some(r) if r.revision <= after => {}
+                _ => return Ok(record),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Ok(record),
+                _ = signal.changed() => {}
+                _ = tokio::time::sleep(LONG_POLL_RECHECK) => {}
+            }
+        }
+    }
+}

@@ -78,10 +78,6 @@ async fn definition<S: ContextStore>(
     }
 }
 
-/// How often a long-poll reads the store again without a wake-up: changes made by another
-/// host, or by writes that do not move the progress signal, are seen at the latest this late.
-const LONG_POLL_RECHECK: Duration = Duration::from_millis(200);
-
 /// A revision from `If-None-Match` (`"12"`, `W/"12"` or a list of them): the first that
 /// parses.
 fn if_none_match(headers: &HeaderMap) -> Option<u64> {
@@ -138,19 +134,14 @@ pub(super) async fn projection<S: ContextStore>(
     let after = number_param(&params, "after", 0..=u64::MAX)?;
     let seen = if_none_match(&headers);
     let id = path(id)?;
-    // Subscribed before the first read, so a change between the read and the wait wakes it.
-    let mut signal = ctx.progress.subscribe();
     let mut record = visible(&ctx, &caller, &id).await?;
     if let Some(wait) = wait {
         let after = after.or(seen).unwrap_or(record.revision);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
-        while record.revision <= after {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => break,
-                _ = signal.changed() => {}
-                _ = tokio::time::sleep(LONG_POLL_RECHECK) => {}
-            }
-            record = visible(&ctx, &caller, &id).await?;
+        if let Some(moved) = ctx
+            .workflow_after(&record.workflow_id, after, Duration::from_secs(wait))
+            .await?
+        {
+            record = moved;
         }
     }
     let etag = HeaderValue::from_str(&format!("\"{}\"", record.revision))

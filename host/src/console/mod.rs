@@ -46,6 +46,10 @@ pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
         .route("/console/sign-out", post(sign_out::<S>))
         .route("/console/workflows", get(workflows::<S>))
         .route("/console/workflows/{id}", get(workflow::<S>))
+        .route(
+            "/console/workflows/{id}/course/{action}",
+            post(change_course::<S>),
+        )
         .route("/console/workflows/{id}/steps/{step}", get(step::<S>))
         .route(
             "/console/workflows/{id}/steps/{step}/{action}",
@@ -193,12 +197,125 @@ async fn workflow<S: ContextStore>(
         Err(r) => return *r,
     };
     let before = q.get("events_before").and_then(|v| v.parse().ok());
-    match pages::render_workflow_page(&c.ctx, &who, &id, before).await {
-        Ok(Some(page)) => html(StatusCode::OK, page),
-        Ok(None) => html(
-            StatusCode::NOT_FOUND,
-            pages::problem(&who, &format!("There is no workflow {id}.")),
-        ),
+    // `?wait=&after=`: the page's own refresh waits for the workflow to move (at most a
+    // minute), as the API's long-poll does.
+    let wait = q
+        .get("wait")
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|s| std::time::Duration::from_secs(s.clamp(1, 60)));
+    let after = q.get("after").and_then(|v| v.parse::<u64>().ok());
+    let wid = crate::intent::WorkflowId(id.clone());
+    let record = match (wait, after) {
+        (Some(wait), Some(after)) => c.ctx.workflow_after(&wid, after, wait).await,
+        _ => c.ctx.store.workflow(&wid).await,
+    };
+    let page = match record {
+        Ok(Some(record)) => pages::workflow_page(&c.ctx, &who, record, before, None, None).await,
+        Ok(None) => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::problem(&who, &format!("There is no workflow {id}.")),
+            );
+        }
+        Err(e) => Err(e.into()),
+    };
+    match page {
+        Ok(page) => html(StatusCode::OK, page),
+        Err(e) => page_error(&who, e),
+    }
+}
+
+/// A form of the workflow page that changes its course.
+#[derive(Deserialize)]
+struct CourseForm {
+    csrf: String,
+    key: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    input: String,
+}
+
+/// `POST /console/workflows/{id}/course/{cancel|withdraw|revise}`: the same orders as the
+/// API's, answered with the workflow page and what became of the request.
+async fn change_course<S: ContextStore>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<CourseForm>,
+) -> Response {
+    use crate::operator::{CancelOrder, CancelResult, ReviseOrder, ReviseResult, cancel, revise};
+    let who = match signed_in(&c, &headers).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if !who.csrf_matches(&form.csrf) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(
+                &who,
+                "This form did not come from this console (its security token does not match your session). Open the page again and submit from there.",
+            ),
+        );
+    }
+    let outcome: Result<String, (StatusCode, String)> = match action.as_str() {
+        "cancel" | "withdraw" => match CancelOrder::new(Some(&form.reason), action == "withdraw") {
+            Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
+            Ok(order) => match cancel(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
+                Ok(CancelResult::Created(r) | CancelResult::Existing(r)) => Ok(r.message),
+                Ok(CancelResult::Refused(r)) => Err((StatusCode::CONFLICT, r.message)),
+                Err(e) => Err(desk_error(e)),
+            },
+        },
+        "revise" => {
+            let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
+            match ReviseOrder::new(input, Some(&form.reason)) {
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
+                Ok(order) => {
+                    match revise(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
+                        Ok(ReviseResult::Applied(r)) => Ok(format!(
+                            "Input revision {} recorded; runs again: {}",
+                            r.input_revision,
+                            if r.invalidated_steps.is_empty() {
+                                "nothing".to_string()
+                            } else {
+                                r.invalidated_steps.join(", ")
+                            }
+                        )),
+                        Ok(ReviseResult::Refused(r)) => Err((StatusCode::CONFLICT, r.message)),
+                        Err(e) => Err(desk_error(e)),
+                    }
+                }
+            }
+        }
+        other => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::problem(&who, &format!("There is no change of course {other}.")),
+            );
+        }
+    };
+    let (status, notice, error) = match outcome {
+        Ok(notice) => (StatusCode::OK, Some(notice), None),
+        Err((status, error)) => (status, None, Some(error)),
+    };
+    let record = match c
+        .ctx
+        .store
+        .workflow(&crate::intent::WorkflowId(id.clone()))
+        .await
+    {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            return html(
+                StatusCode::NOT_FOUND,
+                pages::problem(&who, &format!("There is no workflow {id}.")),
+            );
+        }
+        Err(e) => return page_error(&who, e.into()),
+    };
+    match pages::workflow_page(&c.ctx, &who, record, None, notice, error).await {
+        Ok(page) => html(status, page),
         Err(e) => page_error(&who, e),
     }
 }

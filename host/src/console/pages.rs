@@ -73,7 +73,31 @@ fn short(text: &str) -> String {
     }
 }
 
+/// Refreshes a workflow page in place when its revision moves (a long-poll of the same page),
+/// unless the operator is typing in one of its forms. Without JavaScript the page is the
+/// same, reloaded by hand.
+const REFRESH: &str = r#"(function(){var m=document.querySelector('main[data-revision]');
+if(!m||!window.fetch||!window.DOMParser)return;
+function poll(){fetch(m.dataset.poll+'?wait=25&after='+m.dataset.revision,{credentials:'same-origin'})
+.then(function(r){return r.ok?r.text():Promise.reject(r.status)})
+.then(function(t){var n=new DOMParser().parseFromString(t,'text/html').querySelector('main[data-revision]');
+var typing=document.activeElement&&m.contains(document.activeElement)&&document.activeElement.form;
+if(n&&n.dataset.revision!==m.dataset.revision&&!typing){m.innerHTML=n.innerHTML;m.dataset.revision=n.dataset.revision;}
+poll();}).catch(function(){setTimeout(poll,5000)});}
+poll();})();"#;
+
 fn layout(who: Option<&Session>, title: &str, body: Markup) -> Markup {
+    layout_at(who, title, body, None)
+}
+
+/// A page; with `refresh` (the workflow page's path and the revision shown), one that
+/// refreshes itself when the workflow's revision moves.
+fn layout_at(
+    who: Option<&Session>,
+    title: &str,
+    body: Markup,
+    refresh: Option<(String, u64)>,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -98,7 +122,12 @@ fn layout(who: Option<&Session>, title: &str, body: Markup) -> Markup {
                         }
                     }
                 }
-                main { (body) }
+                @if let Some((path, revision)) = refresh {
+                    main data-poll=(path) data-revision=(revision) { (body) }
+                    script { (PreEscaped(REFRESH)) }
+                } @else {
+                    main { (body) }
+                }
             }
         }
     }
@@ -314,6 +343,35 @@ pub async fn render_workflow_page<S: ContextStore>(
     let Some(record) = ctx.store.workflow(&wid).await.map_err(PageError::from)? else {
         return Ok(None);
     };
+    workflow_page(ctx, who, record, events_before, None, None)
+        .await
+        .map(Some)
+}
+
+/// The workflow page of `record`, with a notice or an error from a change just asked for.
+pub async fn workflow_page<S: ContextStore>(
+    ctx: &Context<S>,
+    who: &Session,
+    record: crate::store::WorkflowRecord,
+    events_before: Option<u64>,
+    notice: Option<String>,
+    error: Option<String>,
+) -> Result<Markup, PageError> {
+    let id = record.workflow_id.as_str();
+    let wid = record.workflow_id.clone();
+    let cancellation = if record.cancelled {
+        ctx.store
+            .cancellation(&wid)
+            .await
+            .map_err(PageError::from)?
+    } else {
+        None
+    };
+    let revisions = if record.input_revision > 1 {
+        ctx.store.revisions(&wid).await.map_err(PageError::from)?
+    } else {
+        Vec::new()
+    };
     let def = ctx
         .deployments
         .get(&record.workflow, record.definition_version)
@@ -342,16 +400,80 @@ pub async fn render_workflow_page<S: ContextStore>(
                 .await
                 .map_err(PageError::from)?,
         ));
+        if let Some(c) = &s.compensation {
+            attempts.push((
+                format!("Compensation of {}", s.label),
+                ctx.store
+                    .attempts(&wid, &c.id, 0, 10_000)
+                    .await
+                    .map_err(PageError::from)?,
+            ));
+        }
     }
     let base = format!("/console/workflows/{}", path_part(id));
-    Ok(Some(layout(
+    let label_of = |step: &str| {
+        view.steps
+            .iter()
+            .find(|s| s.id == step)
+            .map_or(step.to_string(), |s| s.label.clone())
+    };
+    let course_form = |action: &str,
+                       title: &str,
+                       consequences: &[crate::course::Consequence],
+                       fields: Markup| {
+        html! {
+            form.action.box method="post" action={ (base) "/course/" (action) } {
+                h3 { (title) }
+                p.muted { (course_consequence(action)) }
+                @if !consequences.is_empty() {
+                    p { "Effects already made:" }
+                    ul {
+                        @for c in consequences {
+                            li {
+                                (label_of(&c.step))
+                                @if let Some(r) = &c.external_reference { " (" code { (r) } ")" }
+                                " — "
+                                @if c.compensation == crate::course::Compensability::WillCompensate {
+                                    "will be reversed by a compensation"
+                                } @else {
+                                    "cannot be reversed and stays"
+                                }
+                            }
+                        }
+                    }
+                }
+                input type="hidden" name="csrf" value=(who.csrf);
+                input type="hidden" name="key" value=(random_token());
+                (fields)
+                button.go type="submit" name="go" value=(action) { (title) }
+            }
+        }
+    };
+    let reason_field = html! {
+        label { "Reason" }
+        textarea name="reason" rows="2" required {}
+    };
+    Ok(layout_at(
         Some(who),
         &format!("{} {}", record.workflow, id),
         html! {
             p.muted { a href="/console/workflows" { "← Workflows" } }
             h1 { (record.workflow) " v" (record.definition_version) " " (state_badge(view.state.as_str())) }
-            p { code { (id) } " · key " code { (record.idempotency_key) } " · by " (record.subject.0) " · created " (view.created_at) }
+            p { code { (id) } " · key " code { (record.idempotency_key) } " · by " (record.subject.0) " · created " (view.created_at)
+                @if record.input_revision > 1 { " · input revision " (record.input_revision) }
+                @if let Some(r) = &record.replaces { " · replaces " a href={ "/console/workflows/" (path_part(r.as_str())) } { (r) } }
+                @if let Some(r) = &record.replaced_by { " · replaced by " a href={ "/console/workflows/" (path_part(r.as_str())) } { (r) } }
+            }
+            @if let Some(n) = &notice { div.box.notice { (n) } }
+            @if let Some(err) = &error { div.box.error { "Refused: " (err) } }
             div.box { strong { (view.status_text) } }
+            @if let Some(c) = &cancellation {
+                div.box {
+                    (if c.withdraw { "Withdrawal " } else { "Cancellation " }) code { (c.cancellation_id) }
+                    " requested by " strong { (c.requested_by) } " at " (rfc3339(c.requested_at)) ": " (c.reason)
+                    p.muted { (c.message) }
+                }
+            }
             @if let Some(next) = &view.next_action {
                 @let label = view.steps.iter().find(|s| s.id == next.step).map(|s| s.label.clone()).unwrap_or_else(|| next.step.clone());
                 div.box.next {
@@ -375,8 +497,61 @@ pub async fn render_workflow_page<S: ContextStore>(
                         td { (s.attempts) }
                         td { @if let Some(r) = &s.receipt {
                             (r.evidence_kind.as_str().replace('_', " ")) " · " (r.provenance.component) "@" (r.provenance.component_version)
+                            @if let Some(x) = &r.external_reference { " · " code { (x) } }
                             @if let Some(a) = &r.author { " · by " (a) }
+                        }
+                        @if !s.superseded_receipts.is_empty() {
+                            details {
+                                summary { "Superseded receipts (" (s.superseded_receipts.len()) ")" }
+                                ul {
+                                    @for r in &s.superseded_receipts {
+                                        li { code { (r.receipt_id) } " · superseded by input revision " (r.superseded_by.unwrap_or_default()) " · input " code { (short(&r.provenance.input_digest)) } }
+                                    }
+                                }
+                            }
                         } }
+                    }
+                    // A compensation beside the effect it reverses.
+                    @if let Some(c) = &s.compensation {
+                        tr.compensation {
+                            td { "↳ " a href={ (base) "/steps/" (path_part(&c.id)) } { "Compensation of " (s.label) } }
+                            td { (state_badge(c.state.as_str())) }
+                            td { (c.attempts) }
+                            td { @if let Some(r) = &c.receipt {
+                                (r.evidence_kind.as_str().replace('_', " ")) " · reversed "
+                                @if let Some(x) = &r.external_reference { code { (x) } }
+                            } }
+                        }
+                    }
+                }
+            }
+            @if !revisions.is_empty() {
+                h2 { "Input revisions" }
+                table {
+                    tr { th { "Revision" } th { "By" } th { "When" } th { "Reason" } th { "Runs again" } }
+                    @for r in &revisions {
+                        tr {
+                            td { (r.input_revision) }
+                            td { (r.author) }
+                            td { (rfc3339(r.at)) }
+                            td { (r.reason) }
+                            td { (r.invalidated_steps.join(", ")) }
+                        }
+                    }
+                }
+            }
+            @if !view.actions.is_empty() {
+                h2 { "Change of course" }
+                @for a in &view.actions {
+                    @match a.action {
+                        "cancel" => (course_form("cancel", a.label, &a.consequences, reason_field.clone())),
+                        "withdraw" => (course_form("withdraw", a.label, &a.consequences, reason_field.clone())),
+                        "revise" => (course_form("revise", a.label, &[], html! {
+                            label { "Corrected input (JSON)" }
+                            textarea name="input" rows="4" required { (record.input) }
+                            (reason_field.clone())
+                        })),
+                        _ => {}
                     }
                 }
             }
@@ -408,7 +583,27 @@ pub async fn render_workflow_page<S: ContextStore>(
                 }
             }
         },
-    )))
+        // An older page of the timeline stays as it is; the latest refreshes itself.
+        events_before
+            .is_none()
+            .then(|| (format!("/console/workflows/{}", path_part(id)), record.revision)),
+    ))
+}
+
+/// What a change of course would do, in words.
+fn course_consequence(action: &str) -> &'static str {
+    match action {
+        "cancel" => {
+            "A cancellation of its own, recorded with your name and reason. Steps that had no effect end at once; a request whose outcome is unknown is investigated first; effects the definition compensates are reversed."
+        }
+        "withdraw" => {
+            "The completed workflow is withdrawn: each effect it can reverse gets a compensation of its own, and the original receipts stay."
+        }
+        "revise" => {
+            "A new input revision. Steps whose input changes run again with it; their earlier attempts and receipts stay, marked superseded."
+        }
+        _ => "",
+    }
 }
 
 /// What an action would change, in words.
@@ -425,6 +620,9 @@ fn consequence(action: &str) -> &'static str {
         }
         "escalate" => {
             "Nothing changes in the step; your note goes to the timeline and the step is marked for the next person."
+        }
+        "compensate" => {
+            "docket asks the adapter to reverse this effect, as a compensation of its own with its own key, attempts and receipt. The step's receipt stays; the step becomes compensated when the reversal is confirmed."
         }
         _ => "",
     }
@@ -454,7 +652,11 @@ pub async fn step<S: ContextStore>(
         .await
         .ok()
         .flatten();
-    let step_def = def.as_ref().and_then(|d| d.def.step(step));
+    // A compensation (`<step>.compensate`) is shown like a step, with its step's adapter.
+    let step_def = def
+        .as_ref()
+        .and_then(|d| crate::scheduler::step_of(&d.def, step));
+    let step_def = step_def.as_ref();
     let label = step_def.map_or(step.to_string(), |s| s.label.clone());
     let attempts = ctx
         .store
@@ -462,7 +664,26 @@ pub async fn step<S: ContextStore>(
         .await
         .map_err(PageError::from)?;
     let receipts = ctx.store.receipts(&wid).await.map_err(PageError::from)?;
-    let receipt = receipts.iter().find(|r| r.step == step);
+    let receipt = rec
+        .receipt_id
+        .as_ref()
+        .and_then(|id| receipts.iter().find(|r| &r.receipt_id == id))
+        .or_else(|| {
+            receipts
+                .iter()
+                .find(|r| r.step == step && r.superseded_by.is_none())
+        });
+    // A reversal by hand: an effect that stands on a workflow that will not complete.
+    let can_compensate = rec.state == StepState::Succeeded
+        && (record.cancelled
+            || matches!(
+                record.state,
+                WorkflowState::Failed | WorkflowState::Cancelled
+            ))
+        && crate::course::compensated_step(step).is_none()
+        && !steps
+            .iter()
+            .any(|s| s.step == crate::course::compensation_id(step));
     let sent = attempts.iter().rev().find(|a| a.request_identity.is_some());
     let latest = attempts.last();
     let contract: Option<Contract> = ctx.components.as_ref().and_then(|c| {
@@ -561,6 +782,16 @@ pub async fn step<S: ContextStore>(
             }
 
             h2 { "Which actions are safe now" }
+            @if can_compensate {
+                @if contract.as_ref().is_some_and(|c| c.compensation.supported) {
+                    (form("compensate", "Reverse this effect", html! {
+                        label for="reason" { "Reason" }
+                        textarea #reason name="reason" rows="2" required {}
+                    }))
+                } @else {
+                    p.muted { "Reverse: not possible — this adapter does not declare compensation." }
+                }
+            }
             @if !stuck {
                 p.muted { "Nothing to decide: the step is " (rec.state.as_str().replace('_', " ")) "." }
             } @else {

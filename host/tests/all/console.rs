@@ -447,3 +447,85 @@ async fn an_operator_settles_stuck_steps_through_the_console_in_a_browser() {
     assert!(!timeline.contains("forged"), "{timeline}");
     let _ = browser.client.clone().close().await;
 }
+
+/// An operator withdraws a completed delivery from its workflow page: the withdrawal's
+/// consequences are listed before it is asked for, and afterwards the page shows both
+/// effects — the delivery and the compensation that reversed it — on the timeline, the
+/// page refreshing itself as the compensation runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_withdraws_a_completed_delivery_in_a_browser() {
+    let (file, text) = Contract::Idempotent.definition();
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![(
+            file,
+            format!("{text}\n[steps.compensation]\non = \"workflow_cancelled\"\n"),
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "withdraw-in-browser",
+            document("Withdrawn in the console"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let delivery = host.world().await[0]["id"].as_str().unwrap().to_string();
+
+    let browser = Browser::start().await;
+    let b = &browser;
+    b.client
+        .goto(&format!("{}/console/workflows", host.url))
+        .await
+        .unwrap();
+    b.click("form[action='/console/sign-in'] button").await;
+    b.wait_text("Workflows").await;
+    b.client
+        .goto(&format!("{}/console/workflows/{id}", host.url))
+        .await
+        .unwrap();
+    let text = b.wait_text("Request withdrawal").await;
+    assert!(
+        text.contains(&delivery) && text.contains("will be reversed by a compensation"),
+        "{text}"
+    );
+    let form = b
+        .client
+        .find(Locator::Css("form[action$='/course/withdraw']"))
+        .await
+        .unwrap();
+    form.find(Locator::Css("textarea[name='reason']"))
+        .await
+        .unwrap()
+        .send_keys("Sent to the wrong reader")
+        .await
+        .unwrap();
+    form.find(Locator::Css("button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // Both effects on the timeline, once the compensation has run (the page refreshes
+    // itself when the workflow moves).
+    let text = b
+        .wait_text("Compensation of Deliver document succeeded")
+        .await;
+    assert!(text.contains("Deliver document succeeded"), "{text}");
+    assert!(text.contains("Withdrawal cnl_"), "{text}");
+    assert!(text.contains("Sent to the wrong reader"), "{text}");
+    let text = b.wait_text("Reversed after partial completion —").await;
+    assert!(text.contains("Cancelled"), "{text}");
+    b.screenshot("withdrawn").await;
+    let world = host.world().await;
+    assert_eq!(world[0]["status"], "cancelled", "{world:?}");
+    assert_eq!(world[0]["cancel_requests"], 1);
+    // A reload (the form sent again with its key) withdraws nothing twice.
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    assert_eq!(deliver(&wf)["state"], "compensated");
+}
