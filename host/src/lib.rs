@@ -18,7 +18,8 @@
 //!   records outcomes through the store, and recovers expired leases (resume from a stored
 //!   result, query, same-key retry, or review, as the adapter's contract allows).
 //! - Below the interfaces: [`access`] (tokens, subjects, roles), [`view`] (what a workflow
-//!   looks like to people and clients: projections, status text, milestones), [`context`]
+//!   looks like to people and clients: projections, status text, milestones), [`intake`]
+//!   (what a new intent is created with), [`context`]
 //!   (what the interfaces share) and [`operator`] (operator actions on a step as domain
 //!   decisions: a typed order, `decide` → plan or refusal, applied by the store).
 //! - [`api`]: the axum HTTP API over the store and the deployed definitions; it renders
@@ -43,6 +44,7 @@ pub mod console;
 pub mod context;
 pub mod contract;
 pub mod course;
+pub mod intake;
 pub mod intent;
 pub mod operator;
 pub mod runtime;

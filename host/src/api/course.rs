@@ -12,18 +12,17 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
 use super::{ContextStore, Ctx};
-use crate::clock::Clock;
-use crate::intent::{WorkflowId, canonicalize};
-use crate::operator::{CancelOrder, CancelResult, ReviseOrder, ReviseResult, cancel, revise};
-use crate::store::{
-    ActionAnswer, ActionScope, AdmitOutcome, AdmitRequest, KeyScope, StoredRefusal,
+use crate::intent::WorkflowId;
+use crate::operator::{
+    CancelOrder, CancelResult, ReplaceOrder, ReviseOrder, ReviseResult, cancel, replace, revise,
 };
+use crate::store::StoredRefusal;
 use crate::view::{CancellationView, RevisionView};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -188,12 +187,8 @@ pub(super) async fn revisions<S: ContextStore>(
     Ok(Json(json!({"data": data, "next_cursor": null})))
 }
 
-/// The action name a replacement's key is scoped by.
-const REPLACE: &str = "replace";
-
-/// `POST /v1/workflows/{id}/replacement`: a new workflow of the same definition for the
-/// original's subject, under the key `replacement:<original id>`, linked both ways; with
-/// `cancel_original`, the original is cancelled as `POST …/cancel` would.
+/// `POST /v1/workflows/{id}/replacement`: `201` with the new workflow, `200` with the one
+/// there already is.
 pub(super) async fn replace_workflow<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
@@ -207,25 +202,6 @@ pub(super) async fn replace_workflow<S: ContextStore>(
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let fields = object(&bytes)?;
-    let input = match fields.get("input") {
-        Some(v @ Value::Object(_)) => v.clone(),
-        _ => {
-            return Err(invalid(
-                "`input` is required and must be a JSON object: the corrected input".into(),
-                "/input",
-            ));
-        }
-    };
-    let reason = match text_field(&fields, "reason")? {
-        Some(r) if !r.trim().is_empty() => r.to_string(),
-        _ => {
-            return Err(invalid(
-                "`reason` is required and must not be empty: say why the request is replaced"
-                    .into(),
-                "/reason",
-            ));
-        }
-    };
     let cancel_original = match fields.get("cancel_original") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -236,130 +212,21 @@ pub(super) async fn replace_workflow<S: ContextStore>(
             ));
         }
     };
-    let original = super::workflows::visible(&ctx, &caller, &id).await?;
-    let digest = canonicalize(
-        &json!({"input": input, "reason": reason, "cancel_original": cancel_original}),
+    let order = ReplaceOrder::new(
+        fields.get("input").cloned(),
+        text_field(&fields, "reason")?,
+        cancel_original,
     )
-    .map_err(ApiError::internal)?
-    .digest;
-    let scope = ActionScope {
-        subject: caller.subject.clone(),
-        workflow_id: original.workflow_id.clone(),
-        step: String::new(),
-        action: REPLACE.into(),
-        key,
-    };
-    // The same key and body answer as before; another body is a conflict.
-    if let Some(known) = ctx.store.action(&scope).await? {
-        if known.request_digest != digest {
-            return Err(crate::operator::DeskError::KeyConflict(Box::new(scope)).into());
-        }
-        if let Some(ActionAnswer::Applied(text)) = known.answer {
-            let stored: Value = serde_json::from_str(&text).map_err(ApiError::internal)?;
-            let status = StatusCode::from_u16(stored["status"].as_u64().unwrap_or(200) as u16)
-                .unwrap_or(StatusCode::OK);
-            return Ok((status, Json(stored["body"].clone())).into_response());
-        }
-    }
-    let canonical = canonicalize(&input).map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("{e}; send plain JSON values"),
-        )
-        .with_details(vec![json!({"pointer": "/input"})])
-    })?;
-    let derived = KeyScope {
-        subject: original.subject.clone(),
-        workflow: original.workflow.clone(),
-        key: format!("replacement:{}", original.workflow_id),
-    };
-    let now = ctx.clock.now_ms();
-    let (status, record) = match &original.replaced_by {
-        // At most one replacement: another request answers with it.
-        Some(existing) => (
-            StatusCode::OK,
-            ctx.store
-                .workflow(existing)
-                .await?
-                .ok_or_else(|| ApiError::internal(format!("replacement {existing} is missing")))?,
-        ),
-        None => {
-            let new = super::intents::new_workflow(
-                &ctx,
-                &derived,
-                &input,
-                &canonical,
-                now,
-                Some(original.workflow_id.clone()),
-            )
-            .await??;
-            let request = AdmitRequest {
-                scope: derived.clone(),
-                input: canonical,
-                now,
-                create: Some(new),
-            };
-            match ctx.store.admit(request).await? {
-                AdmitOutcome::Created(record) => {
-                    ctx.wake.notify_one();
-                    (StatusCode::CREATED, record)
-                }
-                AdmitOutcome::Replayed(record) => (StatusCode::OK, record),
-                AdmitOutcome::Conflict { workflow_id } => (
-                    StatusCode::OK,
-                    ctx.store.workflow(&workflow_id).await?.ok_or_else(|| {
-                        ApiError::internal(format!("replacement {workflow_id} is missing"))
-                    })?,
-                ),
-                AdmitOutcome::KeyFree => {
-                    return Err(ApiError::internal(
-                        "the store created nothing although an intent was given",
-                    ));
-                }
-            }
-        }
-    };
-    let cancellation = if cancel_original {
-        let order = CancelOrder::new(Some(&reason), false)
-            .map_err(|e| invalid(e.message, &format!("/{}", e.field)))?;
-        let key = format!("replacement:{}", original.workflow_id);
-        Some(match cancel(&ctx, &caller, &id, order, key).await {
-            Ok(CancelResult::Created(c) | CancelResult::Existing(c)) => {
-                serde_json::to_value(CancellationView::new(&c)).map_err(ApiError::internal)?
-            }
-            Ok(CancelResult::Refused(r)) => json!({"refused": r.message}),
-            // Another body under the derived key: the original's cancellation was asked for
-            // with another reason before; it stands as it is.
-            Err(crate::operator::DeskError::KeyConflict(_)) => Value::Null,
-            Err(e) => return Err(e.into()),
-        })
+    .map_err(|e| invalid(e.message, &format!("/{}", e.field)))?;
+    let replaced = replace(&ctx, &caller, &id, order, key).await?;
+    let status = if replaced.created {
+        StatusCode::CREATED
     } else {
-        None
+        StatusCode::OK
     };
-    let mut body = serde_json::to_value(crate::view::IntentView::new(
-        &record,
-        Some(status == StatusCode::OK),
-    ))
-    .map_err(ApiError::internal)?;
-    body["replaces"] = json!(original.workflow_id);
-    if let Some(c) = cancellation {
-        body["cancellation"] = c;
-    }
-    let stored = json!({"status": status.as_u16(), "body": body});
-    ctx.store
-        .remember(
-            scope,
-            digest,
-            ActionAnswer::Applied(stored.to_string()),
-            now,
-        )
-        .await?;
-    let location =
-        axum::http::HeaderValue::from_str(&format!("/v1/workflows/{}", record.workflow_id))
-            .map_err(ApiError::internal)?;
-    let mut response = (status, Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(axum::http::header::LOCATION, location);
+    let location = HeaderValue::from_str(&format!("/v1/workflows/{}", replaced.workflow_id))
+        .map_err(ApiError::internal)?;
+    let mut response = (status, Json(replaced.body)).into_response();
+    response.headers_mut().insert(header::LOCATION, location);
     Ok(response)
 }

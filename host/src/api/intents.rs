@@ -9,10 +9,10 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::{ContextStore, Ctx};
 use crate::clock::Clock;
-use crate::intent::{CanonicalInput, EventKind, Millis, NewEvent, WorkflowId, canonicalize};
-use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewStep, NewWorkflow, WorkflowRecord};
+use crate::intake::IntakeRefusal;
+use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
+use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewWorkflow, WorkflowRecord};
 use crate::view::IntentView;
-use crate::workflow::WorkflowDef;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -302,37 +302,6 @@ fn conflict(scope: &KeyScope, workflow_id: &WorkflowId) -> ApiError {
     .with_details(vec![json!({"workflow_id": workflow_id})])
 }
 
-/// The timeline's first entries: the request, then what was scheduled.
-fn admission_events(def: &WorkflowDef, scope: &KeyScope, input: &CanonicalInput) -> Vec<NewEvent> {
-    let recorded = NewEvent::workflow(
-        EventKind::Observation,
-        format!(
-            "Request recorded: {} v{} for {} (input {})",
-            def.name, def.version, scope.subject.0, input.digest
-        ),
-    )
-    .with_data(json!({
-        "subject": scope.subject.0,
-        "idempotency_key": scope.key,
-        "definition_version": def.version,
-        "input_digest": input.digest,
-    }));
-    let first: Vec<_> = def.initial_steps().collect();
-    let mut events = vec![recorded];
-    if !first.is_empty() {
-        let labels: Vec<&str> = first.iter().map(|s| s.label.as_str()).collect();
-        let ids: Vec<&str> = first.iter().map(|s| s.id.as_str()).collect();
-        events.push(
-            NewEvent::workflow(
-                EventKind::Action,
-                format!("Scheduled {}", labels.join(", ")),
-            )
-            .with_data(json!({"steps": ids})),
-        );
-    }
-    events
-}
-
 /// `POST /v1/intents`.
 pub(super) async fn submit<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
@@ -375,7 +344,7 @@ pub(super) async fn submit<S: ContextStore>(
     }
     // The key is free: check the definition and the input, then look the key up again and
     // create the intent in one transaction (a concurrent submission may have won meanwhile).
-    let new = new_workflow(&ctx, &scope, &input, &canonical, now, None).await??;
+    let new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
     let request = AdmitRequest {
         scope: scope.clone(),
         input: canonical,
@@ -403,60 +372,23 @@ pub(super) async fn new_workflow<S: ContextStore>(
     input: &Value,
     canonical: &CanonicalInput,
     now: Millis,
-    replaces: Option<WorkflowId>,
 ) -> ApiResult<Result<NewWorkflow, ApiError>> {
-    let Some(deployed) = ctx.deployments.latest(&scope.workflow).await? else {
-        return Ok(Err(ApiError::not_found(format!(
-            "no workflow definition named `{}` is deployed; check the `workflow` field, or deploy the \
-             definition first",
-            quote(&scope.workflow)
-        ))));
-    };
-    let def = &deployed.def;
-    if let Err(errors) = deployed.validator.validate(input) {
-        let listed: Vec<String> = errors
-            .iter()
-            .map(|e| format!("`{}`: {}", e.pointer, e.message))
-            .collect();
-        return Ok(Err(ApiError::new(
-            ErrorCode::InvalidInput,
-            format!(
-                "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields \
-                 listed in `details`",
-                def.name,
-                def.version,
-                listed.join("; ")
-            ),
-        )
-        .with_details(
-            errors
-                .iter()
-                .map(|e| json!({"pointer": e.pointer, "message": e.message}))
-                .collect(),
-        )));
-    }
-    Ok(Ok(NewWorkflow {
-        workflow_id: WorkflowId::new(now),
-        definition_version: def.version,
-        steps: def
-            .steps
-            .iter()
-            .map(|s| NewStep {
-                id: s.id.to_string(),
-                depends_on: s.after.iter().map(ToString::to_string).collect(),
-                role: s.kind.role(),
-                compensate_on: s.compensation.iter().map(|c| c.on).collect(),
-            })
-            .collect(),
-        deadline_at: now.saturating_add(millis(def.deadline)),
-        key_retention_ms: millis(ctx.limits.key_retention),
-        events: admission_events(def, scope, canonical),
-        replaces,
-    }))
+    Ok(
+        crate::intake::new_workflow(ctx, scope, input, canonical, now, None)
+            .await?
+            .map_err(ApiError::from),
+    )
 }
 
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+impl From<IntakeRefusal> for ApiError {
+    fn from(r: IntakeRefusal) -> Self {
+        match r {
+            IntakeRefusal::UnknownDefinition(message) => ApiError::not_found(message),
+            IntakeRefusal::InvalidInput { message, details } => {
+                ApiError::new(ErrorCode::InvalidInput, message).with_details(details)
+            }
+        }
+    }
 }
 
 /// `GET /v1/intents/{key}?workflow=<name>`: the caller's own intent under that key.

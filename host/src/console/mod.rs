@@ -234,6 +234,8 @@ struct CourseForm {
     reason: String,
     #[serde(default)]
     input: String,
+    #[serde(default)]
+    cancel_original: Option<String>,
 }
 
 /// `POST /console/workflows/{id}/course/{cancel|withdraw|revise}`: the same orders as the
@@ -244,7 +246,9 @@ async fn change_course<S: ContextStore>(
     Path((id, action)): Path<(String, String)>,
     Form(form): Form<CourseForm>,
 ) -> Response {
-    use crate::operator::{CancelOrder, CancelResult, ReviseOrder, ReviseResult, cancel, revise};
+    use crate::operator::{
+        CancelOrder, CancelResult, ReplaceOrder, ReviseOrder, ReviseResult, cancel, replace, revise,
+    };
     let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
@@ -283,6 +287,27 @@ async fn change_course<S: ContextStore>(
                             }
                         )),
                         Ok(ReviseResult::Refused(r)) => Err((StatusCode::CONFLICT, r.message)),
+                        Err(e) => Err(desk_error(e)),
+                    }
+                }
+            }
+        }
+        "replace" => {
+            let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
+            let cancel_original = form.cancel_original.is_some();
+            match ReplaceOrder::new(input, Some(&form.reason), cancel_original) {
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
+                Ok(order) => {
+                    match replace(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
+                        Ok(r) => Ok(format!(
+                            "Replaced by workflow {}{}",
+                            r.workflow_id,
+                            if r.created {
+                                ""
+                            } else {
+                                " (it was already replaced)"
+                            }
+                        )),
                         Err(e) => Err(desk_error(e)),
                     }
                 }

@@ -551,6 +551,14 @@ pub async fn workflow_page<S: ContextStore>(
                             textarea name="input" rows="4" required { (record.input) }
                             (reason_field.clone())
                         })),
+                        "replace" => (course_form("replace", a.label, &a.consequences, html! {
+                            label { "Corrected input (JSON)" }
+                            textarea name="input" rows="4" required { (record.input) }
+                            (reason_field.clone())
+                            @if !record.cancelled && !record.state.is_ended() {
+                                label { input type="checkbox" name="cancel_original" value="true"; " Cancel this workflow too" }
+                            }
+                        })),
                         _ => {}
                     }
                 }
@@ -584,9 +592,12 @@ pub async fn workflow_page<S: ContextStore>(
             }
         },
         // An older page of the timeline stays as it is; the latest refreshes itself.
-        events_before
-            .is_none()
-            .then(|| (format!("/console/workflows/{}", path_part(id)), record.revision)),
+        events_before.is_none().then(|| {
+            (
+                format!("/console/workflows/{}", path_part(id)),
+                record.revision,
+            )
+        }),
     ))
 }
 
@@ -601,6 +612,9 @@ fn course_consequence(action: &str) -> &'static str {
         }
         "revise" => {
             "A new input revision. Steps whose input changes run again with it; their earlier attempts and receipts stay, marked superseded."
+        }
+        "replace" => {
+            "A new request of the same workflow with the corrected input, linked to this one both ways. With the box ticked, this one is cancelled as a cancellation would (the effects listed are reversed where they can be)."
         }
         _ => "",
     }

@@ -19,11 +19,13 @@
 mod cancel;
 mod decide;
 mod desk;
+mod replace;
 mod revise;
 
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{CourseFacts, History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, perform};
+pub use replace::{REPLACE, ReplaceOrder, Replacement, replace};
 pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 
 use serde_json::{Value, json};

@@ -1232,3 +1232,125 @@ async fn docket_cancel_and_revise_ask_the_host_and_print_its_answer() {
     let answer: Value = serde_json::from_slice(&revised.stdout).unwrap();
     assert_eq!(answer["input_revision"], 2, "{answer}");
 }
+
+/// The console changes a workflow's course with plain forms (no JavaScript): a revision,
+/// then a replacement that cancels the original, each answered on the workflow page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_revises_and_replaces_with_plain_forms() {
+    let host = HostProcess::start(HostOptions {
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit(&host, "document-delivery", "console-course", None).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed = client
+        .post(format!("{}/console/sign-in", host.url))
+        .form(&[("token", "")])
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let base = host.url.clone();
+    let page = |path: String| {
+        let (client, cookie, base) = (client.clone(), cookie.clone(), base.clone());
+        async move {
+            let r = client
+                .get(format!("{base}{path}"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            r.text().await.unwrap()
+        }
+    };
+    // The hidden fields of the form that posts to `action`.
+    let fields = |html: &str, action: &str| -> (String, String) {
+        let form = html
+            .split(&format!(
+                "action=\"/console/workflows/{id}/course/{action}\""
+            ))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {action} form: {html}"));
+        let value = |name: &str| {
+            form.split(&format!("name=\"{name}\" value=\""))
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        (value("csrf"), value("key"))
+    };
+    let html = page(format!("/console/workflows/{id}")).await;
+    assert!(html.contains("Change of course"), "{html}");
+    assert!(html.contains("Correct the request"), "{html}");
+    let (csrf, key) = fields(&html, "revise");
+    let corrected = r#"{"title": "Corrected", "recipient": "reader@example.com", "body": "Hi"}"#;
+    let answered = client
+        .post(format!("{}/console/workflows/{id}/course/revise", host.url))
+        .header("cookie", &cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("key", key.as_str()),
+            ("input", corrected),
+            ("reason", "typo in the title"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    let html = answered.text().await.unwrap();
+    assert!(html.contains("Input revision 2 recorded"), "{html}");
+    assert!(html.contains("Input revisions"), "{html}");
+
+    let (csrf, key) = fields(&html, "replace");
+    let answered = client
+        .post(format!(
+            "{}/console/workflows/{id}/course/replace",
+            host.url
+        ))
+        .header("cookie", &cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("key", key.as_str()),
+            ("input", corrected),
+            ("reason", "start over"),
+            ("cancel_original", "true"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    let html = answered.text().await.unwrap();
+    assert!(html.contains("Replaced by workflow wf_"), "{html}");
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(wf["state"], "cancelled", "{wf:#}");
+    let replacement = wf["replaced_by"].as_str().unwrap().to_string();
+    let (_, new) = host.get(&format!("/v1/workflows/{replacement}")).await;
+    assert_eq!(new["replaces"], id.as_str());
+    // A form that did not come from the session is refused, and changes nothing.
+    let forged = client
+        .post(format!(
+            "{}/console/workflows/{replacement}/course/cancel",
+            host.url
+        ))
+        .header("cookie", &cookie)
+        .form(&[("csrf", "forged"), ("key", "k"), ("reason", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 403);
+    let (_, new) = host.get(&format!("/v1/workflows/{replacement}")).await;
+    assert_eq!(new["state"], "running");
+}

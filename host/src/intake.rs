@@ -1,0 +1,123 @@
+//! What a new intent is created with: the latest deployed version of its definition, its
+//! input checked against that version's schema, its steps and its first timeline events.
+//! Admission (`POST /v1/intents`) and a replacement (a corrected request linked to the
+//! workflow it replaces) both take an intent in this way.
+
+use crate::context::{Context, ContextStore};
+use crate::intent::{CanonicalInput, EventKind, Millis, NewEvent, WorkflowId};
+use crate::store::{KeyScope, NewStep, NewWorkflow, StoreResult};
+use crate::workflow::WorkflowDef;
+use serde_json::{Value, json};
+
+/// Why no intent may be created for a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IntakeRefusal {
+    /// No definition of that name is deployed.
+    #[error("{0}")]
+    UnknownDefinition(String),
+    /// The input does not satisfy the definition's schema; `details` name the fields.
+    #[error("{message}")]
+    InvalidInput {
+        message: String,
+        details: Vec<Value>,
+    },
+}
+
+/// The intent to create for `scope` with `input`, or why none may be created.
+pub async fn new_workflow<S: ContextStore>(
+    ctx: &Context<S>,
+    scope: &KeyScope,
+    input: &Value,
+    canonical: &CanonicalInput,
+    now: Millis,
+    replaces: Option<WorkflowId>,
+) -> StoreResult<Result<NewWorkflow, IntakeRefusal>> {
+    let deployed = match ctx.deployments.latest(&scope.workflow).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return Ok(Err(IntakeRefusal::UnknownDefinition(format!(
+                "no workflow definition named `{}` is deployed; check the `workflow` field, or deploy the definition first",
+                scope.workflow.escape_debug()
+            ))));
+        }
+        Err(crate::scheduler::DeployError::Store(e)) => return Err(e),
+        Err(e) => {
+            return Err(crate::store::StoreError::Corrupt(format!(
+                "the deployed definition `{}` cannot be read: {e}",
+                scope.workflow
+            )));
+        }
+    };
+    let def = &deployed.def;
+    if let Err(errors) = deployed.validator.validate(input) {
+        let listed: Vec<String> = errors
+            .iter()
+            .map(|e| format!("`{}`: {}", e.pointer, e.message))
+            .collect();
+        return Ok(Err(IntakeRefusal::InvalidInput {
+            message: format!(
+                "the input does not satisfy the input schema of `{}` v{}: {}; fix the fields listed in `details`",
+                def.name,
+                def.version,
+                listed.join("; ")
+            ),
+            details: errors
+                .iter()
+                .map(|e| json!({"pointer": e.pointer, "message": e.message}))
+                .collect(),
+        }));
+    }
+    Ok(Ok(NewWorkflow {
+        workflow_id: WorkflowId::new(now),
+        definition_version: def.version,
+        steps: def
+            .steps
+            .iter()
+            .map(|s| NewStep {
+                id: s.id.to_string(),
+                depends_on: s.after.iter().map(ToString::to_string).collect(),
+                role: s.kind.role(),
+                compensate_on: s.compensation.iter().map(|c| c.on).collect(),
+            })
+            .collect(),
+        deadline_at: now.saturating_add(millis(def.deadline)),
+        key_retention_ms: millis(ctx.limits.key_retention),
+        events: admission_events(def, scope, canonical),
+        replaces,
+    }))
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The timeline's first entries: the request, then what was scheduled.
+fn admission_events(def: &WorkflowDef, scope: &KeyScope, input: &CanonicalInput) -> Vec<NewEvent> {
+    let recorded = NewEvent::workflow(
+        EventKind::Observation,
+        format!(
+            "Request recorded: {} v{} for {} (input {})",
+            def.name, def.version, scope.subject.0, input.digest
+        ),
+    )
+    .with_data(json!({
+        "subject": scope.subject.0,
+        "idempotency_key": scope.key,
+        "definition_version": def.version,
+        "input_digest": input.digest,
+    }));
+    let first: Vec<_> = def.initial_steps().collect();
+    let mut events = vec![recorded];
+    if !first.is_empty() {
+        let labels: Vec<&str> = first.iter().map(|s| s.label.as_str()).collect();
+        let ids: Vec<&str> = first.iter().map(|s| s.id.as_str()).collect();
+        events.push(
+            NewEvent::workflow(
+                EventKind::Action,
+                format!("Scheduled {}", labels.join(", ")),
+            )
+            .with_data(json!({"steps": ids})),
+        );
+    }
+    events
+}

@@ -1,0 +1,222 @@
+//! A replacement: a correction after a consequential effect is a new request. It creates a
+//! new workflow of the same definition for the original's subject, under the key
+//! `replacement:<original id>`, linked both ways (`replaces` / `replaced_by`), and, when
+//! asked, cancels the original as a cancellation would. A workflow has at most one
+//! replacement: another request answers with it.
+
+use super::{CancelOrder, CancelResult, DeskError, InvalidOrder, cancel, required};
+use crate::access::Principal;
+use crate::clock::Clock;
+use crate::context::{Context, ContextStore};
+use crate::intake::{IntakeRefusal, new_workflow};
+use crate::intent::{WorkflowId, canonicalize};
+use crate::store::{ActionAnswer, ActionScope, AdmitOutcome, AdmitRequest, KeyScope, StoreError};
+use crate::view::{CancellationView, IntentView};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The action name a replacement's key is scoped by.
+pub const REPLACE: &str = "replace";
+
+/// A replacement request's body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplaceOrder {
+    pub input: Value,
+    pub reason: String,
+    pub cancel_original: bool,
+}
+
+impl ReplaceOrder {
+    /// The input must be a JSON object; the reason is required.
+    pub fn new(
+        input: Option<Value>,
+        reason: Option<&str>,
+        cancel_original: bool,
+    ) -> Result<Self, InvalidOrder> {
+        let input = match input {
+            Some(v @ Value::Object(_)) => v,
+            _ => {
+                return Err(InvalidOrder {
+                    field: "input",
+                    message: "`input` is required and must be a JSON object: the corrected input"
+                        .into(),
+                });
+            }
+        };
+        Ok(Self {
+            input,
+            reason: required("reason", reason, "say why the request is replaced")?,
+            cancel_original,
+        })
+    }
+}
+
+/// What a replacement request came to: the new workflow (`created`), or the one there
+/// already is, as the intent it is (`IntentView` with `replaces` and, when the original was
+/// cancelled, its `cancellation`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replacement {
+    pub created: bool,
+    pub workflow_id: WorkflowId,
+    pub body: Value,
+}
+
+/// Replaces workflow `workflow_id` for `caller` (its owner or an operator) under `key`.
+pub async fn replace<S: ContextStore>(
+    ctx: &Arc<Context<S>>,
+    caller: &Principal,
+    workflow_id: &str,
+    order: ReplaceOrder,
+    key: String,
+) -> Result<Replacement, DeskError> {
+    let original = ctx
+        .store
+        .workflow(&WorkflowId(workflow_id.to_string()))
+        .await?
+        .filter(|r| caller.can_see(&r.subject))
+        .ok_or_else(|| {
+            DeskError::NotFound(format!(
+                "there is no workflow `{}` that you can see; check the id",
+                workflow_id.escape_debug()
+            ))
+        })?;
+    let digest = canonicalize(&json!({
+        "input": order.input,
+        "reason": order.reason,
+        "cancel_original": order.cancel_original,
+    }))
+    .map_err(|e| DeskError::Internal(e.to_string()))?
+    .digest;
+    let scope = ActionScope {
+        subject: caller.subject.clone(),
+        workflow_id: original.workflow_id.clone(),
+        step: String::new(),
+        action: REPLACE.into(),
+        key,
+    };
+    // The same key and body answer as before; another body is a conflict.
+    if let Some(known) = ctx.store.action(&scope).await? {
+        if known.request_digest != digest {
+            return Err(DeskError::KeyConflict(Box::new(scope)));
+        }
+        if let Some(ActionAnswer::Applied(text)) = known.answer {
+            return stored(&text);
+        }
+    }
+    let canonical = canonicalize(&order.input).map_err(|e| DeskError::InvalidInput {
+        message: format!("{e}; send plain JSON values"),
+        details: vec![json!({"pointer": "/input"})],
+    })?;
+    let derived = KeyScope {
+        subject: original.subject.clone(),
+        workflow: original.workflow.clone(),
+        key: format!("replacement:{}", original.workflow_id),
+    };
+    let now = ctx.clock.now_ms();
+    let (created, record) = match &original.replaced_by {
+        // At most one replacement: another request answers with it.
+        Some(existing) => (false, existing_workflow(ctx, existing).await?),
+        None => {
+            let new = new_workflow(
+                ctx,
+                &derived,
+                &order.input,
+                &canonical,
+                now,
+                Some(original.workflow_id.clone()),
+            )
+            .await?
+            .map_err(|r| match r {
+                IntakeRefusal::UnknownDefinition(m) => DeskError::NotFound(m),
+                IntakeRefusal::InvalidInput { message, details } => {
+                    DeskError::InvalidInput { message, details }
+                }
+            })?;
+            let request = AdmitRequest {
+                scope: derived,
+                input: canonical,
+                now,
+                create: Some(new),
+            };
+            match ctx.store.admit(request).await? {
+                AdmitOutcome::Created(record) => {
+                    ctx.wake.notify_one();
+                    (true, record)
+                }
+                AdmitOutcome::Replayed(record) => (false, record),
+                AdmitOutcome::Conflict { workflow_id } => {
+                    (false, existing_workflow(ctx, &workflow_id).await?)
+                }
+                AdmitOutcome::KeyFree => {
+                    return Err(DeskError::Internal(
+                        "the store created nothing although an intent was given".into(),
+                    ));
+                }
+            }
+        }
+    };
+    let cancellation = if order.cancel_original {
+        let cancel_order = CancelOrder::new(Some(&order.reason), false)
+            .map_err(|e| DeskError::Internal(e.message))?;
+        let key = format!("replacement:{}", original.workflow_id);
+        Some(
+            match cancel(ctx, caller, workflow_id, cancel_order, key).await {
+                Ok(CancelResult::Created(c) | CancelResult::Existing(c)) => {
+                    serde_json::to_value(CancellationView::new(&c))
+                        .map_err(|e| DeskError::Internal(e.to_string()))?
+                }
+                Ok(CancelResult::Refused(r)) => json!({"refused": r.message}),
+                // Another body under the derived key: the original's cancellation was asked
+                // for with another reason before; it stands as it is.
+                Err(DeskError::KeyConflict(_)) => Value::Null,
+                Err(e) => return Err(e),
+            },
+        )
+    } else {
+        None
+    };
+    let mut body = serde_json::to_value(IntentView::new(&record, Some(!created)))
+        .map_err(|e| DeskError::Internal(e.to_string()))?;
+    body["replaces"] = json!(original.workflow_id);
+    if let Some(c) = cancellation {
+        body["cancellation"] = c;
+    }
+    let answer = json!({"created": created, "body": body});
+    ctx.store
+        .remember(
+            scope,
+            digest,
+            ActionAnswer::Applied(answer.to_string()),
+            now,
+        )
+        .await?;
+    Ok(Replacement {
+        created,
+        workflow_id: record.workflow_id,
+        body,
+    })
+}
+
+async fn existing_workflow<S: ContextStore>(
+    ctx: &Context<S>,
+    id: &WorkflowId,
+) -> Result<crate::store::WorkflowRecord, DeskError> {
+    ctx.store
+        .workflow(id)
+        .await?
+        .ok_or_else(|| DeskError::Internal(format!("replacement {id} is missing")))
+}
+
+fn stored(text: &str) -> Result<Replacement, DeskError> {
+    let stored: Value = serde_json::from_str(text).map_err(|e| {
+        DeskError::Store(StoreError::Corrupt(format!(
+            "stored replacement answer: {e}"
+        )))
+    })?;
+    let body = stored["body"].clone();
+    Ok(Replacement {
+        created: stored["created"].as_bool().unwrap_or(false),
+        workflow_id: WorkflowId(body["workflow_id"].as_str().unwrap_or_default().to_string()),
+        body,
+    })
+}
