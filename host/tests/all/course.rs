@@ -1123,6 +1123,30 @@ async fn an_operator_compensates_by_hand_and_acts_on_the_compensation(db: Option
         timeline.contains("Operator local ordered the compensation of Deliver document"),
         "{timeline}"
     );
+    // The console shows the compensation beside its effect, and its own page.
+    let (client, cookie) = console_session(&host).await;
+    let get = |path: String| {
+        let (client, cookie) = (client.clone(), cookie.clone());
+        async move {
+            let r = client
+                .get(path)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, html) = get(format!("{}/console/workflows/{id}", host.url)).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("↳ <a href=\"/console/workflows/"), "{html}");
+    let (status, html) = get(format!(
+        "{}/console/workflows/{id}/steps/deliver.compensate",
+        host.url
+    ))
+    .await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Compensation of Deliver document"), "{html}");
 }
 
 macro_rules! on_both_backends {
@@ -1233,16 +1257,9 @@ async fn docket_cancel_and_revise_ask_the_host_and_print_its_answer() {
     assert_eq!(answer["input_revision"], 2, "{answer}");
 }
 
-/// The console changes a workflow's course with plain forms (no JavaScript): a revision,
-/// then a replacement that cancels the original, each answered on the workflow page.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_console_revises_and_replaces_with_plain_forms() {
-    let host = HostProcess::start(HostOptions {
-        pause_execution: true,
-        ..HostOptions::default()
-    })
-    .await;
-    let id = submit(&host, "document-delivery", "console-course", None).await;
+/// A console session on an open host: a client that does not follow redirects, and the
+/// session cookie.
+async fn console_session(host: &HostProcess) -> (reqwest::Client, String) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -1260,6 +1277,20 @@ async fn the_console_revises_and_replaces_with_plain_forms() {
         .next()
         .unwrap()
         .to_string();
+    (client, cookie)
+}
+
+/// The console changes a workflow's course with plain forms (no JavaScript): a revision,
+/// then a replacement that cancels the original, each answered on the workflow page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_revises_and_replaces_with_plain_forms() {
+    let host = HostProcess::start(HostOptions {
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let id = submit(&host, "document-delivery", "console-course", None).await;
+    let (client, cookie) = console_session(&host).await;
     let base = host.url.clone();
     let page = |path: String| {
         let (client, cookie, base) = (client.clone(), cookie.clone(), base.clone());
