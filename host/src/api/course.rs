@@ -26,6 +26,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+/// The workflow id in the path.
+fn workflow_path(id: Result<Path<String>, PathRejection>) -> ApiResult<String> {
+    id.map(|Path(p)| p)
+        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))
+}
+
 fn invalid(message: String, pointer: &str) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, message)
         .with_details(vec![json!({"pointer": pointer})])
@@ -77,9 +83,7 @@ pub(super) async fn cancel_workflow<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let id = id
-        .map(|Path(p)| p)
-        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let id = workflow_path(id)?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let order = order(&bytes)?;
@@ -102,9 +106,7 @@ pub(super) async fn cancellation<S: ContextStore>(
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Json<CancellationView>> {
-    let id = id
-        .map(|Path(p)| p)
-        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let id = workflow_path(id)?;
     let record = super::workflows::visible(&ctx, &caller, &id).await?;
     let Some(c) = ctx.store.cancellation(&WorkflowId(id.clone())).await? else {
         return Err(ApiError::not_found(format!(
@@ -151,9 +153,7 @@ pub(super) async fn revise_workflow<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let id = id
-        .map(|Path(p)| p)
-        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let id = workflow_path(id)?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let fields = object(&bytes)?;
@@ -173,9 +173,7 @@ pub(super) async fn revisions<S: ContextStore>(
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Json<Value>> {
-    let id = id
-        .map(|Path(p)| p)
-        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let id = workflow_path(id)?;
     let record = super::workflows::visible(&ctx, &caller, &id).await?;
     let data: Vec<RevisionView> = ctx
         .store
@@ -196,9 +194,7 @@ pub(super) async fn replace_workflow<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let id = id
-        .map(|Path(p)| p)
-        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let id = workflow_path(id)?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let fields = object(&bytes)?;

@@ -6,7 +6,7 @@ use super::{DeskError, InvalidOrder, required};
 use crate::access::Principal;
 use crate::clock::Clock;
 use crate::context::{Context, ContextStore};
-use crate::intent::{CancellationId, WorkflowId, canonicalize};
+use crate::intent::{CancellationId, canonicalize};
 use crate::store::{
     ActionAnswer, ActionScope, CancelAnswer, CancelRequest, CancellationRecord, StoreError,
     StoredCancel, StoredRefusal,
@@ -59,17 +59,7 @@ pub async fn cancel<S: ContextStore>(
     order: CancelOrder,
     key: String,
 ) -> Result<CancelResult, DeskError> {
-    let record = ctx
-        .store
-        .workflow(&WorkflowId(workflow_id.to_string()))
-        .await?
-        .filter(|r| caller.can_see(&r.subject))
-        .ok_or_else(|| {
-            DeskError::NotFound(format!(
-                "there is no workflow `{}` that you can see; check the id",
-                workflow_id.escape_debug()
-            ))
-        })?;
+    let record = super::desk::visible(ctx, caller, workflow_id).await?;
     let digest = canonicalize(&order.to_json())
         .map_err(|e| DeskError::Internal(e.to_string()))?
         .digest;

@@ -70,6 +70,25 @@ pub struct Target {
     pub step: String,
 }
 
+/// The workflow `id` if `caller` may see it; else the same `NotFound` as for one that does
+/// not exist.
+pub(super) async fn visible<S: ContextStore>(
+    ctx: &Context<S>,
+    caller: &Principal,
+    id: &str,
+) -> Result<WorkflowRecord, DeskError> {
+    ctx.store
+        .workflow(&WorkflowId(id.to_string()))
+        .await?
+        .filter(|r| caller.can_see(&r.subject))
+        .ok_or_else(|| {
+            DeskError::NotFound(format!(
+                "there is no workflow `{}` that you can see; check the id",
+                id.escape_debug()
+            ))
+        })
+}
+
 /// Carries out `order` on the target step for `caller` under `key`.
 pub async fn perform<S: ContextStore>(
     ctx: &Arc<Context<S>>,
@@ -79,17 +98,7 @@ pub async fn perform<S: ContextStore>(
     key: String,
 ) -> Result<ActionResult, DeskError> {
     let Target { workflow_id, step } = target;
-    let record = ctx
-        .store
-        .workflow(&WorkflowId(workflow_id.clone()))
-        .await?
-        .filter(|r| caller.can_see(&r.subject))
-        .ok_or_else(|| {
-            DeskError::NotFound(format!(
-                "there is no workflow `{}` that you can see; check the id",
-                workflow_id.escape_debug()
-            ))
-        })?;
+    let record = visible(ctx, caller, &workflow_id).await?;
     if caller.role != Role::Operator {
         return Err(DeskError::Forbidden);
     }

@@ -170,6 +170,17 @@ pub struct InvalidOrder {
 
 const OUTCOME_HELP: &str = "it must be one of `succeeded`, `not_happened`, `abandon`";
 
+/// A required JSON object (a corrected input).
+fn input_object(input: Option<Value>) -> Result<Value, InvalidOrder> {
+    match input {
+        Some(v @ Value::Object(_)) => Ok(v),
+        _ => Err(InvalidOrder {
+            field: "input",
+            message: "`input` is required and must be a JSON object: the corrected input".into(),
+        }),
+    }
+}
+
 /// A required, non-empty text.
 fn required(field: &'static str, value: Option<&str>, why: &str) -> Result<String, InvalidOrder> {
     match value {

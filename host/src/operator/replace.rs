@@ -33,16 +33,7 @@ impl ReplaceOrder {
         reason: Option<&str>,
         cancel_original: bool,
     ) -> Result<Self, InvalidOrder> {
-        let input = match input {
-            Some(v @ Value::Object(_)) => v,
-            _ => {
-                return Err(InvalidOrder {
-                    field: "input",
-                    message: "`input` is required and must be a JSON object: the corrected input"
-                        .into(),
-                });
-            }
-        };
+        let input = super::input_object(input)?;
         Ok(Self {
             input,
             reason: required("reason", reason, "say why the request is replaced")?,
@@ -69,17 +60,7 @@ pub async fn replace<S: ContextStore>(
     order: ReplaceOrder,
     key: String,
 ) -> Result<Replacement, DeskError> {
-    let original = ctx
-        .store
-        .workflow(&WorkflowId(workflow_id.to_string()))
-        .await?
-        .filter(|r| caller.can_see(&r.subject))
-        .ok_or_else(|| {
-            DeskError::NotFound(format!(
-                "there is no workflow `{}` that you can see; check the id",
-                workflow_id.escape_debug()
-            ))
-        })?;
+    let original = super::desk::visible(ctx, caller, workflow_id).await?;
     let digest = canonicalize(&json!({
         "input": order.input,
         "reason": order.reason,

@@ -9,7 +9,7 @@ use crate::access::Principal;
 use crate::clock::Clock;
 use crate::context::{Context, ContextStore};
 use crate::course::{RevisionStep, plan_revision};
-use crate::intent::{WorkflowId, WorkflowState, canonicalize};
+use crate::intent::{WorkflowState, canonicalize};
 use crate::store::{
     ActionAnswer, ActionScope, ReviseAnswer, ReviseRequest, RevisionRecord, RevisionSnapshot,
     StoreError, StoredRefusal,
@@ -33,16 +33,7 @@ pub struct ReviseOrder {
 impl ReviseOrder {
     /// The input must be a JSON object; the reason is required.
     pub fn new(input: Option<Value>, reason: Option<&str>) -> Result<Self, InvalidOrder> {
-        let input = match input {
-            Some(v @ Value::Object(_)) => v,
-            _ => {
-                return Err(InvalidOrder {
-                    field: "input",
-                    message: "`input` is required and must be a JSON object: the corrected input"
-                        .into(),
-                });
-            }
-        };
+        let input = super::input_object(input)?;
         Ok(Self {
             input,
             reason: required("reason", reason, "say why the input is corrected")?,
@@ -75,18 +66,8 @@ pub async fn revise<S: ContextStore>(
     order: ReviseOrder,
     key: String,
 ) -> Result<ReviseResult, DeskError> {
-    let id = WorkflowId(workflow_id.to_string());
-    let visible = |r: &Option<crate::store::WorkflowRecord>| {
-        r.as_ref().is_some_and(|r| caller.can_see(&r.subject))
-    };
-    let first = ctx.store.workflow(&id).await?;
-    if !visible(&first) {
-        return Err(DeskError::NotFound(format!(
-            "there is no workflow `{}` that you can see; check the id",
-            workflow_id.escape_debug()
-        )));
-    }
-    let first = first.expect("checked");
+    let first = super::desk::visible(ctx, caller, workflow_id).await?;
+    let id = first.workflow_id.clone();
     let deployed = ctx
         .deployments
         .get(&first.workflow, first.definition_version)

@@ -583,6 +583,23 @@ async fn a_revision_after_the_side_effect_is_refused_and_replaced(db: Option<Str
     assert_eq!(host.world().await.len(), 2);
 }
 
+/// Waits until the provider holds `n` deliveries (a request reached it).
+async fn wait_deliveries(host: &HostProcess, n: usize) {
+    crate::wait::until(
+        "the delivery at the provider",
+        Duration::from_secs(30),
+        || async {
+            let held = host.world().await.len();
+            if held == n {
+                Ok(())
+            } else {
+                Err(format!("{held} deliveries"))
+            }
+        },
+    )
+    .await;
+}
+
 /// A delivery through `adapter` compensated on `on`, optionally followed by a notice through
 /// the same provider (`notice`: its retry table) that can fail on its own.
 fn compensated(name: &str, adapter: &str, on: &str, notice: Option<&str>) -> (String, String) {
@@ -835,19 +852,7 @@ async fn a_cancellation_after_an_accepted_effect_stops_the_rest_and_compensates(
         host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
         let before = host.world().await.len();
         let id = submit_raw(&host, workflow, workflow).await;
-        crate::wait::until(
-            "the delivery at the provider",
-            Duration::from_secs(30),
-            || async {
-                let n = host.world().await.len();
-                if n == before + 1 {
-                    Ok(())
-                } else {
-                    Err(format!("{n} deliveries"))
-                }
-            },
-        )
-        .await;
+        wait_deliveries(&host, before + 1).await;
         host.faults(json!({"unavailable_next": 1})).await;
         let wf = crate::wait::until(
             "the notice to wait for its retry",
@@ -935,19 +940,7 @@ async fn a_cancellation_during_an_adapter_call_awaits_then_compensates(db: Optio
     .await;
     host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
     let id = submit_raw(&host, "withdrawable", "mid-call").await;
-    crate::wait::until(
-        "the delivery at the provider",
-        Duration::from_secs(30),
-        || async {
-            let n = host.world().await.len();
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(format!("{n} deliveries"))
-            }
-        },
-    )
-    .await;
+    wait_deliveries(&host, 1).await;
     let (status, answer) = post(
         &host,
         &format!("/v1/workflows/{id}/cancel"),
@@ -996,19 +989,7 @@ async fn a_terminal_failure_compensates_and_a_retryable_one_does_not(db: Option<
     // refuse the next two requests — the notice's two attempts.
     host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
     let id = submit_raw(&host, "failing-notice", "fail-later").await;
-    crate::wait::until(
-        "the delivery at the provider",
-        Duration::from_secs(30),
-        || async {
-            let n = host.world().await.len();
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(format!("{n} deliveries"))
-            }
-        },
-    )
-    .await;
+    wait_deliveries(&host, 1).await;
     host.faults(json!({"unavailable_next": 2})).await;
     let wf = host
         .wait_for(
@@ -1050,19 +1031,7 @@ async fn an_operator_compensates_by_hand_and_acts_on_the_compensation(db: Option
     .await;
     host.faults(json!({"slow_next": 1, "slow_ms": 1500})).await;
     let id = submit_raw(&host, "by-hand", "by-hand-1").await;
-    crate::wait::until(
-        "the delivery at the provider",
-        Duration::from_secs(30),
-        || async {
-            let n = host.world().await.len();
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(format!("{n} deliveries"))
-            }
-        },
-    )
-    .await;
+    wait_deliveries(&host, 1).await;
     host.faults(json!({"unavailable_next": 2})).await;
     let wf = host
         .wait_for(&id, &["failed", "needs_review"], Duration::from_secs(30))

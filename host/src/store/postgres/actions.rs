@@ -53,24 +53,37 @@ pub(super) async fn store_answer(
     Ok(())
 }
 
-async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionOutcome> {
-    // The primary key decides who owns the key: a racing twin waits for the first
-    // transaction and, once it commits, finds the key taken.
-    let inserted = sqlx::query(
+/// Takes a key for a request, unless a racing twin holds it: the primary key decides, the
+/// twin waiting for the first transaction and, once it commits, finding the key taken.
+/// Returns whether this request took it.
+pub(super) async fn reserve_key(
+    conn: &mut PgConnection,
+    scope: &ActionScope,
+    request_digest: &str,
+    now: crate::intent::Millis,
+) -> PgResult<bool> {
+    Ok(sqlx::query(
         "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
     )
-    .bind(&req.scope.subject.0)
-    .bind(req.scope.workflow_id.as_str())
-    .bind(&req.scope.step)
-    .bind(&req.scope.action)
-    .bind(&req.scope.key)
-    .bind(&req.request_digest)
-    .bind(req.now as i64)
+    .bind(&scope.subject.0)
+    .bind(scope.workflow_id.as_str())
+    .bind(&scope.step)
+    .bind(&scope.action)
+    .bind(&scope.key)
+    .bind(request_digest)
+    .bind(now as i64)
     .execute(&mut *conn)
     .await?
-    .rows_affected();
-    if inserted == 0 {
+    .rows_affected()
+        == 1)
+}
+
+async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionOutcome> {
+    // The primary key decides who owns the key: a racing twin waits for the first
+    // transaction and, once it commits, finds the key taken.
+    let inserted = reserve_key(conn, &req.scope, &req.request_digest, req.now).await?;
+    if !inserted {
         let existing = action_on(conn, &req.scope).await?.ok_or_else(|| {
             crate::store::StoreError::Corrupt("an operator action key vanished".into())
         })?;

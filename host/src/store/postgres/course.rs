@@ -1,7 +1,7 @@
 //! Changes of a workflow's course: its cancellation, under a key, with the course settled
 //! in the same transaction.
 
-use super::actions::{action_on, store_answer};
+use super::actions::{action_on, reserve_key, store_answer};
 use super::executor::recompute_state;
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::course;
@@ -62,23 +62,8 @@ async fn course_steps(
 
 async fn cancel_tx(conn: &mut PgConnection, req: CancelRequest) -> PgResult<CancelAnswer> {
     let s = &req.scope;
-    // The primary key decides who owns the key: a racing twin waits for the first
-    // transaction and, once it commits, finds the key taken.
-    let inserted = sqlx::query(
-        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-    )
-    .bind(&s.subject.0)
-    .bind(s.workflow_id.as_str())
-    .bind(&s.step)
-    .bind(&s.action)
-    .bind(&s.key)
-    .bind(&req.request_digest)
-    .bind(req.now as i64)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
+    let inserted = reserve_key(conn, s, &req.request_digest, req.now).await?;
+    if !inserted {
         let existing = action_on(conn, s)
             .await?
             .ok_or_else(|| StoreError::Corrupt("a cancellation key vanished".into()))?;
@@ -170,21 +155,8 @@ async fn revise_tx(conn: &mut PgConnection, req: ReviseRequest) -> PgResult<Revi
     ) {
         return Ok(ReviseAnswer::Moved);
     }
-    let inserted = sqlx::query(
-        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-    )
-    .bind(&s.subject.0)
-    .bind(id.as_str())
-    .bind(&s.step)
-    .bind(&s.action)
-    .bind(&s.key)
-    .bind(&req.request_digest)
-    .bind(req.now as i64)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
+    let inserted = reserve_key(conn, s, &req.request_digest, req.now).await?;
+    if !inserted {
         // A twin under the same key committed first: answer as it did.
         return Ok(ReviseAnswer::Moved);
     }

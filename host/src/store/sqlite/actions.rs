@@ -51,6 +51,22 @@ pub(super) fn store_answer(
     Ok(())
 }
 
+/// Takes a key for a request (its answer is stored once known), in the caller's transaction.
+pub(super) fn reserve_key(
+    conn: &Connection,
+    scope: &ActionScope,
+    request_digest: &str,
+    now: crate::intent::Millis,
+) -> StoreResult<()> {
+    let [subject, workflow_id, step, action, key] = scope_params(scope);
+    conn.prepare_cached(
+        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![subject, workflow_id, step, action, key, request_digest, now as i64])?;
+    Ok(())
+}
+
 fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
     if let Some(existing) = action_tx(conn, &req.scope)? {
         return Ok(if existing.request_digest == req.request_digest {
@@ -59,12 +75,8 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
             ActionOutcome::KeyConflict
         });
     }
-    let [subject, workflow_id, step, action, key] = scope_params(&req.scope);
-    conn.prepare_cached(
-        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![subject, workflow_id, step, action, key, &req.request_digest, req.now as i64])?;
+    reserve_key(conn, &req.scope, &req.request_digest, req.now)?;
+    let [_, workflow_id, step, _, _] = scope_params(&req.scope);
     let change = match req.change {
         Ok(change) => change,
         Err(refusal) => {

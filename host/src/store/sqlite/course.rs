@@ -1,7 +1,7 @@
 //! Changes of a workflow's course: its cancellation, under a key, with the course settled
 //! in the same transaction.
 
-use super::actions::{action_tx, store_answer};
+use super::actions::{action_tx, reserve_key, store_answer};
 use super::executor::recompute_state;
 use super::{SqliteStore, append_events};
 use crate::course;
@@ -67,19 +67,7 @@ fn cancel_tx(conn: &Connection, req: CancelRequest) -> StoreResult<CancelAnswer>
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
     let s = &req.scope;
-    conn.prepare_cached(
-        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        &s.subject.0,
-        id.as_str(),
-        &s.step,
-        &s.action,
-        &s.key,
-        &req.request_digest,
-        req.now as i64
-    ])?;
+    reserve_key(conn, s, &req.request_digest, req.now)?;
     if cancel_on.is_some()
         && let Some(existing) = cancellation_tx(conn, id)?
     {
@@ -161,19 +149,7 @@ fn revise_tx(conn: &Connection, req: ReviseRequest) -> StoreResult<ReviseAnswer>
         return Ok(ReviseAnswer::Moved);
     }
     let s = &req.scope;
-    conn.prepare_cached(
-        "INSERT INTO operator_actions (subject, workflow_id, step, action, key, request_digest, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        &s.subject.0,
-        id.as_str(),
-        &s.step,
-        &s.action,
-        &s.key,
-        &req.request_digest,
-        req.now as i64
-    ])?;
+    reserve_key(conn, s, &req.request_digest, req.now)?;
     let revision_plan = match &req.change {
         Ok(p) => p,
         Err(refusal) => {
