@@ -18,19 +18,7 @@ use serde_json::{Value, json};
 
 /// The order a JSON body asks for.
 fn order(action: Action, bytes: &[u8]) -> ApiResult<Order> {
-    let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(bytes).map_err(|e| {
-            ApiError::new(
-                ErrorCode::InvalidJson,
-                format!("the body is not JSON ({e}); send a JSON object"),
-            )
-        })?
-    };
-    let Some(fields) = value.as_object() else {
-        return Err(invalid("the body must be a JSON object".into(), ""));
-    };
+    let fields = &super::course::object(bytes)?;
     // A field given with another type than text is named, not taken as missing.
     let text = |field: &str| -> ApiResult<Option<&str>> {
         match fields.get(field) {
