@@ -192,6 +192,7 @@ async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
                 deadline_at: b.clock.now_ms() + 3_600_000,
                 key_retention_ms: 1000,
                 replaces: None,
+                policy_version: 0,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",

@@ -38,6 +38,7 @@ fn request(key: usize) -> AdmitRequest {
             deadline_at: now + 3_600_000,
             key_retention_ms: 1000,
             replaces: None,
+            policy_version: 0,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled a"),

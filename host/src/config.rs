@@ -36,6 +36,9 @@ pub struct HostConfigToml {
     /// This host's identity, recorded as the lease owner on every attempt (default
     /// `<hostname>-<pid>`). Give each host on one database its own.
     pub host_id: Option<String>,
+    /// The environment deployed policies judge this host's attempts in (default
+    /// `development`), e.g. `production`.
+    pub environment: Option<String>,
     #[serde(default)]
     pub tokens: Vec<TokenToml>,
     #[serde(default)]
@@ -121,6 +124,8 @@ pub struct HostConfig {
     pub components: Vec<PathBuf>,
     pub examples: bool,
     pub host_id: Option<String>,
+    /// What deployed policies match in `environments`.
+    pub environment: String,
     pub tokens: Vec<TokenToml>,
     pub secrets: SecretSource,
     pub policy: HostPolicy,
@@ -301,6 +306,11 @@ impl HostConfig {
             components: raw.components,
             examples: raw.examples.unwrap_or(true),
             host_id: raw.host_id,
+            environment: raw
+                .environment
+                .map(|e| e.trim().to_string())
+                .filter(|e| !e.is_empty())
+                .unwrap_or_else(|| crate::scheduler::DEFAULT_ENVIRONMENT.to_string()),
             tokens: raw.tokens,
             secrets,
             policy: HostPolicy { adapters },

@@ -6,8 +6,8 @@ use crate::access::Auth;
 use crate::clock::{Clock, SystemClock};
 use crate::scheduler::{Components, Deployments, Progress, Ticks};
 use crate::store::{
-    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore, ReadStore,
-    SessionStore,
+    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore, PolicyStore,
+    ReadStore, SessionStore,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,7 @@ pub trait ContextStore:
     + DefinitionStore
     + OperatorStore
     + CourseStore
+    + PolicyStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -35,6 +36,7 @@ impl<S> ContextStore for S where
         + DefinitionStore
         + OperatorStore
         + CourseStore
+        + PolicyStore
         + ComponentStore
         + SessionStore
         + Clone

@@ -84,6 +84,10 @@ pub async fn new_workflow<S: ContextStore>(
         key_retention_ms: millis(ctx.limits.key_retention),
         events: admission_events(def, scope, canonical),
         replaces,
+        policy_version: ctx
+            .components
+            .as_ref()
+            .map_or(0, |c| c.governance().in_force().version),
     }))
 }
 

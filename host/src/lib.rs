@@ -6,7 +6,8 @@
 //!   declare and return), [`intent`] (ids, states, records, canonical input),
 //!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
 //!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction), [`course`]
-//!   (what a cancellation and compensations do to a workflow's steps).
+//!   (what a cancellation and compensations do to a workflow's steps) and [`policy`] (the
+//!   versioned rules that allow or deny an effect at the side-effect boundary).
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
@@ -47,6 +48,7 @@ pub mod course;
 pub mod intake;
 pub mod intent;
 pub mod operator;
+pub mod policy;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;

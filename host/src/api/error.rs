@@ -43,6 +43,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 422: the input does not satisfy the definition's schema.
     InvalidInput,
+    /// 422: a policy or definition document is invalid (details name line and column).
+    InvalidDocument,
     /// 500: a fault inside the host; the log has the cause.
     Internal,
     /// 503: the database is unavailable; nothing was changed, retry later.
@@ -67,6 +69,7 @@ impl ErrorCode {
             ErrorCode::RevisionRefused => "revision_refused",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::InvalidDocument => "invalid_document",
             ErrorCode::Internal => "internal",
             ErrorCode::Unavailable => "unavailable",
         }
@@ -87,7 +90,9 @@ impl ErrorCode {
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
             ErrorCode::InvalidTransition | ErrorCode::RevisionRefused => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::InvalidInput => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidInput | ErrorCode::InvalidDocument => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }

@@ -21,6 +21,7 @@ mod course;
 mod error;
 mod intents;
 mod pagination;
+mod policies;
 #[cfg(test)]
 mod tests;
 mod workflows;
@@ -81,7 +82,11 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             "/v1/adapters",
             get(adapters::list::<S>).post(adapters::deploy::<S>),
         )
-        .route("/v1/adapters/{name}/{action}", post(adapters::change::<S>));
+        .route("/v1/adapters/{name}/{action}", post(adapters::change::<S>))
+        .route(
+            "/v1/policies",
+            get(policies::list::<S>).post(policies::deploy::<S>),
+        );
     if test_controls {
         routes = routes
             .route("/v1/_test/clock", post(controls::advance_clock::<S>))

@@ -331,7 +331,8 @@ where
         .unwrap_or_else(crate::scheduler::default_owner);
     tracing::info!("host identity (lease owner): {owner}");
     let author = format!("host {owner}");
-    let mut components = Components::new(runtime, config.policy.clone());
+    let mut components =
+        Components::new(runtime, config.policy.clone()).with_environment(&config.environment);
     components.unload_idle = config.unload_idle;
     load_components(&config, &components, &store, &clock, &author).await?;
     // Before serving: run what the registry made active, not only what this host loaded.
@@ -341,6 +342,18 @@ where
         .setup(|| "reading the adapter registry".into())?
     {
         tracing::info!("{change}");
+    }
+    // …and judge by the newest policy version from the first attempt on.
+    if let Some(version) = components
+        .governance()
+        .refresh(&store)
+        .await
+        .setup(|| "reading the policy in force".into())?
+    {
+        tracing::info!(
+            "policy version {version} is in force (environment `{}`)",
+            config.environment
+        );
     }
     let components = Arc::new(components);
 
@@ -400,11 +413,12 @@ where
     {
         // Registry changes made elsewhere (another host, `docket adapter activate`) reach
         // this host within REGISTRY_POLL.
-        let (components, store, ticks, stop) = (
+        let (components, store, ticks, stop, clock) = (
             components.clone(),
             store.clone(),
             ticks.clone(),
             stop.clone(),
+            clock.clone(),
         );
         tasks.spawn("registry", async move {
             loop {
@@ -412,7 +426,7 @@ where
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(REGISTRY_POLL) => {}
                 }
-                crate::scheduler::registry_tick(&components, &store, &ticks).await;
+                crate::scheduler::registry_tick(&components, &store, &ticks, clock.now_ms()).await;
             }
         });
     }

@@ -6,6 +6,7 @@
 mod adapter;
 mod client;
 mod demo;
+mod policy;
 mod registry;
 pub mod serve;
 mod verify;
@@ -124,6 +125,9 @@ enum Command {
     /// Check or deploy workflow definitions.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Deploy or list policy versions (the rules at the side-effect boundary).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Run the provider simulator: the reference delivery protocol with fault injection.
     SimProvider {
         /// Address to listen on.
@@ -135,6 +139,21 @@ enum Command {
         /// Initial fault settings as JSON, e.g. '{"lose": 0.3, "seed": 7}'.
         #[arg(long)]
         faults: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Deploy a policy document as the next version (errors point at file:line:col).
+    Deploy {
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        target: DbArgs,
+    },
+    /// List the deployed versions, newest first.
+    List {
+        #[command(flatten)]
+        target: DbArgs,
     },
 }
 
@@ -203,6 +222,12 @@ pub fn run() -> ExitCode {
             } => client::revise(&server, &workflow_id, &input, &reason, key).await,
             Command::Workflow(WorkflowCommand::Check { files, config }) => {
                 workflow::check(&files, config.as_deref()).await
+            }
+            Command::Policy(PolicyCommand::Deploy { file, target }) => {
+                policy::run(policy::Operation::Deploy(file), &target.database()?).await
+            }
+            Command::Policy(PolicyCommand::List { target }) => {
+                policy::run(policy::Operation::List, &target.database()?).await
             }
             Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await

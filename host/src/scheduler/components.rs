@@ -58,6 +58,8 @@ pub struct Components {
     known: RwLock<BTreeMap<String, BTreeMap<semver::Version, ComponentWorld>>>,
     /// Stored digests that failed to load here: reported once, not tried at every sync.
     unloadable: Mutex<BTreeSet<String>>,
+    /// The deployed policy in force, refreshed with the registry.
+    governance: super::Governance,
 }
 
 impl Components {
@@ -65,6 +67,7 @@ impl Components {
         Self {
             runtime,
             policy,
+            governance: super::Governance::default(),
             by_name: RwLock::new(BTreeMap::new()),
             active: RwLock::new(BTreeMap::new()),
             last_used: Mutex::new(HashMap::new()),
@@ -145,6 +148,17 @@ impl Components {
 
     pub fn policy(&self) -> &HostPolicy {
         &self.policy
+    }
+
+    /// The deployed policy in force on this host, and its environment.
+    pub fn governance(&self) -> &super::Governance {
+        &self.governance
+    }
+
+    /// Judges in `environment` (the host config's `environment`).
+    pub fn with_environment(mut self, environment: &str) -> Self {
+        self.governance = super::Governance::new(environment);
+        self
     }
 
     /// Every loaded component.

@@ -36,6 +36,8 @@ pub(crate) struct Ending {
     pub events: Vec<NewEvent>,
     /// Whether an adapter ran (its checkpoint 6 is a failpoint; a handler's is not).
     pub adapter: bool,
+    /// Why the step is blocked, when this attempt blocks it.
+    pub blocked: Option<crate::store::Blocked>,
 }
 
 impl Ending {
@@ -65,6 +67,7 @@ impl Ending {
             log,
             events,
             adapter: false,
+            blocked: None,
         }
     }
 
@@ -99,6 +102,7 @@ impl Ending {
             log: serde_json::Value::Array(vec![]),
             events: vec![event],
             adapter: false,
+            blocked: None,
         }
     }
 }
@@ -171,6 +175,7 @@ where
             events: ending.events,
             now,
             expired_before: None,
+            blocked: ending.blocked,
         };
         let finished = self.store.finish(request).await;
         self.progress.advance();
@@ -436,6 +441,7 @@ where
             log: serde_json::Value::Array(vec![]),
             events: vec![event],
             adapter: false,
+            blocked: None,
         }
     }
 

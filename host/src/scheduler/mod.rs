@@ -9,7 +9,9 @@
 pub mod components;
 pub mod definitions;
 mod execute;
+mod governance;
 pub(crate) use execute::step_of;
+pub use governance::{DEFAULT_ENVIRONMENT, Governance};
 mod progress;
 pub mod recovery;
 pub mod registry;
@@ -119,7 +121,12 @@ pub fn failpoint_from_env() -> Option<Failpoint> {
 /// One catch-up with the adapter registry: activations and rollbacks made elsewhere (another
 /// host, `docket adapter activate`) take effect here. A failure is logged and the next tick
 /// tries again.
-pub async fn registry_tick<S: ComponentStore>(components: &Components, store: &S, ticks: &Ticks) {
+pub async fn registry_tick<S: ComponentStore + crate::store::PolicyStore>(
+    components: &Components,
+    store: &S,
+    ticks: &Ticks,
+    now: Millis,
+) {
     match components.sync(store).await {
         Ok(changes) => {
             for change in changes {
@@ -127,6 +134,19 @@ pub async fn registry_tick<S: ComponentStore>(components: &Components, store: &S
             }
         }
         Err(e) => tracing::warn!("catching up with the registry failed: {e}"),
+    }
+    // A newer policy version: steps an older one blocked are judged again.
+    match components.governance().refresh(store).await {
+        Ok(Some(version)) => {
+            tracing::info!("policy version {version} is in force");
+            match store.release_policy_blocks(version, now).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("{n} steps blocked by an older policy are ready again"),
+                Err(e) => tracing::warn!("releasing steps an older policy blocked failed: {e}"),
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("reading the policy in force failed: {e}"),
     }
     ticks.done(Tick::Registry);
 }
@@ -407,6 +427,7 @@ where
             events,
             now,
             expired_before: Some(now),
+            blocked: None,
         }
     }
 
@@ -446,6 +467,7 @@ where
             events: vec![event],
             now,
             expired_before: Some(now),
+            blocked: None,
         })
     }
 

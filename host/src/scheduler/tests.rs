@@ -387,7 +387,7 @@ async fn a_registry_tick_takes_up_an_activation_made_elsewhere() {
         Some(digest.clone())
     );
     let ticks = h.scheduler.ticks();
-    super::registry_tick(&h.components, &h.store, &ticks).await;
+    super::registry_tick(&h.components, &h.store, &ticks, h.clock.now_ms()).await;
     assert_eq!(h.components.active_digest("http-delivery"), Some(digest));
     assert_eq!(ticks.get(Tick::Registry), 1);
 }

@@ -428,6 +428,28 @@ pub trait CourseStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Vec<RevisionRecord>>> + Send;
 }
 
+/// Policy documents in versions, and the steps they block.
+pub trait PolicyStore: Send + Sync {
+    /// Stores a new version (the newest plus one), unless the newest has the same digest:
+    /// then that one. Returns the version and whether it is new.
+    fn deploy_policy(
+        &self,
+        policy: NewPolicy,
+    ) -> impl Future<Output = StoreResult<(StoredPolicy, bool)>> + Send;
+    /// Every version, newest first.
+    fn policies(&self) -> impl Future<Output = StoreResult<Vec<StoredPolicy>>> + Send;
+    /// The newest version, if any.
+    fn latest_policy(&self) -> impl Future<Output = StoreResult<Option<StoredPolicy>>> + Send;
+    /// Makes every step blocked by a policy older than `version` ready again (its next
+    /// attempt is judged by the newer version), tells each workflow's timeline, and
+    /// recomputes its state. Returns how many steps moved.
+    fn release_policy_blocks(
+        &self,
+        version: u32,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.
 pub trait OperatorStore: Send + Sync {
     /// The action stored under this key, if any.

@@ -275,6 +275,8 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         replaces: new.replaces.clone(),
         replaced_by: None,
         cancelled: false,
+        policy_at_admission: new.policy_version,
+        policy_current: new.policy_version,
     }
 }
 
@@ -400,8 +402,8 @@ pub(crate) fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
 
 /// The values that record an attempt's facts, in the order both backends' statements take
 /// them: checkpoint, component, component version, component digest, input digest, request
-/// identity, observation, outcome, finished at, log, result (JSON text), attempt id. A
-/// value that is `None` leaves what was recorded.
+/// identity, observation, outcome, finished at, log, result (JSON text), policy (JSON text),
+/// attempt id. A value that is `None` leaves what was recorded.
 pub(crate) fn facts_params<'a>(
     attempt: &'a AttemptId,
     checkpoint: u8,
@@ -409,7 +411,8 @@ pub(crate) fn facts_params<'a>(
     finished_at: Option<Millis>,
     log: Option<&'a str>,
     result: Option<&'a str>,
-) -> [Param<'a>; 12] {
+    policy: Option<&'a str>,
+) -> [Param<'a>; 13] {
     use Param::{Int, Text};
     let p = facts.provenance.as_ref();
     [
@@ -424,8 +427,27 @@ pub(crate) fn facts_params<'a>(
         Int(finished_at.map(|v| v as i64)),
         Text(log),
         Text(result),
+        Text(policy),
         Text(Some(attempt.as_str())),
     ]
+}
+
+/// Why a step is blocked, as JSON text (`None` clears it).
+pub(crate) fn blocked_text(blocked: Option<&super::Blocked>) -> StoreResult<Option<String>> {
+    blocked
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("step blocked: {e}")))
+}
+
+/// An attempt's policy decision as JSON text.
+pub(crate) fn policy_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
+    facts
+        .policy
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("attempt policy: {e}")))
 }
 
 /// The columns of a receipt row, in the order of [`receipt_params`].

@@ -184,6 +184,8 @@ pub struct NewWorkflow {
     /// The workflow this one replaces (a correction after a consequential effect): linked
     /// both ways in the admission's transaction.
     pub replaces: Option<WorkflowId>,
+    /// The policy version in force at admission (0: none deployed).
+    pub policy_version: u32,
 }
 
 /// The answer of an admission.
@@ -226,6 +228,9 @@ pub struct WorkflowRecord {
     pub replaced_by: Option<WorkflowId>,
     /// The workflow has a cancellation (it may still be settling).
     pub cancelled: bool,
+    /// The policy version in force at admission, and the one last evaluated for it.
+    pub policy_at_admission: u32,
+    pub policy_current: u32,
 }
 
 /// A step as stored.
@@ -240,6 +245,8 @@ pub struct StepRecord {
     pub uncertain: bool,
     /// The triggers on which the definition compensates this step's effect.
     pub compensate_on: Vec<CompensationTrigger>,
+    /// Why it is blocked, while it is.
+    pub blocked: Option<Blocked>,
     pub attempts: u32,
     /// When a `ready` or `failed_retryable` step may be claimed.
     pub ready_at: Option<Millis>,
@@ -273,6 +280,8 @@ pub struct AttemptRecord {
     pub log: serde_json::Value,
     /// The input revision that invalidated its step, if one did.
     pub superseded_by: Option<u32>,
+    /// The policy decision it ran under (adapter attempts that may cause an effect).
+    pub policy: Option<AttemptPolicy>,
 }
 
 /// Filter and page of a workflow list.
@@ -313,6 +322,8 @@ pub struct Claimed {
     pub attempt_number: u32,
     pub trigger: Trigger,
     pub workflow: String,
+    /// Who the workflow is for (what a policy judges).
+    pub subject: Subject,
     pub definition_version: u32,
     pub lease_expires_at: Millis,
     pub deadline_at: Millis,
@@ -343,6 +354,27 @@ pub struct AttemptFacts {
     pub outcome: Option<AttemptOutcome>,
     /// The adapter's result as decided at checkpoint 5, so recovery can resume from it.
     pub result: Option<AttemptResult>,
+    /// The policy decision at checkpoint 2, for an attempt that may cause an effect.
+    pub policy: Option<AttemptPolicy>,
+}
+
+/// The policy version an attempt was judged by, and the decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptPolicy {
+    pub version: u32,
+    /// `allow`, `deny` or `exception` (an operator let it through).
+    pub decision: PolicyVerdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+}
+
+/// What the policy said of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyVerdict {
+    Allow,
+    Deny,
+    Exception,
 }
 
 /// An adapter attempt's result, stored at checkpoint 5 before anything follows from it:
@@ -429,6 +461,20 @@ pub struct FinishRequest {
     /// Recovery only: finish only if the lease expired before this time, so a lease that
     /// was renewed meanwhile is never taken over.
     pub expired_before: Option<Millis>,
+    /// Why the step is blocked, when the attempt blocks it (kept until it moves again).
+    pub blocked: Option<Blocked>,
+}
+
+/// Why a step is blocked: never a receipt, always a reason a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// `policy_denied`, `budget_exhausted` or `missing_allowance`.
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u32>,
+    pub message: String,
 }
 
 /// What finishing changed.
@@ -678,4 +724,23 @@ pub enum ReviseAnswer {
     Moved,
     Replayed(ActionRecord),
     KeyConflict,
+}
+
+/// A policy document to deploy.
+#[derive(Debug, Clone)]
+pub struct NewPolicy {
+    pub digest: String,
+    pub document: String,
+    pub author: String,
+    pub now: Millis,
+}
+
+/// A deployed policy version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredPolicy {
+    pub version: u32,
+    pub digest: String,
+    pub document: String,
+    pub author: String,
+    pub deployed_at: Millis,
 }

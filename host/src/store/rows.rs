@@ -132,7 +132,8 @@ impl Columns for rusqlite::Row<'_> {
 pub(crate) const WORKFLOW_COLUMNS: &str =
     "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms,
-     next_seq, input_revision, replaces, replaced_by, cancel_on";
+     next_seq, input_revision, replaces, replaced_by, cancel_on, policy_at_admission,
+     policy_current";
 
 pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
     Ok(WorkflowRecord {
@@ -155,6 +156,8 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         replaces: r.opt_text("replaces")?.map(WorkflowId),
         replaced_by: r.opt_text("replaced_by")?.map(WorkflowId),
         cancelled: r.opt_text("cancel_on")?.is_some(),
+        policy_at_admission: r.small::<u32>("policy_at_admission")?,
+        policy_current: r.small::<u32>("policy_current")?,
     })
 }
 
@@ -247,6 +250,13 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
         state: r.parsed("state")?,
         uncertain: r.opt_int("uncertain_since")?.is_some(),
         compensate_on: triggers(r, "compensate_on")?,
+        blocked: r
+            .opt_text("blocked")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("step blocked: {e}")))
+            })
+            .transpose()?,
         attempts: r.small::<u32>("attempts")?,
         ready_at: r.opt_uint("ready_at")?,
         lease_owner: r.opt_text("lease_owner")?,
@@ -308,6 +318,13 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
         superseded_by: r
             .opt_int("superseded_by")?
             .map(|v| fits("superseded_by", v))
+            .transpose()?,
+        policy: r
+            .opt_text("policy")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("attempt policy: {e}")))
+            })
             .transpose()?,
     })
 }
@@ -498,6 +515,7 @@ pub(crate) fn claimed(
         attempt_number: r.small("attempts")?,
         trigger: r.parsed("next_trigger")?,
         workflow: String::new(),
+        subject: Subject(String::new()),
         definition_version: 0,
         lease_expires_at,
         deadline_at: 0,

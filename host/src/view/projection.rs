@@ -67,6 +67,15 @@ pub struct WorkflowView {
     pub replaced_by: Option<String>,
     /// The changes of course the caller may ask for now.
     pub actions: Vec<CourseActionView>,
+    /// The policy version in force at admission, and the one last evaluated for it.
+    pub policy: PolicyView,
+}
+
+/// Which policy versions a workflow met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PolicyView {
+    pub at_admission: u32,
+    pub current: u32,
 }
 
 /// A milestone on the wire.
@@ -197,6 +206,8 @@ pub struct AttemptView {
     pub finished_at: Option<String>,
     /// The input revision that superseded it, if one did.
     pub superseded_by: Option<u32>,
+    /// The policy version it was judged by, and the decision.
+    pub policy: Option<crate::store::AttemptPolicy>,
 }
 
 /// An attempt's [`Provenance`] as shown: each field `null` until it is recorded.
@@ -237,6 +248,7 @@ impl From<AttemptRecord> for AttemptView {
             started_at: rfc3339(a.started_at),
             finished_at: rfc3339_opt(a.finished_at),
             superseded_by: a.superseded_by,
+            policy: a.policy,
         }
     }
 }
@@ -387,6 +399,10 @@ pub fn workflow_view(
         replaces: record.replaces.as_ref().map(ToString::to_string),
         replaced_by: record.replaced_by.as_ref().map(ToString::to_string),
         actions: course_actions(record, steps, receipts),
+        policy: PolicyView {
+            at_admission: record.policy_at_admission,
+            current: record.policy_current,
+        },
         steps: ordered
             .iter()
             .map(|(s, label)| StepView {
@@ -396,7 +412,11 @@ pub fn workflow_view(
                 attempts: s.attempts,
                 escalated: s.escalated.as_ref().map(escalation),
                 receipt: receipt_of(s, receipts).map(ReceiptView::from),
-                blocked: None,
+                blocked: s
+                    .blocked
+                    .as_ref()
+                    .filter(|_| s.state == StepState::Blocked)
+                    .and_then(|b| serde_json::to_value(b).ok()),
                 compensation: compensation_of(&s.step),
                 superseded_receipts: receipts
                     .iter()
@@ -428,6 +448,21 @@ fn status_line(
     });
     if record.state == WorkflowState::Running && reversing {
         return status::REVERSING.to_string();
+    }
+    // A block by policy names both versions: the one the request was recorded under, and
+    // the one that blocks it.
+    if let Some((label, b)) = ordered.iter().find_map(|(s, label)| {
+        s.blocked
+            .as_ref()
+            .filter(|b| s.state == StepState::Blocked && b.reason == "policy_denied")
+            .map(|b| (label, b))
+    }) {
+        return format!(
+            "Recorded under policy {}; {label} blocked under policy {}: {}",
+            record.policy_at_admission,
+            b.policy_version.unwrap_or_default(),
+            b.message
+        );
     }
     if record.cancelled && !record.state.is_ended() {
         let rows = course_steps(steps, &[]);
@@ -513,6 +548,8 @@ mod tests {
             replaces: None,
             replaced_by: None,
             cancelled: false,
+            policy_at_admission: 0,
+            policy_current: 0,
         }
     }
 
@@ -524,6 +561,7 @@ mod tests {
             state,
             uncertain: false,
             compensate_on: vec![],
+            blocked: None,
             attempts: 1,
             ready_at: None,
             lease_owner: None,

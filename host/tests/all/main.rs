@@ -15,6 +15,7 @@ mod console;
 mod console_page;
 mod course;
 mod crash_matrix;
+mod governance;
 mod host_e2e;
 mod host_postgres;
 #[path = "../support/host_process.rs"]

@@ -120,3 +120,47 @@ fn shipped_definitions_check_clean() {
         }
     }
 }
+
+/// Policy documents refused with their line and column, as the API's `422
+/// invalid_document` details and `docket policy deploy` report them.
+#[test]
+fn policy_errors_match_golden_files() {
+    let bless = std::env::var("DOCKET_BLESS").is_ok_and(|v| v == "1");
+    let dir = manifest_dir().join("tests/policy_ui");
+    let cases = files(&dir, "toml");
+    assert!(!cases.is_empty(), "no golden cases in {}", dir.display());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let source = std::fs::read_to_string(case).unwrap();
+        let actual = match docket::policy::PolicyDoc::parse(&source) {
+            Ok(_) => {
+                failures.push(format!(
+                    "{}: expected errors, but it parsed",
+                    case.display()
+                ));
+                continue;
+            }
+            Err(problems) => problems
+                .iter()
+                .map(|p| format!("{p}\n"))
+                .collect::<String>(),
+        };
+        let golden = case.with_extension("err");
+        if bless {
+            std::fs::write(&golden, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        if actual != expected {
+            failures.push(format!(
+                "{}: errors differ\n--- expected\n{expected}--- actual\n{actual}",
+                case.display()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\n(set DOCKET_BLESS=1 to accept the new output)",
+        failures.join("\n\n")
+    );
+}

@@ -86,6 +86,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 deadline_at: now + 30 * 86_400_000,
                 key_retention_ms: 86_400_000,
                 replaces: None,
+                policy_version: 0,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",
@@ -146,6 +147,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     observation: Some(format!("busy (attempt {n})")),
                     outcome: Some(AttemptOutcome::Rejected),
                     result: None,
+                    policy: None,
                 },
                 transition: if last {
                     StepTransition::Terminal(StepState::Blocked)
@@ -163,6 +165,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 events,
                 now: now + 10,
                 expired_before: None,
+                blocked: None,
             })
             .await
             .unwrap();
@@ -191,6 +194,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     deadline_at: at + 86_400_000,
                     key_retention_ms: 86_400_000,
                     replaces: None,
+                    policy_version: 0,
                     events: vec![NewEvent::workflow(
                         EventKind::Observation,
                         "Request recorded",

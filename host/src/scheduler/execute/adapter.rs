@@ -59,6 +59,43 @@ where
         }
     }
 
+    /// The policy in force denies the attempt: it ends before checkpoint 3, and the step is
+    /// blocked (never a receipt) until a newer version allows it or an operator makes an
+    /// exception.
+    fn policy_denied(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        mut facts: AttemptFacts,
+        version: u32,
+        reason: String,
+    ) -> Ending {
+        let note = format!("blocked under policy {version}: {reason}");
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("{} {note}", step.label),
+        );
+        facts.outcome = Some(AttemptOutcome::Interrupted);
+        facts.observation = Some(note.clone());
+        Ending {
+            checkpoint: 2,
+            facts,
+            transition: StepTransition::Terminal(StepState::Blocked),
+            note: Some(note),
+            log: serde_json::Value::Array(vec![]),
+            events: vec![event],
+            adapter: true,
+            blocked: Some(crate::store::Blocked {
+                reason: "policy_denied".into(),
+                limit: None,
+                policy_version: Some(version),
+                message: reason,
+            }),
+        }
+    }
+
     /// The attempt's request never leaves: the workflow's cancellation fenced checkpoint
     /// 3. A step with no earlier uncertainty ends `cancelled`; one whose earlier request
     /// may have been sent stays for review (a same-key retry now could make the effect the
@@ -98,6 +135,7 @@ where
             log: serde_json::Value::Array(vec![]),
             events: vec![event],
             adapter: true,
+            blocked: None,
         }
     }
 
@@ -180,6 +218,45 @@ where
             }
         };
         let mut facts = Self::facts(prepared, &input.digest);
+        // The policy in force judges every attempt that may cause an effect (never a query);
+        // the decision is recorded with checkpoint 2, and a denial ends the attempt before 3.
+        if !querying {
+            let governance = self.components.governance();
+            let in_force = governance.in_force();
+            if in_force.version > 0 {
+                let decision = in_force.decide(&crate::policy::Facts {
+                    subject: &claimed.subject.0,
+                    workflow: &claimed.workflow,
+                    step: reverses.unwrap_or(&claimed.fence.step),
+                    adapter: &contract.name,
+                    namespace: &contract.idempotency.namespace,
+                    action: if original.is_some() {
+                        crate::policy::PolicyAction::Compensate
+                    } else {
+                        crate::policy::PolicyAction::Invoke
+                    },
+                    environment: governance.environment(),
+                });
+                facts.policy = Some(crate::store::AttemptPolicy {
+                    version: in_force.version,
+                    decision: if decision.allowed {
+                        crate::store::PolicyVerdict::Allow
+                    } else {
+                        crate::store::PolicyVerdict::Deny
+                    },
+                    author: None,
+                });
+                if !decision.allowed {
+                    return Some(self.policy_denied(
+                        claimed,
+                        step,
+                        facts,
+                        in_force.version,
+                        decision.reason,
+                    ));
+                }
+            }
+        }
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
         self.checkpoint(claimed, 2, facts.clone(), false, vec![])
             .await
@@ -248,6 +325,7 @@ where
                     log: serde_json::Value::Array(vec![]),
                     events: vec![event],
                     adapter: true,
+                    blocked: None,
                 });
             }
             Err(Halt::Gone) => return None,
@@ -333,6 +411,7 @@ where
             log: log.clone(),
             events,
             adapter: true,
+            blocked: None,
         };
         // A step that nothing automatic will run again, with why, told as a conclusion.
         let terminal = |state: StepState, note: String, headline: &str| {

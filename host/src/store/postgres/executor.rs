@@ -42,19 +42,19 @@ pub(crate) async fn outbox(
 }
 
 /// Writes an attempt's facts (`$1`–`$11`) to attempt `$12`, as a statement for a `WITH`
-/// clause: the caller appends its guard (`AND …`) and binds the rest from `$13` on.
+/// clause: the caller appends its guard (`AND …`) and binds the rest from `$14` on.
 const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint, $1),
      component = COALESCE($2, component), component_version = COALESCE($3, component_version),
      component_digest = COALESCE($4, component_digest), input_digest = COALESCE($5, input_digest),
      request_identity = COALESCE($6, request_identity), observation = COALESCE($7, observation),
      outcome = COALESCE($8, outcome), finished_at = COALESCE($9, finished_at),
-     log = COALESCE($10, log), result = COALESCE($11, result)
-     WHERE attempt_id = $12";
+     log = COALESCE($10, log), result = COALESCE($11, result), policy = COALESCE($12, policy)
+     WHERE attempt_id = $13";
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
-/// Binds `$1`–`$12` of [`APPLY_FACTS`].
-fn bind_facts<'q>(mut query: PgQuery<'q>, values: [plan::Param<'q>; 12]) -> PgQuery<'q> {
+/// Binds `$1`–`$13` of [`APPLY_FACTS`].
+fn bind_facts<'q>(mut query: PgQuery<'q>, values: [plan::Param<'q>; 13]) -> PgQuery<'q> {
     for value in values {
         query = bind(query, value);
     }
@@ -260,7 +260,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         "UPDATE workflows w SET attempts_used = w.attempts_used + c.n, next_seq = w.next_seq + c.n
          FROM UNNEST($1::TEXT[], $2::BIGINT[]) AS c(id, n)
          WHERE w.workflow_id = c.id
-         RETURNING w.workflow_id, w.workflow, w.definition_version, w.deadline_at,
+         RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
                    w.runtime_used_ms, w.next_seq - c.n AS first_seq, w.input",
     )
@@ -299,6 +299,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
                     StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
                 })?;
         c.workflow = r.text("workflow")?;
+        c.subject = crate::intent::Subject(r.text("subject")?);
         c.definition_version = r.small("definition_version")?;
         c.deadline_at = r.uint("deadline_at")?;
         c.attempts_used = fits("attempts_used", r.int("attempts_before")? + *taken + 1)?;
@@ -378,18 +379,37 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
     Ok(claimed)
 }
 
+/// Notes on the workflow the policy version an attempt was judged by.
+async fn note_policy(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    facts: &crate::store::AttemptFacts,
+) -> PgResult<()> {
+    if let Some(p) = &facts.policy {
+        sqlx::query(
+            "UPDATE workflows SET policy_current = GREATEST(policy_current, $1) WHERE workflow_id = $2",
+        )
+        .bind(i64::from(p.version))
+        .bind(id.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgResult<()> {
     // The fence and the facts in one round trip: the step row is locked until commit (so
     // recovery cannot take the lease over in between), and the facts are written only
     // under the lease.
     let query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH held AS (
-             SELECT 1 FROM steps WHERE workflow_id = $13 AND step = $14 AND lease_token = $15
+             SELECT 1 FROM steps WHERE workflow_id = $14 AND step = $15 AND lease_token = $16
                AND state = 'running' FOR UPDATE),
          applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM held) RETURNING 1)
          SELECT (SELECT count(*) FROM held) AS held"
     )));
     let result = plan::result_text(&req.facts)?;
+    let policy = plan::policy_text(&req.facts)?;
     let values = plan::facts_params(
         &req.attempt_id,
         req.checkpoint,
@@ -397,6 +417,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
         None,
         None,
         result.as_deref(),
+        policy.as_deref(),
     );
     let held: i64 = bind_facts(query, values)
         .bind(req.fence.workflow_id.as_str())
@@ -408,6 +429,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
     if held == 0 {
         return Err(lease_lost(&req.fence).into());
     }
+    note_policy(conn, &req.fence.workflow_id, &req.facts).await?;
     if req.external_call || fenced_by_cancellation(&req) {
         // Locks the workflow row, so a cancellation commits either before (and fences this
         // checkpoint, the transaction rolled back) or after (and sees it).
@@ -469,6 +491,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         mut events,
         now,
         expired_before,
+        blocked,
     } = req;
     let id = fence.workflow_id.as_str();
     // The step's transition doubles as the fence: no row means the lease is gone.
@@ -477,18 +500,19 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     // the step moved.
     let query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH moved AS (
-             UPDATE steps SET state = $13, ready_at = $14, next_trigger = COALESCE($15, next_trigger),
-                 uncertain_since = CASE WHEN $13 = 'succeeded' THEN NULL
-                                        ELSE COALESCE(uncertain_since, $16) END,
-                 receipt_id = COALESCE($17, receipt_id), note = $18,
+             UPDATE steps SET state = $14, ready_at = $15, next_trigger = COALESCE($16, next_trigger),
+                 uncertain_since = CASE WHEN $14 = 'succeeded' THEN NULL
+                                        ELSE COALESCE(uncertain_since, $17) END,
+                 receipt_id = COALESCE($18, receipt_id), note = $19, blocked = $24,
                  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-             WHERE workflow_id = $19 AND step = $20 AND lease_token = $21 AND state = 'running'
-               AND ($22::BIGINT IS NULL OR lease_expires_at < $22)
+             WHERE workflow_id = $20 AND step = $21 AND lease_token = $22 AND state = 'running'
+               AND ($23::BIGINT IS NULL OR lease_expires_at < $23)
              RETURNING 1),
          applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM moved) RETURNING 1)
          SELECT (SELECT count(*) FROM moved) AS moved"
     )));
     let (result, log) = (plan::result_text(&facts)?, log.to_string());
+    let policy = plan::policy_text(&facts)?;
     let values = plan::facts_params(
         &attempt_id,
         checkpoint,
@@ -496,6 +520,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         Some(now),
         Some(&log),
         result.as_deref(),
+        policy.as_deref(),
     );
     let moved: i64 = bind_facts(query, values)
         .bind(cols.state.as_str())
@@ -508,12 +533,14 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         .bind(&fence.step)
         .bind(&fence.lease_token)
         .bind(expired_before.map(|v| v as i64))
+        .bind(plan::blocked_text(blocked.as_ref())?)
         .fetch_one(&mut *conn)
         .await?
         .int("moved")?;
     if moved == 0 {
         return Err(lease_lost(&fence).into());
     }
+    note_policy(conn, &fence.workflow_id, &facts).await?;
     // Locks the workflow row: from here on this transaction sees every step change of the
     // workflow committed by others. (The attempt row is locked first, as `late_evidence`
     // does.)

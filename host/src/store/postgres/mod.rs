@@ -21,6 +21,7 @@
 mod actions;
 mod course;
 mod executor;
+mod policies;
 mod read;
 mod sessions;
 
@@ -652,8 +653,8 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     sqlx::query(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
              input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq,
-             replaces)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12)",
+             replaces, policy_at_admission, policy_current)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12, $13, $13)",
     )
     .bind(id)
     .bind(&req.scope.workflow)
@@ -667,6 +668,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     .bind(new.key_retention_ms as i64)
     .bind(new.events.len() as i64 + 1)
     .bind(new.replaces.as_ref().map(WorkflowId::as_str))
+    .bind(i64::from(new.policy_version))
     .execute(&mut *conn)
     .await?;
     // Takes the key if it is free or past its retention. A concurrent admission holding

@@ -67,6 +67,17 @@ pub(crate) fn outbox(
     Ok(())
 }
 
+/// Notes on the workflow the policy version an attempt was judged by.
+fn note_policy(conn: &Connection, id: &WorkflowId, facts: &AttemptFacts) -> StoreResult<()> {
+    if let Some(p) = &facts.policy {
+        conn.prepare_cached(
+            "UPDATE workflows SET policy_current = MAX(policy_current, ?) WHERE workflow_id = ?",
+        )?
+        .execute(params![i64::from(p.version), id.as_str()])?;
+    }
+    Ok(())
+}
+
 fn apply_facts(
     conn: &Connection,
     attempt: &AttemptId,
@@ -76,6 +87,7 @@ fn apply_facts(
     log: Option<&serde_json::Value>,
 ) -> StoreResult<()> {
     let result = plan::result_text(facts)?;
+    let policy = plan::policy_text(facts)?;
     let log = log.map(|l| l.to_string());
     conn.prepare_cached(
         "UPDATE attempts SET checkpoint = MAX(checkpoint, ?),
@@ -83,7 +95,7 @@ fn apply_facts(
              component_digest = COALESCE(?, component_digest), input_digest = COALESCE(?, input_digest),
              request_identity = COALESCE(?, request_identity), observation = COALESCE(?, observation),
              outcome = COALESCE(?, outcome), finished_at = COALESCE(?, finished_at),
-             log = COALESCE(?, log), result = COALESCE(?, result)
+             log = COALESCE(?, log), result = COALESCE(?, result), policy = COALESCE(?, policy)
          WHERE attempt_id = ?",
     )?
     .execute(rusqlite::params_from_iter(plan::facts_params(
@@ -93,6 +105,7 @@ fn apply_facts(
         finished_at,
         log.as_deref(),
         result.as_deref(),
+        policy.as_deref(),
     )))?;
     Ok(())
 }
@@ -206,6 +219,7 @@ fn settle_course(
 /// Budget and identity of a workflow as a claim sees it.
 struct ClaimedWorkflow {
     workflow: String,
+    subject: String,
     definition_version: u32,
     deadline_at: u64,
     attempts_used: u32,
@@ -243,7 +257,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
     let mut budget = conn.prepare_cached(
         "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
          WHERE workflow_id = ?1
-         RETURNING workflow, definition_version, deadline_at, attempts_used,
+         RETURNING workflow, subject, definition_version, deadline_at, attempts_used,
                    external_calls_used, runtime_used_ms, next_seq - 1 AS first_seq, input",
     )?;
     let mut attempt = conn.prepare_cached(
@@ -263,6 +277,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
             (
                 ClaimedWorkflow {
                     workflow: r.text("workflow")?,
+                    subject: r.text("subject")?,
                     definition_version: r.small("definition_version")?,
                     deadline_at: r.uint("deadline_at")?,
                     attempts_used: r.small("attempts_used")?,
@@ -274,6 +289,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
             )
         };
         c.workflow = wf.workflow;
+        c.subject = crate::intent::Subject(wf.subject);
         c.definition_version = wf.definition_version;
         c.deadline_at = wf.deadline_at;
         c.attempts_used = wf.attempts_used;
@@ -376,6 +392,7 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
         None,
         None,
     )?;
+    note_policy(conn, &req.fence.workflow_id, &req.facts)?;
     if req.external_call {
         conn.prepare_cached(
             "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = ?",
@@ -402,7 +419,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
             "UPDATE steps SET state = ?1, ready_at = ?2, next_trigger = COALESCE(?3, next_trigger),
                  uncertain_since = CASE WHEN ?1 = 'succeeded' THEN NULL
                                         ELSE COALESCE(uncertain_since, ?4) END,
-                 receipt_id = COALESCE(?5, receipt_id), note = ?6,
+                 receipt_id = COALESCE(?5, receipt_id), note = ?6, blocked = ?11,
                  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
              WHERE workflow_id = ?7 AND step = ?8 AND lease_token = ?9 AND state = 'running'
                AND (?10 IS NULL OR lease_expires_at < ?10)",
@@ -418,6 +435,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
             &fence.step,
             &fence.lease_token,
             req.expired_before.map(|v| v as i64),
+            plan::blocked_text(req.blocked.as_ref())?,
         ])?;
     if moved == 0 {
         return Err(lease_lost(fence));
@@ -430,6 +448,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
         Some(now),
         Some(&req.log),
     )?;
+    note_policy(conn, &fence.workflow_id, &req.facts)?;
     let mut released = Vec::new();
     if let StepTransition::Succeeded(r) = &req.transition {
         let output = r.output.to_string();

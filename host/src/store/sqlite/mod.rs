@@ -10,6 +10,7 @@ mod actions;
 mod course;
 mod executor;
 mod points;
+mod policies;
 mod read;
 mod sessions;
 mod writer;
@@ -472,8 +473,9 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let id = new.workflow_id.as_str();
     conn.prepare_cached(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq, replaces)
-         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq, replaces,
+             policy_at_admission, policy_current)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         id,
@@ -488,6 +490,8 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         new.key_retention_ms as i64,
         new.events.len() as i64 + 1,
         new.replaces.as_ref().map(WorkflowId::as_str),
+        i64::from(new.policy_version),
+        i64::from(new.policy_version),
     ])?;
     if let Some(original) = &new.replaces {
         conn.prepare_cached(

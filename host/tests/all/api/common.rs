@@ -312,6 +312,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                             observation: Some("done".into()),
                             outcome: Some(AttemptOutcome::Accepted),
                             result: None,
+                            policy: None,
                         },
                         transition: StepTransition::Succeeded(Box::new(NewReceipt {
                             receipt_id: ReceiptId::new(now),
@@ -335,6 +336,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                         events: Vec::new(),
                         now,
                         expired_before: None,
+                        blocked: None,
                     })
                     .await
                     .unwrap();

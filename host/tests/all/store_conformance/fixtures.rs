@@ -60,6 +60,7 @@ pub fn admit(
             deadline_at: now + 3_600_000,
             key_retention_ms: 10_000,
             replaces: None,
+            policy_version: 0,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled"),
@@ -132,6 +133,7 @@ pub fn facts(observation: &str, outcome: AttemptOutcome) -> AttemptFacts {
         observation: Some(observation.into()),
         outcome: Some(outcome),
         result: None,
+        policy: None,
     }
 }
 
@@ -158,6 +160,7 @@ pub fn finish_request(c: &Claimed, transition: StepTransition, now: Millis) -> F
         )],
         now,
         expired_before: None,
+        blocked: None,
     }
 }
 
