@@ -15,3 +15,6 @@ ALTER TABLE workflows ADD COLUMN policy_current INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE attempts ADD COLUMN policy TEXT;
 -- JSON {"reason", "limit"?, "policy_version"?, "message"} while the step is blocked.
 ALTER TABLE steps ADD COLUMN blocked TEXT;
+-- An operator's exception to the policy, waiting for the one attempt it lets through
+-- (JSON {"author", "reason", "evidence"}); that attempt's checkpoint 2 consumes it.
+ALTER TABLE steps ADD COLUMN policy_exception TEXT;

@@ -41,6 +41,7 @@ fn order(action: Action, bytes: &[u8]) -> ApiResult<Order> {
         ),
         Action::Escalate => Order::escalate(text("note")?),
         Action::Compensate => Order::compensate(text("reason")?),
+        Action::Exception => Order::exception(text("reason")?, text("evidence")?),
     };
     made.map_err(|e| invalid(e.message, &format!("/{}", e.field)))
 }
@@ -91,7 +92,7 @@ pub(super) async fn act<S: ContextStore>(
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
     let action = Action::parse(&action_text).ok_or_else(|| {
         ApiError::not_found(format!(
-            "there is no step action `{}`; the actions are query, retry, resolve, escalate and compensate",
+            "there is no step action `{}`; the actions are query, retry, resolve, escalate, compensate and exception",
             quote(&action_text)
         ))
     })?;

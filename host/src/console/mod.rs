@@ -434,6 +434,7 @@ async fn act<S: ContextStore>(
         ),
         Action::Escalate => Order::escalate(Some(&form.note)),
         Action::Compensate => Order::compensate(Some(&form.reason)),
+        Action::Exception => Order::exception(Some(&form.reason), Some(&form.evidence)),
     };
     let order = match order {
         Ok(order) => order,

@@ -635,6 +635,9 @@ fn consequence(action: &str) -> &'static str {
         "escalate" => {
             "Nothing changes in the step; your note goes to the timeline and the step is marked for the next person."
         }
+        "exception" => {
+            "Exactly one attempt goes through despite the policy; it is recorded with your name, reason and evidence. A later attempt is judged by the policy again."
+        }
         "compensate" => {
             "docket asks the adapter to reverse this effect, as a compensation of its own with its own key, attempts and receipt. The step's receipt stays; the step becomes compensated when the reversal is confirmed."
         }
@@ -833,6 +836,18 @@ pub async fn step<S: ContextStore>(
                     label for="external_reference" { "Provider reference (optional)" }
                     input #external_reference type="text" name="external_reference";
                 }))
+                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == "policy_denied") {
+                    div.box {
+                        "Blocked under policy " strong { (b.policy_version.unwrap_or_default()) } ": " (b.message)
+                        " (the workflow was recorded under policy " (record.policy_at_admission) ")"
+                    }
+                    (form("exception", "Let one attempt through", html! {
+                        label for="exception-reason" { "Reason" }
+                        textarea #exception-reason name="reason" rows="2" required {}
+                        label for="exception-evidence" { "Evidence (what authorises it)" }
+                        textarea #exception-evidence name="evidence" rows="2" required {}
+                    }))
+                }
                 (form("escalate", "Escalate", html! {
                     label for="note" { "Note for the next person" }
                     textarea #note name="note" rows="2" required {}

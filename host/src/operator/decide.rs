@@ -69,6 +69,8 @@ pub struct CourseFacts {
     pub cancelled: bool,
     /// The step's compensation was already started.
     pub compensation_started: bool,
+    /// The policy version that blocked the step, when a policy did.
+    pub policy_block: Option<u32>,
 }
 
 /// What an accepted action does: the step's change and the timeline's entries, applied
@@ -120,6 +122,11 @@ pub enum Refusal {
     /// A compensation by hand is not possible now.
     #[error("the effect of step `{step}` cannot be compensated by hand: {why}")]
     CannotCompensate { step: String, why: String },
+    /// An exception to a policy for a step no policy blocked.
+    #[error(
+        "step `{step}` is blocked, but not by the policy; an exception lets only a policy's denial through"
+    )]
+    NotPolicyBlocked { step: String },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -139,6 +146,7 @@ impl Refusal {
             Refusal::NotIdempotent { .. } => "not_idempotent",
             Refusal::KeyForgotten { .. } => "key_forgotten",
             Refusal::CannotCompensate { .. } => "cannot_compensate",
+            Refusal::NotPolicyBlocked { .. } => "not_policy_blocked",
             Refusal::StepMoved { .. } => "step_moved",
         }
     }
@@ -149,6 +157,7 @@ fn allowed(action: Action) -> String {
     match action {
         Action::Escalate => "only unfinished steps can be escalated".into(),
         Action::Compensate => "only a step that succeeded has an effect to reverse".into(),
+        Action::Exception => "only a step blocked by the policy can be let through".into(),
         other => format!(
             "{} is possible in: {}",
             other.noun(),
@@ -170,6 +179,7 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
             StepState::Succeeded | StepState::Compensated | StepState::Cancelled
         ),
         Action::Compensate => s.state == StepState::Succeeded,
+        Action::Exception => s.state == StepState::Blocked,
         _ => SETTLEABLE.contains(&s.state),
     };
     if !allowed_now {
@@ -355,6 +365,29 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
                         s.label
                     ),
                     json!({"action": "compensate", "author": by, "reason": reason}),
+                )],
+            })
+        }
+        Order::Exception { reason, evidence } => {
+            let Some(version) = s.course.policy_block else {
+                return Err(Refusal::NotPolicyBlocked {
+                    step: s.step.to_string(),
+                });
+            };
+            Ok(Plan {
+                change: StepChange::Exception(crate::store::PolicyException {
+                    author: by.clone(),
+                    reason: reason.clone(),
+                    evidence: evidence.clone(),
+                }),
+                events: vec![event(
+                    EventKind::Action,
+                    format!(
+                        "Operator {by} made an exception to policy {version} for {}: one attempt may go through (reason: {reason}; evidence: {evidence})",
+                        s.label
+                    ),
+                    json!({"action": "exception", "author": by, "policy_version": version,
+                           "reason": reason, "evidence": evidence}),
                 )],
             })
         }

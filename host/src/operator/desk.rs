@@ -183,6 +183,11 @@ pub async fn perform<S: ContextStore>(
             compensation_started: steps
                 .iter()
                 .any(|s| s.step == crate::course::compensation_id(&step)),
+            policy_block: step_record
+                .blocked
+                .as_ref()
+                .filter(|b| b.reason == "policy_denied")
+                .and_then(|b| b.policy_version),
         },
         now,
     });

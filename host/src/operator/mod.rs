@@ -39,16 +39,19 @@ pub enum Action {
     Escalate,
     /// Reverse one effect by hand (a compensation of its own).
     Compensate,
+    /// Let exactly one attempt through the policy that blocked the step.
+    Exception,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 5] = [
+    pub const ALL: [Action; 6] = [
         Action::Query,
         Action::Retry,
         Action::Resolve,
         Action::Escalate,
         Action::Compensate,
+        Action::Exception,
     ];
 
     /// The action named in a path or a form, if any.
@@ -59,6 +62,7 @@ impl Action {
             "resolve" => Self::Resolve,
             "escalate" => Self::Escalate,
             "compensate" => Self::Compensate,
+            "exception" => Self::Exception,
             _ => return None,
         })
     }
@@ -71,6 +75,7 @@ impl Action {
             Self::Resolve => "resolve",
             Self::Escalate => "escalate",
             Self::Compensate => "compensate",
+            Self::Exception => "exception",
         }
     }
 
@@ -82,6 +87,7 @@ impl Action {
             Self::Resolve => "resolved",
             Self::Escalate => "escalated",
             Self::Compensate => "compensated",
+            Self::Exception => "let through",
         }
     }
 
@@ -93,6 +99,7 @@ impl Action {
             Self::Resolve => "a resolution",
             Self::Escalate => "an escalation",
             Self::Compensate => "a compensation",
+            Self::Exception => "an exception",
         }
     }
 }
@@ -156,6 +163,11 @@ pub enum Order {
     /// Reverse the step's effect by hand: a compensation of its own.
     Compensate {
         reason: String,
+    },
+    /// Let one attempt through the policy that blocked the step.
+    Exception {
+        reason: String,
+        evidence: String,
     },
 }
 
@@ -242,6 +254,18 @@ impl Order {
         })
     }
 
+    /// An exception to the policy, with its reason and evidence (both required).
+    pub fn exception(reason: Option<&str>, evidence: Option<&str>) -> Result<Order, InvalidOrder> {
+        Ok(Order::Exception {
+            reason: required("reason", reason, "say why this attempt may go through")?,
+            evidence: required(
+                "evidence",
+                evidence,
+                "say what authorises it (a ticket, an approval)",
+            )?,
+        })
+    }
+
     pub fn action(&self) -> Action {
         match self {
             Order::Query => Action::Query,
@@ -249,6 +273,7 @@ impl Order {
             Order::Resolve { .. } => Action::Resolve,
             Order::Escalate { .. } => Action::Escalate,
             Order::Compensate { .. } => Action::Compensate,
+            Order::Exception { .. } => Action::Exception,
         }
     }
 
@@ -275,6 +300,9 @@ impl Order {
             }
             Order::Escalate { note } => json!({"note": note}),
             Order::Compensate { reason } => json!({"reason": reason}),
+            Order::Exception { reason, evidence } => {
+                json!({"reason": reason, "evidence": evidence})
+            }
         }
     }
 }

@@ -332,6 +332,8 @@ pub struct Claimed {
     pub runtime_used_ms: u64,
     /// When the step's effect first became uncertain, if it did.
     pub uncertain_since: Option<Millis>,
+    /// An operator's exception to the policy, waiting for the one attempt it lets through.
+    pub policy_exception: Option<PolicyException>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }
@@ -366,6 +368,14 @@ pub struct AttemptPolicy {
     pub decision: PolicyVerdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
+}
+
+/// An operator's exception to the policy: exactly one attempt allowed despite it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyException {
+    pub author: String,
+    pub reason: String,
+    pub evidence: String,
 }
 
 /// What the policy said of an attempt.
@@ -575,6 +585,8 @@ pub enum StepChange {
     /// Its effect is reversed by a compensation of its own (`id`, ready at once): the
     /// step becomes `compensating`.
     Compensate { id: String },
+    /// Ready at once, its next attempt let through the policy that blocked it.
+    Exception(PolicyException),
 }
 
 /// An operator action to apply in one transaction, with its key.

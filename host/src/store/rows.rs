@@ -523,6 +523,13 @@ pub(crate) fn claimed(
         external_calls_used: 0,
         runtime_used_ms: 0,
         uncertain_since: r.opt_uint("uncertain_since")?,
+        policy_exception: r
+            .opt_text("policy_exception")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("policy exception: {e}")))
+            })
+            .transpose()?,
         context: StepContext::default(),
     })
 }

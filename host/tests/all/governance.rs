@@ -64,6 +64,14 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
         .await;
     assert_eq!(status, 201, "{created}");
     let id = created["workflow_id"].as_str().unwrap().to_string();
+    let (_, created) = host
+        .submit(
+            "document-delivery",
+            "policy-exception",
+            document("Approved"),
+        )
+        .await;
+    let excepted = created["workflow_id"].as_str().unwrap().to_string();
     let (status, v2) = deploy(&host, "p-2", PAUSE_DELIVERIES).await;
     assert_eq!(status, 201, "{v2}");
     assert_eq!(v2["version"], 2);
@@ -114,6 +122,45 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
     );
     assert!(host.world().await.is_empty());
 
+    // An operator's exception lets exactly one attempt of the other workflow through.
+    let blocked = host
+        .wait_for(&excepted, &["needs_review"], Duration::from_secs(30))
+        .await;
+    assert_eq!(step(&blocked, "deliver")["state"], "blocked");
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/workflows/{excepted}/steps/deliver/exception",
+            host.url
+        ))
+        .header("Idempotency-Key", "x-1")
+        .json(&json!({"reason": "approved by the audit", "evidence": "ticket AUD-7"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let wf = host
+        .wait_for(
+            &excepted,
+            &["completed", "needs_review"],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let attempts = host.attempts(&excepted, "deliver").await;
+    assert_eq!(
+        attempts.last().unwrap()["policy"],
+        json!({"version": 2, "decision": "exception", "author": "local"})
+    );
+    let timeline = host.timeline_text(&excepted).await;
+    assert!(
+        timeline.contains("Operator local made an exception to policy 2 for Deliver document"),
+        "{timeline}"
+    );
+    assert_eq!(host.world().await.len(), 1);
+    // The step that was not excepted is still blocked: an exception is for one attempt.
+    let (_, still) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(step(&still, "deliver")["state"], "blocked", "{still:#}");
+
     // Version 3 allows it again: the step is judged again and the delivery made.
     let (status, v3) = deploy(
         &host,
@@ -130,7 +177,7 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
         .await;
     assert_eq!(wf["state"], "completed", "{wf:#}");
     assert_eq!(wf["policy"], json!({"at_admission": 1, "current": 3}));
-    assert_eq!(host.world().await.len(), 1);
+    assert_eq!(host.world().await.len(), 2);
     let timeline = host.timeline_text(&id).await;
     assert!(timeline.contains("blocked under policy 2"), "{timeline}");
     assert!(

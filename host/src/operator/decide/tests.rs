@@ -110,6 +110,7 @@ fn orders() -> Vec<Order> {
     }
     all.push(Order::escalate(Some("ask the provider")).unwrap());
     all.push(Order::compensate(Some("withdrawn by the client")).unwrap());
+    all.push(Order::exception(Some("approved by the audit"), Some("ticket 42")).unwrap());
     all
 }
 
@@ -118,6 +119,7 @@ const FAILED: CourseFacts = CourseFacts {
     workflow: crate::intent::WorkflowState::Failed,
     cancelled: false,
     compensation_started: false,
+    policy_block: None,
 };
 
 /// What the step becomes, in a word, when the action is accepted.
@@ -144,6 +146,7 @@ fn change_kind(change: &StepChange) -> &'static str {
         StepChange::Terminal { .. } => "other_terminal",
         StepChange::Escalate(_) => "escalated",
         StepChange::Compensate { .. } => "compensate",
+        StepChange::Exception(_) => "exception",
     }
 }
 
@@ -160,6 +163,11 @@ fn expected(
         OutcomeUnknown | WaitingForReview | Blocked | FailedRetryable | FailedTerminal
     );
     match order {
+        // No policy blocked the step in this table (see the dedicated test).
+        Order::Exception { .. } => match state {
+            Blocked => Err("not_policy_blocked"),
+            _ => Err("state_forbids"),
+        },
         Order::Compensate { .. } => match (state, runner) {
             (Succeeded, Runner::Handler | Runner::FireAndForget) => Err("cannot_compensate"),
             (Succeeded, Runner::AdapterNotLoaded) => Err("contract_unavailable"),
@@ -244,7 +252,7 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
             }
         }
     }
-    assert_eq!(cases, StepState::ALL.len() * 7 * RUNNERS.len() * 3);
+    assert_eq!(cases, StepState::ALL.len() * 8 * RUNNERS.len() * 3);
 }
 
 #[test]
@@ -377,4 +385,32 @@ fn a_compensation_by_hand_needs_a_workflow_that_will_not_complete() {
         decide(&situation(twice)).unwrap_err().code(),
         "cannot_compensate"
     );
+}
+
+#[test]
+fn an_exception_lets_one_attempt_through_the_policy_that_blocked_it() {
+    let actor = Subject("ops".into());
+    let order = Order::exception(Some("approved by the audit"), Some("ticket 42")).unwrap();
+    let blocked = CourseFacts {
+        policy_block: Some(4),
+        ..FAILED
+    };
+    let plan = decide(&Situation {
+        order: &order,
+        actor: &actor,
+        step: "deliver",
+        state: StepState::Blocked,
+        label: "Deliver the document",
+        is_adapter: true,
+        contract: None,
+        history: History::default(),
+        course: blocked,
+        now: NOW,
+    })
+    .unwrap();
+    let StepChange::Exception(grant) = plan.change else {
+        panic!("{:?}", plan.change)
+    };
+    assert_eq!(grant.author, "ops");
+    assert!(plan.events[0].text.contains("exception to policy 4"));
 }

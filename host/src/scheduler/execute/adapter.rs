@@ -237,16 +237,20 @@ where
                     },
                     environment: governance.environment(),
                 });
+                // An operator's exception lets exactly this one denied attempt through.
+                let exception = (!decision.allowed)
+                    .then_some(claimed.policy_exception.as_ref())
+                    .flatten();
                 facts.policy = Some(crate::store::AttemptPolicy {
                     version: in_force.version,
-                    decision: if decision.allowed {
-                        crate::store::PolicyVerdict::Allow
-                    } else {
-                        crate::store::PolicyVerdict::Deny
+                    decision: match (decision.allowed, exception) {
+                        (true, _) => crate::store::PolicyVerdict::Allow,
+                        (false, Some(_)) => crate::store::PolicyVerdict::Exception,
+                        (false, None) => crate::store::PolicyVerdict::Deny,
                     },
-                    author: None,
+                    author: exception.map(|e| e.author.clone()),
                 });
-                if !decision.allowed {
+                if !decision.allowed && exception.is_none() {
                     return Some(self.policy_denied(
                         claimed,
                         step,

@@ -144,6 +144,19 @@ async fn act_tx(conn: &mut PgConnection, req: ActionRequest) -> PgResult<ActionO
         .bind(step)
         .bind(expected)
         .bind(value.to_string()),
+        StepChange::Exception(grant) => sqlx::query(
+            "UPDATE steps SET state = 'ready', ready_at = $4, next_trigger = 'manual_retry',
+                 note = NULL, blocked = NULL, policy_exception = $5
+             WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+        )
+        .bind(workflow_id)
+        .bind(step)
+        .bind(expected)
+        .bind(req.now as i64)
+        .bind(
+            serde_json::to_string(grant)
+                .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?,
+        ),
         // The compensation's row is created with the move, in one statement.
         StepChange::Compensate { id } => sqlx::query(
             "WITH moved AS (

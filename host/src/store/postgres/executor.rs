@@ -212,6 +212,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
              note = NULL
          FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
          RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
+                   s.policy_exception,
                    s.lease_token, s.ready_at, s.ord",
     )
     .bind(&req.owner)
@@ -382,7 +383,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
 /// Notes on the workflow the policy version an attempt was judged by.
 async fn note_policy(
     conn: &mut PgConnection,
-    id: &WorkflowId,
+    fence: &Fence,
     facts: &crate::store::AttemptFacts,
 ) -> PgResult<()> {
     if let Some(p) = &facts.policy {
@@ -390,9 +391,19 @@ async fn note_policy(
             "UPDATE workflows SET policy_current = GREATEST(policy_current, $1) WHERE workflow_id = $2",
         )
         .bind(i64::from(p.version))
-        .bind(id.as_str())
+        .bind(fence.workflow_id.as_str())
         .execute(&mut *conn)
         .await?;
+        // An exception the attempt went through is used up.
+        if p.decision == crate::store::PolicyVerdict::Exception {
+            sqlx::query(
+                "UPDATE steps SET policy_exception = NULL WHERE workflow_id = $1 AND step = $2",
+            )
+            .bind(fence.workflow_id.as_str())
+            .bind(&fence.step)
+            .execute(&mut *conn)
+            .await?;
+        }
     }
     Ok(())
 }
@@ -429,7 +440,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
     if held == 0 {
         return Err(lease_lost(&req.fence).into());
     }
-    note_policy(conn, &req.fence.workflow_id, &req.facts).await?;
+    note_policy(conn, &req.fence, &req.facts).await?;
     if req.external_call || fenced_by_cancellation(&req) {
         // Locks the workflow row, so a cancellation commits either before (and fences this
         // checkpoint, the transaction rolled back) or after (and sees it).
@@ -540,7 +551,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     if moved == 0 {
         return Err(lease_lost(&fence).into());
     }
-    note_policy(conn, &fence.workflow_id, &facts).await?;
+    note_policy(conn, &fence, &facts).await?;
     // Locks the workflow row: from here on this transaction sees every step change of the
     // workflow committed by others. (The attempt row is locked first, as `late_evidence`
     // does.)

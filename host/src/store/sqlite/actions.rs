@@ -10,7 +10,7 @@ use crate::store::rows;
 use crate::store::rows::parse;
 use crate::store::{
     ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
-    StepChange, StoreResult,
+    StepChange, StoreError, StoreResult,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -111,6 +111,19 @@ fn act_tx(conn: &Connection, req: ActionRequest) -> StoreResult<ActionOutcome> {
         StepChange::Escalate(value) => conn
             .prepare_cached(&format!("UPDATE steps SET escalated = ?4 WHERE {guard}"))?
             .execute(params![base[0], base[1], base[2], value.to_string()])?,
+        StepChange::Exception(grant) => conn
+            .prepare_cached(&format!(
+                "UPDATE steps SET state = 'ready', ready_at = ?4, next_trigger = 'manual_retry',
+                     note = NULL, blocked = NULL, policy_exception = ?5
+                 WHERE {guard}"
+            ))?
+            .execute(params![
+                base[0],
+                base[1],
+                base[2],
+                now,
+                serde_json::to_string(grant).map_err(|e| StoreError::Corrupt(e.to_string()))?
+            ])?,
         StepChange::Compensate { id } => {
             let moved = conn
                 .prepare_cached(&format!(

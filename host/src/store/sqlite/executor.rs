@@ -67,13 +67,20 @@ pub(crate) fn outbox(
     Ok(())
 }
 
-/// Notes on the workflow the policy version an attempt was judged by.
-fn note_policy(conn: &Connection, id: &WorkflowId, facts: &AttemptFacts) -> StoreResult<()> {
+/// Notes on the workflow the policy version an attempt was judged by; an exception it went
+/// through is used up.
+fn note_policy(conn: &Connection, fence: &Fence, facts: &AttemptFacts) -> StoreResult<()> {
     if let Some(p) = &facts.policy {
         conn.prepare_cached(
             "UPDATE workflows SET policy_current = MAX(policy_current, ?) WHERE workflow_id = ?",
         )?
-        .execute(params![i64::from(p.version), id.as_str()])?;
+        .execute(params![i64::from(p.version), fence.workflow_id.as_str()])?;
+        if p.decision == crate::store::PolicyVerdict::Exception {
+            conn.prepare_cached(
+                "UPDATE steps SET policy_exception = NULL WHERE workflow_id = ? AND step = ?",
+            )?
+            .execute(params![fence.workflow_id.as_str(), &fence.step])?;
+        }
     }
     Ok(())
 }
@@ -238,7 +245,8 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                  SELECT rowid FROM steps
                  WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
                  ORDER BY ready_at LIMIT ?4)
-             RETURNING workflow_id, step, attempts, next_trigger, uncertain_since, lease_token",
+             RETURNING workflow_id, step, attempts, next_trigger, uncertain_since, lease_token,
+                       policy_exception",
         )?;
         let mut rows = stmt.query(params![
             &req.owner,
@@ -392,7 +400,7 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
         None,
         None,
     )?;
-    note_policy(conn, &req.fence.workflow_id, &req.facts)?;
+    note_policy(conn, &req.fence, &req.facts)?;
     if req.external_call {
         conn.prepare_cached(
             "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = ?",
@@ -448,7 +456,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
         Some(now),
         Some(&req.log),
     )?;
-    note_policy(conn, &fence.workflow_id, &req.facts)?;
+    note_policy(conn, fence, &req.facts)?;
     let mut released = Vec::new();
     if let StepTransition::Succeeded(r) = &req.transition {
         let output = r.output.to_string();
