@@ -289,3 +289,47 @@ on_both_backends!(
     a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it,
     docket_policy_deploys_from_the_command_line,
 );
+
+/// Two hosts on one PostgreSQL database: a version deployed through one is enforced by the
+/// other within a second, without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_deployed_on_one_host_is_enforced_by_another_within_a_second() {
+    let database = TestDatabase::create().await;
+    let first = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        config: "host_id = \"first\"\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let second = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        config: "host_id = \"second\"\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, v1) = deploy(&first, "many-1", PAUSE_DELIVERIES).await;
+    assert_eq!(status, 201, "{v1}");
+    let started = std::time::Instant::now();
+    crate::wait::until(
+        "the second host to enforce version 1",
+        Duration::from_secs(5),
+        || async {
+            let (_, listed) = second.get("/v1/policies").await;
+            if listed["in_force_here"] == 1 {
+                Ok(())
+            } else {
+                Err(format!("{listed}"))
+            }
+        },
+    )
+    .await;
+    // The bound is a second (the registry poll); allow for a busy machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(first);
+    drop(second);
+    database.drop_now().await;
+}
