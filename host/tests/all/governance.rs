@@ -333,3 +333,52 @@ async fn a_policy_deployed_on_one_host_is_enforced_by_another_within_a_second() 
     drop(second);
     database.drop_now().await;
 }
+
+/// A compensation is an effect too: the policy judges it (`compensate`), and a denial
+/// blocks it before anything reaches the provider.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compensation_is_judged_by_the_policy() {
+    let (file, text) = crate::host_process::Contract::Idempotent.definition();
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![(
+            file,
+            format!("{text}\n[steps.compensation]\non = \"workflow_cancelled\"\n"),
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    let no_reversals = "[[rules]]\nactions = [\"compensate\"]\neffect = \"deny\"\nreason = \"reversals need the finance team\"\n\n[[rules]]\neffect = \"allow\"\n";
+    let (status, _) = deploy(&host, "c-1", no_reversals).await;
+    assert_eq!(status, 201);
+    let (_, created) = host
+        .submit(
+            crate::host_process::Contract::Idempotent.workflow(),
+            "judged-reversal",
+            document("Kept"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/workflows/{id}/cancel", host.url))
+        .header("Idempotency-Key", "w-1")
+        .json(&json!({"reason": "withdrawn", "withdraw": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let wf = host
+        .wait_for(&id, &["needs_review", "cancelled"], Duration::from_secs(30))
+        .await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let compensation = &step(&wf, "deliver")["compensation"];
+    assert_eq!(compensation["state"], "blocked", "{wf:#}");
+    let attempts = host.attempts(&id, "deliver.compensate").await;
+    assert_eq!(
+        attempts.last().unwrap()["policy"],
+        json!({"version": 1, "decision": "deny"})
+    );
+    let world = host.world().await;
+    assert_eq!(world[0]["cancel_requests"], 0, "{world:?}");
+}
