@@ -428,6 +428,14 @@ pub fn workflow_view(
     }
 }
 
+/// The label of step `id` among `ordered` (its id when the definition is gone).
+fn label_of(ordered: &[(&StepRecord, &str)], id: &str) -> String {
+    ordered
+        .iter()
+        .find(|(s, _)| s.step == id)
+        .map_or(id.to_string(), |(_, l)| l.to_string())
+}
+
 /// The status line: a change of course speaks first (compensations running, a
 /// cancellation waiting on an outcome or on running work), else the steps' states.
 fn status_line(
@@ -451,11 +459,17 @@ fn status_line(
     }
     // A block by policy names both versions: the one the request was recorded under, and
     // the one that blocks it.
-    if let Some((label, b)) = ordered.iter().find_map(|(s, label)| {
+    let named = |id: &str| -> String {
+        match crate::course::compensated_step(id) {
+            Some(of) => format!("Compensation of {}", label_of(ordered, of)),
+            None => label_of(ordered, id),
+        }
+    };
+    if let Some((label, b)) = steps.iter().find_map(|s| {
         s.blocked
             .as_ref()
             .filter(|b| s.state == StepState::Blocked && b.reason == "policy_denied")
-            .map(|b| (label, b))
+            .map(|b| (named(&s.step), b))
     }) {
         return format!(
             "Recorded under policy {}; {label} blocked under policy {}: {}",
@@ -467,12 +481,7 @@ fn status_line(
     if record.cancelled && !record.state.is_ended() {
         let rows = course_steps(steps, &[]);
         let pending = crate::course::awaited(&rows);
-        let label = |id: &str| {
-            ordered
-                .iter()
-                .find(|(s, _)| s.step == id)
-                .map_or(id.to_string(), |(_, l)| l.to_string())
-        };
+        let label = |id: &str| label_of(ordered, id);
         // A running adapter call may have sent its request: its outcome is awaited too.
         let awaited: Vec<String> = ordered
             .iter()

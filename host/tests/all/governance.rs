@@ -374,6 +374,10 @@ async fn a_compensation_is_judged_by_the_policy() {
     assert_eq!(wf["state"], "needs_review", "{wf:#}");
     let compensation = &step(&wf, "deliver")["compensation"];
     assert_eq!(compensation["state"], "blocked", "{wf:#}");
+    assert_eq!(
+        wf["status_text"],
+        "Recorded under policy 1; Compensation of Deliver document blocked under policy 1: reversals need the finance team"
+    );
     let attempts = host.attempts(&id, "deliver.compensate").await;
     assert_eq!(
         attempts.last().unwrap()["policy"],
