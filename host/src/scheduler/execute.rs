@@ -175,6 +175,7 @@ where
             events: ending.events,
             now,
             expired_before: None,
+            decided_at: None,
             blocked: ending.blocked,
         };
         let finished = self.store.finish(request).await;

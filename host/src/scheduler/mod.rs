@@ -427,6 +427,7 @@ where
             events,
             now,
             expired_before: Some(now),
+            decided_at: Some(lease.checkpoint),
             blocked: None,
         }
     }
@@ -467,6 +468,7 @@ where
             events: vec![event],
             now,
             expired_before: Some(now),
+            decided_at: Some(lease.checkpoint),
             blocked: None,
         })
     }

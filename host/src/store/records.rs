@@ -471,6 +471,11 @@ pub struct FinishRequest {
     /// Recovery only: finish only if the lease expired before this time, so a lease that
     /// was renewed meanwhile is never taken over.
     pub expired_before: Option<Millis>,
+    /// Recovery only: finish only if the attempt is still at the checkpoint the decision
+    /// was made from. A holder whose lease ran out may still write its next checkpoint
+    /// (say 3, "may have been sent") between recovery's read and its write; the decision
+    /// is then stale, and recovery decides again.
+    pub decided_at: Option<u8>,
     /// Why the step is blocked, when the attempt blocks it (kept until it moves again).
     pub blocked: Option<Blocked>,
 }

@@ -391,9 +391,11 @@ async fn settle(case: &Case, host: &HostProcess, id: &str) -> Value {
         if wf["state"] != "running" {
             return Ok(wf);
         }
-        let running = wf["steps"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["state"] == "running"));
+        // A compensation runs nested under its step: its lease is live too.
+        let running = wf["steps"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["state"] == "running" || s["compensation"]["state"] == "running")
+        });
         if !running {
             host.advance_clock(TICK_MS).await;
         }

@@ -52,6 +52,7 @@ conformance!(
     executor::a_host_ends_only_its_own_leases,
     executor::checkpoint_three_keeps_one_input_and_honours_a_cancellation,
     executor::a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new,
+    executor::recovery_never_finishes_on_a_checkpoint_that_moved,
     actions::operator_actions_are_idempotent_and_guarded,
     actions::a_manual_receipt_releases_dependents,
     concurrency::concurrent_claims_take_each_step_exactly_once,

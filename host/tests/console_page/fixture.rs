@@ -165,6 +165,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 events,
                 now: now + 10,
                 expired_before: None,
+                decided_at: None,
                 blocked: None,
             })
             .await

@@ -503,6 +503,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         now,
         expired_before,
         blocked,
+        decided_at,
     } = req;
     let id = fence.workflow_id.as_str();
     // The step's transition doubles as the fence: no row means the lease is gone.
@@ -518,6 +519,8 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
                  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
              WHERE workflow_id = $20 AND step = $21 AND lease_token = $22 AND state = 'running'
                AND ($23::BIGINT IS NULL OR lease_expires_at < $23)
+               AND ($25::BIGINT IS NULL
+                    OR (SELECT checkpoint FROM attempts WHERE attempt_id = $13) = $25)
              RETURNING 1),
          applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM moved) RETURNING 1)
          SELECT (SELECT count(*) FROM moved) AS moved"
@@ -545,6 +548,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         .bind(&fence.lease_token)
         .bind(expired_before.map(|v| v as i64))
         .bind(plan::blocked_text(blocked.as_ref())?)
+        .bind(decided_at.map(i64::from))
         .fetch_one(&mut *conn)
         .await?
         .int("moved")?;

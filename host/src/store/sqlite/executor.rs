@@ -430,7 +430,8 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
                  receipt_id = COALESCE(?5, receipt_id), note = ?6, blocked = ?11,
                  lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
              WHERE workflow_id = ?7 AND step = ?8 AND lease_token = ?9 AND state = 'running'
-               AND (?10 IS NULL OR lease_expires_at < ?10)",
+               AND (?10 IS NULL OR lease_expires_at < ?10)
+               AND (?12 IS NULL OR (SELECT checkpoint FROM attempts WHERE attempt_id = ?13) = ?12)",
         )?
         .execute(params![
             cols.state.as_str(),
@@ -444,6 +445,8 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
             &fence.lease_token,
             req.expired_before.map(|v| v as i64),
             plan::blocked_text(req.blocked.as_ref())?,
+            req.decided_at.map(i64::from),
+            req.attempt_id.as_str(),
         ])?;
     if moved == 0 {
         return Err(lease_lost(fence));

@@ -336,6 +336,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                         events: Vec::new(),
                         now,
                         expired_before: None,
+                        decided_at: None,
                         blocked: None,
                     })
                     .await

@@ -654,3 +654,49 @@ pub async fn a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new
     assert_eq!(finished.workflow_state, WorkflowState::Cancelled);
     assert!(claim(&s, "w1", T0 + 4, 10).await.is_empty());
 }
+
+/// Recovery decides from the checkpoint it read: if the holder of the expired lease writes
+/// its next checkpoint meanwhile, recovery's finish is refused and it decides again.
+pub async fn recovery_never_finishes_on_a_checkpoint_that_moved<S: Store>(s: S) {
+    let id = workflow(&s, "moved", &[("deliver", &[])], T0).await;
+    let c = claim(&s, "w1", T0 + 1, 1).await.remove(0);
+    s.checkpoint(checkpoint(
+        &c,
+        2,
+        facts("judged", AttemptOutcome::InProgress),
+        0,
+        T0 + 2,
+    ))
+    .await
+    .unwrap();
+    // Recovery reads the expired lease at checkpoint 2…
+    let expired = s.expired_leases(T0 + LEASE + 10, 10).await.unwrap();
+    assert_eq!(expired[0].checkpoint, 2);
+    // …the holder, not yet taken over, records that its request may have left…
+    s.checkpoint(checkpoint(
+        &c,
+        3,
+        AttemptFacts::default(),
+        1,
+        T0 + LEASE + 11,
+    ))
+    .await
+    .unwrap();
+    // …and "nothing was sent, ready again" is refused: it is no longer true.
+    let mut stale = finish_request(
+        &c,
+        retry(T0 + LEASE + 12, Trigger::Retry, None),
+        T0 + LEASE + 12,
+    );
+    stale.expired_before = Some(T0 + LEASE + 12);
+    stale.decided_at = Some(2);
+    let refused = s.finish(stale.clone()).await.unwrap_err();
+    assert!(
+        matches!(refused, StoreError::LeaseLost { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(s.steps(&id).await.unwrap()[0].state, StepState::Running);
+    // Decided from checkpoint 3, it goes through.
+    stale.decided_at = Some(3);
+    s.finish(stale).await.unwrap();
+}

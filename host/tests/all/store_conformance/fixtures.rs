@@ -160,6 +160,7 @@ pub fn finish_request(c: &Claimed, transition: StepTransition, now: Millis) -> F
         )],
         now,
         expired_before: None,
+        decided_at: None,
         blocked: None,
     }
 }
