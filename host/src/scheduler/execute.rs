@@ -90,13 +90,23 @@ impl Ending {
     }
 
     fn terminal(state: StepState, outcome: AttemptOutcome, note: String, event: NewEvent) -> Self {
+        Self::stopped(AttemptFacts::default(), state, outcome, note, event)
+    }
+
+    /// An attempt that stops at checkpoint 2, before anything is sent: `facts` with the
+    /// outcome and the note as observation, the step left in `state`, one timeline event.
+    fn stopped(
+        mut facts: AttemptFacts,
+        state: StepState,
+        outcome: AttemptOutcome,
+        note: String,
+        event: NewEvent,
+    ) -> Self {
+        facts.outcome = Some(outcome);
+        facts.observation = Some(note.clone());
         Self {
             checkpoint: 2,
-            facts: AttemptFacts {
-                outcome: Some(outcome),
-                observation: Some(note.clone()),
-                ..AttemptFacts::default()
-            },
+            facts,
             transition: StepTransition::Terminal(state),
             note: Some(note),
             log: serde_json::Value::Array(vec![]),
@@ -431,19 +441,14 @@ where
             Some(&claimed.attempt_id),
             format!("{} waits for review: {note}", step.label),
         );
-        let mut facts = Self::facts(prepared, &input.digest);
-        facts.outcome = Some(AttemptOutcome::Interrupted);
-        facts.observation = Some(note.clone());
-        Ending {
-            checkpoint: 2,
+        let facts = Self::facts(prepared, &input.digest);
+        Ending::stopped(
             facts,
-            transition: StepTransition::Terminal(StepState::OutcomeUnknown),
-            note: Some(note),
-            log: serde_json::Value::Array(vec![]),
-            events: vec![event],
-            adapter: false,
-            blocked: None,
-        }
+            StepState::OutcomeUnknown,
+            AttemptOutcome::Interrupted,
+            note,
+            event,
+        )
     }
 
     fn budget_exceeded(&self, claimed: &Claimed, note: String) -> Ending {

@@ -5,7 +5,6 @@
 //! file (`sqlite::<case>`) and a PostgreSQL database of its own (`postgres::<case>`).
 
 use crate::host_process::{Contract, HostOptions, HostProcess, document};
-use crate::postgres::TestDatabase;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -1118,30 +1117,7 @@ async fn an_operator_compensates_by_hand_and_acts_on_the_compensation(db: Option
     assert!(html.contains("Compensation of Deliver document"), "{html}");
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    super::$case(None).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    let database = super::TestDatabase::create().await;
-                    super::$case(Some(database.url.clone())).await;
-                    database.drop_now().await;
-                }
-            )+
-        }
-    };
-}
-
-on_both_backends!(
+on_both_stores!(
     a_cancellation_before_any_effect_ends_every_step_once,
     a_cancellation_during_an_unknown_outcome_awaits_it_and_settles_both_ways,
     completed_and_failed_workflows_refuse_what_cannot_be_done,

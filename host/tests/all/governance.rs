@@ -34,6 +34,23 @@ async fn deploy(host: &HostProcess, key: &str, document: &str) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
+/// Waits (at most 5 s) until `host` enforces policy `version`.
+async fn wait_in_force(host: &HostProcess, version: u64) {
+    crate::wait::until(
+        &format!("the host to enforce policy version {version}"),
+        Duration::from_secs(5),
+        || async {
+            let (_, listed) = host.get("/v1/policies").await;
+            if listed["in_force_here"] == version {
+                Ok(())
+            } else {
+                Err(format!("{listed}"))
+            }
+        },
+    )
+    .await;
+}
+
 fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
     wf["steps"]
         .as_array()
@@ -229,19 +246,7 @@ async fn docket_policy_deploys_from_the_command_line(db: Option<String>) {
     assert!(String::from_utf8_lossy(&out.stdout).contains("policy version 1 deployed"));
     // The running host enforces it within its registry poll (a second), without a restart.
     let started = std::time::Instant::now();
-    crate::wait::until(
-        "the host to enforce version 1",
-        Duration::from_secs(5),
-        || async {
-            let (_, listed) = host.get("/v1/policies").await;
-            if listed["in_force_here"] == 1 {
-                Ok(())
-            } else {
-                Err(format!("{listed}"))
-            }
-        },
-    )
-    .await;
+    wait_in_force(&host, 1).await;
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
@@ -262,30 +267,7 @@ async fn docket_policy_deploys_from_the_command_line(db: Option<String>) {
     );
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    super::$case(None).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    let database = super::TestDatabase::create().await;
-                    super::$case(Some(database.url.clone())).await;
-                    database.drop_now().await;
-                }
-            )+
-        }
-    };
-}
-
-on_both_backends!(
+on_both_stores!(
     a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it,
     docket_policy_deploys_from_the_command_line,
 );
@@ -310,19 +292,7 @@ async fn a_policy_deployed_on_one_host_is_enforced_by_another_within_a_second() 
     let (status, v1) = deploy(&first, "many-1", PAUSE_DELIVERIES).await;
     assert_eq!(status, 201, "{v1}");
     let started = std::time::Instant::now();
-    crate::wait::until(
-        "the second host to enforce version 1",
-        Duration::from_secs(5),
-        || async {
-            let (_, listed) = second.get("/v1/policies").await;
-            if listed["in_force_here"] == 1 {
-                Ok(())
-            } else {
-                Err(format!("{listed}"))
-            }
-        },
-    )
-    .await;
+    wait_in_force(&second, 1).await;
     // The bound is a second (the registry poll); allow for a busy machine.
     assert!(
         started.elapsed() < Duration::from_secs(3),

@@ -4,7 +4,6 @@
 //! own (`postgres::<case>`).
 
 use crate::host_process::{HostOptions, HostProcess, document};
-use crate::postgres::TestDatabase;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -478,31 +477,7 @@ async fn a_secret_occurs_nowhere_in_the_database_or_the_logs() {
     }
 }
 
-/// Instantiates each case on both backends, as `sqlite::<case>` and `postgres::<case>`.
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    super::$case(None).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $case() {
-                    let database = super::TestDatabase::create().await;
-                    super::$case(Some(database.url.clone())).await;
-                    database.drop_now().await;
-                }
-            )+
-        }
-    };
-}
-
-on_both_backends!(
+on_both_stores!(
     document_delivery_completes_with_exactly_one_delivery,
     rate_limits_and_unavailability_are_retried_with_backoff_and_422_is_not,
     a_call_longer_than_the_lease_keeps_it_by_renewal_and_runs_once,

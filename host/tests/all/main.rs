@@ -7,6 +7,31 @@
 //! the store conformance suite, the HTTP API's contract, the console's pages and the golden
 //! definition errors are modules here, not test crates of their own.
 
+/// Instantiates each listed case `async fn case(db: Option<String>)` once per store, as
+/// `sqlite::<case>` (`None`: a SQLite file) and `postgres::<case>` (a database of its own).
+macro_rules! on_both_stores {
+    ($($case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    super::$case(None).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $case() {
+                    let database = crate::postgres::TestDatabase::create().await;
+                    super::$case(Some(database.url.clone())).await;
+                    database.drop_now().await;
+                }
+            )+
+        }
+    };
+}
+
 mod api;
 mod cli_adapter;
 mod cli_demo;

@@ -66,7 +66,7 @@ where
         &self,
         claimed: &Claimed,
         step: &StepDef,
-        mut facts: AttemptFacts,
+        facts: AttemptFacts,
         version: u32,
         reason: String,
     ) -> Ending {
@@ -77,15 +77,7 @@ where
             Some(&claimed.attempt_id),
             format!("{} {note}", step.label),
         );
-        facts.outcome = Some(AttemptOutcome::Interrupted);
-        facts.observation = Some(note.clone());
         Ending {
-            checkpoint: 2,
-            facts,
-            transition: StepTransition::Terminal(StepState::Blocked),
-            note: Some(note),
-            log: serde_json::Value::Array(vec![]),
-            events: vec![event],
             adapter: true,
             blocked: Some(crate::store::Blocked {
                 reason: "policy_denied".into(),
@@ -93,6 +85,13 @@ where
                 policy_version: Some(version),
                 message: reason,
             }),
+            ..Ending::stopped(
+                facts,
+                StepState::Blocked,
+                AttemptOutcome::Interrupted,
+                note,
+                event,
+            )
         }
     }
 
@@ -124,18 +123,10 @@ where
             Some(&claimed.attempt_id),
             format!("{}: {note}", step.label),
         );
-        let mut facts = Self::facts(prepared, &input.digest);
-        facts.outcome = Some(AttemptOutcome::Interrupted);
-        facts.observation = Some(note.clone());
+        let facts = Self::facts(prepared, &input.digest);
         Ending {
-            checkpoint: 2,
-            facts,
-            transition: StepTransition::Terminal(state),
-            note: Some(note),
-            log: serde_json::Value::Array(vec![]),
-            events: vec![event],
             adapter: true,
-            blocked: None,
+            ..Ending::stopped(facts, state, AttemptOutcome::Interrupted, note, event)
         }
     }
 
@@ -318,18 +309,16 @@ where
                     Some(&claimed.attempt_id),
                     format!("{} waits for review: {why}", step.label),
                 );
-                let mut facts = Self::facts(prepared, &input.digest);
-                facts.outcome = Some(AttemptOutcome::Interrupted);
-                facts.observation = Some(why.clone());
+                let facts = Self::facts(prepared, &input.digest);
                 return Some(Ending {
-                    checkpoint: 2,
-                    facts,
-                    transition: StepTransition::Terminal(StepState::WaitingForReview),
-                    note: Some(why),
-                    log: serde_json::Value::Array(vec![]),
-                    events: vec![event],
                     adapter: true,
-                    blocked: None,
+                    ..Ending::stopped(
+                        facts,
+                        StepState::WaitingForReview,
+                        AttemptOutcome::Interrupted,
+                        why,
+                        event,
+                    )
                 });
             }
             Err(Halt::Gone) => return None,
