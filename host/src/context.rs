@@ -6,8 +6,8 @@ use crate::access::Auth;
 use crate::clock::{Clock, SystemClock};
 use crate::scheduler::{Components, Deployments, Progress, Ticks};
 use crate::store::{
-    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore, PolicyStore,
-    ReadStore, SessionStore,
+    AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore,
+    PolicyStore, ReadStore, SessionStore,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ pub trait ContextStore:
     + OperatorStore
     + CourseStore
     + PolicyStore
+    + BudgetStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -37,6 +38,7 @@ impl<S> ContextStore for S where
         + OperatorStore
         + CourseStore
         + PolicyStore
+        + BudgetStore
         + ComponentStore
         + SessionStore
         + Clone

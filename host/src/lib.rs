@@ -7,7 +7,8 @@
 //!   [`workflow`] (TOML definitions → validated types, with file:line:col errors) and
 //!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction), [`course`]
 //!   (what a cancellation and compensations do to a workflow's steps) and [`policy`] (the
-//!   versioned rules that allow or deny an effect at the side-effect boundary).
+//!   versioned rules that allow or deny an effect at the side-effect boundary) and
+//!   [`budget`] (limits as spent and extended, what an attempt may draw on).
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
@@ -37,6 +38,7 @@
 pub mod access;
 pub mod api;
 pub mod app;
+pub mod budget;
 pub mod capabilities;
 pub mod cli;
 pub mod clock;

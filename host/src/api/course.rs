@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 /// The workflow id in the path.
-fn workflow_path(id: Result<Path<String>, PathRejection>) -> ApiResult<String> {
+pub(super) fn workflow_path(id: Result<Path<String>, PathRejection>) -> ApiResult<String> {
     id.map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))
 }

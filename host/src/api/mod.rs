@@ -16,6 +16,7 @@
 mod actions;
 mod adapters;
 mod auth;
+mod budgets;
 mod controls;
 mod course;
 mod error;
@@ -78,6 +79,7 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             "/v1/workflows/{id}/replacement",
             post(course::replace_workflow::<S>),
         )
+        .route("/v1/workflows/{id}/budget", post(budgets::extend::<S>))
         .route(
             "/v1/adapters",
             get(adapters::list::<S>).post(adapters::deploy::<S>),

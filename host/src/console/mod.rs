@@ -236,9 +236,45 @@ struct CourseForm {
     input: String,
     #[serde(default)]
     cancel_original: Option<String>,
+    // The budget extension's amounts (empty fields add nothing).
+    #[serde(default)]
+    add_attempts: String,
+    #[serde(default)]
+    add_runtime_ms: String,
+    #[serde(default)]
+    add_external_calls: String,
+    #[serde(default)]
+    add_cost: String,
+    #[serde(default)]
+    add_recovery_queries: String,
 }
 
-/// `POST /console/workflows/{id}/course/{cancel|withdraw|revise}`: the same orders as the
+impl CourseForm {
+    /// The extension's amounts by key; a field that is not a whole number is named.
+    fn amounts(&self) -> Result<Vec<(&'static str, u64)>, String> {
+        let fields = [
+            ("attempts", &self.add_attempts),
+            ("runtime_ms", &self.add_runtime_ms),
+            ("external_calls", &self.add_external_calls),
+            ("cost", &self.add_cost),
+            ("recovery_queries", &self.add_recovery_queries),
+        ];
+        let mut out = Vec::new();
+        for (key, text) in fields {
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let n = text.parse::<u64>().map_err(|_| {
+                format!("Add {key}: `{text}` is not a whole number; write 0 or more")
+            })?;
+            out.push((key, n));
+        }
+        Ok(out)
+    }
+}
+
+/// `POST /console/workflows/{id}/course/{cancel|withdraw|revise|replace|budget}`: the same orders as the
 /// API's, answered with the workflow page and what became of the request.
 async fn change_course<S: ContextStore>(
     State(c): State<Shared<S>>,
@@ -292,6 +328,26 @@ async fn change_course<S: ContextStore>(
                 }
             }
         }
+        "budget" => match form.amounts().and_then(|add| {
+            crate::operator::ExtendOrder::new(add, Some(&form.reason)).map_err(|e| e.message)
+        }) {
+            Err(message) => Err((StatusCode::BAD_REQUEST, message)),
+            Ok(order) => match crate::operator::extend_budget(
+                &c.ctx,
+                &who.principal,
+                &id,
+                order,
+                form.key.clone(),
+            )
+            .await
+            {
+                Ok(b) => Ok(format!(
+                    "Budget extended: {} of {} attempts used, {} recovery queries in reserve",
+                    b.attempts.used, b.attempts.limit, b.recovery_queries_left
+                )),
+                Err(e) => Err(desk_error(e)),
+            },
+        },
         "replace" => {
             let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
             let cancel_original = form.cancel_original.is_some();

@@ -525,6 +525,10 @@ pub async fn workflow_page<S: ContextStore>(
                     }
                 }
             }
+            @if let Some(b) = &view.budget {
+                h2 { "Budget" }
+                (budget_section(who, id, b, !record.state.is_ended()))
+            }
             @if !revisions.is_empty() {
                 h2 { "Input revisions" }
                 table {
@@ -602,6 +606,44 @@ pub async fn workflow_page<S: ContextStore>(
 }
 
 /// What a change of course would do, in words.
+/// The `budget` block as a table, with the form that extends it (operators, on a workflow
+/// that has not ended).
+fn budget_section(
+    who: &Session,
+    workflow_id: &str,
+    budget: &crate::budget::BudgetView,
+    open: bool,
+) -> Markup {
+    let row = |name: &str, u: &crate::budget::UsedOf| {
+        html! { tr { td { (name) } td { (u.used) } td { (u.limit) } } }
+    };
+    html! {
+        table.budget {
+            tr { th { "Budget" } th { "Used" } th { "Limit" } }
+            (row("Attempts", &budget.attempts))
+            (row("Runtime (ms)", &budget.runtime_ms))
+            (row("External calls", &budget.external_calls))
+            @if let Some(c) = &budget.cost { (row("Cost units", c)) }
+            tr { td { "Recovery room" } td colspan="2" { (budget.recovery_queries_left) " recovery queries left once the attempts are spent" } }
+        }
+        @if open && who.principal.role == crate::access::Role::Operator {
+            form.action.box method="post" action={ "/console/workflows/" (path_part(workflow_id)) "/course/budget" } {
+                h3 { "Extend the budget" }
+                p.muted { (course_consequence("budget")) }
+                input type="hidden" name="csrf" value=(who.csrf);
+                input type="hidden" name="key" value=(random_token());
+                @for (key, label) in [("attempts", "Attempts"), ("runtime_ms", "Runtime (ms)"), ("external_calls", "External calls"), ("cost", "Cost units"), ("recovery_queries", "Recovery queries")] {
+                    label for={ "add-" (key) } { "Add " (label) }
+                    input id={ "add-" (key) } type="number" min="0" name={ "add_" (key) } value="0";
+                }
+                label for="budget-reason" { "Reason" }
+                textarea #budget-reason name="reason" rows="2" required {}
+                button.go type="submit" name="go" value="budget" { "Extend the budget" }
+            }
+        }
+    }
+}
+
 fn course_consequence(action: &str) -> &'static str {
     match action {
         "cancel" => {
@@ -612,6 +654,9 @@ fn course_consequence(action: &str) -> &'static str {
         }
         "revise" => {
             "A new input revision. Steps whose input changes run again with it; their earlier attempts and receipts stay, marked superseded."
+        }
+        "budget" => {
+            "The amounts are added to the workflow's limits, recorded with your name and reason. Steps blocked by a limit the workflow is no longer over become ready at once."
         }
         "replace" => {
             "A new request of the same workflow with the corrected input, linked to this one both ways. With the box ticked, this one is cancelled as a cancellation would (the effects listed are reversed where they can be)."
@@ -847,6 +892,17 @@ pub async fn step<S: ContextStore>(
                         label for="exception-evidence" { "Evidence (what authorises it)" }
                         textarea #exception-evidence name="evidence" rows="2" required {}
                     }))
+                }
+                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == "budget_exhausted") {
+                    div.box {
+                        "Blocked by the budget: " strong { (b.limit.as_deref().unwrap_or("budget")) } " — " (b.message)
+                    }
+                    @if let Some(d) = def.as_ref() {
+                        (budget_section(who, id, &crate::budget::BudgetView::new(
+                            &crate::budget::Limits::of(&d.def.budget, &record.budget_added),
+                            &record.budget_used(),
+                        ), !record.state.is_ended()))
+                    }
                 }
                 (form("escalate", "Escalate", html! {
                     label for="note" { "Note for the next person" }

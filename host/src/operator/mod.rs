@@ -1,7 +1,7 @@
 //! Operator actions on a step — `query`, `retry`, `resolve`, `escalate` — as domain
 //! decisions, below every interface that offers them (the HTTP API and the console render
 //! the same [`ActionResult`]); and a workflow's cancellation, which its owner may ask for
-//! too ([`cancel`]).
+//! too ([`cancel`]); and the extension of a workflow's budget ([`extend_budget`]).
 //!
 //! An action arrives as a typed [`Order`] under an idempotency key. [`decide`] judges it
 //! from the step's state, its attempts and the adapter's declared contract, and returns a
@@ -16,12 +16,14 @@
 //! attempts that end on another host. A resolution needs evidence and a reason and records
 //! who gave them; there is no way to mark a step succeeded without them.
 
+mod budget;
 mod cancel;
 mod decide;
 mod desk;
 mod replace;
 mod revise;
 
+pub use budget::{AMOUNTS, EXTEND, ExtendOrder, extend_budget};
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{CourseFacts, History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, perform};

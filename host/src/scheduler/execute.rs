@@ -10,6 +10,7 @@ mod adapter;
 
 use super::recovery::{Uncertainty, Verdict, decide};
 use super::{DeployError, ResolveError, Scheduler};
+use crate::budget::{self, AttemptKind, Charge};
 use crate::contract::{
     CompensationRequest, Contract, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
 };
@@ -38,6 +39,8 @@ pub(crate) struct Ending {
     pub adapter: bool,
     /// Why the step is blocked, when this attempt blocks it.
     pub blocked: Option<crate::store::Blocked>,
+    /// What the attempt draws on (an attempt that blocks the step draws on nothing).
+    pub charge: crate::budget::Charge,
 }
 
 impl Ending {
@@ -68,6 +71,7 @@ impl Ending {
             events,
             adapter: false,
             blocked: None,
+            charge: Charge::Attempt,
         }
     }
 
@@ -113,6 +117,7 @@ impl Ending {
             events: vec![event],
             adapter: false,
             blocked: None,
+            charge: crate::budget::Charge::Attempt,
         }
     }
 }
@@ -187,6 +192,7 @@ where
             expired_before: None,
             decided_at: None,
             blocked: ending.blocked,
+            charge: ending.charge,
         };
         let finished = self.store.finish(request).await;
         self.progress.advance();
@@ -329,15 +335,35 @@ where
             self.failpoint(1, claimed);
         }
         // A recovery query only gathers evidence about an effect that may already have
-        // happened: the budgets bound new effects and must never leave an outcome unasked
-        // (the visibility window bounds how often a query runs). A compensation reverses an
-        // effect: a budget never refuses one.
-        if claimed.trigger != Trigger::RecoveryQuery
-            && reverses.is_none()
-            && let Some(why) = over_budget(claimed, &deployed.def.budget, self.clock.now_ms())
-        {
-            return Some(self.budget_exceeded(claimed, why));
-        }
+        // happened: once the attempts are spent it draws on a reserve, so an outcome is not
+        // left unasked. A compensation reverses an effect: a budget never refuses one.
+        let kind = match (reverses, claimed.trigger) {
+            (Some(_), _) => AttemptKind::Compensation,
+            (None, Trigger::RecoveryQuery) => AttemptKind::RecoveryQuery,
+            (None, _) => AttemptKind::Work,
+        };
+        let limits = budget::Limits::of(&deployed.def.budget, &claimed.budget_added);
+        let deadline = match kind {
+            AttemptKind::Work => budget::deadline_passed(claimed.deadline_at, self.clock.now_ms()),
+            _ => None,
+        };
+        let charge = match deadline.map_or_else(
+            || budget::admit_attempt(&limits, &claimed.budget_used(), kind),
+            Err,
+        ) {
+            Ok(charge) => charge,
+            Err(exhausted) => return Some(self.budget_exceeded(claimed, exhausted)),
+        };
+        // An attempt that blocks the step (the budget at checkpoint 3, the policy) is
+        // refused before it starts: it draws on nothing.
+        let charged = move |ending: Ending| Ending {
+            charge: if ending.blocked.is_some() {
+                Charge::Nothing
+            } else {
+                charge
+            },
+            ..ending
+        };
         // Only committed receipts are in the context: a dependent never sees a result that
         // could still be rolled back.
         let context = &claimed.context;
@@ -397,7 +423,7 @@ where
                     step,
                     &component,
                     &input,
-                    reverses.map_or(Some(deployed.def.budget.max_external_calls), |_| None),
+                    (kind == AttemptKind::Work).then_some(limits),
                 )
                 .await
                 .map(|ending| Ending {
@@ -405,6 +431,7 @@ where
                     ..ending
                 }),
         }
+        .map(charged)
     }
 
     fn blocked(&self, claimed: &Claimed, note: String) -> Ending {
@@ -451,19 +478,34 @@ where
         )
     }
 
-    fn budget_exceeded(&self, claimed: &Claimed, note: String) -> Ending {
+    /// The attempt is refused before it starts and the step is blocked, naming the limit;
+    /// an operator's extension makes it ready again.
+    fn budget_exceeded(&self, claimed: &Claimed, exhausted: budget::Exhausted) -> Ending {
         let event = NewEvent::step(
             EventKind::Conclusion,
             &claimed.fence.step,
             Some(&claimed.attempt_id),
-            format!("Blocked by budget: {note}"),
+            format!(
+                "Blocked by budget ({}): {}",
+                exhausted.limit.as_str(),
+                exhausted.message
+            ),
         );
-        Ending::terminal(
-            StepState::Blocked,
-            AttemptOutcome::BudgetExceeded,
-            note,
-            event,
-        )
+        Ending {
+            blocked: Some(crate::store::Blocked {
+                reason: "budget_exhausted".into(),
+                limit: Some(exhausted.limit.as_str().into()),
+                policy_version: None,
+                message: exhausted.message.clone(),
+            }),
+            charge: Charge::Nothing,
+            ..Ending::terminal(
+                StepState::Blocked,
+                AttemptOutcome::BudgetExceeded,
+                exhausted.message,
+                event,
+            )
+        }
     }
 
     fn env(&self, claimed: &Claimed, component: &str) -> CallEnv {
@@ -724,23 +766,6 @@ fn compensation_def(step: &StepDef) -> StepDef {
         compensation: None,
         ..step.clone()
     }
-}
-
-/// Why a new attempt would exceed the workflow's deadline or budget, if it would.
-fn over_budget(claimed: &Claimed, budget: &crate::workflow::Budget, now: Millis) -> Option<String> {
-    if now > claimed.deadline_at {
-        return Some("the workflow's deadline has passed".into());
-    }
-    if claimed.attempts_used > budget.max_attempts {
-        return Some(format!(
-            "the workflow's budget of {} attempts is used up",
-            budget.max_attempts
-        ));
-    }
-    if claimed.runtime_used_ms > budget.max_runtime.as_millis() as u64 {
-        return Some("the workflow's runtime budget is used up".into());
-    }
-    None
 }
 
 /// The attempt outcome of a call that ended without a plugin value.

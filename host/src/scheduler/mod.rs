@@ -118,10 +118,13 @@ pub fn failpoint_from_env() -> Option<Failpoint> {
     None
 }
 
-/// One catch-up with the adapter registry: activations and rollbacks made elsewhere (another
-/// host, `docket adapter activate`) take effect here. A failure is logged and the next tick
+/// One catch-up with the adapter registry and the policy: activations and rollbacks made
+/// elsewhere (another host, `docket adapter activate`) and newer policy versions take
+/// effect here, and deadlines that draw near are told. A failure is logged and the next tick
 /// tries again.
-pub async fn registry_tick<S: ComponentStore + crate::store::PolicyStore>(
+pub async fn registry_tick<
+    S: ComponentStore + crate::store::PolicyStore + crate::store::BudgetStore,
+>(
     components: &Components,
     store: &S,
     ticks: &Ticks,
@@ -147,6 +150,12 @@ pub async fn registry_tick<S: ComponentStore + crate::store::PolicyStore>(
         }
         Ok(None) => {}
         Err(e) => tracing::warn!("reading the policy in force failed: {e}"),
+    }
+    // Workflows waiting for a person as their deadline draws near are told about, once.
+    match store.warn_deadlines(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("{n} workflows waiting for review are near their deadline"),
+        Err(e) => tracing::warn!("looking for deadlines that draw near failed: {e}"),
     }
     ticks.done(Tick::Registry);
 }
@@ -429,6 +438,7 @@ where
             expired_before: Some(now),
             decided_at: Some(lease.checkpoint),
             blocked: None,
+            charge: crate::budget::Charge::Attempt,
         }
     }
 
@@ -470,6 +480,7 @@ where
             expired_before: Some(now),
             decided_at: Some(lease.checkpoint),
             blocked: None,
+            charge: crate::budget::Charge::Attempt,
         })
     }
 

@@ -450,6 +450,21 @@ pub trait PolicyStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 
+/// Budgets operators extend, and deadlines people are told about.
+pub trait BudgetStore: Send + Sync {
+    /// Adds to a workflow's limits under a key, in one transaction: the additions kept,
+    /// every step blocked by a limit the workflow is no longer over made ready, the
+    /// extension told on the timeline with its author and reason, the state recomputed.
+    /// [`StoreError::NotFound`] if there is no such workflow.
+    fn extend_budget(
+        &self,
+        request: ExtendRequest,
+    ) -> impl Future<Output = StoreResult<ExtendAnswer>> + Send;
+    /// Marks every workflow waiting for review with a fifth of its deadline or less left
+    /// (once each), telling its timeline and queueing its notification. Returns how many.
+    fn warn_deadlines(&self, now: Millis) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.
 pub trait OperatorStore: Send + Sync {
     /// The action stored under this key, if any.

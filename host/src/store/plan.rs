@@ -270,6 +270,9 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         attempts_used: 0,
         external_calls_used: 0,
         runtime_used_ms: 0,
+        cost_used: 0,
+        recovery_queries_used: 0,
+        budget_added: Default::default(),
         revision: new.events.len() as u64,
         input_revision: 1,
         replaces: new.replaces.clone(),
@@ -277,6 +280,7 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         cancelled: false,
         policy_at_admission: new.policy_version,
         policy_current: new.policy_version,
+        deadline_warned_at: None,
     }
 }
 
@@ -482,6 +486,93 @@ pub(crate) fn receipt_params<'a>(
         Text(r.reason.as_deref()),
         Text(r.evidence.as_deref()),
     ]
+}
+
+/// Attempts a finish gives back: the claim counted one that drew on the reserve or was
+/// refused before it started.
+pub(crate) fn uncharged(charge: crate::budget::Charge) -> i64 {
+    i64::from(charge != crate::budget::Charge::Attempt)
+}
+
+/// Recovery queries a finish draws from the reserve.
+pub(crate) fn from_reserve(charge: crate::budget::Charge) -> i64 {
+    i64::from(charge == crate::budget::Charge::Reserve)
+}
+
+/// The limits a workflow is over after an extension, by key: a step blocked by any other
+/// limit may run again. The deadline is never extended here, so it always stays.
+pub(crate) fn still_exhausted(
+    base: &crate::workflow::Budget,
+    added: &crate::budget::Amounts,
+    used: &crate::budget::Amounts,
+) -> Vec<&'static str> {
+    let limits = crate::budget::Limits::of(base, added);
+    let mut out: Vec<&'static str> = limits
+        .exhausted(used)
+        .into_iter()
+        .map(crate::budget::Limit::as_str)
+        .collect();
+    out.push(crate::budget::Limit::Deadline.as_str());
+    out
+}
+
+/// The sum of two extensions.
+pub(crate) fn added(
+    before: &crate::budget::Amounts,
+    add: &crate::budget::Amounts,
+) -> crate::budget::Amounts {
+    crate::budget::Amounts {
+        attempts: before.attempts + add.attempts,
+        runtime_ms: before.runtime_ms + add.runtime_ms,
+        external_calls: before.external_calls + add.external_calls,
+        cost: before.cost + add.cost,
+        recovery_queries: before.recovery_queries + add.recovery_queries,
+    }
+}
+
+/// The timeline entry of an extension: who added what, why, and which steps it freed.
+pub(crate) fn extension_event(req: &super::ExtendRequest, released: &[String]) -> NewEvent {
+    let freed = match released {
+        [] => String::new(),
+        steps => format!("; {} may run again", steps.join(", ")),
+    };
+    NewEvent::workflow(
+        crate::intent::EventKind::Action,
+        format!(
+            "Budget extended by {}: {} added ({}){freed}",
+            req.scope.subject.0,
+            req.add.describe(),
+            req.reason
+        ),
+    )
+    .with_data(serde_json::json!({
+        "author": req.scope.subject.0,
+        "add": req.add,
+        "reason": req.reason,
+        "released": released,
+    }))
+}
+
+/// The stored answer of an extension: the workflow's `budget` block afterwards.
+pub(crate) fn extension_answer(
+    base: &crate::workflow::Budget,
+    added: &crate::budget::Amounts,
+    used: &crate::budget::Amounts,
+) -> StoreResult<String> {
+    let limits = crate::budget::Limits::of(base, added);
+    serde_json::to_string(&crate::budget::BudgetView::new(&limits, used))
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// The timeline entry of a deadline that draws near while the workflow waits for a person.
+pub(crate) fn deadline_event(deadline_at: Millis) -> NewEvent {
+    NewEvent::workflow(
+        crate::intent::EventKind::Observation,
+        format!(
+            "Deadline approaching: the workflow waits for review and its deadline is {}",
+            crate::intent::rfc3339(deadline_at)
+        ),
+    )
 }
 
 #[cfg(test)]

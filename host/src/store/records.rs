@@ -220,6 +220,12 @@ pub struct WorkflowRecord {
     pub attempts_used: u32,
     pub external_calls_used: u32,
     pub runtime_used_ms: u64,
+    /// Cost units spent by external calls.
+    pub cost_used: u64,
+    /// Recovery queries drawn from the reserve (once the attempts were spent).
+    pub recovery_queries_used: u32,
+    /// What operators added to the definition's limits.
+    pub budget_added: crate::budget::Amounts,
     /// Grows with every timeline event: the projection's revision.
     pub revision: u64,
     /// 1 at admission; each accepted correction adds one.
@@ -231,6 +237,8 @@ pub struct WorkflowRecord {
     /// The policy version in force at admission, and the one last evaluated for it.
     pub policy_at_admission: u32,
     pub policy_current: u32,
+    /// When the workflow, waiting for a person, was first seen near its deadline.
+    pub deadline_warned_at: Option<Millis>,
 }
 
 /// A step as stored.
@@ -330,6 +338,12 @@ pub struct Claimed {
     pub attempts_used: u32,
     pub external_calls_used: u32,
     pub runtime_used_ms: u64,
+    /// Cost units spent by external calls.
+    pub cost_used: u64,
+    /// Recovery queries drawn from the reserve (once the attempts were spent).
+    pub recovery_queries_used: u32,
+    /// What operators added to the definition's limits.
+    pub budget_added: crate::budget::Amounts,
     /// When the step's effect first became uncertain, if it did.
     pub uncertain_since: Option<Millis>,
     /// An operator's exception to the policy, waiting for the one attempt it lets through.
@@ -405,8 +419,9 @@ pub struct CheckpointRequest {
     pub attempt_id: AttemptId,
     pub checkpoint: u8,
     pub facts: AttemptFacts,
-    /// Counts one external call against the workflow's budget (at checkpoint 3).
-    pub external_call: bool,
+    /// Counts one external call costing this many units against the workflow's budget
+    /// (at checkpoint 3 of a step; a compensation is not charged).
+    pub external_call: Option<u32>,
     pub events: Vec<NewEvent>,
     pub now: Millis,
 }
@@ -478,6 +493,9 @@ pub struct FinishRequest {
     pub decided_at: Option<u8>,
     /// Why the step is blocked, when the attempt blocks it (kept until it moves again).
     pub blocked: Option<Blocked>,
+    /// What the attempt draws on: the claim counted it as an attempt; a query from the
+    /// reserve, or an attempt refused before it started, is counted again here.
+    pub charge: crate::budget::Charge,
 }
 
 /// Why a step is blocked: never a receipt, always a reason a person can act on.
@@ -761,3 +779,46 @@ pub struct StoredPolicy {
     pub author: String,
     pub deployed_at: Millis,
 }
+
+/// An operator's extension of a workflow's budget, under an idempotency key.
+#[derive(Debug, Clone)]
+pub struct ExtendRequest {
+    pub scope: ActionScope,
+    pub request_digest: String,
+    /// Added to what earlier extensions added.
+    pub add: crate::budget::Amounts,
+    pub reason: String,
+    /// The definition's budget the additions extend.
+    pub base: crate::workflow::Budget,
+    pub now: Millis,
+}
+
+/// What an extension came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExtendAnswer {
+    /// Applied: the workflow's `budget` block afterwards (stored under the key as JSON).
+    Applied(String),
+    /// The key was used before with the same request: its stored answer.
+    Replayed(ActionRecord),
+    /// The key was used before with another request.
+    KeyConflict,
+}
+
+/// What a workflow has spent, in the budget's terms.
+macro_rules! used_amounts {
+    ($t:ty) => {
+        impl $t {
+            pub fn budget_used(&self) -> crate::budget::Amounts {
+                crate::budget::Amounts {
+                    attempts: u64::from(self.attempts_used),
+                    runtime_ms: self.runtime_used_ms,
+                    external_calls: u64::from(self.external_calls_used),
+                    cost: self.cost_used,
+                    recovery_queries: u64::from(self.recovery_queries_used),
+                }
+            }
+        }
+    };
+}
+used_amounts!(WorkflowRecord);
+used_amounts!(Claimed);

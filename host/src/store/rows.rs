@@ -132,7 +132,7 @@ impl Columns for rusqlite::Row<'_> {
 pub(crate) const WORKFLOW_COLUMNS: &str =
     "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms,
-     next_seq, input_revision, replaces, replaced_by, cancel_on, policy_at_admission,
+     cost_used, recovery_queries_used, budget_added, deadline_warned_at, next_seq, input_revision, replaces, replaced_by, cancel_on, policy_at_admission,
      policy_current";
 
 pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
@@ -151,6 +151,9 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         attempts_used: r.small::<u32>("attempts_used")?,
         external_calls_used: r.small::<u32>("external_calls_used")?,
         runtime_used_ms: r.uint("runtime_used_ms")?,
+        cost_used: r.uint("cost_used")?,
+        recovery_queries_used: r.small::<u32>("recovery_queries_used")?,
+        budget_added: budget_added(r.opt_text("budget_added")?)?,
         revision: r.uint("next_seq")?.saturating_sub(1),
         input_revision: r.small::<u32>("input_revision")?,
         replaces: r.opt_text("replaces")?.map(WorkflowId),
@@ -158,6 +161,7 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         cancelled: r.opt_text("cancel_on")?.is_some(),
         policy_at_admission: r.small::<u32>("policy_at_admission")?,
         policy_current: r.small::<u32>("policy_current")?,
+        deadline_warned_at: r.opt_uint("deadline_warned_at")?,
     })
 }
 
@@ -522,6 +526,9 @@ pub(crate) fn claimed(
         attempts_used: 0,
         external_calls_used: 0,
         runtime_used_ms: 0,
+        cost_used: 0,
+        recovery_queries_used: 0,
+        budget_added: Default::default(),
         uncertain_since: r.opt_uint("uncertain_since")?,
         policy_exception: r
             .opt_text("policy_exception")?
@@ -551,6 +558,13 @@ pub(crate) fn console_session(r: &impl Columns) -> StoreResult<ConsoleSession> {
         csrf: r.text("csrf")?,
         started_at: r.uint("started_at")?,
         expires_at: r.uint("expires_at")?,
+    })
+}
+
+/// `budget_added` as stored: JSON amounts, NULL until the first extension.
+pub(crate) fn budget_added(text: Option<String>) -> StoreResult<crate::budget::Amounts> {
+    text.map_or(Ok(Default::default()), |t| {
+        serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("budget_added: {e}")))
     })
 }
 

@@ -69,6 +69,19 @@ pub struct WorkflowView {
     pub actions: Vec<CourseActionView>,
     /// The policy version in force at admission, and the one last evaluated for it.
     pub policy: PolicyView,
+    /// Used and limit of each budget (`null` when the definition cannot be read).
+    pub budget: Option<crate::budget::BudgetView>,
+    /// The deadline, and whether a workflow waiting for a person is near it.
+    pub deadline: DeadlineView,
+}
+
+/// A workflow's deadline as people see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadlineView {
+    pub at: String,
+    /// Waiting for a person with a fifth of the deadline or less left (recorded on the
+    /// timeline when first seen, so the projection changes with its revision).
+    pub approaching: bool,
 }
 
 /// Which policy versions a workflow met.
@@ -403,6 +416,14 @@ pub fn workflow_view(
             at_admission: record.policy_at_admission,
             current: record.policy_current,
         },
+        budget: def.map(|d| {
+            let limits = crate::budget::Limits::of(&d.budget, &record.budget_added);
+            crate::budget::BudgetView::new(&limits, &record.budget_used())
+        }),
+        deadline: DeadlineView {
+            at: rfc3339(record.deadline_at),
+            approaching: deadline_approaching(record),
+        },
         steps: ordered
             .iter()
             .map(|(s, label)| StepView {
@@ -428,6 +449,11 @@ pub fn workflow_view(
     }
 }
 
+/// Whether the workflow waits for a person and was seen near its deadline.
+fn deadline_approaching(record: &WorkflowRecord) -> bool {
+    record.state == WorkflowState::NeedsReview && record.deadline_warned_at.is_some()
+}
+
 /// The label of step `id` among `ordered` (its id when the definition is gone).
 fn label_of(ordered: &[(&StepRecord, &str)], id: &str) -> String {
     ordered
@@ -439,6 +465,23 @@ fn label_of(ordered: &[(&StepRecord, &str)], id: &str) -> String {
 /// The status line: a change of course speaks first (compensations running, a
 /// cancellation waiting on an outcome or on running work), else the steps' states.
 fn status_line(
+    record: &WorkflowRecord,
+    ordered: &[(&StepRecord, &str)],
+    steps: &[StepRecord],
+    statuses: &[StepStatus<'_>],
+) -> String {
+    let line = course_line(record, ordered, steps, statuses);
+    if deadline_approaching(record) {
+        return format!(
+            "{line} — deadline approaching ({})",
+            rfc3339(record.deadline_at)
+        );
+    }
+    line
+}
+
+/// [`status_line`] before the deadline speaks.
+fn course_line(
     record: &WorkflowRecord,
     ordered: &[(&StepRecord, &str)],
     steps: &[StepRecord],
@@ -465,6 +508,18 @@ fn status_line(
             None => label_of(ordered, id),
         }
     };
+    if let Some((label, b)) = steps.iter().find_map(|s| {
+        s.blocked
+            .as_ref()
+            .filter(|b| s.state == StepState::Blocked && b.reason == "budget_exhausted")
+            .map(|b| (named(&s.step), b))
+    }) {
+        return format!(
+            "{label} blocked: budget exhausted ({}): {}",
+            b.limit.as_deref().unwrap_or("budget"),
+            b.message
+        );
+    }
     if let Some((label, b)) = steps.iter().find_map(|s| {
         s.blocked
             .as_ref()
@@ -552,6 +607,9 @@ mod tests {
             attempts_used: 0,
             external_calls_used: 0,
             runtime_used_ms: 0,
+            cost_used: 0,
+            recovery_queries_used: 0,
+            budget_added: Default::default(),
             revision: 3,
             input_revision: 1,
             replaces: None,
@@ -559,6 +617,7 @@ mod tests {
             cancelled: false,
             policy_at_admission: 0,
             policy_current: 0,
+            deadline_warned_at: None,
         }
     }
 

@@ -56,6 +56,13 @@ pub struct Budget {
     pub max_runtime: Duration,
     /// Adapter invocations over all steps (recovery queries draw on a separate reserve).
     pub max_external_calls: u32,
+    /// Cost units over all external calls (each costs its step's `cost`); `None`: no limit.
+    #[serde(default)]
+    pub max_cost: Option<u32>,
+    /// Recovery queries that may still run once `max_attempts` is spent: asking what
+    /// happened is never what the budget stops first.
+    #[serde(default = "Budget::default_recovery_queries")]
+    pub recovery_queries: u32,
 }
 
 impl Budget {
@@ -65,6 +72,12 @@ impl Budget {
     pub const DEFAULT_MAX_RUNTIME: Duration = Duration::from_secs(600);
     /// External calls when `[budget]` does not say.
     pub const DEFAULT_MAX_EXTERNAL_CALLS: u32 = 10;
+    /// The recovery-query reserve when `[budget]` does not say.
+    pub const DEFAULT_RECOVERY_QUERIES: u32 = 3;
+
+    fn default_recovery_queries() -> u32 {
+        Self::DEFAULT_RECOVERY_QUERIES
+    }
 }
 
 impl Default for Budget {
@@ -73,6 +86,8 @@ impl Default for Budget {
             max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
             max_runtime: Self::DEFAULT_MAX_RUNTIME,
             max_external_calls: Self::DEFAULT_MAX_EXTERNAL_CALLS,
+            max_cost: None,
+            recovery_queries: Self::DEFAULT_RECOVERY_QUERIES,
         }
     }
 }
@@ -165,6 +180,10 @@ pub struct StepDef {
     pub milestone: Option<String>,
     /// How the step's effect is undone (adapters only).
     pub compensation: Option<Compensation>,
+    /// Cost units of one external call of this step, against `[budget] max_cost`
+    /// (adapters only; default 1).
+    #[serde(default = "StepDef::default_cost")]
+    pub cost: u32,
 }
 
 impl WorkflowDef {
@@ -205,6 +224,10 @@ impl WorkflowDef {
 }
 
 impl StepDef {
+    fn default_cost() -> u32 {
+        1
+    }
+
     /// Whether every dependency has succeeded, by `succeeded(step id)`.
     pub fn is_ready(&self, succeeded: impl Fn(&str) -> bool) -> bool {
         self.after.iter().all(|a| succeeded(a.as_str()))
@@ -263,6 +286,7 @@ mod tests {
             capabilities: RequestedCapabilities::default(),
             milestone: milestone.map(str::to_string),
             compensation: None,
+            cost: 1,
         }
     }
 

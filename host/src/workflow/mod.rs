@@ -20,6 +20,8 @@
 //! max_attempts = 20            # attempts over all steps (>= number of steps)
 //! max_runtime = "10m"          # summed attempt wall time
 //! max_external_calls = 10      # adapter calls (>= number of adapter steps)
+//! max_cost = 50                # optional: cost units over all calls (each step's `cost`)
+//! recovery_queries = 3         # recovery queries that may run once max_attempts is spent
 //!
 //! [input_schema]               # JSON Schema draft 2020-12, written as TOML; checked at admission
 //! type = "object"
@@ -37,6 +39,7 @@
 //! after = []                   # ids of steps that must succeed first
 //! milestone = "Input validated"  # optional: the milestone this step's receipt reaches
 //! timeout = "5s"               # per attempt; default 30s (at most the deadline)
+//! cost = 1                     # adapters only: units one call costs against max_cost
 //! outputs = ["title"]          # receipt fields later steps may read by name
 //! [steps.input]                # the step input: literals and references (see below)
 //! title = "$input.title"

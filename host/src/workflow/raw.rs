@@ -32,6 +32,8 @@ pub(super) struct BudgetToml {
     pub max_attempts: Option<Spanned<i64>>,
     pub max_runtime: Option<Spanned<TomlDuration>>,
     pub max_external_calls: Option<Spanned<i64>>,
+    pub max_cost: Option<Spanned<i64>>,
+    pub recovery_queries: Option<Spanned<i64>>,
 }
 
 /// One `[[steps]]` table.
@@ -54,6 +56,7 @@ pub(super) struct StepToml {
     pub retry: Option<RetryToml>,
     pub capabilities: Option<CapabilitiesToml>,
     pub compensation: Option<Spanned<CompensationToml>>,
+    pub cost: Option<Spanned<i64>>,
 }
 
 /// `[steps.retry]`.

@@ -104,6 +104,34 @@ pub(super) fn step(
         );
     }
     let (input, refs) = input(raw, i, ctx);
+    let cost = match &raw.cost {
+        None => 1,
+        Some(value) if kind == StepKind::Handler => {
+            ctx.push(
+                Diagnostic::new(format!(
+                    "handler step `{id}` has a cost, but only external calls cost anything"
+                ))
+                .at(value.span())
+                .help("remove `cost` from this step, or set it on the adapter step it belongs to"),
+            );
+            0
+        }
+        Some(value) => match u32::try_from(*value.get_ref()) {
+            Ok(n) => n,
+            Err(_) => {
+                ctx.push(
+                    Diagnostic::new(format!(
+                        "step `{id}` cost `{}` is not a whole number of units",
+                        value.get_ref()
+                    ))
+                    .at(value.span())
+                    .help("write the units one external call of this step costs, e.g. cost = 5"),
+                );
+                0
+            }
+        },
+    };
+    let cost = if kind == StepKind::Handler { 0 } else { cost };
 
     let step = StepDef {
         id: id.clone(),
@@ -122,6 +150,7 @@ pub(super) fn step(
             .as_ref()
             .map(|m| m.get_ref().trim().to_string()),
         compensation: None,
+        cost,
     };
     let mut compensation_refs = Vec::new();
     let compensation = raw.compensation.as_ref().map(|c| {

@@ -204,6 +204,28 @@ fn budget(raw: Option<&BudgetToml>, steps: &[StepToml], ctx: &mut Ctx<'_, '_>) -
         defaults.max_external_calls,
         ctx,
     );
+    let max_cost = raw.and_then(|b| b.max_cost.as_ref()).map(|v| {
+        positive(
+            ctx,
+            v,
+            "budget `max_cost`",
+            "a cost budget counts units from 1; raise it, or remove `max_cost` for no limit",
+        )
+    });
+    let recovery_queries = match raw.and_then(|b| b.recovery_queries.as_ref()) {
+        None => defaults.recovery_queries,
+        Some(v) => u32::try_from(*v.get_ref()).unwrap_or_else(|_| {
+            ctx.push(
+                Diagnostic::new(format!(
+                    "budget `recovery_queries` `{}` is not a whole number",
+                    v.get_ref()
+                ))
+                .at(v.span())
+                .help("reserve the recovery queries that may run once max_attempts is spent, e.g. recovery_queries = 3"),
+            );
+            defaults.recovery_queries
+        }),
+    };
     let max_runtime = raw
         .and_then(|b| b.max_runtime.as_ref())
         .map_or(defaults.max_runtime, |v| {
@@ -249,9 +271,31 @@ fn budget(raw: Option<&BudgetToml>, steps: &[StepToml], ctx: &mut Ctx<'_, '_>) -
             );
         }
     }
+    if let Some(max_cost) = max_cost {
+        // One call of each adapter step must fit, or the workflow can never complete.
+        let needed: u64 = steps
+            .iter()
+            .filter(|s| *s.kind.get_ref() == StepKind::Adapter)
+            .map(|s| s.cost.as_ref().map_or(1, |c| (*c.get_ref()).max(0) as u64))
+            .sum();
+        if u64::from(max_cost) < needed {
+            let path = [Seg::key("budget"), Seg::key("max_cost")];
+            ctx.push(
+                Diagnostic::new(format!(
+                    "budget `max_cost` is {max_cost}, but one call of each adapter step costs {needed}"
+                ))
+                .at(ctx.tree.locate_near(&path, Part::Value))
+                .help(format!(
+                    "raise [budget] max_cost to at least {needed}; retries cost again, so leave room"
+                )),
+            );
+        }
+    }
     Budget {
         max_attempts,
         max_runtime,
         max_external_calls,
+        max_cost,
+        recovery_queries,
     }
 }

@@ -33,6 +33,7 @@ macro_rules! on_both_stores {
 }
 
 mod api;
+mod budgets;
 mod cli_adapter;
 mod cli_demo;
 mod common;

@@ -167,6 +167,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 expired_before: None,
                 decided_at: None,
                 blocked: None,
+                charge: Default::default(),
             })
             .await
             .unwrap();

@@ -25,7 +25,7 @@ where
         claimed: &Claimed,
         n: u8,
         facts: AttemptFacts,
-        external_call: bool,
+        external_call: Option<u32>,
         events: Vec<NewEvent>,
     ) -> Result<(), Halt> {
         let request = CheckpointRequest {
@@ -136,8 +136,8 @@ where
         step: &StepDef,
         prepared: &Prepared,
         input: &crate::intent::CanonicalInput,
-        // `None` for a compensation, which no budget refuses.
-        max_external_calls: Option<u32>,
+        // `None` for a compensation or a query, which no call budget refuses.
+        limits: Option<crate::budget::Limits>,
     ) -> Option<Ending> {
         let Some(contract) = prepared.component.contract().cloned() else {
             // Definitions are checked against every registered version's world; a version
@@ -168,14 +168,11 @@ where
             return Some(self.namespace_changed(claimed, step, prepared, &contract, input, sent));
         }
         let querying = claimed.trigger == Trigger::RecoveryQuery;
-        if !querying
-            && let Some(max) = max_external_calls
-            && claimed.external_calls_used >= max
+        if let Some(limits) = limits
+            && let Err(exhausted) =
+                crate::budget::admit_call(&limits, &claimed.budget_used(), step.cost)
         {
-            return Some(self.budget_exceeded(
-                claimed,
-                format!("the workflow's budget of {max} external calls is used up"),
-            ));
+            return Some(self.budget_exceeded(claimed, exhausted));
         }
         // A compensation reverses the effect named by the original step's receipt, with an
         // adapter version that declares it can.
@@ -253,7 +250,7 @@ where
             }
         }
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
-        self.checkpoint(claimed, 2, facts.clone(), false, vec![])
+        self.checkpoint(claimed, 2, facts.clone(), None, vec![])
             .await
             .ok()?;
         let env = self.env(claimed, prepared.component.name());
@@ -297,7 +294,7 @@ where
             ..AttemptFacts::default()
         };
         match self
-            .checkpoint(claimed, 3, identity, true, vec![event])
+            .checkpoint(claimed, 3, identity, Some(step.cost), vec![event])
             .await
         {
             Ok(()) => {}
@@ -405,6 +402,7 @@ where
             events,
             adapter: true,
             blocked: None,
+            charge: crate::budget::Charge::Attempt,
         };
         // A step that nothing automatic will run again, with why, told as a conclusion.
         let terminal = |state: StepState, note: String, headline: &str| {
@@ -491,7 +489,7 @@ where
             ..AttemptFacts::default()
         };
         let seen = NewEvent::step(EventKind::Observation, id, att, observation);
-        self.checkpoint(claimed, 5, result_facts, false, vec![seen])
+        self.checkpoint(claimed, 5, result_facts, None, vec![seen])
             .await
             .ok()?;
         Some(ending)

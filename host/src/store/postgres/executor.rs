@@ -263,7 +263,8 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
          WHERE w.workflow_id = c.id
          RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
-                   w.runtime_used_ms, w.next_seq - c.n AS first_seq, w.input",
+                   w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
+                   w.next_seq - c.n AS first_seq, w.input",
     )
     .bind(&workflow_ids)
     .bind(&per_workflow)
@@ -306,6 +307,9 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         c.attempts_used = fits("attempts_used", r.int("attempts_before")? + *taken + 1)?;
         c.external_calls_used = r.small("external_calls_used")?;
         c.runtime_used_ms = r.uint("runtime_used_ms")?;
+        c.cost_used = r.uint("cost_used")?;
+        c.recovery_queries_used = r.small("recovery_queries_used")?;
+        c.budget_added = rows::budget_added(r.opt_text("budget_added")?)?;
         seqs.push(r.int("first_seq")? + *taken);
         *taken += 1;
         // Only an uncertain step needs it; read before this claim's attempt row exists.
@@ -441,15 +445,17 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
         return Err(lease_lost(&req.fence).into());
     }
     note_policy(conn, &req.fence, &req.facts).await?;
-    if req.external_call || fenced_by_cancellation(&req) {
+    if req.external_call.is_some() || fenced_by_cancellation(&req) {
         // Locks the workflow row, so a cancellation commits either before (and fences this
         // checkpoint, the transaction rolled back) or after (and sees it).
         let cancel_on: Option<String> = sqlx::query_scalar(
-            "UPDATE workflows SET external_calls_used = external_calls_used + $2
+            "UPDATE workflows SET external_calls_used = external_calls_used + $2,
+                 cost_used = cost_used + $3
              WHERE workflow_id = $1 RETURNING cancel_on",
         )
         .bind(req.fence.workflow_id.as_str())
-        .bind(i64::from(req.external_call))
+        .bind(i64::from(req.external_call.is_some()))
+        .bind(i64::from(req.external_call.unwrap_or(0)))
         .fetch_one(&mut *conn)
         .await?;
         if cancel_on.is_some() && fenced_by_cancellation(&req) {
@@ -504,6 +510,7 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
         expired_before,
         blocked,
         decided_at,
+        charge,
     } = req;
     let id = fence.workflow_id.as_str();
     // The step's transition doubles as the fence: no row means the lease is gone.
@@ -560,11 +567,15 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     // workflow committed by others. (The attempt row is locked first, as `late_evidence`
     // does.)
     let (current, cancel_on): (String, Option<String>) = sqlx::query_as(
-        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1 WHERE workflow_id = $2
+        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1,
+             attempts_used = attempts_used - $3, recovery_queries_used = recovery_queries_used + $4
+         WHERE workflow_id = $2
          RETURNING state, cancel_on",
     )
     .bind(runtime_ms as i64)
     .bind(id)
+    .bind(plan::uncharged(charge))
+    .bind(plan::from_reserve(charge))
     .fetch_one(&mut *conn)
     .await?;
     let mut released = Vec::new();

@@ -19,6 +19,7 @@
 //! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
 
 mod actions;
+mod budgets;
 mod course;
 mod executor;
 mod policies;

@@ -232,6 +232,9 @@ struct ClaimedWorkflow {
     attempts_used: u32,
     external_calls_used: u32,
     runtime_used_ms: u64,
+    cost_used: u64,
+    recovery_queries_used: u32,
+    budget_added: crate::budget::Amounts,
 }
 
 fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
@@ -266,7 +269,8 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
          WHERE workflow_id = ?1
          RETURNING workflow, subject, definition_version, deadline_at, attempts_used,
-                   external_calls_used, runtime_used_ms, next_seq - 1 AS first_seq, input",
+                   external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
+                   budget_added, next_seq - 1 AS first_seq, input",
     )?;
     let mut attempt = conn.prepare_cached(
         "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
@@ -291,6 +295,9 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                     attempts_used: r.small("attempts_used")?,
                     external_calls_used: r.small("external_calls_used")?,
                     runtime_used_ms: r.uint("runtime_used_ms")?,
+                    cost_used: r.uint("cost_used")?,
+                    recovery_queries_used: r.small("recovery_queries_used")?,
+                    budget_added: rows::budget_added(r.opt_text("budget_added")?)?,
                 },
                 r.int("first_seq")?,
                 r.text("input")?,
@@ -303,6 +310,9 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         c.attempts_used = wf.attempts_used;
         c.external_calls_used = wf.external_calls_used;
         c.runtime_used_ms = wf.runtime_used_ms;
+        c.cost_used = wf.cost_used;
+        c.recovery_queries_used = wf.recovery_queries_used;
+        c.budget_added = wf.budget_added;
         // Only an uncertain step needs it; read before this claim's attempt row exists.
         let sent_identity = match c.uncertain_since {
             Some(_) => conn
@@ -401,11 +411,13 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
         None,
     )?;
     note_policy(conn, &req.fence, &req.facts)?;
-    if req.external_call {
+    if let Some(cost) = req.external_call {
         conn.prepare_cached(
-            "UPDATE workflows SET external_calls_used = external_calls_used + 1 WHERE workflow_id = ?",
+            "UPDATE workflows SET external_calls_used = external_calls_used + 1,
+                 cost_used = cost_used + ?2
+             WHERE workflow_id = ?1",
         )?
-        .execute([req.fence.workflow_id.as_str()])?;
+        .execute(params![req.fence.workflow_id.as_str(), i64::from(cost)])?;
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events)
 }
@@ -479,11 +491,18 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
     events.extend(NewEvent::released(&released));
     let (first, current, cancel_on): (i64, String, Option<String>) = conn
         .prepare_cached(
-            "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2
+            "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2,
+                 attempts_used = attempts_used - ?4, recovery_queries_used = recovery_queries_used + ?5
              WHERE workflow_id = ?3 RETURNING next_seq - ?2, state, cancel_on",
         )?
         .query_row(
-            params![req.runtime_ms as i64, events.len() as i64, id],
+            params![
+                req.runtime_ms as i64,
+                events.len() as i64,
+                id,
+                plan::uncharged(req.charge),
+                plan::from_reserve(req.charge)
+            ],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
     if !events.is_empty() {

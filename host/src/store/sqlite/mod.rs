@@ -7,6 +7,7 @@
 //! the migrations.
 
 mod actions;
+mod budgets;
 mod course;
 mod executor;
 mod points;

@@ -338,6 +338,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                         expired_before: None,
                         decided_at: None,
                         blocked: None,
+                        charge: Default::default(),
                     })
                     .await
                     .unwrap();

@@ -162,6 +162,7 @@ pub fn finish_request(c: &Claimed, transition: StepTransition, now: Millis) -> F
         expired_before: None,
         decided_at: None,
         blocked: None,
+        charge: Default::default(),
     }
 }
 
@@ -195,7 +196,7 @@ pub fn checkpoint(
         attempt_id: c.attempt_id.clone(),
         checkpoint: number,
         facts,
-        external_call: number == 3,
+        external_call: (number == 3).then_some(1),
         events: (0..events)
             .map(|i| {
                 NewEvent::step(

@@ -1,0 +1,182 @@
+//! An operator's extension of a workflow's budget: amounts added to its limits, recorded
+//! with author and reason under an idempotency key; the store frees the steps that are no
+//! longer over a limit in the same transaction.
+
+use super::{DeskError, InvalidOrder, required};
+use crate::access::{Principal, Role};
+use crate::budget::{Amounts, BudgetView};
+use crate::clock::Clock;
+use crate::context::{Context, ContextStore};
+use crate::intent::canonicalize;
+use crate::store::{ActionAnswer, ActionScope, ExtendAnswer, ExtendRequest, StoreError};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The action name an extension's key is scoped by.
+pub const EXTEND: &str = "budget";
+
+/// The amount keys an extension may add to, as in the projection's `budget` block.
+pub const AMOUNTS: [&str; 5] = [
+    "attempts",
+    "runtime_ms",
+    "external_calls",
+    "cost",
+    "recovery_queries",
+];
+
+/// An extension's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtendOrder {
+    pub add: Amounts,
+    pub reason: String,
+}
+
+impl ExtendOrder {
+    /// `add` from `(key, amount)` pairs (a key named twice adds twice); at least one amount
+    /// must be positive, every key known, and the reason given.
+    pub fn new<'a>(
+        add: impl IntoIterator<Item = (&'a str, u64)>,
+        reason: Option<&str>,
+    ) -> Result<Self, InvalidOrder> {
+        let mut amounts = Amounts::default();
+        for (key, n) in add {
+            let slot = match key {
+                "attempts" => &mut amounts.attempts,
+                "runtime_ms" => &mut amounts.runtime_ms,
+                "external_calls" => &mut amounts.external_calls,
+                "cost" => &mut amounts.cost,
+                "recovery_queries" => &mut amounts.recovery_queries,
+                other => {
+                    return Err(InvalidOrder {
+                        field: "add",
+                        message: format!(
+                            "`add.{}` is not a budget; add to any of {}",
+                            other.escape_debug(),
+                            AMOUNTS.join(", ")
+                        ),
+                    });
+                }
+            };
+            *slot += n;
+        }
+        if amounts.is_empty() {
+            return Err(InvalidOrder {
+                field: "add",
+                message: format!(
+                    "`add` adds nothing; give a positive amount for any of {}, e.g. {{\"attempts\": 5}}",
+                    AMOUNTS.join(", ")
+                ),
+            });
+        }
+        Ok(Self {
+            add: amounts,
+            reason: required("reason", reason, "say why the workflow may spend more")?,
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"add": self.add, "reason": self.reason})
+    }
+}
+
+/// Adds `order` to the limits of workflow `workflow_id` for `caller` (an operator) under
+/// `key`; returns the workflow's `budget` block afterwards (the stored one on a replay).
+pub async fn extend_budget<S: ContextStore>(
+    ctx: &Arc<Context<S>>,
+    caller: &Principal,
+    workflow_id: &str,
+    order: ExtendOrder,
+    key: String,
+) -> Result<BudgetView, DeskError> {
+    let record = super::desk::visible(ctx, caller, workflow_id).await?;
+    if caller.role != Role::Operator {
+        return Err(DeskError::Forbidden);
+    }
+    let def = ctx
+        .deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .map_err(|e| match e {
+            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
+            other => DeskError::Internal(other.to_string()),
+        })?
+        .ok_or_else(|| {
+            DeskError::Internal(format!(
+                "definition {} v{} of workflow {} cannot be read",
+                record.workflow, record.definition_version, record.workflow_id
+            ))
+        })?;
+    let digest = canonicalize(&order.to_json())
+        .map_err(|e| DeskError::Internal(e.to_string()))?
+        .digest;
+    let scope = ActionScope {
+        subject: caller.subject.clone(),
+        workflow_id: record.workflow_id.clone(),
+        step: String::new(),
+        action: EXTEND.to_string(),
+        key,
+    };
+    let request = ExtendRequest {
+        scope: scope.clone(),
+        request_digest: digest,
+        add: order.add,
+        reason: order.reason,
+        base: def.def.budget.clone(),
+        now: ctx.clock.now_ms(),
+    };
+    let text = match ctx.store.extend_budget(request).await? {
+        ExtendAnswer::Applied(text) => text,
+        ExtendAnswer::KeyConflict => return Err(DeskError::KeyConflict(Box::new(scope))),
+        ExtendAnswer::Replayed(stored) => match stored.answer {
+            Some(ActionAnswer::Applied(text)) => text,
+            _ => {
+                return Err(DeskError::Store(StoreError::Corrupt(format!(
+                    "the extension under key {} has no stored answer",
+                    scope.key
+                ))));
+            }
+        },
+    };
+    // Freed steps are ready now: wake the scheduler and anyone waiting on the projection.
+    ctx.wake.notify_one();
+    ctx.progress.advance();
+    serde_json::from_str(&text)
+        .map_err(|e| DeskError::Store(StoreError::Corrupt(format!("stored budget: {e}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extension_names_what_is_wrong_with_it() {
+        let ok = ExtendOrder::new([("attempts", 5), ("cost", 2)], Some("provider back")).unwrap();
+        assert_eq!(ok.add.attempts, 5);
+        assert_eq!(ok.add.cost, 2);
+        let unknown = ExtendOrder::new([("money", 5)], Some("x")).unwrap_err();
+        assert_eq!(unknown.field, "add");
+        assert!(
+            unknown.message.contains("`add.money`"),
+            "{}",
+            unknown.message
+        );
+        let nothing = ExtendOrder::new([("attempts", 0)], Some("x")).unwrap_err();
+        assert!(
+            nothing.message.contains("adds nothing"),
+            "{}",
+            nothing.message
+        );
+        let why = ExtendOrder::new([("attempts", 1)], None).unwrap_err();
+        assert_eq!(why.field, "reason");
+    }
+
+    #[test]
+    fn a_stored_block_reads_back() {
+        let view = BudgetView::new(
+            &crate::budget::Limits::of(&crate::workflow::Budget::default(), &Amounts::default()),
+            &Amounts::default(),
+        );
+        let text = serde_json::to_string(&view).unwrap();
+        assert_eq!(serde_json::from_str::<BudgetView>(&text).unwrap(), view);
+    }
+}
