@@ -47,6 +47,24 @@ pub struct HostConfigToml {
     pub adapters: BTreeMap<String, AdapterToml>,
     #[serde(default)]
     pub limits: LimitsToml,
+    /// Webhook endpoints told about workflows' meaningful transitions.
+    #[serde(default)]
+    pub notifications: Vec<NotificationToml>,
+}
+
+/// One `[[notifications]]` endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationToml {
+    /// Where each notification is `POST`ed.
+    pub url: String,
+    /// The event types it wants (default: all).
+    pub events: Option<Vec<String>>,
+    /// The name of the secret (`whsec_…`) that signs its requests.
+    pub secret: String,
+    /// How long a review (or a deadline warning) waits before it is sent, so one settled
+    /// at once never alarms anyone (default "0s").
+    pub review_hold: Option<String>,
 }
 
 /// One API token.
@@ -104,6 +122,8 @@ pub struct LimitsToml {
     pub shutdown_grace: Option<String>,
     pub key_retention: Option<String>,
     pub max_body_bytes: Option<usize>,
+    /// How long delivered, suppressed and failed notifications are kept (default 7 days).
+    pub notification_retention: Option<String>,
 }
 
 /// Why the configuration is unusable.
@@ -137,6 +157,8 @@ pub struct HostConfig {
     pub shutdown_grace: Duration,
     pub key_retention: Duration,
     pub max_body_bytes: usize,
+    pub notifications: Vec<crate::notify::Endpoint>,
+    pub notification_retention: Duration,
 }
 
 impl HostConfig {
@@ -299,6 +321,22 @@ impl HostConfig {
             Duration::from_secs(24 * 3600),
         )?;
         at_most("key_retention", key_retention, MAX_RETENTION)?;
+        let notification_retention = duration(
+            "notification_retention",
+            &limits.notification_retention,
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
+        at_most(
+            "notification_retention",
+            notification_retention,
+            MAX_RETENTION,
+        )?;
+        let notifications = raw
+            .notifications
+            .iter()
+            .enumerate()
+            .map(|(i, n)| endpoint(i, n, &secrets).map_err(&invalid))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             listen: raw.listen,
             db: raw.db,
@@ -330,8 +368,63 @@ impl HostConfig {
             )?,
             key_retention,
             max_body_bytes,
+            notifications,
+            notification_retention,
         })
     }
+}
+
+/// The `i`-th `[[notifications]]` endpoint, its secret resolved into a signing key.
+fn endpoint(
+    i: usize,
+    n: &NotificationToml,
+    secrets: &SecretSource,
+) -> Result<crate::notify::Endpoint, String> {
+    use crate::notify::EventType;
+    let at = format!("[[notifications]] #{} ({})", i + 1, n.url);
+    let url = reqwest::Url::parse(&n.url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| {
+            format!(
+                "{at}: url {:?} is not an http(s) URL; write e.g. \"https://hooks.example.com/docket\"",
+                n.url
+            )
+        })?;
+    let events = match &n.events {
+        None => EventType::ALL.into_iter().collect(),
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                EventType::parse(name).ok_or_else(|| {
+                    format!(
+                        "{at}: event {name:?} is not one docket sends; choose from {}",
+                        EventType::ALL.map(EventType::as_str).join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let secret = secrets.get(&n.secret).ok_or_else(|| {
+        format!(
+            "{at}: secret {:?} is not configured; add it under [secrets] values or through [secrets] env_prefix",
+            n.secret
+        )
+    })?;
+    let key = crate::notify::signing_key(secret.expose())
+        .map_err(|e| format!("{at}: secret {:?}: {e}", n.secret))?;
+    let review_hold = match &n.review_hold {
+        None => Duration::ZERO,
+        Some(t) => humantime::parse_duration(t)
+            .map_err(|e| format!("{at}: review_hold = {t:?}: {e}; write e.g. \"30s\""))?,
+    };
+    Ok(crate::notify::Endpoint {
+        url: url.to_string(),
+        events,
+        secret_name: n.secret.clone(),
+        key,
+        review_hold,
+    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use crate::access::Auth;
 use crate::clock::{Clock, SystemClock};
 use crate::scheduler::{Components, Deployments, Progress, Ticks};
 use crate::store::{
-    AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, OperatorStore,
-    PolicyStore, ReadStore, SessionStore,
+    AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, NotificationStore,
+    OperatorStore, PolicyStore, ReadStore, SessionStore,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,7 @@ pub trait ContextStore:
     + CourseStore
     + PolicyStore
     + BudgetStore
+    + NotificationStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -39,6 +40,7 @@ impl<S> ContextStore for S where
         + CourseStore
         + PolicyStore
         + BudgetStore
+        + NotificationStore
         + ComponentStore
         + SessionStore
         + Clone

@@ -49,6 +49,7 @@ pub mod contract;
 pub mod course;
 pub mod intake;
 pub mod intent;
+pub mod notify;
 pub mod operator;
 pub mod policy;
 pub mod runtime;

@@ -21,6 +21,7 @@ mod controls;
 mod course;
 mod error;
 mod intents;
+mod notifications;
 mod pagination;
 mod policies;
 #[cfg(test)]
@@ -85,6 +86,7 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             get(adapters::list::<S>).post(adapters::deploy::<S>),
         )
         .route("/v1/adapters/{name}/{action}", post(adapters::change::<S>))
+        .route("/v1/notifications", get(notifications::list::<S>))
         .route(
             "/v1/policies",
             get(policies::list::<S>).post(policies::deploy::<S>),

@@ -24,6 +24,8 @@ pub enum Cursor {
     Attempt(u32),
     /// Workflows older than this `(created_at, workflow_id)` position (lists are newest first).
     Workflow(Millis, WorkflowId),
+    /// Notifications after this outbox `seq`.
+    Notification(u64),
 }
 
 impl Cursor {
@@ -33,6 +35,7 @@ impl Cursor {
             Cursor::Seq(seq) => format!("t:{seq}"),
             Cursor::Attempt(number) => format!("a:{number}"),
             Cursor::Workflow(at, id) => format!("w:{at}:{id}"),
+            Cursor::Notification(seq) => format!("n:{seq}"),
         };
         hex::encode(plain)
     }
@@ -45,6 +48,7 @@ impl Cursor {
             // Stored numbers are signed 64-bit: a larger one was never written here.
             "t" => stored_number(rest).map(Cursor::Seq),
             "a" => rest.parse().ok().map(Cursor::Attempt),
+            "n" => stored_number(rest).map(Cursor::Notification),
             "w" => {
                 let (at, id) = rest.split_once(':')?;
                 let valid_id = id.starts_with("wf_")

@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
+pub(super) type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
-fn params(query: Params) -> ApiResult<HashMap<String, String>> {
+pub(super) fn params(query: Params) -> ApiResult<HashMap<String, String>> {
     query.map(|Query(p)| p).map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidParameter,

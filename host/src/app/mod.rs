@@ -310,7 +310,7 @@ async fn embed_simulator(
 /// a supervised task.
 async fn assemble<S>(parts: Parts<'_>, store: S, cache_dir: PathBuf) -> Result<App, AppError>
 where
-    S: ContextStore + ExecutorStore + ComponentStore,
+    S: ContextStore + ExecutorStore + ComponentStore + crate::store::NotificationStore,
 {
     let Parts {
         options,
@@ -380,7 +380,7 @@ where
         Arc::new(config.secrets.clone()),
         clock.clone(),
         SchedulerConfig {
-            owner,
+            owner: owner.clone(),
             lease: config.lease,
             poll: config.idle_poll,
             max_concurrent: config.max_concurrent,
@@ -428,6 +428,23 @@ where
                 }
                 crate::scheduler::registry_tick(&components, &store, &ticks, clock.now_ms()).await;
             }
+        });
+    }
+
+    {
+        // Notifications are delivered after their transitions commit, by every host: rows
+        // are claimed under a lease, so each goes out once.
+        let notifier = crate::scheduler::notifier::Notifier::new(
+            store.clone(),
+            config.notifications.clone(),
+            clock.clone(),
+            owner.clone(),
+            config.notification_retention,
+        );
+        let stop = stop.clone();
+        tasks.spawn("notifier", async move {
+            notifier.run(stop).await;
+            Ok(())
         });
     }
 

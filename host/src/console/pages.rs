@@ -381,6 +381,18 @@ pub async fn workflow_page<S: ContextStore>(
     let steps = ctx.store.steps(&wid).await.map_err(PageError::from)?;
     let receipts = ctx.store.receipts(&wid).await.map_err(PageError::from)?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    let notifications: Vec<crate::view::NotificationView> = ctx
+        .store
+        .notifications(crate::store::NotificationFilter {
+            workflow_id: Some(wid.clone()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .map_err(PageError::from)?
+        .into_iter()
+        .map(Into::into)
+        .collect();
     // One more than a page tells whether older events exist.
     let mut page = ctx
         .store
@@ -564,6 +576,22 @@ pub async fn workflow_page<S: ContextStore>(
                             }
                         })),
                         _ => {}
+                    }
+                }
+            }
+            @if !notifications.is_empty() {
+                h2 { "Notifications" }
+                table.notifications {
+                    tr { th { "Event" } th { "State" } th { "Attempts" } th { "Written" } th { "Delivered to" } th { "Last error" } }
+                    @for n in &notifications {
+                        tr {
+                            td { code { (n.kind) } }
+                            td { (state_badge(&n.state)) }
+                            td { (n.attempts) }
+                            td { (n.created_at) }
+                            td { (n.delivered_to.join(", ")) }
+                            td { @if let Some(e) = &n.last_error { (e) } }
+                        }
                     }
                 }
             }

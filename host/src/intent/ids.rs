@@ -1,4 +1,4 @@
-//! Opaque, prefixed identifiers (`wf_…`, `att_…`, `rcp_…`).
+//! Opaque, prefixed identifiers (`wf_…`, `att_…`, `rcp_…`, `cnl_…`, `ntf_…`).
 //!
 //! Ids start with the creation time in hex so they sort by age, then carry 64 random bits
 //! so two hosts never collide.
@@ -57,6 +57,11 @@ id_type!(
     /// A workflow's cancellation: an intent of its own.
     CancellationId,
     "cnl"
+);
+id_type!(
+    /// A notification: its `webhook-id`, the same on every delivery attempt.
+    NotificationId,
+    "ntf"
 );
 
 #[cfg(test)]

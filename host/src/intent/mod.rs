@@ -10,7 +10,9 @@ mod ids;
 mod json;
 mod states;
 
-pub use ids::{AttemptId, CancellationId, ReceiptId, WorkflowId, external_idempotency_key};
+pub use ids::{
+    AttemptId, CancellationId, NotificationId, ReceiptId, WorkflowId, external_idempotency_key,
+};
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
 pub use states::{
     AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole, StepState, Trigger,

@@ -10,6 +10,7 @@ pub mod components;
 pub mod definitions;
 mod execute;
 mod governance;
+pub mod notifier;
 pub(crate) use execute::step_of;
 pub use governance::{DEFAULT_ENVIRONMENT, Governance};
 mod progress;

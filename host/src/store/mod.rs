@@ -465,6 +465,41 @@ pub trait BudgetStore: Send + Sync {
     fn warn_deadlines(&self, now: Millis) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 
+/// The notification outbox: rows written with their transitions, delivered once by one
+/// host at a time, listed for operators, pruned after a retention.
+pub trait NotificationStore: Send + Sync {
+    /// Leases up to `limit` pending notifications due at `now` to `owner` for `lease_ms`
+    /// (rows another host holds under a live lease are skipped), oldest due first.
+    fn claim_notifications(
+        &self,
+        owner: &str,
+        now: Millis,
+        lease_ms: u64,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<NotificationRecord>>> + Send;
+    /// Records what became of a notification `owner` holds; `false` if its lease was lost
+    /// (another host took it over) and nothing was written.
+    fn settle_notification(
+        &self,
+        seq: u64,
+        owner: &str,
+        update: NotificationUpdate,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Notifications in `seq` order.
+    fn notifications(
+        &self,
+        filter: NotificationFilter,
+    ) -> impl Future<Output = StoreResult<Vec<NotificationRecord>>> + Send;
+    /// Deletes up to `limit` delivered, suppressed or failed notifications finished before
+    /// `before`; returns how many.
+    fn prune_notifications(
+        &self,
+        before: Millis,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.
 pub trait OperatorStore: Send + Sync {
     /// The action stored under this key, if any.

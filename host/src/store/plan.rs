@@ -226,7 +226,7 @@ pub(crate) struct StateChange {
     /// The timeline's conclusion.
     pub event: NewEvent,
     /// The notification to queue, if the new state is one people are told about.
-    pub notify: Option<&'static str>,
+    pub notify: Option<crate::notify::EventType>,
 }
 
 /// Plans the workflow's state from its rows (with their roles; a row stored without one
@@ -249,7 +249,7 @@ pub(crate) fn state_change(
         ended_at: next.is_ended().then_some(now as i64),
         restart_key_retention: next.is_ended() || current.is_ended(),
         event: NewEvent::workflow_state_changed(current, next),
-        notify: (next != WorkflowState::Running).then_some(next.as_str()),
+        notify: crate::notify::EventType::of_state(next),
     })
 }
 
@@ -289,10 +289,54 @@ pub(crate) fn live(key: Option<KeyRecord>, now: Millis) -> Option<KeyRecord> {
     key.filter(|k| k.expires_at.is_none_or(|e| e > now))
 }
 
-/// The payload of an outbox row.
-pub(crate) fn outbox_payload(id: &WorkflowId, event: &str) -> String {
-    serde_json::json!({ "workflow_id": id, "event": event }).to_string()
+/// A notification's outbox row for `record` (as it stands after the transition): its
+/// `webhook-id` and its body, fixed now, `{"id", "type", "workflow_id", "revision",
+/// "occurred_at", "workflow": <summary>}`.
+pub(crate) fn notification(
+    record: &WorkflowRecord,
+    event: crate::notify::EventType,
+    now: Millis,
+) -> NewNotification {
+    let id = crate::intent::NotificationId::new(now);
+    let body = serde_json::json!({
+        "id": id,
+        "type": event.as_str(),
+        "workflow_id": record.workflow_id,
+        "revision": record.revision,
+        "occurred_at": crate::intent::rfc3339(now),
+        "workflow": {
+            "workflow_id": record.workflow_id,
+            "workflow": record.workflow,
+            "definition_version": record.definition_version,
+            "subject": record.subject.0,
+            "state": record.state.as_str(),
+            "created_at": crate::intent::rfc3339(record.created_at),
+            "ended_at": record.ended_at.map(crate::intent::rfc3339),
+        },
+    });
+    NewNotification {
+        id: id.0,
+        workflow_id: record.workflow_id.0.clone(),
+        event: event.as_str(),
+        revision: record.revision as i64,
+        body: body.to_string(),
+        at: now as i64,
+    }
 }
+
+/// An outbox row to insert.
+pub(crate) struct NewNotification {
+    pub id: String,
+    pub workflow_id: String,
+    pub event: &'static str,
+    pub revision: i64,
+    pub body: String,
+    pub at: i64,
+}
+
+/// The columns an outbox insert writes, in [`NewNotification`]'s order.
+pub(crate) const OUTBOX_INSERT: &str =
+    "INSERT INTO outbox (id, workflow_id, type, revision, body, created_at, next_at)";
 
 /// What an activation or rollback does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -575,6 +619,76 @@ pub(crate) fn deadline_event(deadline_at: Millis) -> NewEvent {
     )
 }
 
+/// Whether an attempt's end reverses an effect: a compensation's receipt.
+pub(crate) fn compensated_now(transition: &StepTransition, step: &str) -> bool {
+    matches!(transition, StepTransition::Succeeded(_))
+        && crate::course::compensated_step(step).is_some()
+}
+
+/// The columns a notification's settlement writes.
+pub(crate) struct NotificationColumns {
+    pub state: &'static str,
+    /// A retry's next time (kept otherwise).
+    pub next_at: Option<i64>,
+    /// JSON array of endpoints that answered (kept when `None`).
+    pub delivered_to: Option<String>,
+    pub last_error: Option<String>,
+    pub finished_at: Option<i64>,
+    /// Delivery attempts this settlement adds.
+    pub attempts: i64,
+}
+
+pub(crate) fn notification_columns(
+    update: &super::NotificationUpdate,
+    now: Millis,
+) -> NotificationColumns {
+    use super::NotificationUpdate as U;
+    let list = |to: &[String]| Some(serde_json::to_string(to).unwrap_or_else(|_| "[]".into()));
+    let done = Some(now as i64);
+    match update {
+        U::Delivered { delivered_to } => NotificationColumns {
+            state: "delivered",
+            next_at: None,
+            delivered_to: list(delivered_to),
+            last_error: None,
+            finished_at: done,
+            attempts: i64::from(!delivered_to.is_empty()),
+        },
+        U::Suppressed { reason } => NotificationColumns {
+            state: "suppressed",
+            next_at: None,
+            delivered_to: None,
+            last_error: Some(reason.clone()),
+            finished_at: done,
+            attempts: 0,
+        },
+        U::Retry {
+            next_at,
+            error,
+            delivered_to,
+            attempted,
+        } => NotificationColumns {
+            state: "pending",
+            next_at: Some(*next_at as i64),
+            delivered_to: list(delivered_to),
+            last_error: Some(error.clone()),
+            finished_at: None,
+            attempts: i64::from(*attempted),
+        },
+        U::Failed {
+            error,
+            delivered_to,
+        } => NotificationColumns {
+            state: "failed",
+            next_at: None,
+            delivered_to: list(delivered_to),
+            last_error: Some(error.clone()),
+            finished_at: done,
+            attempts: 1,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,12 +729,12 @@ mod tests {
         assert_eq!(change.next, WorkflowState::Completed);
         assert_eq!(change.ended_at, Some(1_000));
         assert!(change.restart_key_retention);
-        assert_eq!(change.notify, Some("completed"));
+        assert_eq!(change.notify, Some(crate::notify::EventType::Completed));
         let review =
             state_change(WorkflowState::Running, false, rows(&[OutcomeUnknown]), 5).unwrap();
         assert_eq!(review.ended_at, None);
         assert!(!review.restart_key_retention);
-        assert_eq!(review.notify, Some("needs_review"));
+        assert_eq!(review.notify, Some(crate::notify::EventType::NeedsReview));
         assert!(
             state_change(WorkflowState::Running, false, rows(&[Running, Pending]), 5).is_none()
         );

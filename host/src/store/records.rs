@@ -822,3 +822,59 @@ macro_rules! used_amounts {
 }
 used_amounts!(WorkflowRecord);
 used_amounts!(Claimed);
+
+/// A notification as the outbox holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotificationRecord {
+    pub seq: u64,
+    /// `ntf_…`: its `webhook-id`.
+    pub id: String,
+    pub workflow_id: WorkflowId,
+    /// `workflow.completed`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub revision: u64,
+    /// The body as sent, fixed when the transition committed.
+    pub body: String,
+    /// `pending`, `delivered`, `suppressed` or `failed`.
+    pub state: String,
+    pub attempts: u32,
+    pub created_at: Millis,
+    pub next_at: Millis,
+    /// The endpoints that answered 2xx.
+    pub delivered_to: Vec<String>,
+    pub last_error: Option<String>,
+    pub finished_at: Option<Millis>,
+}
+
+/// What became of a claimed notification.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotificationUpdate {
+    /// Every endpoint that wants it answered 2xx (or none wants it).
+    Delivered { delivered_to: Vec<String> },
+    /// The transition no longer holds: not sent.
+    Suppressed { reason: String },
+    /// Some endpoint failed: tried again at `next_at`, skipping those that answered.
+    Retry {
+        next_at: Millis,
+        error: String,
+        delivered_to: Vec<String>,
+        /// Whether a request was made (a hold makes none).
+        attempted: bool,
+    },
+    /// Retried for the whole window without success.
+    Failed {
+        error: String,
+        delivered_to: Vec<String>,
+    },
+}
+
+/// Which notifications to list.
+#[derive(Debug, Clone, Default)]
+pub struct NotificationFilter {
+    pub workflow_id: Option<WorkflowId>,
+    pub state: Option<String>,
+    /// Only rows after this `seq` (the cursor).
+    pub after: Option<u64>,
+    pub limit: u32,
+}

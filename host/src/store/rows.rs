@@ -568,6 +568,30 @@ pub(crate) fn budget_added(text: Option<String>) -> StoreResult<crate::budget::A
     })
 }
 
+/// The columns [`notification`] reads.
+pub(crate) const NOTIFICATION_COLUMNS: &str =
+    "seq, id, workflow_id, type, revision, body, state, attempts,
+     created_at, next_at, delivered_to, last_error, finished_at";
+
+pub(crate) fn notification(r: &impl Columns) -> StoreResult<crate::store::NotificationRecord> {
+    Ok(crate::store::NotificationRecord {
+        seq: r.uint("seq")?,
+        id: r.text("id")?,
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        kind: r.text("type")?,
+        revision: r.uint("revision")?,
+        body: r.text("body")?,
+        state: r.text("state")?,
+        attempts: r.small::<u32>("attempts")?,
+        created_at: r.uint("created_at")?,
+        next_at: r.uint("next_at")?,
+        delivered_to: serde_json::from_str(&r.text("delivered_to")?)
+            .map_err(|e| StoreError::Corrupt(format!("outbox delivered_to: {e}")))?,
+        last_error: r.opt_text("last_error")?,
+        finished_at: r.opt_uint("finished_at")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,10 @@
 //! What people and clients are shown of a workflow, built from stored records by pure
 //! functions: the projection (steps, milestones, receipts, status text), list summaries,
-//! timeline entries and attempts. The API serialises these as JSON and the console renders
+//! timeline entries, attempts and notifications. The API serialises these as JSON and the console renders
 //! them as pages, so both say the same thing.
 
 mod course;
+mod notifications;
 mod projection;
 mod status;
 mod time;
@@ -12,6 +13,7 @@ pub use course::{
     CancellationProgress, CancellationView, CompensationProgress, CourseActionView, RevisionView,
     course_actions, course_steps,
 };
+pub use notifications::NotificationView;
 pub use projection::{
     AttemptView, CompensationView, IntentView, MilestoneView, ProvenanceView, ReceiptView,
     StepView, SummaryView, TimelineView, WorkflowView, shorten_identity, summary_view,

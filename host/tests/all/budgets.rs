@@ -13,7 +13,7 @@ const SETTLED: &[&str] = &["needs_review", "completed", "failed", "cancelled"];
 
 /// A definition of adapter steps in a chain (`deliver`, then `notify` when `two`), with
 /// `budget` as its `[budget]` table and `cost` on each step.
-fn chain(name: &str, budget: &str, cost: u32, two: bool) -> (String, String) {
+pub(crate) fn chain(name: &str, budget: &str, cost: u32, two: bool) -> (String, String) {
     let step = |id: &str, after: &str| {
         format!(
             r#"

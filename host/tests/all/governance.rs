@@ -131,6 +131,8 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
         json!({"version": 2, "decision": "deny"})
     );
     assert_eq!(attempts.last().unwrap()["checkpoint"], 2);
+    // A denied attempt is refused before it starts: it spends none of the budget.
+    assert_eq!(wf["budget"]["attempts"]["used"], 2, "{wf:#}");
     let render = host.attempts(&id, "render").await;
     assert_eq!(
         render[0]["policy"],
@@ -194,6 +196,9 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
         .await;
     assert_eq!(wf["state"], "completed", "{wf:#}");
     assert_eq!(wf["policy"], json!({"at_admission": 1, "current": 3}));
+    // Judged again under version 3 without spending an attempt on the judgement: only
+    // validate, render and the one delivery count.
+    assert_eq!(wf["budget"]["attempts"]["used"], 3, "{wf:#}");
     assert_eq!(host.world().await.len(), 2);
     let timeline = host.timeline_text(&id).await;
     assert!(timeline.contains("blocked under policy 2"), "{timeline}");

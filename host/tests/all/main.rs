@@ -47,6 +47,7 @@ mod host_postgres;
 #[path = "../support/host_process.rs"]
 mod host_process;
 mod many_hosts;
+mod notifications;
 mod operator_actions;
 #[path = "../support/test_database.rs"]
 mod postgres;

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 /// The bearer token of the provider simulators the tests start themselves.
 pub const PROVIDER_TOKEN: &str = "crash-test-token";
+/// The secret `hook_secret` that signs notifications, in the Standard Webhooks form.
+pub const HOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// The delivery adapter contracts, each a build of `http-delivery`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +66,9 @@ impl Contract {
 
 /// `docket.toml` text pointing every delivery adapter at the provider at `base`.
 pub fn provider_config(base: &str) -> String {
-    let mut text = format!("[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?} }}\n");
+    let mut text = format!(
+        "[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?}, hook_secret = {HOOK_SECRET:?} }}\n"
+    );
     for contract in [
         Contract::Idempotent,
         Contract::QueryOnly,

@@ -88,7 +88,13 @@ async fn warn_tx(conn: &mut PgConnection, now: Millis) -> PgResult<u64> {
     for (workflow_id, deadline_at) in &due {
         let id = WorkflowId(workflow_id.clone());
         append_events(conn, &id, now, &[plan::deadline_event(*deadline_at as u64)]).await?;
-        outbox(conn, &id, "deadline_approaching", now).await?;
+        outbox(
+            conn,
+            &id,
+            crate::notify::EventType::DeadlineApproaching,
+            now,
+        )
+        .await?;
     }
     Ok(due.len() as u64)
 }

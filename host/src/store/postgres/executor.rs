@@ -22,20 +22,42 @@ fn lease_lost(fence: &Fence) -> StoreError {
     }
 }
 
-/// Queues a notification of a meaningful transition, in the caller's transaction.
+/// Queues a notification of a meaningful transition of workflow `id`, in the caller's
+/// transaction (after the transition's own writes: the body tells the workflow as it is).
 pub(crate) async fn outbox(
     conn: &mut PgConnection,
     id: &WorkflowId,
-    event: &str,
+    event: crate::notify::EventType,
     now: Millis,
 ) -> PgResult<()> {
-    sqlx::query(
-        "INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES ($1, $2, $3, $4)",
-    )
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {} FROM workflows WHERE workflow_id = $1",
+        rows::WORKFLOW_COLUMNS
+    )))
     .bind(id.as_str())
-    .bind(event)
-    .bind(plan::outbox_payload(id, event))
-    .bind(now as i64)
+    .fetch_one(&mut *conn)
+    .await?;
+    outbox_for(conn, &rows::workflow(&row)?, event, now).await
+}
+
+/// [`outbox`] for a workflow record already at hand.
+pub(crate) async fn outbox_for(
+    conn: &mut PgConnection,
+    record: &crate::store::WorkflowRecord,
+    event: crate::notify::EventType,
+    now: Millis,
+) -> PgResult<()> {
+    let n = plan::notification(record, event, now);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "{} VALUES ($1, $2, $3, $4, $5, $6, $6)",
+        plan::OUTBOX_INSERT
+    )))
+    .bind(n.id)
+    .bind(n.workflow_id)
+    .bind(n.event)
+    .bind(n.revision)
+    .bind(n.body)
+    .bind(n.at)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -597,6 +619,15 @@ async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<Fini
     let current = parse::<WorkflowState>(&current)?;
     let workflow_state =
         recompute_state(conn, &fence.workflow_id, current, cancel_on.is_some(), now).await?;
+    if plan::compensated_now(&transition, &fence.step) {
+        outbox(
+            conn,
+            &fence.workflow_id,
+            crate::notify::EventType::EffectCompensated,
+            now,
+        )
+        .await?;
+    }
     Ok(FinishOutcome {
         workflow_state,
         released,

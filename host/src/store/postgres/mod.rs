@@ -22,6 +22,7 @@ mod actions;
 mod budgets;
 mod course;
 mod executor;
+mod notifications;
 mod policies;
 mod read;
 mod sessions;
@@ -760,6 +761,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
         .await?;
     }
     insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
-    executor::outbox(conn, &new.workflow_id, "recorded", req.now).await?;
-    Ok(Some(AdmitOutcome::Created(plan::created(req, new))))
+    let created = plan::created(req, new);
+    executor::outbox_for(conn, &created, crate::notify::EventType::Recorded, req.now).await?;
+    Ok(Some(AdmitOutcome::Created(created)))
 }

@@ -80,7 +80,12 @@ fn warn_tx(conn: &Connection, now: Millis) -> StoreResult<u64> {
     for (workflow_id, deadline_at) in &due {
         let id = WorkflowId(workflow_id.clone());
         append_events(conn, &id, now, &[plan::deadline_event(*deadline_at as u64)])?;
-        outbox(conn, &id, "deadline_approaching", now)?;
+        outbox(
+            conn,
+            &id,
+            crate::notify::EventType::DeadlineApproaching,
+            now,
+        )?;
     }
     Ok(due.len() as u64)
 }

@@ -48,21 +48,43 @@ fn lease_lost(fence: &Fence) -> StoreError {
     }
 }
 
-/// Queues a notification of a meaningful transition, in the caller's transaction.
+/// Queues a notification of a meaningful transition of workflow `id`, in the caller's
+/// transaction (after the transition's own writes: the body tells the workflow as it is).
 pub(crate) fn outbox(
     conn: &Connection,
     id: &WorkflowId,
-    event: &str,
+    event: crate::notify::EventType,
     now: Millis,
 ) -> StoreResult<()> {
-    conn.prepare_cached(
-        "INSERT INTO outbox (workflow_id, event, payload, created_at) VALUES (?, ?, ?, ?)",
-    )?
+    let record = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM workflows WHERE workflow_id = ?",
+            rows::WORKFLOW_COLUMNS
+        ))?
+        .query_row([id.as_str()], |r| Ok(rows::workflow(r)))??;
+    outbox_for(conn, &record, event, now)
+}
+
+/// [`outbox`] for a workflow record already at hand.
+pub(crate) fn outbox_for(
+    conn: &Connection,
+    record: &crate::store::WorkflowRecord,
+    event: crate::notify::EventType,
+    now: Millis,
+) -> StoreResult<()> {
+    let n = plan::notification(record, event, now);
+    conn.prepare_cached(&format!(
+        "{} VALUES (?, ?, ?, ?, ?, ?, ?)",
+        plan::OUTBOX_INSERT
+    ))?
     .execute(params![
-        id.as_str(),
-        event,
-        plan::outbox_payload(id, event),
-        now as i64
+        n.id,
+        n.workflow_id,
+        n.event,
+        n.revision,
+        n.body,
+        n.at,
+        n.at
     ])?;
     Ok(())
 }
@@ -511,6 +533,14 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
     let current = parse::<WorkflowState>(&current)?;
     let workflow_state =
         recompute_state(conn, &fence.workflow_id, current, cancel_on.is_some(), now)?;
+    if plan::compensated_now(&req.transition, &fence.step) {
+        outbox(
+            conn,
+            &fence.workflow_id,
+            crate::notify::EventType::EffectCompensated,
+            now,
+        )?;
+    }
     Ok(FinishOutcome {
         workflow_state,
         released,

@@ -10,6 +10,7 @@ mod actions;
 mod budgets;
 mod course;
 mod executor;
+mod notifications;
 mod points;
 mod policies;
 mod read;
@@ -543,6 +544,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     if !new.events.is_empty() {
         insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
     }
-    executor::outbox(conn, &new.workflow_id, "recorded", req.now)?;
-    Ok(AdmitOutcome::Created(plan::created(&req, new)))
+    let created = plan::created(&req, new);
+    executor::outbox_for(conn, &created, crate::notify::EventType::Recorded, req.now)?;
+    Ok(AdmitOutcome::Created(created))
 }

@@ -1,0 +1,339 @@
+//! Notifications of meaningful transitions, against real `docket serve` processes and a
+//! webhook receiver on loopback that counts what it gets and checks every signature with
+//! an independent implementation of Standard Webhooks (the `standardwebhooks` crate): one
+//! notification per transition however many retries a step takes, the same `webhook-id`
+//! on every delivery attempt, a review settled before its turn recorded `suppressed`, and
+//! each notification delivered once by three hosts on one PostgreSQL database.
+
+use crate::host_process::{HOOK_SECRET, HostOptions, HostProcess, PROVIDER_TOKEN, document};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Delivery {
+    webhook_id: String,
+    body: Value,
+    /// What the independent verifier said of its signature.
+    verified: Result<(), String>,
+}
+
+#[derive(Clone)]
+struct Receiver {
+    url: String,
+    got: Arc<Mutex<Vec<Delivery>>>,
+    /// Requests still to be answered 500.
+    failing: Arc<AtomicU32>,
+}
+
+impl Receiver {
+    /// A receiver at `http://127.0.0.1:<port>/hook` that answers its first `fail` requests
+    /// with 500 and the rest with 204.
+    async fn start(fail: u32) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let receiver = Receiver {
+            url: format!("http://{}/hook", listener.local_addr().unwrap()),
+            got: Arc::default(),
+            failing: Arc::new(AtomicU32::new(fail)),
+        };
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        receiver
+    }
+
+    fn got(&self) -> Vec<Delivery> {
+        self.got.lock().unwrap().clone()
+    }
+
+    fn of(&self, workflow_id: &str) -> Vec<Delivery> {
+        self.got()
+            .into_iter()
+            .filter(|d| d.body["workflow_id"] == workflow_id)
+            .collect()
+    }
+}
+
+async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let verified = standardwebhooks::Webhook::new(HOOK_SECRET)
+        .unwrap()
+        .verify(&body, &headers)
+        .map_err(|e| e.to_string());
+    r.got.lock().unwrap().push(Delivery {
+        webhook_id: headers
+            .get("webhook-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        verified,
+    });
+    let fail = r
+        .failing
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if fail {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+/// `[[notifications]]` for `url`, signed with `hook_secret`.
+fn endpoint(url: &str, events: &[&str], extra: &str) -> String {
+    let events = if events.is_empty() {
+        String::new()
+    } else {
+        format!("events = {events:?}\n")
+    };
+    format!("[[notifications]]\nurl = {url:?}\n{events}secret = \"hook_secret\"\n{extra}")
+}
+
+fn secrets() -> String {
+    format!("[secrets]\nvalues = {{ hook_secret = {HOOK_SECRET:?} }}\n")
+}
+
+/// The workflow's notifications as `GET /v1/notifications` lists them.
+async fn listed(host: &HostProcess, id: &str) -> Vec<Value> {
+    let (status, page) = host
+        .get(&format!("/v1/notifications?workflow_id={id}"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    page["data"].as_array().unwrap().clone()
+}
+
+/// Waits until none of the workflow's notifications is pending; returns them.
+async fn settled(host: &HostProcess, id: &str, count: usize) -> Vec<Value> {
+    crate::wait::until(
+        "the workflow's notifications to settle",
+        Duration::from_secs(30),
+        || async {
+            let rows = listed(host, id).await;
+            if rows.len() == count && rows.iter().all(|n| n["state"] != "pending") {
+                Ok(rows)
+            } else {
+                Err(format!("{rows:#?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// A workflow through a provider outage of several retries: the receiver is told it was
+/// recorded and completed, once each, and nothing of the retries; a receiver that fails
+/// twice gets the completion three times under one `webhook-id`; every signature verifies.
+async fn one_notification_per_meaningful_transition_signed_and_retried_under_one_id(
+    db: Option<String>,
+) {
+    let all = Receiver::start(0).await;
+    let flaky = Receiver::start(2).await;
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: format!(
+            "{}{}{}",
+            secrets(),
+            endpoint(&all.url, &[], ""),
+            endpoint(&flaky.url, &["workflow.completed"], "")
+        ),
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"unavailable_next": 3})).await;
+    let (status, created) = host
+        .submit("document-delivery", "told-once", document("Told once"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let deliver = wf["steps"][2].clone();
+    assert!(deliver["attempts"].as_u64().unwrap() >= 4, "{wf:#}");
+    let rows = settled(&host, &id, 2).await;
+
+    let told = all.of(&id);
+    let types: Vec<&str> = told
+        .iter()
+        .map(|d| d.body["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        ["workflow.recorded", "workflow.completed"],
+        "{told:#?}"
+    );
+    for d in all.got().iter().chain(flaky.got().iter()) {
+        assert_eq!(d.verified, Ok(()), "{d:#?}");
+        assert_eq!(d.body["id"], d.webhook_id.as_str(), "{d:#?}");
+        assert!(d.webhook_id.starts_with("ntf_"), "{d:#?}");
+    }
+    let completed = &told[1];
+    assert_eq!(completed.body["workflow"]["state"], "completed");
+    assert_eq!(completed.body["workflow"]["workflow"], "document-delivery");
+    assert!(
+        completed.body["revision"].as_u64().unwrap() > told[0].body["revision"].as_u64().unwrap()
+    );
+
+    // The failing receiver: the same notification three times, the same id each time.
+    let retried = flaky.of(&id);
+    assert_eq!(retried.len(), 3, "{retried:#?}");
+    assert!(retried.iter().all(|d| d.webhook_id == completed.webhook_id));
+    assert!(
+        retried.iter().all(|d| d.body == completed.body),
+        "the body is fixed"
+    );
+
+    let completion = rows
+        .iter()
+        .find(|n| n["type"] == "workflow.completed")
+        .unwrap();
+    assert_eq!(completion["state"], "delivered", "{completion:#}");
+    assert_eq!(completion["attempts"], 3, "{completion:#}");
+    assert_eq!(
+        completion["delivered_to"],
+        json!([all.url, flaky.url]),
+        "{completion:#}"
+    );
+    let (status, page) = host.get("/v1/notifications?state=bogus").await;
+    assert_eq!(status, 400, "{page}");
+    assert_eq!(page["error"]["code"], "invalid_parameter");
+}
+
+/// A review that is settled while its notification waits (the endpoint's `review_hold`)
+/// is recorded `suppressed` and never sent.
+async fn a_review_settled_before_its_notification_is_sent_is_suppressed(db: Option<String>) {
+    let receiver = Receiver::start(0).await;
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: format!(
+            "{}{}",
+            secrets(),
+            endpoint(
+                &receiver.url,
+                &["workflow.needs_review", "workflow.completed"],
+                "review_hold = \"5s\"\n"
+            )
+        ),
+        workflows: vec![crate::budgets::chain(
+            "held-review",
+            "max_attempts = 1",
+            1,
+            false,
+        )],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"unavailable_next": 1})).await;
+    let (status, created) = host
+        .submit(
+            "held-review",
+            "held-1",
+            json!({"recipient": "reader@example.com"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    // Settled at once: the budget is extended and the step runs again.
+    let (status, extended) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/budget"),
+            "extend-1",
+            json!({"add": {"attempts": 1}, "reason": "one more try"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{extended}");
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let rows = settled(&host, &id, 3).await;
+    let review = rows
+        .iter()
+        .find(|n| n["type"] == "workflow.needs_review")
+        .unwrap();
+    assert_eq!(review["state"], "suppressed", "{rows:#?}");
+    assert_eq!(review["attempts"], 0, "{review:#}");
+    assert!(
+        review["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("no longer holds"),
+        "{review:#}"
+    );
+    let types: Vec<String> = receiver
+        .of(&id)
+        .iter()
+        .map(|d| d.body["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        ["workflow.completed"],
+        "no alarm for a settled review"
+    );
+}
+
+on_both_stores!(
+    one_notification_per_meaningful_transition_signed_and_retried_under_one_id,
+    a_review_settled_before_its_notification_is_sent_is_suppressed,
+);
+
+/// Three hosts on one PostgreSQL database, each with the same endpoint: every notification
+/// is delivered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_postgres_hosts_deliver_each_notification_once() {
+    let database = crate::postgres::TestDatabase::create().await;
+    let sim = docket::sim::ProviderSim::start(
+        docket::sim::SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let receiver = Receiver::start(0).await;
+    let mut hosts = Vec::new();
+    for name in ["a", "b", "c"] {
+        hosts.push(
+            HostProcess::start(HostOptions {
+                db: Some(database.url.clone()),
+                provider: Some(sim.base_url()),
+                config: format!("host_id = {name:?}\n{}", endpoint(&receiver.url, &[], "")),
+                ..HostOptions::default()
+            })
+            .await,
+        );
+    }
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let (status, created) = hosts[i % 3]
+            .submit(
+                "document-delivery",
+                &format!("spread-{i}"),
+                document(&format!("Spread {i}")),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        ids.push(created["workflow_id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        hosts[0]
+            .wait_for(id, &["completed"], Duration::from_secs(60))
+            .await;
+        settled(&hosts[0], id, 2).await;
+    }
+    let mut per_id: BTreeMap<String, usize> = BTreeMap::new();
+    for d in receiver.got() {
+        assert_eq!(d.verified, Ok(()), "{d:#?}");
+        *per_id.entry(d.webhook_id).or_default() += 1;
+    }
+    assert_eq!(per_id.len(), 18, "{per_id:#?}");
+    assert!(per_id.values().all(|n| *n == 1), "{per_id:#?}");
+    drop(hosts);
+    database.drop_now().await;
+}
