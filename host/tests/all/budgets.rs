@@ -287,6 +287,24 @@ async fn a_blocked_workflow_near_its_deadline_is_visible_as_such(db: Option<Stri
         1,
         "{timeline}"
     );
+    let (_, told) = host
+        .get(&format!("/v1/notifications?workflow_id={id}&limit=10"))
+        .await;
+    let types: Vec<&str> = told["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "workflow.recorded",
+            "workflow.needs_review",
+            "workflow.deadline_approaching"
+        ],
+        "{told:#}"
+    );
 }
 
 on_both_stores!(
@@ -294,3 +312,91 @@ on_both_stores!(
     recovery_queries_run_from_the_reserve_when_the_attempts_are_spent,
     a_blocked_workflow_near_its_deadline_is_visible_as_such,
 );
+
+/// The console shows a step blocked by the budget with its limit and the budget's table,
+/// and extends it with a plain form; the workflow page lists its notifications.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_shows_a_budget_block_and_extends_it_with_a_form() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![chain("budget-console", "max_attempts = 1", 1, false)],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"unavailable_next": 1})).await;
+    let id = submit(&host, "budget-console").await;
+    host.wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    let (client, cookie) = crate::course::console_session(&host).await;
+    let page = client
+        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Blocked by the budget"), "{page}");
+    assert!(page.contains("<strong>attempts</strong>"), "{page}");
+    assert!(page.contains("Recovery room"), "{page}");
+    let form = page
+        .split(&format!("action=\"/console/workflows/{id}/course/budget\""))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no extend form: {page}"));
+    let value = |name: &str| {
+        form.split(&format!("name=\"{name}\" value=\""))
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (csrf, key) = (value("csrf"), value("key"));
+    let post = |fields: Vec<(&'static str, String)>| {
+        let (client, cookie, url) = (client.clone(), cookie.clone(), host.url.clone());
+        let id = id.clone();
+        async move {
+            let r = client
+                .post(format!("{url}/console/workflows/{id}/course/budget"))
+                .header("cookie", cookie)
+                .form(&fields)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, refused) = post(vec![
+        ("csrf", csrf.clone()),
+        ("key", key.clone()),
+        ("add_attempts", "many".into()),
+        ("reason", "x".into()),
+    ])
+    .await;
+    assert_eq!(status, 400);
+    assert!(refused.contains("is not a whole number"), "{refused}");
+    let (status, answered) = post(vec![
+        ("csrf", csrf),
+        ("key", key),
+        ("add_attempts", "2".into()),
+        ("add_cost", "".into()),
+        ("reason", "the provider is back".into()),
+    ])
+    .await;
+    assert_eq!(status, 200, "{answered}");
+    assert!(answered.contains("Budget extended"), "{answered}");
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let page = client
+        .get(format!("{}/console/workflows/{id}", host.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Notifications"), "{page}");
+    assert!(page.contains("workflow.completed"), "{page}");
+}

@@ -750,6 +750,27 @@ async fn a_withdrawal_reverses_a_completed_delivery_once(db: Option<String>) {
         .find(|m| m["name"] == "Reversed after partial completion")
         .unwrap_or_else(|| panic!("no reversal milestone: {wf:#}"));
     assert!(reversed["reached_at"].is_string(), "{wf:#}");
+    // The notifications written: recorded, completed, the effect reversed, and the end.
+    let (_, told) = host
+        .get(&format!("/v1/notifications?workflow_id={id}"))
+        .await;
+    let mut types: Vec<&str> = told["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["type"].as_str().unwrap())
+        .collect();
+    types.sort();
+    assert_eq!(
+        types,
+        [
+            "workflow.completed",
+            "workflow.effect_compensated",
+            "workflow.ended",
+            "workflow.recorded"
+        ],
+        "{told:#}"
+    );
     // The compensation's attempts are its own.
     let attempts = host.attempts(&id, "deliver.compensate").await;
     assert_eq!(attempts.len(), 1, "{attempts:?}");
@@ -1204,7 +1225,7 @@ async fn docket_cancel_and_revise_ask_the_host_and_print_its_answer() {
 
 /// A console session on an open host: a client that does not follow redirects, and the
 /// session cookie.
-async fn console_session(host: &HostProcess) -> (reqwest::Client, String) {
+pub(crate) async fn console_session(host: &HostProcess) -> (reqwest::Client, String) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -280,9 +280,85 @@ async fn a_review_settled_before_its_notification_is_sent_is_suppressed(db: Opti
     );
 }
 
+/// An endpoint that never answers 2xx: the notification is retried under its id until
+/// 24 hours have passed, then recorded `failed`; finished notifications are pruned once
+/// their retention has passed.
+async fn a_notification_fails_after_a_day_and_finished_ones_are_pruned(db: Option<String>) {
+    let receiver = Receiver::start(u32::MAX).await;
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: format!(
+            "{}{}",
+            secrets(),
+            endpoint(&receiver.url, &["workflow.completed"], "")
+        ),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("document-delivery", "unheard", document("Unheard"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    crate::wait::until("a failed delivery", Duration::from_secs(30), || async {
+        if receiver.of(&id).is_empty() {
+            Err("no request yet".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    // A day later the next failure is the last.
+    host.advance_clock(25 * 3600 * 1000).await;
+    let rows = settled(&host, &id, 2).await;
+    let completion = rows
+        .iter()
+        .find(|n| n["type"] == "workflow.completed")
+        .unwrap();
+    assert_eq!(completion["state"], "failed", "{rows:#?}");
+    assert!(
+        completion["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("answered 500"),
+        "{completion:#}"
+    );
+    let ids: Vec<String> = receiver.of(&id).into_iter().map(|d| d.webhook_id).collect();
+    assert!(
+        ids.len() >= 2 && ids.iter().all(|i| *i == ids[0]),
+        "{ids:?}"
+    );
+    // No endpoint asked for `workflow.recorded`: it was closed at once, sent to no one.
+    let recorded = rows
+        .iter()
+        .find(|n| n["type"] == "workflow.recorded")
+        .unwrap();
+    assert_eq!(recorded["state"], "delivered", "{recorded:#}");
+    assert_eq!(recorded["delivered_to"], json!([]));
+
+    // Past the retention (7 days) both are pruned.
+    host.advance_clock(8 * 24 * 3600 * 1000).await;
+    crate::wait::until(
+        "finished notifications to be pruned",
+        Duration::from_secs(30),
+        || async {
+            let rows = listed(&host, &id).await;
+            if rows.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{rows:#?}"))
+            }
+        },
+    )
+    .await;
+}
+
 on_both_stores!(
     one_notification_per_meaningful_transition_signed_and_retried_under_one_id,
     a_review_settled_before_its_notification_is_sent_is_suppressed,
+    a_notification_fails_after_a_day_and_finished_ones_are_pruned,
 );
 
 /// Three hosts on one PostgreSQL database, each with the same endpoint: every notification
