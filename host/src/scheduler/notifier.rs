@@ -73,18 +73,39 @@ where
                 _ = tokio::time::sleep(self.poll) => {}
             }
             let now = self.clock.now_ms();
-            if let Err(e) = self.round(now).await {
+            // A host without endpoints leaves the rows to hosts that have some.
+            if !self.endpoints.is_empty()
+                && let Err(e) = self.round(now).await
+            {
                 tracing::warn!("delivering notifications failed; the next round tries again: {e}");
             }
             if now.saturating_sub(pruned_at) >= PRUNE_EVERY.as_millis() as u64 {
                 pruned_at = now;
-                let before = now.saturating_sub(self.retention.as_millis() as u64);
-                match self.store.prune_notifications(before, PRUNE_BATCH).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!("pruned {n} finished notifications"),
-                    Err(e) => tracing::warn!("pruning notifications failed: {e}"),
-                }
+                self.tidy(now).await;
             }
+        }
+    }
+
+    /// Records `failed` what no host took within the retry window, and prunes finished
+    /// rows past the retention, in bounded batches.
+    async fn tidy(&self, now: Millis) {
+        let window = now.saturating_sub(RETRY_WINDOW.as_millis() as u64);
+        match self
+            .store
+            .expire_notifications(window, now, PRUNE_BATCH)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                "{n} notifications were not delivered within 24 hours: no endpoint took them"
+            ),
+            Err(e) => tracing::warn!("expiring notifications failed: {e}"),
+        }
+        let before = now.saturating_sub(self.retention.as_millis() as u64);
+        match self.store.prune_notifications(before, PRUNE_BATCH).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("pruned {n} finished notifications"),
+            Err(e) => tracing::warn!("pruning notifications failed: {e}"),
         }
     }
 
@@ -104,25 +125,25 @@ where
                 (seq, update)
             });
         }
+        let mut updates = Vec::with_capacity(claimed);
         while let Some(done) = sends.join_next().await {
             let Ok((seq, update)) = done else { continue };
-            let update = match update {
-                Ok(u) => u,
-                Err(e) => {
-                    tracing::warn!("notification {seq}: reading its workflow failed: {e}");
-                    continue;
-                }
-            };
-            let at = self.clock.now_ms();
-            if !self
-                .store
-                .settle_notification(seq, &self.owner, update, at)
-                .await?
-            {
-                tracing::warn!(
-                    "notification {seq}: its lease was taken over; the other host settles it"
-                );
+            match update {
+                Ok(u) => updates.push((seq, u)),
+                // Its lease lapses and a later round tries again.
+                Err(e) => tracing::warn!("notification {seq}: reading its workflow failed: {e}"),
             }
+        }
+        let asked = updates.len() as u64;
+        let settled = self
+            .store
+            .settle_notifications(&self.owner, updates, self.clock.now_ms())
+            .await?;
+        if settled < asked {
+            tracing::warn!(
+                "{} notifications were taken over by another host before they were recorded",
+                asked - settled
+            );
         }
         Ok(claimed)
     }

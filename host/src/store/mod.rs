@@ -477,15 +477,23 @@ pub trait NotificationStore: Send + Sync {
         lease_ms: u64,
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<NotificationRecord>>> + Send;
-    /// Records what became of a notification `owner` holds; `false` if its lease was lost
-    /// (another host took it over) and nothing was written.
-    fn settle_notification(
+    /// Records what became of notifications `owner` holds, in one transaction; a row whose
+    /// lease was lost (another host took it over) is left alone. Returns how many were
+    /// recorded.
+    fn settle_notifications(
         &self,
-        seq: u64,
         owner: &str,
-        update: NotificationUpdate,
+        updates: Vec<(u64, NotificationUpdate)>,
         now: Millis,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+    /// Records `failed` every pending notification written before `before` that no host
+    /// holds: no endpoint took it within the retry window. Returns how many.
+    fn expire_notifications(
+        &self,
+        before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
     /// Notifications in `seq` order.
     fn notifications(
         &self,

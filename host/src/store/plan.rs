@@ -625,6 +625,10 @@ pub(crate) fn compensated_now(transition: &StepTransition, step: &str) -> bool {
         && crate::course::compensated_step(step).is_some()
 }
 
+/// Why a pending notification is recorded `failed` without a host's attempt.
+pub(crate) const EXPIRED: &str =
+    "not delivered within 24 hours: no endpoint of a running host took it";
+
 /// The columns a notification's settlement writes.
 pub(crate) struct NotificationColumns {
     pub state: &'static str,

@@ -14,6 +14,7 @@ mod backends;
 mod concurrency;
 mod executor;
 mod fixtures;
+mod outbox;
 mod sessions;
 mod wakeups;
 
@@ -68,6 +69,7 @@ conformance!(
     wakeups::the_registry_activates_rolls_back_and_keeps_its_history,
     wakeups::the_latest_verification_of_each_component_is_kept,
     sessions::console_sessions_are_found_by_digest_until_they_expire_or_end,
+    outbox::notifications_are_claimed_once_settled_by_their_holder_and_pruned,
 );
 
 /// A SQLite path is a file name, not a URL: `?`, `#` and `%` in it name the file.

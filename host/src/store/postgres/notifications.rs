@@ -41,31 +41,72 @@ impl NotificationStore for PgStore {
         Ok(out)
     }
 
-    async fn settle_notification(
+    async fn settle_notifications(
         &self,
-        seq: u64,
         owner: &str,
-        update: NotificationUpdate,
+        updates: Vec<(u64, NotificationUpdate)>,
         now: Millis,
-    ) -> StoreResult<bool> {
-        let c = plan::notification_columns(&update, now);
+    ) -> StoreResult<u64> {
+        // One statement for the batch: each row's columns as parallel arrays.
+        let cols: Vec<_> = updates
+            .iter()
+            .map(|(seq, u)| (*seq as i64, plan::notification_columns(u, now)))
+            .collect();
+        let seqs: Vec<i64> = cols.iter().map(|(s, _)| *s).collect();
+        let states: Vec<&str> = cols.iter().map(|(_, c)| c.state).collect();
+        let next_at: Vec<Option<i64>> = cols.iter().map(|(_, c)| c.next_at).collect();
+        let delivered_to: Vec<Option<&str>> = cols
+            .iter()
+            .map(|(_, c)| c.delivered_to.as_deref())
+            .collect();
+        let errors: Vec<Option<&str>> = cols.iter().map(|(_, c)| c.last_error.as_deref()).collect();
+        let finished_at: Vec<Option<i64>> = cols.iter().map(|(_, c)| c.finished_at).collect();
+        let attempts: Vec<i64> = cols.iter().map(|(_, c)| c.attempts).collect();
         let moved = sqlx::query(
-            "UPDATE outbox SET state = $1, next_at = COALESCE($2, next_at),
-                 delivered_to = COALESCE($3, delivered_to), last_error = $4, finished_at = $5,
-                 attempts = attempts + $6, lease_owner = NULL, lease_until = NULL
-             WHERE seq = $7 AND lease_owner = $8 AND state = 'pending'",
+            "UPDATE outbox o SET state = u.state, next_at = COALESCE(u.next_at, o.next_at),
+                 delivered_to = COALESCE(u.delivered_to, o.delivered_to),
+                 last_error = u.last_error, finished_at = u.finished_at,
+                 attempts = o.attempts + u.attempts, lease_owner = NULL, lease_until = NULL
+             FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
+                         $6::BIGINT[], $7::BIGINT[])
+                  AS u(seq, state, next_at, delivered_to, last_error, finished_at, attempts)
+             WHERE o.seq = u.seq AND o.lease_owner = $8 AND o.state = 'pending'",
         )
-        .bind(c.state)
-        .bind(c.next_at)
-        .bind(c.delivered_to)
-        .bind(c.last_error)
-        .bind(c.finished_at)
-        .bind(c.attempts)
-        .bind(seq as i64)
+        .bind(&seqs)
+        .bind(&states)
+        .bind(&next_at)
+        .bind(&delivered_to)
+        .bind(&errors)
+        .bind(&finished_at)
+        .bind(&attempts)
         .bind(owner)
         .execute(&self.pool)
         .await?;
-        Ok(moved.rows_affected() == 1)
+        Ok(moved.rows_affected())
+    }
+
+    async fn expire_notifications(
+        &self,
+        before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox SET state = 'failed', finished_at = $1, last_error = $2
+             WHERE seq IN (
+                 SELECT seq FROM outbox
+                 WHERE state = 'pending' AND created_at < $3
+                   AND (lease_until IS NULL OR lease_until < $1)
+                 LIMIT $4
+                 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(now as i64)
+        .bind(plan::EXPIRED)
+        .bind(before as i64)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     async fn notifications(

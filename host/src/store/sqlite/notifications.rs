@@ -37,6 +37,19 @@ fn claim_tx(
 
 fn settle_tx(
     conn: &Connection,
+    owner: &str,
+    updates: &[(u64, NotificationUpdate)],
+    now: Millis,
+) -> StoreResult<u64> {
+    let mut settled = 0;
+    for (seq, update) in updates {
+        settled += settle_one(conn, *seq, owner, update, now)? as u64;
+    }
+    Ok(settled)
+}
+
+fn settle_one(
+    conn: &Connection,
     seq: u64,
     owner: &str,
     update: &NotificationUpdate,
@@ -88,16 +101,43 @@ impl NotificationStore for SqliteStore {
             .await
     }
 
-    async fn settle_notification(
+    async fn settle_notifications(
         &self,
-        seq: u64,
         owner: &str,
-        update: NotificationUpdate,
+        updates: Vec<(u64, NotificationUpdate)>,
         now: Millis,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<u64> {
         let owner = owner.to_string();
         self.writer
-            .write(move |conn| settle_tx(conn, seq, &owner, &update, now))
+            .write(move |conn| settle_tx(conn, &owner, &updates, now))
+            .await
+    }
+
+    async fn expire_notifications(
+        &self,
+        before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.writer
+            .write(move |conn| {
+                let n = conn
+                    .prepare_cached(
+                        "UPDATE outbox SET state = 'failed', finished_at = ?1, last_error = ?2
+                         WHERE seq IN (
+                             SELECT seq FROM outbox
+                             WHERE state = 'pending' AND created_at < ?3
+                               AND (lease_until IS NULL OR lease_until < ?1)
+                             LIMIT ?4)",
+                    )?
+                    .execute(params![
+                        now as i64,
+                        plan::EXPIRED,
+                        before as i64,
+                        i64::from(limit)
+                    ])?;
+                Ok(n as u64)
+            })
             .await
     }
 

@@ -3,8 +3,8 @@
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
-    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore, OperatorStore,
-    ReadStore, SessionStore,
+    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore, NotificationStore,
+    OperatorStore, ReadStore, SessionStore,
 };
 use std::future::Future;
 
@@ -18,6 +18,7 @@ pub trait Store:
     + CourseStore
     + ComponentStore
     + SessionStore
+    + NotificationStore
     + Clone
     + 'static
 {
@@ -32,6 +33,7 @@ impl<T> Store for T where
         + OperatorStore
         + CourseStore
         + SessionStore
+        + NotificationStore
         + Clone
         + 'static
 {
