@@ -140,6 +140,33 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
         "a handler has no effect to judge"
     );
     assert!(host.world().await.is_empty());
+    // The console's stuck-step page shows both versions and offers the exception.
+    let (client, cookie) = crate::course::console_session(&host).await;
+    let page = client
+        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(
+            "Blocked under policy <strong>2</strong>: deliveries are paused for the audit"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("(the workflow was recorded under policy 1)"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "action=\"/console/workflows/{id}/steps/deliver/exception\""
+        )),
+        "{page}"
+    );
 
     // An operator's exception lets exactly one attempt of the other workflow through.
     let blocked = host
