@@ -92,20 +92,7 @@ pub async fn extend_budget<S: ContextStore>(
     if caller.role != Role::Operator {
         return Err(DeskError::Forbidden);
     }
-    let def = ctx
-        .deployments
-        .get(&record.workflow, record.definition_version)
-        .await
-        .map_err(|e| match e {
-            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
-            other => DeskError::Internal(other.to_string()),
-        })?
-        .ok_or_else(|| {
-            DeskError::Internal(format!(
-                "definition {} v{} of workflow {} cannot be read",
-                record.workflow, record.definition_version, record.workflow_id
-            ))
-        })?;
+    let def = super::desk::required_definition(ctx, &record).await?;
     let digest = canonicalize(&order.to_json())
         .map_err(|e| DeskError::Internal(e.to_string()))?
         .digest;

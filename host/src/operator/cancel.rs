@@ -70,14 +70,7 @@ pub async fn cancel<S: ContextStore>(
         action: CANCEL.to_string(),
         key,
     };
-    let def = ctx
-        .deployments
-        .get(&record.workflow, record.definition_version)
-        .await
-        .map_err(|e| match e {
-            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
-            other => DeskError::Internal(other.to_string()),
-        })?;
+    let def = super::desk::definition_of(ctx, &record).await?;
     let labels: HashMap<String, String> = def
         .iter()
         .flat_map(|d| d.def.steps.iter())

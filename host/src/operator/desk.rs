@@ -89,6 +89,33 @@ pub(super) async fn visible<S: ContextStore>(
         })
 }
 
+/// The definition version `record` was admitted under, if it can be read.
+pub(super) async fn definition_of<S: ContextStore>(
+    ctx: &Context<S>,
+    record: &WorkflowRecord,
+) -> Result<Option<Arc<crate::scheduler::DeployedDef>>, DeskError> {
+    ctx.deployments
+        .get(&record.workflow, record.definition_version)
+        .await
+        .map_err(|e| match e {
+            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
+            other => DeskError::Internal(other.to_string()),
+        })
+}
+
+/// [`definition_of`], for an order that cannot be decided without it.
+pub(super) async fn required_definition<S: ContextStore>(
+    ctx: &Context<S>,
+    record: &WorkflowRecord,
+) -> Result<Arc<crate::scheduler::DeployedDef>, DeskError> {
+    definition_of(ctx, record).await?.ok_or_else(|| {
+        DeskError::Internal(format!(
+            "definition {} v{} of workflow {} is not deployed",
+            record.workflow, record.definition_version, record.workflow_id
+        ))
+    })
+}
+
 /// Carries out `order` on the target step for `caller` under `key`.
 pub async fn perform<S: ContextStore>(
     ctx: &Arc<Context<S>>,
@@ -130,14 +157,7 @@ pub async fn perform<S: ContextStore>(
         }
         return replay(ctx, &scope, &record, existing.answer).await;
     }
-    let def = ctx
-        .deployments
-        .get(&record.workflow, record.definition_version)
-        .await
-        .map_err(|e| match e {
-            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
-            other => DeskError::Internal(other.to_string()),
-        })?;
+    let def = definition_of(ctx, &record).await?;
     // A compensation (`<step>.compensate`) is acted on like any step, with its step's adapter.
     let step_def = def
         .as_ref()

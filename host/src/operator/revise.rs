@@ -68,20 +68,7 @@ pub async fn revise<S: ContextStore>(
 ) -> Result<ReviseResult, DeskError> {
     let first = super::desk::visible(ctx, caller, workflow_id).await?;
     let id = first.workflow_id.clone();
-    let deployed = ctx
-        .deployments
-        .get(&first.workflow, first.definition_version)
-        .await
-        .map_err(|e| match e {
-            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
-            other => DeskError::Internal(other.to_string()),
-        })?
-        .ok_or_else(|| {
-            DeskError::Internal(format!(
-                "definition {} v{} of workflow {id} is not deployed",
-                first.workflow, first.definition_version
-            ))
-        })?;
+    let deployed = super::desk::required_definition(ctx, &first).await?;
     let scope = ActionScope {
         subject: caller.subject.clone(),
         workflow_id: id.clone(),

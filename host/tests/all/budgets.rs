@@ -327,32 +327,18 @@ async fn the_console_shows_a_budget_block_and_extends_it_with_a_form() {
     host.wait_for(&id, &["needs_review"], Duration::from_secs(30))
         .await;
     let (client, cookie) = crate::course::console_session(&host).await;
-    let page = client
-        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = crate::course::console_page(
+        &host,
+        &client,
+        &cookie,
+        &format!("/console/workflows/{id}/steps/deliver"),
+    )
+    .await;
     assert!(page.contains("Blocked by the budget"), "{page}");
     assert!(page.contains("<strong>attempts</strong>"), "{page}");
     assert!(page.contains("Recovery room"), "{page}");
-    let form = page
-        .split(&format!("action=\"/console/workflows/{id}/course/budget\""))
-        .nth(1)
-        .unwrap_or_else(|| panic!("no extend form: {page}"));
-    let value = |name: &str| {
-        form.split(&format!("name=\"{name}\" value=\""))
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    let (csrf, key) = (value("csrf"), value("key"));
+    let (csrf, key) =
+        crate::course::form_keys(&page, &format!("/console/workflows/{id}/course/budget"));
     let post = |fields: Vec<(&'static str, String)>| {
         let (client, cookie, url) = (client.clone(), cookie.clone(), host.url.clone());
         let id = id.clone();
@@ -388,15 +374,9 @@ async fn the_console_shows_a_budget_block_and_extends_it_with_a_form() {
     assert!(answered.contains("Budget extended"), "{answered}");
     host.wait_for(&id, &["completed"], Duration::from_secs(30))
         .await;
-    let page = client
-        .get(format!("{}/console/workflows/{id}", host.url))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page =
+        crate::course::console_page(&host, &client, &cookie, &format!("/console/workflows/{id}"))
+            .await;
     assert!(page.contains("Notifications"), "{page}");
     assert!(page.contains("workflow.completed"), "{page}");
 }

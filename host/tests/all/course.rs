@@ -1246,6 +1246,42 @@ pub(crate) async fn console_session(host: &HostProcess) -> (reqwest::Client, Str
     (client, cookie)
 }
 
+/// A console page as the session `cookie` sees it.
+pub(crate) async fn console_page(
+    host: &HostProcess,
+    client: &reqwest::Client,
+    cookie: &str,
+    path: &str,
+) -> String {
+    client
+        .get(format!("{}{path}", host.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The `csrf` and `key` hidden fields of the form on `html` that posts to `action`.
+pub(crate) fn form_keys(html: &str, action: &str) -> (String, String) {
+    let form = html
+        .split(&format!("action=\"{action}\""))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no form for {action}: {html}"));
+    let value = |name: &str| {
+        form.split(&format!("name=\"{name}\" value=\""))
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    (value("csrf"), value("key"))
+}
+
 /// The console changes a workflow's course with plain forms (no JavaScript): a revision,
 /// then a replacement that cancels the original, each answered on the workflow page.
 #[tokio::test(flavor = "multi_thread")]
@@ -1257,39 +1293,10 @@ async fn the_console_revises_and_replaces_with_plain_forms() {
     .await;
     let id = submit(&host, "document-delivery", "console-course", None).await;
     let (client, cookie) = console_session(&host).await;
-    let base = host.url.clone();
-    let page = |path: String| {
-        let (client, cookie, base) = (client.clone(), cookie.clone(), base.clone());
-        async move {
-            let r = client
-                .get(format!("{base}{path}"))
-                .header("cookie", cookie)
-                .send()
-                .await
-                .unwrap();
-            r.text().await.unwrap()
-        }
+    let fields = |html: &str, action: &str| {
+        form_keys(html, &format!("/console/workflows/{id}/course/{action}"))
     };
-    // The hidden fields of the form that posts to `action`.
-    let fields = |html: &str, action: &str| -> (String, String) {
-        let form = html
-            .split(&format!(
-                "action=\"/console/workflows/{id}/course/{action}\""
-            ))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no {action} form: {html}"));
-        let value = |name: &str| {
-            form.split(&format!("name=\"{name}\" value=\""))
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap()
-                .to_string()
-        };
-        (value("csrf"), value("key"))
-    };
-    let html = page(format!("/console/workflows/{id}")).await;
+    let html = console_page(&host, &client, &cookie, &format!("/console/workflows/{id}")).await;
     assert!(html.contains("Change of course"), "{html}");
     assert!(html.contains("Correct the request"), "{html}");
     let (csrf, key) = fields(&html, "revise");

@@ -142,15 +142,13 @@ async fn a_policy_change_blocks_the_delivery_until_a_newer_version_allows_it(db:
     assert!(host.world().await.is_empty());
     // The console's stuck-step page shows both versions and offers the exception.
     let (client, cookie) = crate::course::console_session(&host).await;
-    let page = client
-        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = crate::course::console_page(
+        &host,
+        &client,
+        &cookie,
+        &format!("/console/workflows/{id}/steps/deliver"),
+    )
+    .await;
     assert!(
         page.contains(
             "Blocked under policy <strong>2</strong>: deliveries are paused for the audit"
