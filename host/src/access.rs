@@ -23,22 +23,62 @@ use std::sync::Arc;
 pub struct AuthError(pub &'static str);
 
 /// What a caller may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// Submits intents and reads its own subject's workflows.
+    /// Submits intents and reads, cancels and corrects its own subject's workflows.
     Client,
-    /// Reads every workflow and may act on steps.
+    /// Reads every workflow and may act on steps, exceptions and budgets.
     Operator,
+    /// Deploys, activates and rolls back adapters, and deploys policies: the code and the
+    /// rules that run with the host's grants.
+    Deployer,
 }
 
 impl Role {
+    pub const ALL: [Role; 3] = [Role::Client, Role::Operator, Role::Deployer];
+
     /// The name as written in config and on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Client => "client",
             Role::Operator => "operator",
+            Role::Deployer => "deployer",
         }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The roles a token holds (one or several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Roles(u8);
+
+impl Roles {
+    pub fn of(roles: impl IntoIterator<Item = Role>) -> Self {
+        Self(roles.into_iter().fold(0, |bits, r| bits | r.bit()))
+    }
+
+    pub fn has(self, role: Role) -> bool {
+        self.0 & role.bit() != 0
+    }
+
+    /// "operator, deployer".
+    pub fn names(self) -> String {
+        Role::ALL
+            .into_iter()
+            .filter(|r| self.has(*r))
+            .map(Role::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl From<Role> for Roles {
+    fn from(role: Role) -> Self {
+        Self::of([role])
     }
 }
 
@@ -49,8 +89,9 @@ impl FromStr for Role {
         match s {
             "client" => Ok(Role::Client),
             "operator" => Ok(Role::Operator),
+            "deployer" => Ok(Role::Deployer),
             other => Err(format!(
-                "`{other}` is not a role; use `client` or `operator`"
+                "`{other}` is not a role; use `client`, `operator` or `deployer`"
             )),
         }
     }
@@ -60,21 +101,31 @@ impl FromStr for Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub subject: Subject,
-    pub role: Role,
+    pub roles: Roles,
 }
 
 impl Principal {
-    /// The caller of an open API (no tokens configured).
-    pub fn local() -> Self {
+    /// A caller holding `roles`.
+    pub fn new(subject: impl Into<String>, roles: impl Into<Roles>) -> Self {
         Self {
-            subject: Subject("local".to_string()),
-            role: Role::Operator,
+            subject: Subject(subject.into()),
+            roles: roles.into(),
         }
+    }
+
+    /// The caller of an open API (no tokens configured): every role.
+    pub fn local() -> Self {
+        Self::new("local", Roles::of(Role::ALL))
+    }
+
+    /// Whether the caller holds `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.has(role)
     }
 
     /// Whether this caller may see a workflow owned by `owner`.
     pub fn can_see(&self, owner: &Subject) -> bool {
-        self.role == Role::Operator || &self.subject == owner
+        self.has(Role::Operator) || &self.subject == owner
     }
 }
 
@@ -102,12 +153,18 @@ impl Auth {
 
     /// Tokens mapped to principals. An empty map is the same as [`Auth::open`].
     pub fn with_tokens(tokens: impl IntoIterator<Item = (String, Principal)>) -> Self {
-        let by_digest = tokens
-            .into_iter()
-            .map(|(token, principal)| (sha256_digest(token.as_bytes()), principal))
-            .collect();
+        Self::with_digests(
+            tokens
+                .into_iter()
+                .map(|(token, principal)| (sha256_digest(token.as_bytes()), principal)),
+        )
+    }
+
+    /// Token digests (`sha256:<hex>`, as [`sha256_digest`] writes them) mapped to
+    /// principals: the configuration need not hold the tokens themselves.
+    pub fn with_digests(digests: impl IntoIterator<Item = (String, Principal)>) -> Self {
         Self {
-            by_digest: Arc::new(by_digest),
+            by_digest: Arc::new(digests.into_iter().collect()),
         }
     }
 
@@ -124,7 +181,7 @@ impl Auth {
         }
         self.by_digest
             .values()
-            .any(|p| p.role == Role::Operator && &p.subject == subject)
+            .any(|p| p.has(Role::Operator) && &p.subject == subject)
     }
 
     /// The caller named by the request's `Authorization` header.
@@ -160,6 +217,96 @@ impl Auth {
     }
 }
 
+/// Why a request is refused before anyone looks at its credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestRefusal {
+    /// Open mode answers only to loopback names: another `Host` is a page that rebound its
+    /// DNS name to this machine (`421`).
+    Misdirected(String),
+    /// A state-changing request sent by a page of another site (`403`).
+    CrossSite(String),
+}
+
+impl RequestRefusal {
+    pub fn message(&self) -> &str {
+        match self {
+            RequestRefusal::Misdirected(m) | RequestRefusal::CrossSite(m) => m,
+        }
+    }
+}
+
+/// Whether `host` (a `Host` header: name or address, with an optional port) names this
+/// machine's loopback interface.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // `[::1]:8080`
+        rest.split(']').next().unwrap_or_default()
+    } else if host.matches(':').count() > 1 {
+        host
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The checks a browser's ambient authority calls for, before credentials: in open mode a
+/// `Host` that is not a loopback name; on a state-changing request an `Origin` that is not
+/// this host's own, or `Sec-Fetch-Site: cross-site`. Clients that are not browsers send
+/// neither header and pass.
+pub fn check_request(
+    open: bool,
+    method: &http::Method,
+    headers: &HeaderMap,
+) -> Result<(), RequestRefusal> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if open && let Some(host) = host.filter(|h| !is_loopback_host(h)) {
+        return Err(RequestRefusal::Misdirected(format!(
+            "this host has no tokens, so it answers only to loopback names (localhost, 127.0.0.1, [::1]), not `{}`; configure [[tokens]] to serve other names",
+            host.escape_debug()
+        )));
+    }
+    let safe = matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    if safe {
+        return Ok(());
+    }
+    let fetch_site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    if fetch_site.as_deref() == Some("cross-site") {
+        return Err(RequestRefusal::CrossSite(
+            "a page of another site sent this request (Sec-Fetch-Site: cross-site); docket does not act on requests from other sites".into(),
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default().trim();
+        let authority = origin
+            .split_once("://")
+            .map(|(_, rest)| rest.trim_end_matches('/'))
+            .unwrap_or_default();
+        let same = host.is_some_and(|h| !authority.is_empty() && authority.eq_ignore_ascii_case(h));
+        if !same {
+            return Err(RequestRefusal::CrossSite(format!(
+                "a page of another origin (`{}`) sent this request; docket acts only on requests from its own pages or from clients that are not browsers",
+                origin.escape_debug()
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,10 +321,7 @@ mod tests {
     }
 
     fn alice() -> Principal {
-        Principal {
-            subject: Subject("alice".into()),
-            role: Role::Client,
-        }
+        Principal::new("alice", Role::Client)
     }
 
     #[test]
@@ -221,6 +365,72 @@ mod tests {
     }
 
     #[test]
+    fn open_mode_answers_only_to_loopback_names() {
+        for good in [
+            "localhost",
+            "localhost:8080",
+            "app.localhost:1",
+            "127.0.0.1:8080",
+            "127.1.2.3",
+            "[::1]:8080",
+            "::1",
+        ] {
+            assert!(is_loopback_host(good), "{good}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "10.0.0.1",
+            "[::2]:80",
+            "",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::HOST,
+            HeaderValue::from_static("rebound.example:8080"),
+        );
+        let refused = check_request(true, &http::Method::GET, &h).unwrap_err();
+        assert!(matches!(refused, RequestRefusal::Misdirected(_)));
+        assert_eq!(check_request(false, &http::Method::GET, &h), Ok(()));
+    }
+
+    #[test]
+    fn state_changes_from_other_sites_are_refused() {
+        let post = http::Method::POST;
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert_eq!(check_request(true, &post, &h), Ok(()), "no browser headers");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        assert_eq!(check_request(true, &post, &h), Ok(()), "its own page");
+        for origin in ["https://evil.example", "null", "http://127.0.0.1:9999"] {
+            h.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            assert!(
+                matches!(
+                    check_request(false, &post, &h),
+                    Err(RequestRefusal::CrossSite(_))
+                ),
+                "{origin}"
+            );
+            assert_eq!(
+                check_request(true, &http::Method::GET, &h),
+                Ok(()),
+                "reads pass"
+            );
+        }
+        h.remove(header::ORIGIN);
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(check_request(false, &post, &h).is_err());
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert_eq!(check_request(false, &post, &h), Ok(()));
+    }
+
+    #[test]
     fn clients_see_only_their_own_subject() {
         let bob = Subject("bob".into());
         assert!(!alice().can_see(&bob));
@@ -228,5 +438,10 @@ mod tests {
         assert!(Principal::local().can_see(&bob));
         assert_eq!("operator".parse::<Role>().unwrap(), Role::Operator);
         assert!("admin".parse::<Role>().unwrap_err().contains("`admin`"));
+        let local = Principal::local();
+        assert!(Role::ALL.iter().all(|r| local.has(*r)));
+        let both = Roles::of([Role::Operator, Role::Deployer]);
+        assert!(both.has(Role::Deployer) && !both.has(Role::Client));
+        assert_eq!(both.names(), "operator, deployer");
     }
 }

@@ -4,6 +4,7 @@
 //! `.docket/`, the workflows in `workflows/`, and the built example components. Unknown
 //! fields are errors that name the field and its location.
 
+use crate::access::{Principal, Role, Roles};
 use crate::capabilities::{AdapterPolicy, HostPolicy, HostRule, SecretSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -67,22 +68,55 @@ pub struct NotificationToml {
     pub review_hold: Option<String>,
 }
 
-/// One API token.
-#[derive(Debug, Clone, Deserialize)]
+/// One API token: exactly one of `token`, `token_sha256`, `token_file` or `token_env`, and
+/// `role` or `roles`.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenToml {
-    pub token: String,
+    /// The token itself (development; prefer the others).
+    pub token: Option<String>,
+    /// The token's SHA-256 digest, `sha256:<hex>`: the file never holds the token.
+    pub token_sha256: Option<String>,
+    /// A file whose first line is the token.
+    pub token_file: Option<PathBuf>,
+    /// An environment variable holding the token.
+    pub token_env: Option<String>,
     pub subject: String,
-    pub role: RoleToml,
+    pub role: Option<Role>,
+    #[serde(default)]
+    pub roles: Vec<Role>,
 }
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RoleToml {
-    Client,
-    Operator,
+impl std::fmt::Debug for TokenToml {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token, nor its digest.
+        f.debug_struct("TokenToml")
+            .field("subject", &self.subject)
+            .field("role", &self.role)
+            .field("roles", &self.roles)
+            .finish_non_exhaustive()
+    }
 }
+
+/// A configured token, as the host keeps it: its digest and what it may do.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenEntry {
+    /// `sha256:<hex>` of the token.
+    pub digest: String,
+    pub principal: Principal,
+}
+
+impl std::fmt::Debug for TokenEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenEntry")
+            .field("subject", &self.principal.subject.0)
+            .field("roles", &self.principal.roles.names())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shortest token a configuration may hold: a shorter one is guessable.
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// Where secret values come from.
 #[derive(Debug, Default, Deserialize)]
@@ -146,7 +180,7 @@ pub struct HostConfig {
     pub host_id: Option<String>,
     /// What deployed policies match in `environments`.
     pub environment: String,
-    pub tokens: Vec<TokenToml>,
+    pub tokens: Vec<TokenEntry>,
     pub secrets: SecretSource,
     pub policy: HostPolicy,
     pub memory_cap_bytes: usize,
@@ -349,7 +383,7 @@ impl HostConfig {
                 .map(|e| e.trim().to_string())
                 .filter(|e| !e.is_empty())
                 .unwrap_or_else(|| crate::scheduler::DEFAULT_ENVIRONMENT.to_string()),
-            tokens: raw.tokens,
+            tokens: tokens(&raw.tokens).map_err(&invalid)?,
             secrets,
             policy: HostPolicy { adapters },
             memory_cap_bytes: memory_mib << 20,
@@ -372,6 +406,85 @@ impl HostConfig {
             notification_retention,
         })
     }
+}
+
+/// The configured tokens as digests with their principals: each from exactly one source,
+/// with at least one role, none twice.
+fn tokens(raw: &[TokenToml]) -> Result<Vec<TokenEntry>, String> {
+    let mut out: Vec<TokenEntry> = Vec::new();
+    for (i, t) in raw.iter().enumerate() {
+        let at = format!("[[tokens]] #{} (subject {:?})", i + 1, t.subject);
+        let sources = [
+            t.token.is_some(),
+            t.token_sha256.is_some(),
+            t.token_file.is_some(),
+            t.token_env.is_some(),
+        ];
+        if sources.iter().filter(|s| **s).count() != 1 {
+            return Err(format!(
+                "{at}: give exactly one of `token`, `token_sha256`, `token_file` or `token_env`"
+            ));
+        }
+        let plain = |token: &str, from: &str| -> Result<String, String> {
+            let token = token.trim();
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(format!(
+                    "{at}: the token {from} has {} characters; use at least {MIN_TOKEN_CHARS} random ones (e.g. `openssl rand -hex 32`)",
+                    token.chars().count()
+                ));
+            }
+            Ok(crate::intent::sha256_digest(token.as_bytes()))
+        };
+        let digest = if let Some(token) = &t.token {
+            plain(token, "in the file")?
+        } else if let Some(d) = &t.token_sha256 {
+            let hex = d.strip_prefix("sha256:").unwrap_or(d).to_ascii_lowercase();
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "{at}: token_sha256 must be `sha256:` and 64 hex digits (e.g. the output of `printf %s TOKEN | sha256sum`)"
+                ));
+            }
+            format!("sha256:{hex}")
+        } else if let Some(path) = &t.token_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{at}: cannot read token_file {}: {e}", path.display()))?;
+            plain(
+                text.lines().next().unwrap_or_default(),
+                &format!("in {}", path.display()),
+            )?
+        } else {
+            let name = t.token_env.as_deref().unwrap_or_default();
+            let value = std::env::var(name).map_err(|_| {
+                format!("{at}: the environment variable {name} (token_env) is not set")
+            })?;
+            plain(&value, &format!("in ${name}"))?
+        };
+        let roles: Vec<Role> = t.role.iter().chain(t.roles.iter()).copied().collect();
+        if roles.is_empty() {
+            return Err(format!(
+                "{at}: give the token a role: role = \"client\", \"operator\" or \"deployer\", or several as roles = [...]"
+            ));
+        }
+        if t.subject.trim().is_empty() {
+            return Err(format!(
+                "{at}: the subject is empty; name who holds the token"
+            ));
+        }
+        if let Some(twin) = out.iter().find(|e| e.digest == digest) {
+            return Err(format!(
+                "{at}: the same token is configured twice (also for subject {:?}); give each holder its own",
+                twin.principal.subject.0
+            ));
+        }
+        out.push(TokenEntry {
+            digest,
+            principal: Principal {
+                subject: crate::intent::Subject(t.subject.clone()),
+                roles: Roles::of(roles),
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// The `i`-th `[[notifications]]` endpoint, its secret resolved into a signing key.
@@ -449,7 +562,7 @@ mod tests {
             r#"
             listen = "127.0.0.1:8080"
             [[tokens]]
-            token = "t1"
+            token = "t1-0123456789abcdef"
             subject = "alice"
             role = "client"
             [secrets]
@@ -470,7 +583,7 @@ mod tests {
             c.secrets.get("provider_token").unwrap().expose(),
             "abc-defg-hij"
         );
-        assert_eq!(c.tokens[0].role, RoleToml::Client);
+        assert_eq!(c.tokens[0].principal, Principal::new("alice", Role::Client));
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //! component, activate a version, roll back. The same operations as `docket adapter
 //! deploy|activate|rollback|list`; every change is recorded with its author.
 
-use super::auth::Caller;
+use super::auth::{Caller, require};
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
-use super::intents::read_body;
+use super::intents::{key_from_headers, read_body};
+use super::keyed;
 use super::{ContextStore, Ctx};
-use crate::access::{Principal, Role};
+use crate::access::Role;
 use crate::scheduler::Components;
 use crate::scheduler::registry::{self, RegistryError};
 use crate::store::ActiveTarget;
@@ -16,7 +17,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -32,22 +33,18 @@ fn components<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
     })
 }
 
-fn operator(caller: &Principal, what: &str) -> ApiResult<()> {
-    if caller.role != Role::Operator {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            format!("{what} needs the operator role; use an operator token"),
-        ));
-    }
-    Ok(())
-}
-
 /// `GET /v1/adapters`: every stored version by name, which one is active, the declared
 /// contracts, and the registry's latest changes.
 pub(super) async fn list<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
-    Caller(_caller): Caller,
+    Caller(caller): Caller,
 ) -> ApiResult<Json<Value>> {
+    // It names subjects, hosts and secret names: not for clients.
+    require(
+        &caller,
+        &[Role::Operator, Role::Deployer],
+        "reading the adapter registry",
+    )?;
     let stored = ctx.store.stored_components().await?;
     let active = ctx.store.active_components().await?;
     let loaded = ctx.components.as_ref().map(|c| c.all()).unwrap_or_default();
@@ -97,9 +94,15 @@ pub(super) async fn deploy<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    operator(&caller, "deploying a component")?;
+    require(&caller, &[Role::Deployer], "deploying a component")?;
     let components = components(&ctx)?;
+    let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, MAX_COMPONENT_BYTES).await?;
+    let digest = crate::intent::sha256_digest(&bytes);
+    let fresh = match keyed::lookup(&ctx, &caller, "deploy_component", key, digest).await? {
+        Ok(answer) => return Ok(answer),
+        Err(fresh) => fresh,
+    };
     // Checked without registering: refused bytes must never become runnable here.
     let loaded = components.runtime().load(&bytes).await.map_err(|e| {
         ApiError::new(
@@ -128,18 +131,15 @@ pub(super) async fn deploy<S: ContextStore>(
     } else {
         StatusCode::OK
     };
-    Ok((
-        status,
-        Json(json!({
-            "name": c.name(),
-            "version": c.version(),
-            "digest": c.digest,
-            "world": c.world_name(),
-            "state": if deployed.active { "active" } else { "staged" },
-            "declared": c.kind,
-        })),
-    )
-        .into_response())
+    let answer = json!({
+        "name": c.name(),
+        "version": c.version(),
+        "digest": c.digest,
+        "world": c.world_name(),
+        "state": if deployed.active { "active" } else { "staged" },
+        "declared": c.kind,
+    });
+    keyed::keep(&ctx, fresh, status, answer).await
 }
 
 /// `POST /v1/adapters/{name}/activate` with `{"version": "2.0.0"}`, or
@@ -150,14 +150,22 @@ pub(super) async fn change<S: ContextStore>(
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let (name, verb) = path
         .map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
-    operator(&caller, "changing the active version")?;
+    require(&caller, &[Role::Deployer], "changing the active version")?;
+    let key = key_from_headers(&headers)?;
+    let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
+    let request = crate::intent::sha256_digest(
+        format!("{name}\n{verb}\n{}", String::from_utf8_lossy(&bytes)).as_bytes(),
+    );
+    let fresh = match keyed::lookup(&ctx, &caller, "change_adapter", key, request).await? {
+        Ok(answer) => return Ok(answer),
+        Err(fresh) => fresh,
+    };
     let target = match verb.as_str() {
         "activate" => {
-            let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
             let version = serde_json::from_slice::<Value>(&bytes)
                 .ok()
                 .and_then(|v| v.get("version").and_then(Value::as_str).map(str::to_string))
@@ -191,13 +199,14 @@ pub(super) async fn change<S: ContextStore>(
     {
         tracing::warn!("catching up with the registry failed: {e}");
     }
-    Ok(Json(json!({
+    let answer = json!({
         "name": name,
         "active_version": outcome.active.version,
         "digest": outcome.active.digest,
         "previous_digest": outcome.previous,
         "changed": outcome.changed,
-    })))
+    });
+    keyed::keep(&ctx, fresh, StatusCode::OK, answer).await
 }
 
 impl From<RegistryError> for ApiError {

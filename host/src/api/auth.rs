@@ -3,7 +3,7 @@
 
 use super::Context;
 use super::error::{ApiError, ErrorCode};
-use crate::access::Principal;
+use crate::access::{Principal, Role};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use std::sync::Arc;
@@ -25,4 +25,19 @@ impl<S: Send + Sync> FromRequestParts<Arc<Context<S>>> for Caller {
             .map(Caller)
             .map_err(|e| ApiError::new(ErrorCode::Unauthorized, e.0))
     }
+}
+
+/// `403` unless the caller holds one of `any_of`; `what` names the request.
+pub(super) fn require(caller: &Principal, any_of: &[Role], what: &str) -> Result<(), ApiError> {
+    if any_of.iter().any(|r| caller.has(*r)) {
+        return Ok(());
+    }
+    let names: Vec<&str> = any_of.iter().map(|r| r.as_str()).collect();
+    Err(ApiError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "{what} needs the {} role; use a token that holds it",
+            names.join(" or ")
+        ),
+    ))
 }

@@ -27,7 +27,7 @@ pub(super) async fn advance_clock<S: ContextStore>(
     Caller(caller): Caller,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    if caller.role != Role::Operator {
+    if !caller.has(Role::Operator) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
             "moving the clock needs the `operator` role; use an operator's token",
@@ -63,7 +63,7 @@ pub(super) async fn ticks<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Json<TickCounts>> {
-    if caller.role != Role::Operator {
+    if !caller.has(Role::Operator) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
             "reading the tick counts needs the `operator` role; use an operator's token",

@@ -49,6 +49,8 @@ pub enum ErrorCode {
     Internal,
     /// 503: the database is unavailable; nothing was changed, retry later.
     Unavailable,
+    /// 421: open mode answers only to loopback names.
+    Misdirected,
 }
 
 impl ErrorCode {
@@ -62,6 +64,7 @@ impl ErrorCode {
             ErrorCode::InvalidParameter => "invalid_parameter",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Misdirected => "misdirected",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::KeyConflict => "key_conflict",
@@ -85,6 +88,7 @@ impl ErrorCode {
             | ErrorCode::InvalidParameter => StatusCode::BAD_REQUEST,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,

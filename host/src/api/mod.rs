@@ -21,6 +21,7 @@ mod controls;
 mod course;
 mod error;
 mod intents;
+mod keyed;
 mod notifications;
 mod pagination;
 mod policies;
@@ -99,7 +100,30 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
     routes
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            guard::<S>,
+        ))
         .with_state(ctx)
+}
+
+/// Refuses what a browser's ambient authority could send before anything else is looked
+/// at ([`crate::access::check_request`]): a rebound `Host` in open mode (`421`), a
+/// state-changing request from another site (`403`).
+async fn guard<S: ContextStore>(
+    axum::extract::State(ctx): axum::extract::State<Ctx<S>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use crate::access::{RequestRefusal, check_request};
+    use axum::response::IntoResponse;
+    match check_request(ctx.auth.is_open(), request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(RequestRefusal::Misdirected(m)) => {
+            ApiError::new(ErrorCode::Misdirected, m).into_response()
+        }
+        Err(RequestRefusal::CrossSite(m)) => ApiError::new(ErrorCode::Forbidden, m).into_response(),
+    }
 }
 
 async fn no_route(uri: Uri) -> ApiError {

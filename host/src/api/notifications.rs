@@ -20,7 +20,7 @@ pub(super) async fn list<S: ContextStore>(
     Caller(caller): Caller,
     query: Params,
 ) -> ApiResult<Json<Page<NotificationView>>> {
-    if caller.role != Role::Operator {
+    if !caller.has(Role::Operator) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
             "notifications are read by operators; use an operator token",

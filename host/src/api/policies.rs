@@ -1,34 +1,24 @@
-//! Policy versions over HTTP: `POST /v1/policies` deploys a document (an operator; the
+//! Policy versions over HTTP: `POST /v1/policies` deploys a document (a deployer; the
 //! accepting host enforces it before it answers, every other host within a second) and
-//! `GET /v1/policies` lists the versions, newest first.
+//! `GET /v1/policies` lists the versions, newest first (operators and deployers).
 
-use super::auth::Caller;
+use super::auth::{Caller, require};
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
+use super::keyed;
 use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::clock::Clock;
-use crate::intent::{WorkflowId, canonicalize, sha256_digest};
+use crate::intent::{canonicalize, sha256_digest};
 use crate::policy::PolicyDoc;
-use crate::store::{ActionAnswer, ActionScope, NewPolicy, StoredPolicy};
+use crate::store::{NewPolicy, StoredPolicy};
 use crate::view::rfc3339;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
-
-fn operator(caller: &crate::access::Principal) -> ApiResult<()> {
-    if caller.role == Role::Operator {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "policies are deployed and read by operators; use an operator token",
-        ))
-    }
-}
 
 fn summary(p: &StoredPolicy) -> Value {
     json!({
@@ -46,7 +36,7 @@ pub(super) async fn deploy<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    operator(&caller)?;
+    require(&caller, &[Role::Deployer], "deploying a policy")?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let fields = super::course::object(&bytes)?;
@@ -58,25 +48,13 @@ pub(super) async fn deploy<S: ContextStore>(
         .with_details(vec![json!({"pointer": "/document"})]));
     };
     let digest = sha256_digest(document.as_bytes());
-    let scope = ActionScope {
-        subject: caller.subject.clone(),
-        workflow_id: WorkflowId(String::new()),
-        step: String::new(),
-        action: "deploy_policy".into(),
-        key,
-    };
     let request_digest = canonicalize(&json!({"document": document}))
         .map_err(ApiError::internal)?
         .digest;
-    if let Some(known) = ctx.store.action(&scope).await? {
-        if known.request_digest != request_digest {
-            return Err(crate::operator::DeskError::KeyConflict(Box::new(scope)).into());
-        }
-        if let Some(ActionAnswer::Applied(text)) = known.answer {
-            let body: Value = serde_json::from_str(&text).map_err(ApiError::internal)?;
-            return Ok((StatusCode::CREATED, Json(body)).into_response());
-        }
-    }
+    let fresh = match keyed::lookup(&ctx, &caller, "deploy_policy", key, request_digest).await? {
+        Ok(answer) => return Ok(answer),
+        Err(fresh) => fresh,
+    };
     if let Err(problems) = PolicyDoc::parse(document) {
         return Err(ApiError::new(
             ErrorCode::InvalidDocument,
@@ -114,16 +92,7 @@ pub(super) async fn deploy<S: ContextStore>(
         ctx.store.release_policy_blocks(stored.version, now).await?;
         ctx.wake.notify_one();
     }
-    let body = summary(&stored);
-    ctx.store
-        .remember(
-            scope,
-            request_digest,
-            ActionAnswer::Applied(body.to_string()),
-            now,
-        )
-        .await?;
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    keyed::keep(&ctx, fresh, StatusCode::CREATED, summary(&stored)).await
 }
 
 /// `GET /v1/policies`, newest first, each with its document.
@@ -131,7 +100,11 @@ pub(super) async fn list<S: ContextStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Json<Value>> {
-    operator(&caller)?;
+    require(
+        &caller,
+        &[Role::Operator, Role::Deployer],
+        "reading the policy versions",
+    )?;
     let data: Vec<Value> = ctx
         .store
         .policies()

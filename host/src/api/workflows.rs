@@ -261,7 +261,7 @@ pub(super) async fn list<S: ContextStore>(
         })?),
     };
     let filter = WorkflowFilter {
-        subject: (caller.role != Role::Operator).then(|| caller.subject.clone()),
+        subject: (!caller.has(Role::Operator)).then(|| caller.subject.clone()),
         state,
         workflow: params.get("workflow").filter(|w| !w.is_empty()).cloned(),
         before: page.after,

@@ -16,10 +16,10 @@ mod supervisor;
 
 pub use supervisor::{Supervisor, TaskEnd};
 
-use crate::access::{Auth, Principal, Role};
+use crate::access::Auth;
 use crate::capabilities::{AdapterPolicy, HostRule};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{HostConfig, RoleToml};
+use crate::config::HostConfig;
 use crate::context::{Context, ContextStore, Limits};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig, Ticks};
@@ -596,19 +596,12 @@ fn auth(config: &HostConfig) -> Auth {
     if config.tokens.is_empty() {
         return Auth::open();
     }
-    Auth::with_tokens(config.tokens.iter().map(|t| {
-        let role = match t.role {
-            RoleToml::Client => Role::Client,
-            RoleToml::Operator => Role::Operator,
-        };
-        (
-            t.token.clone(),
-            Principal {
-                subject: crate::intent::Subject(t.subject.clone()),
-                role,
-            },
-        )
-    }))
+    Auth::with_digests(
+        config
+            .tokens
+            .iter()
+            .map(|t| (t.digest.clone(), t.principal.clone())),
+    )
 }
 
 /// Deploys every `*.toml` in `dir`; a changed file under a deployed version stops the host.

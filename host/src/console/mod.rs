@@ -56,7 +56,31 @@ pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             post(act::<S>),
         )
         .route("/console/adapters", get(adapters::<S>))
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            guard::<S>,
+        ))
         .with_state(console)
+}
+
+/// The API's request checks ([`crate::access::check_request`]) for the console's pages and
+/// forms — sign-in and sign-out included — answered as a page.
+async fn guard<S: ContextStore>(
+    State(c): State<Shared<S>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use crate::access::{RequestRefusal, check_request};
+    match check_request(c.ctx.auth.is_open(), request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            let status = match refusal {
+                RequestRefusal::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
+                RequestRefusal::CrossSite(_) => StatusCode::FORBIDDEN,
+            };
+            html(status, pages::refused(refusal.message()))
+        }
+    }
 }
 
 fn html(status: StatusCode, page: Markup) -> Response {
@@ -140,7 +164,7 @@ async fn sign_in<S: ContextStore>(
             );
         }
     };
-    if principal.role != crate::access::Role::Operator {
+    if !principal.has(crate::access::Role::Operator) {
         return html(
             StatusCode::FORBIDDEN,
             pages::sign_in(

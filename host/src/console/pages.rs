@@ -154,6 +154,18 @@ pub fn sign_in(open: bool, error: Option<&str>) -> Markup {
     )
 }
 
+/// A request refused before anyone signed in (another site's page, a rebound name).
+pub fn refused(message: &str) -> Markup {
+    layout(
+        None,
+        "Refused",
+        html! {
+            h1 { "Refused" }
+            div.box.error { (message) }
+        },
+    )
+}
+
 pub fn problem(who: &Session, message: &str) -> Markup {
     layout(
         Some(who),
@@ -654,7 +666,7 @@ fn budget_section(
             @if let Some(c) = &budget.cost { (row("Cost units", c)) }
             tr { td { "Recovery room" } td colspan="2" { (budget.recovery_queries_left) " recovery queries left once the attempts are spent" } }
         }
-        @if open && who.principal.role == crate::access::Role::Operator {
+        @if open && who.principal.has(crate::access::Role::Operator) {
             form.action.box method="post" action={ "/console/workflows/" (path_part(workflow_id)) "/course/budget" } {
                 h3 { "Extend the budget" }
                 p.muted { (course_consequence("budget")) }

@@ -54,7 +54,8 @@ pub async fn start<S: SessionStore>(
         .start_session(ConsoleSession {
             id_digest: sha256_digest(id.as_bytes()),
             subject: principal.subject.0.clone(),
-            role: principal.role.as_str().to_string(),
+            // The console acts as an operator, whatever else the token may do.
+            role: Role::Operator.as_str().to_string(),
             csrf: random_token(),
             started_at: now,
             expires_at: now + LIFETIME.as_millis() as Millis,
@@ -98,7 +99,7 @@ pub async fn of_request<S: SessionStore>(
     Ok(Some(Session {
         principal: Principal {
             subject,
-            role: Role::Operator,
+            roles: Role::Operator.into(),
         },
         csrf: stored.csrf,
     }))

@@ -89,7 +89,7 @@ pub async fn extend_budget<S: ContextStore>(
     key: String,
 ) -> Result<BudgetView, DeskError> {
     let record = super::desk::visible(ctx, caller, workflow_id).await?;
-    if caller.role != Role::Operator {
+    if !caller.has(Role::Operator) {
         return Err(DeskError::Forbidden);
     }
     let def = super::desk::required_definition(ctx, &record).await?;

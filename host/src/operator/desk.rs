@@ -126,7 +126,7 @@ pub async fn perform<S: ContextStore>(
 ) -> Result<ActionResult, DeskError> {
     let Target { workflow_id, step } = target;
     let record = visible(ctx, caller, &workflow_id).await?;
-    if caller.role != Role::Operator {
+    if !caller.has(Role::Operator) {
         return Err(DeskError::Forbidden);
     }
     let steps = ctx.store.steps(&record.workflow_id).await?;

@@ -153,10 +153,7 @@ async fn every_host_on_the_database_knows_a_session_until_it_ends() {
         dir.path(),
         docket::access::Auth::with_tokens([(
             "op-token".to_string(),
-            docket::access::Principal {
-                subject: docket::intent::Subject("alice".into()),
-                role: docket::access::Role::Operator,
-            },
+            docket::access::Principal::new("alice", docket::access::Role::Operator),
         )]),
     )
     .await;

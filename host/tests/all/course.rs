@@ -13,15 +13,15 @@ const SETTLED: &[&str] = &["completed", "needs_review", "failed", "cancelled"];
 /// The owner (a client) and an operator, by token.
 const TOKENS: &str = r#"
 [[tokens]]
-token = "owner"
+token = "owner-token-0123456789"
 subject = "team-a"
 role = "client"
 [[tokens]]
-token = "stranger"
+token = "stranger-token-0123456789"
 subject = "team-b"
 role = "client"
 [[tokens]]
-token = "ops"
+token = "ops-token-0123456789"
 subject = "alice"
 role = "operator"
 "#;
@@ -104,8 +104,19 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
         ..HostOptions::default()
     })
     .await;
-    let id = submit(&host, "document-delivery", "cancel-early", Some("owner")).await;
-    let (_, wf) = get(&host, &format!("/v1/workflows/{id}"), Some("owner")).await;
+    let id = submit(
+        &host,
+        "document-delivery",
+        "cancel-early",
+        Some("owner-token-0123456789"),
+    )
+    .await;
+    let (_, wf) = get(
+        &host,
+        &format!("/v1/workflows/{id}"),
+        Some("owner-token-0123456789"),
+    )
+    .await;
     assert_eq!(wf["actions"][0]["action"], "cancel", "{wf:#}");
     assert_eq!(wf["actions"][0]["label"], "Cancel request");
     assert_eq!(wf["actions"][0]["consequences"], json!([]));
@@ -117,24 +128,37 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
         &host,
         &path,
         "c-0",
-        Some("stranger"),
+        Some("stranger-token-0123456789"),
         json!({"reason": "x"}),
     )
     .await;
     assert_eq!(status, 404);
-    let (status, body) = post(&host, &path, "c-0", Some("owner"), json!({})).await;
+    let (status, body) = post(
+        &host,
+        &path,
+        "c-0",
+        Some("owner-token-0123456789"),
+        json!({}),
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["details"][0]["pointer"], "/reason");
 
     // The owner and an operator press at the same moment, under different keys.
     let reason = json!({"reason": "ordered by mistake"});
     let (a, b) = tokio::join!(
-        post(&host, &path, "c-1", Some("owner"), reason.clone()),
+        post(
+            &host,
+            &path,
+            "c-1",
+            Some("owner-token-0123456789"),
+            reason.clone()
+        ),
         post(
             &host,
             &path,
             "c-2",
-            Some("ops"),
+            Some("ops-token-0123456789"),
             json!({"reason": "asked by phone"})
         ),
     );
@@ -159,14 +183,25 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
 
     // The same key again answers as it did; a third key answers with the same one.
     let creator = if created["requested_by"] == "team-a" {
-        ("c-1", "owner", reason.clone())
+        ("c-1", "owner-token-0123456789", reason.clone())
     } else {
-        ("c-2", "ops", json!({"reason": "asked by phone"}))
+        (
+            "c-2",
+            "ops-token-0123456789",
+            json!({"reason": "asked by phone"}),
+        )
     };
     let (status, again) = post(&host, &path, creator.0, Some(creator.1), creator.2).await;
     assert_eq!(status, 202, "{again}");
     assert_eq!(again, created);
-    let (status, other) = post(&host, &path, "c-3", Some("ops"), reason.clone()).await;
+    let (status, other) = post(
+        &host,
+        &path,
+        "c-3",
+        Some("ops-token-0123456789"),
+        reason.clone(),
+    )
+    .await;
     assert_eq!(status, 200, "{other}");
     assert_eq!(other["cancellation_id"], created["cancellation_id"]);
     // The same key with another body is a conflict, and changes nothing.
@@ -181,7 +216,12 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     assert_eq!(status, 409, "{conflict}");
     assert_eq!(conflict["error"]["code"], "key_conflict");
 
-    let (_, wf) = get(&host, &format!("/v1/workflows/{id}"), Some("ops")).await;
+    let (_, wf) = get(
+        &host,
+        &format!("/v1/workflows/{id}"),
+        Some("ops-token-0123456789"),
+    )
+    .await;
     assert_eq!(wf["state"], "cancelled", "{wf:#}");
     assert!(wf["ended_at"].is_string(), "{wf:#}");
     assert_eq!(wf["status_text"], "Cancelled");
@@ -193,7 +233,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     let (status, progress) = get(
         &host,
         &format!("/v1/workflows/{id}/cancellation"),
-        Some("owner"),
+        Some("owner-token-0123456789"),
     )
     .await;
     assert_eq!(status, 200, "{progress}");
@@ -202,7 +242,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     let (_, page) = get(
         &host,
         &format!("/v1/workflows/{id}/timeline?limit=500"),
-        Some("ops"),
+        Some("ops-token-0123456789"),
     )
     .await;
     let timeline = page.to_string();
@@ -216,7 +256,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
         "{timeline}"
     );
     // A cancelled workflow's cancellation answers again, whatever the key.
-    let (status, _) = post(&host, &path, "c-4", Some("owner"), reason).await;
+    let (status, _) = post(&host, &path, "c-4", Some("owner-token-0123456789"), reason).await;
     assert_eq!(status, 200);
     assert!(host.world().await.is_empty());
 }

@@ -58,6 +58,7 @@ mod runtime_http_delivery;
 mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
+mod security;
 mod store_conformance;
 mod supervision;
 #[path = "../support/wait.rs"]

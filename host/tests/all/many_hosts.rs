@@ -401,6 +401,7 @@ async fn every_host_picks_up_an_activation_and_a_rollback_within_the_bound() {
     let v2 = std::fs::read(docket::guests::path("http-delivery-2").unwrap()).unwrap();
     let r = client
         .post(format!("{}/v1/adapters", admitting.url))
+        .header("Idempotency-Key", "deploy-v2")
         .body(v2)
         .send()
         .await
@@ -436,6 +437,7 @@ async fn every_host_picks_up_an_activation_and_a_rollback_within_the_bound() {
                 "{}/v1/adapters/http-delivery/{action}",
                 admitting.url
             ))
+            .header("Idempotency-Key", action)
             .json(&body)
             .send()
             .await

@@ -260,15 +260,15 @@ async fn actions_need_an_operator_and_abandon_ends_the_step() {
         workflows: vec![Contract::FireAndForget.definition()],
         config: r#"
 [[tokens]]
-token = "client-a"
+token = "client-a-token-0123456789"
 subject = "team-a"
 role = "client"
 [[tokens]]
-token = "client-b"
+token = "client-b-token-0123456789"
 subject = "team-b"
 role = "client"
 [[tokens]]
-token = "ops"
+token = "ops-token-0123456789"
 subject = "alice"
 role = "operator"
 "#
@@ -279,7 +279,7 @@ role = "operator"
     host.faults(json!({"lose_next": 1})).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/intents", host.url))
-        .bearer_auth("client-a")
+        .bearer_auth("client-a-token-0123456789")
         .header("Idempotency-Key", "abandon-1")
         .json(&json!({"workflow": Contract::FireAndForget.workflow(), "input": document("x")}))
         .send()
@@ -294,7 +294,7 @@ role = "operator"
         || async {
             let r = reqwest::Client::new()
                 .get(format!("{}/v1/workflows/{id}", host.url))
-                .bearer_auth("ops")
+                .bearer_auth("ops-token-0123456789")
                 .send()
                 .await
                 .unwrap();
@@ -316,7 +316,7 @@ role = "operator"
         "resolve",
         "a-1",
         abandon.clone(),
-        Some("client-a"),
+        Some("client-a-token-0123456789"),
     )
     .await;
     assert_eq!(
@@ -329,20 +329,28 @@ role = "operator"
         "resolve",
         "a-1",
         abandon.clone(),
-        Some("client-b"),
+        Some("client-b-token-0123456789"),
     )
     .await;
     assert_eq!(
         (status, body["error"]["code"].clone()),
         (404, json!("not_found"))
     );
-    let (status, body) = act(&host, &id, "resolve", "a-1", abandon.clone(), Some("ops")).await;
+    let (status, body) = act(
+        &host,
+        &id,
+        "resolve",
+        "a-1",
+        abandon.clone(),
+        Some("ops-token-0123456789"),
+    )
+    .await;
     assert_eq!(status, 200, "{body:#}");
     assert_eq!(body["state"], "failed_terminal");
     assert!(body["receipt"].is_null());
     let r = reqwest::Client::new()
         .get(format!("{}/v1/workflows/{id}", host.url))
-        .bearer_auth("ops")
+        .bearer_auth("ops-token-0123456789")
         .send()
         .await
         .unwrap();
@@ -354,7 +362,7 @@ role = "operator"
             "{}/v1/workflows/{id}/steps/deliver/escalate",
             host.url
         ))
-        .bearer_auth("ops")
+        .bearer_auth("ops-token-0123456789")
         .json(&json!({"note": "x"}))
         .send()
         .await

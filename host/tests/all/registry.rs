@@ -38,7 +38,13 @@ async fn request(
     url: String,
     body: Option<reqwest::Body>,
 ) -> (u16, Value) {
-    let mut r = reqwest::Client::new().request(method, url);
+    // Every POST under /v1/ names itself; each call here is a new request.
+    static KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut r = reqwest::Client::new().request(method.clone(), url);
+    if method == reqwest::Method::POST {
+        let n = KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        r = r.header("Idempotency-Key", format!("registry-{n}"));
+    }
     if let Some(b) = body {
         r = r.body(b);
     }

@@ -5,7 +5,7 @@ use docket::access::{Auth, Principal, Role};
 use docket::api::router;
 use docket::clock::{Clock, SystemClock};
 use docket::context::{Context, ContextStore, Limits};
-use docket::intent::{AttemptOutcome, EvidenceKind, ReceiptId, Subject};
+use docket::intent::{AttemptOutcome, EvidenceKind, ReceiptId};
 use docket::scheduler::Deployments;
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
@@ -108,10 +108,7 @@ pub struct Host {
 }
 
 pub fn principal(subject: &str, role: Role) -> Principal {
-    Principal {
-        subject: Subject(subject.to_string()),
-        role,
-    }
+    Principal::new(subject, role)
 }
 
 /// alice and bob are clients, ops is an operator.
