@@ -155,7 +155,7 @@ impl App {
             )));
         }
         let clock = SystemClock::new();
-        let sim = embed_simulator(options, &mut config, &clock).await?;
+        let sim = embed_simulator(options, &mut config, &clock, listen).await?;
         let db = options
             .db
             .clone()
@@ -265,27 +265,49 @@ struct Parts<'a> {
     listen: SocketAddr,
 }
 
-/// The embedded provider simulator stands in for a delivery service nobody configured.
-/// It reads the host's clock, so moving that clock (test controls) moves the provider's
-/// time too: key retention and eventual visibility stay consistent with the host's.
+/// Whether the built-in provider simulator may stand in for a delivery service nobody
+/// configured: only in the zero-config development mode — no tokens, a loopback listener,
+/// environment `development` — never on a host that could be production.
+pub fn simulator_allowed(config: &HostConfig, listen: SocketAddr) -> bool {
+    config.tokens.is_empty()
+        && listen.ip().is_loopback()
+        && config.environment == crate::scheduler::DEFAULT_ENVIRONMENT
+}
+
+/// The embedded provider simulator stands in for a delivery service nobody configured, in
+/// the development mode only ([`simulator_allowed`]). It reads the host's clock, so moving
+/// that clock (test controls) moves the provider's time too: key retention and eventual
+/// visibility stay consistent with the host's. It never replaces a secret the operator
+/// configured (it takes that token), and serves its fault endpoint only with
+/// `--test-controls`.
 async fn embed_simulator(
     options: &Options,
     config: &mut HostConfig,
     clock: &Arc<SystemClock>,
+    listen: SocketAddr,
 ) -> Result<Option<RunningSim>, AppError> {
-    if config.policy.adapters.contains_key("http-delivery") {
+    if config.policy.adapters.contains_key("http-delivery") || !simulator_allowed(config, listen) {
         return Ok(None);
     }
     let host_clock = clock.clone();
     let sim_clock: crate::sim::Clock =
         Arc::new(move || std::time::UNIX_EPOCH + Duration::from_millis(host_clock.now_ms()));
-    let running = ProviderSim::with_clock(SimConfig::default(), sim_clock)
+    let token = config
+        .secrets
+        .get("provider_token")
+        .map(|t| t.expose().to_string())
+        .unwrap_or_else(|| SimConfig::DEFAULT_TOKEN.to_string());
+    let sim_config = SimConfig {
+        fault_endpoint: options.test_controls,
+        ..SimConfig::new(token.clone())
+    };
+    let running = ProviderSim::with_clock(sim_config, sim_clock)
         .spawn(options.sim_listen)
         .await
         .setup(|| "starting the built-in provider simulator".into())?;
     let url = running.base_url();
     tracing::warn!(
-        "no delivery service configured: http-delivery (and its variants) point at the built-in provider simulator at {url}"
+        "development mode: no delivery service configured, so http-delivery (and its variants) point at the built-in provider simulator at {url}; nothing leaves this machine"
     );
     let rule = url
         .parse::<HostRule>()
@@ -300,9 +322,9 @@ async fn embed_simulator(
             },
         );
     }
-    config
-        .secrets
-        .insert("provider_token", SimConfig::DEFAULT_TOKEN);
+    if config.secrets.get("provider_token").is_none() {
+        config.secrets.insert("provider_token", token.as_str());
+    }
     Ok(Some(running))
 }
 

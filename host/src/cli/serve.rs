@@ -52,6 +52,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let app = App::build(&args.options(), config).await?;
     // A line on stdout that scripts (and tests) can wait for.
     println!("docket listening on http://{}", app.addr);
+    if let Some(sim) = app.simulator() {
+        println!(
+            "development mode: deliveries go to the built-in provider simulator at {} (configure [adapters.http-delivery] for a real provider)",
+            sim.base_url()
+        );
+    }
     // Ctrl-C or SIGTERM (what service managers send): a graceful stop.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let signalled = async move {

@@ -445,6 +445,11 @@ impl Components {
         Ok(self.runtime.prepare(component, &grant, &settings)?)
     }
 
+    /// Whether this host's config has an `[adapters.<component>]` section.
+    pub fn has_allowance(&self, component: &str) -> bool {
+        self.policy.adapters.contains_key(component)
+    }
+
     /// The operator settings of an adapter.
     pub fn settings(&self, component: &str) -> BTreeMap<String, String> {
         self.policy.adapter(component).settings
@@ -481,6 +486,10 @@ impl CheckEnv for Components {
 
     fn allows_secret(&self, component: &str, secret: &str) -> bool {
         self.policy.allows_secret(component, secret)
+    }
+
+    fn has_allowance(&self, component: &str) -> bool {
+        self.policy.adapters.contains_key(component)
     }
 
     fn declares_compensation(&self, component: &str, version: &semver::Version) -> Option<bool> {

@@ -334,6 +334,16 @@ where
         if step.kind == StepKind::Adapter {
             self.failpoint(1, claimed);
         }
+        // A definition deployed by another host may ask for an adapter this host was given
+        // no allowance for: it is not this host's to run, and never with an empty grant.
+        let requests = &step.capabilities;
+        let requests_any = !(requests.outbound_hosts.is_empty() && requests.secrets.is_empty());
+        if step.kind == StepKind::Adapter
+            && requests_any
+            && !self.components.has_allowance(&step.component)
+        {
+            return Some(self.missing_allowance(claimed, step));
+        }
         // A recovery query only gathers evidence about an effect that may already have
         // happened: once the attempts are spent it draws on a reserve, so an outcome is not
         // left unasked. A compensation reverses an effect: a budget never refuses one.
@@ -476,6 +486,35 @@ where
             note,
             event,
         )
+    }
+
+    /// The step is blocked: this host has no `[adapters.<component>]` section.
+    fn missing_allowance(&self, claimed: &Claimed, step: &StepDef) -> Ending {
+        let message = format!(
+            "host {} has no [adapters.{}] section, so it may not run `{}`; add the allowance to its docket.toml, or leave the step to a host that has it, then retry",
+            self.config.owner, step.component, step.component
+        );
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("{} blocked: {message}", step.label),
+        );
+        Ending {
+            blocked: Some(crate::store::Blocked {
+                reason: "missing_allowance".into(),
+                limit: None,
+                policy_version: None,
+                message: message.clone(),
+            }),
+            charge: Charge::Nothing,
+            ..Ending::terminal(
+                StepState::Blocked,
+                AttemptOutcome::Interrupted,
+                message,
+                event,
+            )
+        }
     }
 
     /// The attempt is refused before it starts and the step is blocked, naming the limit;

@@ -91,6 +91,9 @@ pub struct SimConfig {
     pub faults: Faults,
     /// How long an idempotency key is remembered; after that the same key creates again.
     pub key_retention: Duration,
+    /// Whether `POST /v1/_faults` is served (a host's embedded simulator serves it only
+    /// with `--test-controls`).
+    pub fault_endpoint: bool,
 }
 
 impl SimConfig {
@@ -106,6 +109,7 @@ impl SimConfig {
             token: token.into(),
             faults: Faults::default(),
             key_retention: Self::DEFAULT_KEY_RETENTION,
+            fault_endpoint: true,
         }
     }
 }
@@ -126,6 +130,7 @@ pub struct ProviderSim {
 
 struct Shared {
     token: String,
+    fault_endpoint: bool,
     clock: Clock,
     world: Mutex<World>,
 }
@@ -153,6 +158,7 @@ impl ProviderSim {
         Self {
             shared: Arc::new(Shared {
                 token: config.token,
+                fault_endpoint: config.fault_endpoint,
                 clock,
                 world: Mutex::new(world),
             }),

@@ -44,12 +44,14 @@ struct LostResponse;
 
 /// The protocol's routes, with the simulator as state.
 pub(crate) fn router(sim: ProviderSim) -> Router {
-    Router::new()
+    let mut routes = Router::new()
         .route("/v1/deliveries", post(create).get(lookup))
         .route("/v1/deliveries/{id}/cancel", post(cancel))
-        .route("/v1/_world", get(world))
-        .route("/v1/_faults", post(patch_faults))
-        .with_state(sim)
+        .route("/v1/_world", get(world));
+    if sim.shared.fault_endpoint {
+        routes = routes.route("/v1/_faults", post(patch_faults));
+    }
+    routes.with_state(sim)
 }
 
 /// Accepts connections until dropped; dropping also aborts every connection task.

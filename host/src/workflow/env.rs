@@ -43,6 +43,8 @@ pub trait CheckEnv {
     fn allows_host(&self, component: &str, host: &str) -> bool;
     /// Whether the operator's config allows `component` the secret `secret`.
     fn allows_secret(&self, component: &str, secret: &str) -> bool;
+    /// Whether the operator's config has an `[adapters.<component>]` section at all.
+    fn has_allowance(&self, component: &str) -> bool;
     /// Whether version `version` of `component` declares compensation; `None` when its
     /// contract is not known here.
     fn declares_compensation(&self, component: &str, version: &Version) -> Option<bool>;
@@ -115,6 +117,10 @@ impl CheckEnv for StaticEnv {
         self.secrets
             .get(component)
             .is_some_and(|s| s.contains(secret))
+    }
+
+    fn has_allowance(&self, component: &str) -> bool {
+        self.hosts.contains_key(component) || self.secrets.contains_key(component)
     }
 
     fn declares_compensation(&self, component: &str, version: &Version) -> Option<bool> {
@@ -207,6 +213,11 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
     true
 }
 
+/// Where a step's missing allowance is reported: its `component`.
+fn ctx_span(step: &StepToml) -> std::ops::Range<usize> {
+    step.component.span()
+}
+
 fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
     let Some(caps) = &step.capabilities else {
         return;
@@ -215,6 +226,19 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
         return; // A handler's request is refused by the file checks.
     }
     let name = step.component.get_ref();
+    let requests_any = !(caps.outbound_hosts.is_empty() && caps.secrets.is_empty());
+    if requests_any && !env.has_allowance(name) {
+        diags.push(
+            Diagnostic::new(format!(
+                "the host config has no [adapters.{name}] section, so `{name}` may reach no host and read no secret"
+            ))
+            .at(ctx_span(step))
+            .help(format!(
+                "add [adapters.{name}] with allow_hosts, allow_secrets and settings to docket.toml (the built-in provider simulator stands in only in development mode: no tokens, a loopback listener, environment = \"development\")"
+            )),
+        );
+        return;
+    }
     for host in &caps.outbound_hosts {
         let host_text = host.get_ref();
         // A malformed entry is reported by the file checks; asking about it adds nothing.

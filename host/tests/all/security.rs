@@ -294,3 +294,168 @@ async fn roles_separate_clients_operators_and_deployers() {
     .await;
     assert_eq!(got, 200);
 }
+
+/// `docket serve` with `config`, expected to refuse to start: its exit status and log.
+fn refused_start(config: &str) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let workflows = crate::host_process::repo_root().join("workflows");
+    let path = dir.path().join("docket.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "workflows = {:?}\n{config}",
+            workflows.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .args(["--db", &dir.path().join("docket.db").display().to_string()])
+        .env("DOCKET_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+/// The built-in simulator never stands in for a real provider: a host with tokens, or in
+/// another environment than development, whose definitions need `http-delivery` without an
+/// allowance refuses to start and names the section to add.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_simulator_never_stands_in_for_a_provider_outside_development() {
+    for config in [
+        "[[tokens]]\ntoken = \"operator-token-0123456789\"\nsubject = \"ops\"\nrole = \"operator\"\n",
+        "environment = \"production\"\n",
+    ] {
+        let (status, log) = refused_start(config);
+        assert!(!status.success(), "{config}: {log}");
+        assert!(
+            log.contains("no [adapters.http-delivery] section"),
+            "{config}: {log}"
+        );
+        assert!(!log.contains("built-in provider simulator at"), "{log}");
+    }
+}
+
+/// In development mode the simulator stands in, says so, keeps an operator's own
+/// `provider_token`, and has no fault endpoint without `--test-controls`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_development_simulator_keeps_a_configured_secret_and_hides_its_faults() {
+    let host = HostProcess::start(HostOptions {
+        without_test_controls: true,
+        config: "[secrets]\nvalues = { provider_token = \"my-own-provider-token\" }\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    assert!(
+        host.log_text().contains("development mode"),
+        "{}",
+        host.log_text()
+    );
+    let faults = reqwest::Client::new()
+        .post(format!("{}/v1/_faults", host.sim_url))
+        .json(&json!({"lose_next": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(faults.status().as_u16(), 404, "no fault endpoint");
+    // The simulator took the operator's token rather than replacing it with its own.
+    let (status, created) = host
+        .submit(
+            "document-delivery",
+            "own-token",
+            crate::host_process::document("Own"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review"],
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let with = |token: &str| {
+        reqwest::Client::new()
+            .get(format!("{}/v1/deliveries?client_reference=x", host.sim_url))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    assert_eq!(
+        with("docket-sim-token").await.unwrap().status().as_u16(),
+        401
+    );
+    assert_ne!(
+        with("my-own-provider-token")
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+}
+
+/// A step claimed on a host without the adapter's allowance (its definition was deployed
+/// by another host) is blocked `missing_allowance`; nothing is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_on_a_host_without_the_allowance_is_blocked() {
+    let database = crate::postgres::TestDatabase::create().await;
+    let sim = docket::sim::ProviderSim::start(
+        docket::sim::SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let admitting = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        provider: Some(sim.base_url()),
+        config: "host_id = \"admitting\"\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let running = HostProcess::start(HostOptions {
+        db: Some(database.url.clone()),
+        config: format!("host_id = \"bare\"\n{ROLES}"),
+        no_workflow_files: true,
+        no_provider: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = admitting
+        .submit(
+            "document-delivery",
+            "bare-1",
+            crate::host_process::document("Bare"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = admitting
+        .wait_for(
+            id,
+            &["needs_review", "completed"],
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    let deliver = &wf["steps"][2];
+    assert_eq!(deliver["state"], "blocked", "{wf:#}");
+    assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
+    assert!(
+        deliver["blocked"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[adapters.http-delivery]"),
+        "{wf:#}"
+    );
+    assert!(sim.sim().world().is_empty(), "nothing was sent");
+    drop(running);
+    database.drop_now().await;
+}

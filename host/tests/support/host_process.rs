@@ -101,6 +101,8 @@ pub struct HostProcess {
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
     client: reqwest::Client,
+    /// The provider a host with tokens delivers to, when the test gave none.
+    _provider: Option<docket::sim::RunningSim>,
 }
 
 /// A free loopback port (bound and released; good enough for tests on one machine).
@@ -138,10 +140,27 @@ pub struct HostOptions {
     pub pause_execution: bool,
     /// Start with an empty workflows directory (definitions come from the database).
     pub no_workflow_files: bool,
+    /// No provider allowance at all, even where the host embeds no simulator.
+    pub no_provider: bool,
 }
 
 impl HostProcess {
-    pub async fn start(options: HostOptions) -> Self {
+    pub async fn start(mut options: HostOptions) -> Self {
+        // Only the zero-config development host embeds the provider simulator: a host with
+        // tokens or another environment is given one of the test's own.
+        let mut own_provider = None;
+        let production_like =
+            options.config.contains("[[tokens]]") || options.config.contains("environment =");
+        if options.provider.is_none() && production_like && !options.no_provider {
+            let sim = docket::sim::ProviderSim::start(
+                docket::sim::SimConfig::new(PROVIDER_TOKEN),
+                "127.0.0.1:0".parse().unwrap(),
+            )
+            .await
+            .unwrap();
+            options.provider = Some(sim.base_url());
+            own_provider = Some(sim);
+        }
         let dir = options.dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
         let cache = dir.path().join("components");
         if !cache.exists() {
@@ -217,6 +236,7 @@ impl HostProcess {
             dir,
             log,
             client: reqwest::Client::new(),
+            _provider: own_provider,
         }
     }
 
