@@ -19,8 +19,9 @@ const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 86_400);
 /// The shortest secret value a configuration may hold.
 pub const MIN_SECRET_CHARS: usize = 8;
 
-/// `docket.toml` as written.
-#[derive(Debug, Default, Deserialize)]
+/// `docket.toml` as written. Not `Debug`: it holds tokens, secret values and the database
+/// URL's password as written.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostConfigToml {
     pub listen: Option<SocketAddr>,
@@ -40,6 +41,11 @@ pub struct HostConfigToml {
     /// The environment deployed policies judge this host's attempts in (default
     /// `development`), e.g. `production`.
     pub environment: Option<String>,
+    /// Whether components may be uploaded over HTTP (`POST /v1/adapters`; default true).
+    pub api_uploads: Option<bool>,
+    /// Whether activating a version needs a passing `docket adapter verify` verdict
+    /// (default false).
+    pub require_verified: Option<bool>,
     #[serde(default)]
     pub tokens: Vec<TokenToml>,
     #[serde(default)]
@@ -118,8 +124,8 @@ impl std::fmt::Debug for TokenEntry {
 /// The shortest token a configuration may hold: a shorter one is guessable.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
-/// Where secret values come from.
-#[derive(Debug, Default, Deserialize)]
+/// Where secret values come from. Not `Debug`: it may hold secret values.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretsToml {
     /// Values written in the file (development only).
@@ -139,6 +145,9 @@ pub struct AdapterToml {
     pub allow_secrets: Vec<String>,
     #[serde(default)]
     pub settings: BTreeMap<String, String>,
+    /// Pins the allowance to these component digests (`sha256:<hex>`).
+    #[serde(default)]
+    pub digests: Vec<String>,
 }
 
 /// Host limits.
@@ -169,8 +178,8 @@ pub enum ConfigError {
     Invalid { path: String, message: String },
 }
 
-/// Validated host settings.
-#[derive(Debug)]
+/// Validated host settings. Its `Debug` never shows a token, a secret value or the
+/// database URL's password.
 pub struct HostConfig {
     pub listen: Option<SocketAddr>,
     pub db: Option<String>,
@@ -180,6 +189,8 @@ pub struct HostConfig {
     pub host_id: Option<String>,
     /// What deployed policies match in `environments`.
     pub environment: String,
+    pub api_uploads: bool,
+    pub require_verified: bool,
     pub tokens: Vec<TokenEntry>,
     pub secrets: SecretSource,
     pub policy: HostPolicy,
@@ -193,6 +204,23 @@ pub struct HostConfig {
     pub max_body_bytes: usize,
     pub notifications: Vec<crate::notify::Endpoint>,
     pub notification_retention: Duration,
+}
+
+impl std::fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("listen", &self.listen)
+            .field(
+                "db",
+                &self.db.as_deref().map(crate::store::without_password),
+            )
+            .field("workflows", &self.workflows)
+            .field("environment", &self.environment)
+            .field("tokens", &self.tokens)
+            .field("secrets", &self.secrets)
+            .field("notifications", &self.notifications)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HostConfig {
@@ -283,6 +311,11 @@ impl HostConfig {
         for (k, v) in &raw.secrets.values {
             found.push((format!("[secrets] values.{k}"), k.clone(), v.clone()));
         }
+        if raw.secrets.env_prefix.as_deref() == Some("") {
+            return Err(invalid(
+                "[secrets] env_prefix = \"\" would make every environment variable of the process a secret; use a prefix such as \"DOCKET_SECRET_\"".into(),
+            ));
+        }
         if let Some(prefix) = &raw.secrets.env_prefix {
             // `vars_os`: one variable of the process that is not UTF-8 is no reason to fail;
             // one of ours is, by name.
@@ -321,12 +354,27 @@ impl HostConfig {
                 .map(|h| h.parse::<HostRule>())
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| invalid(format!("[adapters.{component}] allow_hosts: {e}")))?;
+            let digests = a
+                .digests
+                .iter()
+                .map(|d| {
+                    let hex = d.strip_prefix("sha256:").unwrap_or_default();
+                    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        Ok(d.to_ascii_lowercase())
+                    } else {
+                        Err(invalid(format!(
+                            "[adapters.{component}] digests: {d:?} is not `sha256:` and 64 hex digits; copy it from `docket adapter inspect` or `docket adapter list`"
+                        )))
+                    }
+                })
+                .collect::<Result<_, _>>()?;
             adapters.insert(
                 component,
                 AdapterPolicy {
                     allow_hosts,
                     allow_secrets: a.allow_secrets.into_iter().collect(),
                     settings: a.settings,
+                    digests,
                 },
             );
         }
@@ -384,6 +432,8 @@ impl HostConfig {
                 .filter(|e| !e.is_empty())
                 .unwrap_or_else(|| crate::scheduler::DEFAULT_ENVIRONMENT.to_string()),
             tokens: tokens(&raw.tokens).map_err(&invalid)?,
+            api_uploads: raw.api_uploads.unwrap_or(true),
+            require_verified: raw.require_verified.unwrap_or(false),
             secrets,
             policy: HostPolicy { adapters },
             memory_cap_bytes: memory_mib << 20,
@@ -546,12 +596,90 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named_with_their_line() {
-        let err = HostConfig::parse_toml("docket.toml", "listen = \"127.0.0.1:1\"\nlistn = 3\n")
-            .unwrap_err();
+        let Err(err) =
+            HostConfig::parse_toml("docket.toml", "listen = \"127.0.0.1:1\"\nlistn = 3\n")
+        else {
+            panic!("an unknown field was accepted");
+        };
         let text = err.to_string();
         assert!(
             text.contains("docket.toml: 2:1") && text.contains("listn"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_a_token_a_secret_or_a_password() {
+        let raw = HostConfig::parse_toml(
+            "docket.toml",
+            r#"
+            db = "postgres://docket:hunter2-password@db.internal/docket"
+            [[tokens]]
+            token = "tok-0123456789abcdef"
+            subject = "alice"
+            roles = ["operator", "deployer"]
+            [secrets]
+            values = { provider_token = "very-secret-value" }
+            "#,
+        )
+        .unwrap();
+        let c = HostConfig::from_toml("docket.toml", raw).unwrap();
+        let shown = format!("{c:?}");
+        for hidden in [
+            "tok-0123456789abcdef",
+            "very-secret-value",
+            "hunter2-password",
+            "sha256:",
+        ] {
+            assert!(!shown.contains(hidden), "{hidden} in {shown}");
+        }
+        assert!(
+            shown.contains("alice") && shown.contains("operator, deployer"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn tokens_and_an_empty_env_prefix_are_checked() {
+        let load = |text: &str| {
+            HostConfig::from_toml("c.toml", HostConfig::parse_toml("c.toml", text).unwrap())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let token = |body: &str| format!("[[tokens]]\nsubject = \"s\"\n{body}\n");
+        for (text, expect) in [
+            (token("token = \"short\"\nrole = \"client\""), "at least 16"),
+            (token("role = \"client\""), "exactly one of"),
+            (
+                token("token = \"0123456789abcdefgh\""),
+                "give the token a role",
+            ),
+            (
+                token("token_sha256 = \"sha256:xyz\"\nrole = \"client\""),
+                "64 hex digits",
+            ),
+            (
+                format!(
+                    "{}{}",
+                    token("token = \"0123456789abcdefgh\"\nrole = \"client\""),
+                    token("token = \"0123456789abcdefgh\"\nrole = \"operator\"")
+                ),
+                "configured twice",
+            ),
+            (
+                "[secrets]\nenv_prefix = \"\"\n".to_string(),
+                "every environment variable",
+            ),
+        ] {
+            let err = load(&text).unwrap_err();
+            assert!(err.contains(expect), "{text}: {err}");
+        }
+        let digest = crate::intent::sha256_digest(b"0123456789abcdefgh");
+        assert_eq!(
+            load(&token(&format!(
+                "token_sha256 = {digest:?}\nrole = \"client\""
+            ))),
+            Ok(())
         );
     }
 

@@ -57,6 +57,10 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// How long an idempotency key stays reserved after its workflow ends (default 24 h).
     pub key_retention: Duration,
+    /// Whether components may be uploaded over HTTP.
+    pub api_uploads: bool,
+    /// Whether an activation needs a passing `docket adapter verify` verdict.
+    pub require_verified: bool,
 }
 
 impl Limits {
@@ -71,6 +75,8 @@ impl Default for Limits {
         Self {
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
             key_retention: Self::DEFAULT_KEY_RETENTION,
+            api_uploads: true,
+            require_verified: false,
         }
     }
 }

@@ -95,6 +95,12 @@ pub(super) async fn deploy<S: ContextStore>(
     body: Body,
 ) -> ApiResult<Response> {
     require(&caller, &[Role::Deployer], "deploying a component")?;
+    if !ctx.limits.api_uploads {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "this host takes no component uploads over HTTP (api_uploads = false); deploy with `docket adapter deploy FILE.wasm` where the database is",
+        ));
+    }
     let components = components(&ctx)?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, MAX_COMPONENT_BYTES).await?;
@@ -185,6 +191,32 @@ pub(super) async fn change<S: ContextStore>(
             )));
         }
     };
+    if let ActiveTarget::Digest(digest) = &target {
+        // The version about to receive this host's grants: pinned and verified as asked.
+        if let Some(components) = &ctx.components {
+            components
+                .policy()
+                .check_pinned(&name, digest)
+                .map_err(|e| ApiError::new(ErrorCode::InvalidTransition, e.to_string()))?;
+        }
+        if ctx.limits.require_verified {
+            let passed = ctx
+                .store
+                .verifications()
+                .await?
+                .iter()
+                .any(|v| &v.digest == digest && v.passed);
+            if !passed {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidTransition,
+                    format!(
+                        "this host activates only verified versions (require_verified = true), and {} has no passing `docket adapter verify` verdict; run `docket adapter verify` against the database first",
+                        quote(&name)
+                    ),
+                ));
+            }
+        }
+    }
     let outcome = registry::change(
         &ctx.store,
         &name,

@@ -50,6 +50,18 @@ pub(super) async fn advance_clock<S: ContextStore>(
                 format!("the body is `{}`; {SHAPE}", quote(&value.to_string())),
             )
         })?;
+    // Times are stored as signed 64-bit milliseconds: a clock past the year 2286 would
+    // not be a time any more.
+    const LATEST: u64 = 10_000_000_000_000;
+    if ctx.clock.now_ms().saturating_add(advance) > LATEST {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "advancing by {advance} ms would move the clock past {}; advance by less",
+                rfc3339(LATEST)
+            ),
+        ));
+    }
     ctx.clock.advance(advance);
     // Timers may have come due: let the scheduler look now.
     ctx.wake.notify_one();

@@ -319,6 +319,7 @@ async fn embed_simulator(
                 allow_hosts: vec![rule.clone()],
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), url.clone())].into(),
+                digests: Default::default(),
             },
         );
     }
@@ -475,6 +476,8 @@ where
     ctx.limits = Limits {
         max_body_bytes: config.max_body_bytes,
         key_retention: config.key_retention,
+        api_uploads: config.api_uploads,
+        require_verified: config.require_verified,
     };
     ctx.test_controls = options.test_controls;
     ctx.wake = wake;

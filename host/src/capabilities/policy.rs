@@ -13,6 +13,9 @@ pub struct AdapterPolicy {
     pub allow_hosts: Vec<HostRule>,
     pub allow_secrets: BTreeSet<String>,
     pub settings: BTreeMap<String, String>,
+    /// When not empty, only components with one of these digests (`sha256:<hex>`) may use
+    /// the allowance: a version uploaded under the name gets none of it.
+    pub digests: BTreeSet<String>,
 }
 
 /// Allowances for every adapter, by component name.
@@ -38,6 +41,10 @@ pub enum PolicyError {
         #[source]
         source: HostRuleError,
     },
+    #[error(
+        "the allowance for `{component}` is pinned to other digests ([adapters.{component}] digests); version digest {digest} gets none of it — add the digest, or activate a pinned version"
+    )]
+    NotPinned { component: String, digest: String },
 }
 
 impl HostPolicy {
@@ -83,6 +90,19 @@ impl HostPolicy {
         self.adapter(component).allow_secrets.contains(name)
     }
 
+    /// Whether the allowance of `component` may go to a version with `digest`.
+    pub fn check_pinned(&self, component: &str, digest: &str) -> Result<(), PolicyError> {
+        let pinned = &self.adapter(component).digests;
+        if pinned.is_empty() || pinned.contains(digest) {
+            Ok(())
+        } else {
+            Err(PolicyError::NotPinned {
+                component: component.to_string(),
+                digest: digest.to_string(),
+            })
+        }
+    }
+
     /// Requested ∩ allowed for one step of `component`.
     pub fn effective_grant(
         &self,
@@ -113,6 +133,7 @@ mod tests {
                 allow_hosts: vec!["http://127.0.0.1:8090".parse().unwrap()],
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), "http://127.0.0.1:8090".to_string())].into(),
+                digests: Default::default(),
             },
         );
         HostPolicy { adapters }

@@ -30,6 +30,7 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
                     allow_hosts: vec![stand_in.parse()?],
                     allow_secrets: ["provider_token".to_string()].into(),
                     settings: [("base_url".to_string(), stand_in.to_string())].into(),
+                    digests: Default::default(),
                 },
             );
         }

@@ -36,6 +36,12 @@ impl DiskCache {
         if !path.exists() {
             return None;
         }
+        // A compiled component is native code: load it only from a directory (and a file)
+        // that this host's user owns and nobody else may write.
+        if let Err(why) = trusted(&self.dir).and_then(|()| trusted(&path)) {
+            tracing::warn!(path = %path.display(), "not loading a compiled component: {why}; compiling instead");
+            return None;
+        }
         // SAFETY: the file was written by `store` below from `Component::serialize` of a
         // component whose bytes hash to `digest_hex`, under an engine with the same
         // compatibility hash; the cache directory belongs to this host.
@@ -62,5 +68,46 @@ impl DiskCache {
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "could not cache compiled component: {e}");
         }
+    }
+}
+
+/// Whether `path` is owned by this process's user and writable by nobody else.
+pub(super) fn trusted(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to user {}, not to this host's user {me}",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by its group or by others (mode {:o}); `chmod go-w` it",
+            path.display(),
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn only_a_directory_no_one_else_may_write_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(trusted(dir.path()), Ok(()));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = trusted(dir.path()).unwrap_err();
+        assert!(why.contains("writable by its group or by others"), "{why}");
+        assert!(trusted(&dir.path().join("missing")).is_err());
     }
 }

@@ -438,6 +438,9 @@ impl Components {
         step: &StepDef,
     ) -> Result<Arc<Prepared>, ResolveError> {
         let caps = &step.capabilities;
+        // A version under a pinned name that is not pinned gets none of the allowance.
+        self.policy
+            .check_pinned(component.name(), &component.digest)?;
         let grant =
             self.policy
                 .effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;

@@ -342,7 +342,11 @@ where
             && requests_any
             && !self.components.has_allowance(&step.component)
         {
-            return Some(self.missing_allowance(claimed, step));
+            let message = format!(
+                "host {} has no [adapters.{}] section, so it may not run `{}`; add the allowance to its docket.toml, or leave the step to a host that has it, then retry",
+                self.config.owner, step.component, step.component
+            );
+            return Some(self.missing_allowance(claimed, step, message));
         }
         // A recovery query only gathers evidence about an effect that may already have
         // happened: once the attempts are spent it draws on a reserve, so an outcome is not
@@ -423,6 +427,9 @@ where
         {
             Ok((prepared, _)) => prepared,
             Err(ResolveError::Store(e)) => return transient(claimed, &e),
+            Err(ResolveError::Policy(e @ crate::capabilities::PolicyError::NotPinned { .. })) => {
+                return Some(self.missing_allowance(claimed, step, e.to_string()));
+            }
             Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
         match step.kind {
@@ -488,12 +495,9 @@ where
         )
     }
 
-    /// The step is blocked: this host has no `[adapters.<component>]` section.
-    fn missing_allowance(&self, claimed: &Claimed, step: &StepDef) -> Ending {
-        let message = format!(
-            "host {} has no [adapters.{}] section, so it may not run `{}`; add the allowance to its docket.toml, or leave the step to a host that has it, then retry",
-            self.config.owner, step.component, step.component
-        );
+    /// The step is blocked: this host gives the adapter no allowance (no
+    /// `[adapters.<component>]` section, or one pinned to other digests).
+    fn missing_allowance(&self, claimed: &Claimed, step: &StepDef, message: String) -> Ending {
         let event = NewEvent::step(
             EventKind::Conclusion,
             step.id.as_str(),

@@ -83,6 +83,7 @@ impl Harness {
                 allow_hosts: vec![url.parse::<HostRule>().unwrap()],
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), url.clone())].into(),
+                digests: Default::default(),
             },
         );
         let mut secrets = SecretSource::default();

@@ -130,6 +130,17 @@ async fn open_mode_refuses_rebound_names_and_requests_from_other_sites() {
         "{delivery:#}"
     );
 
+    // The test clock cannot be moved past what the store can hold.
+    let (status, body) = send(
+        &host,
+        post.clone(),
+        "/v1/_test/clock",
+        &[],
+        Some(json!({"advance_ms": u64::MAX / 2}).to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+
     // The console's sign-in and sign-out are checked the same way.
     for path in ["/console/sign-in", "/console/sign-out"] {
         let r = reqwest::Client::builder()
@@ -458,4 +469,149 @@ async fn a_step_on_a_host_without_the_allowance_is_blocked() {
     assert!(sim.sim().world().is_empty(), "nothing was sent");
     drop(running);
     database.drop_now().await;
+}
+
+/// What a deployer may do is bounded by the host: uploads over HTTP can be turned off,
+/// activation can require a passing `docket adapter verify` verdict, and an allowance can
+/// be pinned to component digests so a version uploaded under the name gets none of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployer_is_bounded_by_the_hosts_rules() {
+    let post = reqwest::Method::POST;
+    let v2 = std::fs::read(docket::guests::path("http-delivery-2").unwrap()).unwrap();
+    let key = |k: &'static str| vec![("idempotency-key", k)];
+
+    // No uploads over HTTP.
+    let host = HostProcess::start(HostOptions {
+        config: "api_uploads = false\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, body) = send(
+        &host,
+        post.clone(),
+        "/v1/adapters",
+        &key("u-1"),
+        Some(v2.clone()),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("api_uploads = false")
+    );
+    drop(host);
+
+    // Only verified versions are activated.
+    let host = HostProcess::start(HostOptions {
+        config: "require_verified = true\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, body) = send(
+        &host,
+        post.clone(),
+        "/v1/adapters",
+        &key("u-1"),
+        Some(v2.clone()),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let activate = json!({"version": "2.0.0"}).to_string().into_bytes();
+    let path = "/v1/adapters/http-delivery/activate";
+    let (status, body) = send(
+        &host,
+        post.clone(),
+        path,
+        &key("a-1"),
+        Some(activate.clone()),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("adapter verify"),
+        "{body}"
+    );
+    let db = host.path().join("docket.db").display().to_string();
+    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["adapter", "verify", "http-delivery-2", "--db", &db])
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let (status, body) = send(
+        &host,
+        post.clone(),
+        path,
+        &key("a-2"),
+        Some(activate.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    drop(host);
+
+    // An allowance pinned to other digests: the step is blocked, nothing is sent, and the
+    // unpinned version cannot be activated.
+    let sim = docket::sim::ProviderSim::start(
+        docket::sim::SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let base = sim.base_url();
+    let pinned = format!("sha256:{}", "0".repeat(64));
+    let host = HostProcess::start(HostOptions {
+        config: format!(
+            "[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?} }}\n[adapters.http-delivery]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\ndigests = [{pinned:?}]\n"
+        ),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit(
+            "document-delivery",
+            "pinned",
+            crate::host_process::document("Pinned"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["needs_review", "completed"],
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    let deliver = &wf["steps"][2];
+    assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
+    assert!(
+        deliver["blocked"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pinned"),
+        "{wf:#}"
+    );
+    assert!(sim.sim().world().is_empty());
+    let (status, _) = send(&host, post.clone(), "/v1/adapters", &key("u-1"), Some(v2)).await;
+    assert_eq!(status, 201);
+    let (status, body) = send(&host, post.clone(), path, &key("a-1"), Some(activate)).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pinned"),
+        "{body}"
+    );
 }

@@ -175,8 +175,8 @@ async fn serve<S: ContextStore + DefinitionStore>(
     let mut ctx = Context::new(store, deployments, clock);
     ctx.auth = auth;
     ctx.limits = Limits {
-        max_body_bytes: Limits::DEFAULT_MAX_BODY_BYTES,
         key_retention: RETENTION,
+        ..Limits::default()
     };
     ctx.test_controls = test_controls;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
