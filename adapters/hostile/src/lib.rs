@@ -8,6 +8,8 @@
 //!   (`http` returns the client's typed error instead, so a denial arrives as `not-sent`);
 //! - `leak-secret`: reads secret `api_token` and pushes it into a log line, stderr and the
 //!   error message, for the redaction tests;
+//! - `flood`: writes 100,000 log lines and 10 MiB to stdout, then succeeds;
+//! - `big-output`: returns a receipt whose output is 1 MiB;
 //! - `ok`: behaves, so tests can check the host still serves calls.
 
 use std::hint::black_box;
@@ -50,6 +52,8 @@ impl Adapter for Hostile {
             "socket" => connect(input.get("addr").and_then(Value::as_str)),
             "http" => fetch(input.get("url").and_then(Value::as_str))?,
             "leak-secret" => return Err(leak_secret()?),
+            "flood" => flood(),
+            "big-output" => json!({ "mode": "big-output", "filler": "x".repeat(1 << 20) }),
             "ok" => json!({ "mode": "ok", "attempt": request.attempt }),
             // What the sandbox says the time is (WASI's wall clock).
             "now" => json!({ "now_ms": now_ms() }),
@@ -58,7 +62,7 @@ impl Adapter for Hostile {
                     "unknown_mode",
                     format!(
                         "`do` is {other:?}; expected one of loop, alloc, panic, read-file, \
-                         env, socket, http, leak-secret, ok, now"
+                         env, socket, http, leak-secret, flood, big-output, ok, now"
                     ),
                 ));
             }
@@ -186,6 +190,20 @@ fn fetch(url: Option<&str>) -> Result<Value, EffectError> {
 }
 
 /// Pushes the secret everywhere a plugin could: a log line, stderr, and the error.
+/// Floods every channel a plugin has into the host: log lines and stdout.
+fn flood() -> Value {
+    for i in 0..100_000 {
+        log::info(format!("flood line {i}"));
+    }
+    let mut stdout = std::io::stdout();
+    let chunk = vec![b'y'; 64 * 1024];
+    for _ in 0..160 {
+        let _ = stdout.write_all(&chunk);
+    }
+    let _ = stdout.flush();
+    json!({ "mode": "flood" })
+}
+
 fn leak_secret() -> Result<EffectError, EffectError> {
     let token = secrets::get("api_token")?;
     log::info(format!("leaking api_token={token}"));

@@ -165,7 +165,7 @@ impl Runtime {
             async move |store, pre| {
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_invoke(&mut *store, &request).await?;
-                Ok(result.map(receipt_from_wit).map_err(effect_error_from_wit))
+                Ok(effect_from_wit(result))
             },
             redact_effect,
         )
@@ -195,7 +195,16 @@ impl Runtime {
             async move |store, pre| {
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_query(&mut *store, &reference).await?;
-                Ok(result.map(lookup_from_wit).map_err(effect_error_from_wit))
+                Ok(match result.map(lookup_from_wit) {
+                    // A found effect whose evidence is unusable is no answer: ask again later.
+                    Ok(Lookup::Found { receipt, .. }) if bounded(&receipt).is_err() => {
+                        Err(EffectError::Unavailable {
+                            message: bounded(&receipt).unwrap_err(),
+                        })
+                    }
+                    Ok(found) => Ok(found),
+                    Err(e) => Err(effect_error_from_wit(e)),
+                })
             },
             |r, red| match r {
                 Ok(Lookup::Found {
@@ -245,7 +254,7 @@ impl Runtime {
             async move |store, pre| {
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_compensate(&mut *store, &request).await?;
-                Ok(result.map(receipt_from_wit).map_err(effect_error_from_wit))
+                Ok(effect_from_wit(result))
             },
             redact_effect,
         )
@@ -278,12 +287,21 @@ impl Runtime {
                 };
                 let instance: Handler = pre.instantiate_async(&mut *store).await?;
                 let result = instance.call_run(&mut *store, &input).await?;
-                Ok(result.map_err(|e| match e {
-                    wit::HandlerError::InvalidInput(message) => {
-                        HandlerError::InvalidInput { message }
-                    }
-                    wit::HandlerError::Failed(message) => HandlerError::Failed { message },
-                }))
+                Ok(match result {
+                    Ok(out) if out.len() > MAX_OUTPUT_BYTES => Err(HandlerError::Failed {
+                        message: format!(
+                            "the handler's output has {} bytes, over the limit of {MAX_OUTPUT_BYTES}",
+                            out.len()
+                        ),
+                    }),
+                    Ok(out) => Ok(out),
+                    Err(wit::HandlerError::InvalidInput(message)) => Err(HandlerError::InvalidInput {
+                        message: cut_text(message),
+                    }),
+                    Err(wit::HandlerError::Failed(message)) => Err(HandlerError::Failed {
+                        message: cut_text(message),
+                    }),
+                })
             },
             |r, red| match r {
                 Ok(out) => Ok(red.redact(&out).into_owned()),
@@ -355,6 +373,65 @@ fn redact_failure(failure: CallFailure, red: &Redactor) -> CallFailure {
     }
 }
 
+/// The most bytes of a receipt's or a handler's output a plugin may return.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// The most bytes of an external reference.
+pub const MAX_REFERENCE_BYTES: usize = 1024;
+/// The most bytes of an error message or observation kept (longer text is cut).
+pub const MAX_TEXT_BYTES: usize = 4096;
+
+/// Why a receipt is unusable as evidence, if it is.
+fn bounded(r: &PluginReceipt) -> Result<(), String> {
+    if r.output.len() > MAX_OUTPUT_BYTES {
+        return Err(format!(
+            "the adapter's receipt output has {} bytes, over the limit of {MAX_OUTPUT_BYTES}",
+            r.output.len()
+        ));
+    }
+    if r.external_reference.len() > MAX_REFERENCE_BYTES {
+        return Err(format!(
+            "the adapter's external reference has {} bytes, over the limit of {MAX_REFERENCE_BYTES}",
+            r.external_reference.len()
+        ));
+    }
+    Ok(())
+}
+
+/// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary.
+fn cut_text(mut text: String) -> String {
+    if text.len() > MAX_TEXT_BYTES {
+        let mut end = MAX_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// An effect's result: an oversized receipt says the effect was accepted but gives no
+/// usable evidence of it, so the outcome is unknown (recovery asks the provider again);
+/// texts are cut.
+fn effect_from_wit(
+    result: Result<wit::Receipt, wit::EffectError>,
+) -> Result<PluginReceipt, EffectError> {
+    match result {
+        Ok(r) => {
+            let receipt = receipt_from_wit(r);
+            match bounded(&receipt) {
+                Ok(()) => Ok(receipt),
+                Err(why) => Err(EffectError::OutcomeUnknown {
+                    observation: format!(
+                        "{why}: the effect may have happened, and this receipt cannot show it"
+                    ),
+                }),
+            }
+        }
+        Err(e) => Err(effect_error_from_wit(e)),
+    }
+}
+
 pub(super) fn receipt_from_wit(r: wit::Receipt) -> PluginReceipt {
     PluginReceipt {
         external_reference: r.external_reference,
@@ -377,6 +454,10 @@ fn lookup_from_wit(l: wit::Lookup) -> Lookup {
 }
 
 pub(super) fn effect_error_from_wit(e: wit::EffectError) -> EffectError {
+    effect_error_texts(e).map_text(cut_text)
+}
+
+fn effect_error_texts(e: wit::EffectError) -> EffectError {
     match e {
         wit::EffectError::Rejected(r) => EffectError::Rejected {
             code: r.code,

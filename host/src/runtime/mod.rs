@@ -13,6 +13,7 @@ mod cache;
 mod call;
 mod egress;
 mod load;
+mod pipe;
 mod state;
 #[cfg(test)]
 mod tests;

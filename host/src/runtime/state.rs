@@ -5,13 +5,13 @@
 
 use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings};
 use super::egress::Egress;
+use super::pipe::CappedPipe;
 use crate::capabilities::{Grant, Redactor, SecretSource};
 use crate::clock::Clock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
@@ -109,8 +109,8 @@ pub(super) struct HostState {
     pub(super) redactor: Redactor,
     pub(super) log: Vec<LogLine>,
     pub(super) dropped_lines: usize,
-    pub(super) stdout: MemoryOutputPipe,
-    pub(super) stderr: MemoryOutputPipe,
+    pub(super) stdout: CappedPipe,
+    pub(super) stderr: CappedPipe,
 }
 
 /// The host's [`Clock`] as the guest's WASI wall clock.
@@ -126,6 +126,18 @@ impl wasmtime_wasi::HostWallClock for HostWallClock {
     }
 }
 
+/// The longest prefix of `text` of at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 impl HostState {
     pub(super) fn new(
         env: CallEnv,
@@ -133,8 +145,8 @@ impl HostState {
         memory_cap: usize,
         call_timeout: std::time::Duration,
     ) -> Self {
-        let stdout = MemoryOutputPipe::new(PIPE_CAPACITY);
-        let stderr = MemoryOutputPipe::new(PIPE_CAPACITY);
+        let stdout = CappedPipe::new(PIPE_CAPACITY);
+        let stderr = CappedPipe::new(PIPE_CAPACITY);
         // Deny by default: no environment, no arguments, no preopened directory, no socket
         // address allowed, no name lookup. The baseline is importable but grants nothing.
         // The wall clock is the host's, so a plugin sees the same time as the host's records
@@ -170,8 +182,16 @@ impl HostState {
         self.egress.denials().lock().unwrap().clone()
     }
 
-    /// Records one line, redacted and bounded, and forwards it to `tracing`.
+    /// Records one line, redacted and bounded, and forwards it to `tracing`. Past the line
+    /// cap a line is only counted: a guest in a loop must not fill the host's log.
     pub(super) fn push_log(&mut self, level: LogLevel, source: LogSource, message: &str) {
+        if self.log.len() >= MAX_LOG_LINES {
+            self.dropped_lines += 1;
+            return;
+        }
+        // Cut before redacting, so a huge line costs bounded work; twice the kept length,
+        // so a secret that straddles this cut is removed by the final one below.
+        let message = cut(message, 2 * MAX_LOG_LINE);
         let mut message = self.redactor.redact(message).into_owned();
         if message.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
@@ -189,19 +209,26 @@ impl HostState {
             LogLevel::Warn => tracing::warn!(call = label, ?source, "{message}"),
             LogLevel::Error => tracing::error!(call = label, ?source, "{message}"),
         }
-        if self.log.len() < MAX_LOG_LINES {
-            self.log.push(LogLine {
-                level,
-                source,
-                message,
-            });
-        } else {
-            self.dropped_lines += 1;
-        }
+        self.log.push(LogLine {
+            level,
+            source,
+            message,
+        });
     }
 
-    /// Moves captured stdout and stderr into the log, line by line.
+    /// Moves captured stdout and stderr into the log, line by line; what the pipes dropped
+    /// is counted.
     pub(super) fn drain_pipes(&mut self) {
+        let dropped = self.stdout.dropped() + self.stderr.dropped();
+        if dropped > 0 {
+            self.push_log(
+                LogLevel::Warn,
+                LogSource::Host,
+                &format!(
+                    "{dropped} bytes of stdout/stderr past {PIPE_CAPACITY} bytes were dropped"
+                ),
+            );
+        }
         for (pipe, source, level) in [
             (self.stdout.contents(), LogSource::Stdout, LogLevel::Info),
             (self.stderr.contents(), LogSource::Stderr, LogLevel::Warn),

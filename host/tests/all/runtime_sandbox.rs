@@ -252,3 +252,40 @@ async fn redirects_are_never_followed() {
     // The plugin sees the 302 itself; the host did not follow it to the other server.
     assert_eq!(out["status"], 302, "{out}");
 }
+
+/// A plugin that floods its log and stdout ends normally with a bounded log: the host kept
+/// at most 200 lines and counted the rest, and stdout past its capacity was dropped (no
+/// trap after the effect).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_flood_is_bounded_and_never_traps() {
+    let s = sandbox().await;
+    let report = call(&s, json!({"do": "flood"}), Duration::from_secs(60)).await;
+    let lines = report.log.len();
+    let last = report
+        .log
+        .last()
+        .map(|l| l.message.clone())
+        .unwrap_or_default();
+    assert_eq!(output(report)["mode"], "flood");
+    assert!(lines <= 201, "{lines} lines kept");
+    assert!(last.contains("further log lines were dropped"), "{last}");
+    still_serves(&s).await;
+}
+
+/// A receipt too large to keep is no evidence: the outcome is unknown (recovery asks the
+/// provider), never a receipt of a megabyte.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_output_is_an_unknown_outcome_not_a_receipt() {
+    let s = sandbox().await;
+    let report = call(&s, json!({"do": "big-output"}), Duration::from_secs(30)).await;
+    match report.outcome {
+        Ok(Err(EffectError::OutcomeUnknown { observation })) => {
+            assert!(
+                observation.contains("over the limit of 65536"),
+                "{observation}"
+            );
+        }
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    still_serves(&s).await;
+}
