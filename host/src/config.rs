@@ -148,6 +148,9 @@ pub struct AdapterToml {
     /// Pins the allowance to these component digests (`sha256:<hex>`).
     #[serde(default)]
     pub digests: Vec<String>,
+    /// Lets the granted host names resolve to private addresses (default false).
+    #[serde(default)]
+    pub allow_private: bool,
 }
 
 /// Host limits.
@@ -375,6 +378,7 @@ impl HostConfig {
                     allow_secrets: a.allow_secrets.into_iter().collect(),
                     settings: a.settings,
                     digests,
+                    allow_private: a.allow_private,
                 },
             );
         }

@@ -320,6 +320,7 @@ async fn embed_simulator(
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), url.clone())].into(),
                 digests: Default::default(),
+                allow_private: false,
             },
         );
     }
@@ -346,6 +347,7 @@ where
         memory_cap_bytes: config.memory_cap_bytes,
         max_instances: (config.max_concurrent as u32 + 16).max(32),
         cache_dir: Some(cache_dir),
+        ..RuntimeConfig::default()
     })
     .setup(|| "starting the WebAssembly runtime".into())?;
     let owner = config

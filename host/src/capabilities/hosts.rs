@@ -196,38 +196,157 @@ pub fn check_resolved_address(host: &str, addr: IpAddr) -> AddressDecision {
             AddressDecision::Deny(format!("`localhost` resolved to non-loopback {addr}"))
         };
     }
-    let addr = match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(addr),
-        v4 => v4,
-    };
-    let forbidden = match addr {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-        }
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                // fe80::/10, link-local
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-        }
-    };
-    if forbidden {
-        AddressDecision::Deny(format!(
-            "`{host}` resolved to {addr}, a loopback, link-local, unspecified or multicast address; grant that address literally if it is really meant"
-        ))
-    } else {
-        AddressDecision::Allow
+    match non_global(addr) {
+        Some(kind) => AddressDecision::Deny(format!(
+            "`{host}` resolved to {addr}, {kind}: a name reaches only the public internet; grant the address literally if it is really meant"
+        )),
+        None => AddressDecision::Allow,
     }
+}
+
+/// What kind of address `addr` is if it is not on the public internet (`None` if it is).
+/// IPv4 embedded in IPv6 — mapped, compatible, NAT64 and 6to4 — is judged as the IPv4 it
+/// carries.
+pub fn non_global(addr: IpAddr) -> Option<&'static str> {
+    match addr {
+        IpAddr::V4(v4) => non_global_v4(v4),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return non_global_v4(v4);
+            }
+            let embedded = |hi: u16, lo: u16| {
+                std::net::Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8)
+            };
+            // 64:ff9b::/96, NAT64: the IPv4 in its last 32 bits.
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return non_global_v4(embedded(s[6], s[7]))
+                    .map(|_| "a NAT64 form of a non-public IPv4 address");
+            }
+            // 2002::/16, 6to4: the IPv4 in bits 16..48.
+            if s[0] == 0x2002 {
+                return non_global_v4(embedded(s[1], s[2]))
+                    .map(|_| "a 6to4 form of a non-public IPv4 address");
+            }
+            if v6.is_unspecified() {
+                return Some("the unspecified address");
+            }
+            if v6.is_loopback() {
+                return Some("a loopback address");
+            }
+            // ::/96, IPv4-compatible (deprecated): never public.
+            if s[..6] == [0; 6] {
+                return Some("an IPv4-compatible IPv6 address");
+            }
+            let first = s[0];
+            if first & 0xfe00 == 0xfc00 {
+                return Some("a unique local (private) address");
+            }
+            if first & 0xffc0 == 0xfe80 || first & 0xffc0 == 0xfec0 {
+                return Some("a link-local or site-local address");
+            }
+            if first & 0xff00 == 0xff00 {
+                return Some("a multicast address");
+            }
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+                return Some("a local-use NAT64 address");
+            }
+            if s[0] == 0x2001 && s[1] == 0x0db8 {
+                return Some("a documentation address");
+            }
+            if s[0] == 0x2001 && s[1] == 0 {
+                return Some("a Teredo address");
+            }
+            if s[..4] == [0x100, 0, 0, 0] {
+                return Some("a discard-only address");
+            }
+            None
+        }
+    }
+}
+
+fn non_global_v4(v4: std::net::Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = v4.octets();
+    Some(match (a, b, c) {
+        (0, ..) => "in 0.0.0.0/8 (this network)",
+        (10, ..) => "a private address (10.0.0.0/8)",
+        (100, 64..=127, _) => "a shared (carrier-grade NAT) address (100.64.0.0/10)",
+        (127, ..) => "a loopback address",
+        (169, 254, _) => "a link-local address",
+        (172, 16..=31, _) => "a private address (172.16.0.0/12)",
+        (192, 0, 0) => "an IETF protocol assignment (192.0.0.0/24)",
+        (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "a documentation address",
+        (192, 88, 99) => "a 6to4 relay address",
+        (192, 168, _) => "a private address (192.168.0.0/16)",
+        (198, 18..=19, _) => "a benchmarking address (198.18.0.0/15)",
+        (224..=239, ..) => "a multicast address",
+        (240..=255, ..) => "a reserved or broadcast address (240.0.0.0/4)",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_public_addresses_are_reached_through_a_name() {
+        for ip in [
+            "10.0.0.1",
+            "172.31.255.255",
+            "192.168.0.1",
+            "100.127.0.1",
+            "0.0.0.0",
+            "198.19.1.1",
+            "240.1.1.1",
+            "255.255.255.255",
+            "127.0.0.2",
+            "169.254.1.1",
+            "224.0.0.1",
+            "192.0.2.7",
+            "fc00::",
+            "fdff::1",
+            "fe80::2",
+            "ff02::1",
+            "::",
+            "::1",
+            "::ffff:192.168.0.1",
+            "::192.168.0.1",
+            "64:ff9b::c0a8:1",
+            "64:ff9b:1::1",
+            "2002:c0a8:1::",
+            "2001:db8::1",
+            "2001::1",
+            "100::1",
+        ] {
+            let addr: IpAddr = ip.parse().unwrap();
+            assert!(non_global(addr).is_some(), "{ip} counted as public");
+            assert!(
+                matches!(
+                    check_resolved_address("api.example.com", addr),
+                    AddressDecision::Deny(_)
+                ),
+                "{ip}"
+            );
+        }
+        for ip in [
+            "8.8.8.8",
+            "93.184.216.34",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
+            let addr: IpAddr = ip.parse().unwrap();
+            assert_eq!(non_global(addr), None, "{ip}");
+        }
+        // A literal grant is what the operator meant.
+        let private: IpAddr = "10.0.0.5".parse().unwrap();
+        assert_eq!(
+            check_resolved_address("10.0.0.5", private),
+            AddressDecision::Allow
+        );
+    }
 
     #[test]
     fn parses_the_documented_forms() {

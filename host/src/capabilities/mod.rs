@@ -28,6 +28,9 @@ pub struct Grant {
     hosts: Vec<HostRule>,
     /// Secret names the plugin may resolve.
     secrets: BTreeSet<String>,
+    /// Whether a granted name may resolve to a private or otherwise non-public address
+    /// (the operator's `allow_private = true`); a literal address is always what it says.
+    allow_private: bool,
 }
 
 impl Grant {
@@ -42,7 +45,19 @@ impl Grant {
         Self {
             hosts,
             secrets: secrets.into_iter().collect(),
+            allow_private: false,
         }
+    }
+
+    /// This grant, with names allowed to reach non-public addresses.
+    pub fn allowing_private(mut self, allow: bool) -> Self {
+        self.allow_private = allow;
+        self
+    }
+
+    /// Whether names may reach non-public addresses.
+    pub fn allows_private(&self) -> bool {
+        self.allow_private
     }
 
     /// The grant that allows nothing.
@@ -92,9 +107,10 @@ impl Grant {
         let hosts: Vec<String> = self.hosts.iter().map(ToString::to_string).collect();
         let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
         format!(
-            "hosts=[{}];secrets=[{}]",
+            "hosts=[{}];secrets=[{}];private={}",
             hosts.join(","),
-            secrets.join(",")
+            secrets.join(","),
+            self.allow_private
         )
     }
 }

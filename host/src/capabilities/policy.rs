@@ -16,6 +16,9 @@ pub struct AdapterPolicy {
     /// When not empty, only components with one of these digests (`sha256:<hex>`) may use
     /// the allowance: a version uploaded under the name gets none of it.
     pub digests: BTreeSet<String>,
+    /// Whether a granted host name may resolve to a private or otherwise non-public
+    /// address (default: only the public internet).
+    pub allow_private: bool,
 }
 
 /// Allowances for every adapter, by component name.
@@ -117,7 +120,7 @@ impl HostPolicy {
         let requested = Grant::new(hosts, requested_secrets.iter().cloned());
         let policy = self.adapter(component);
         let allowed = Grant::new(policy.allow_hosts, policy.allow_secrets);
-        Ok(Grant::intersect(&requested, &allowed))
+        Ok(Grant::intersect(&requested, &allowed).allowing_private(policy.allow_private))
     }
 }
 
@@ -134,6 +137,7 @@ mod tests {
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), "http://127.0.0.1:8090".to_string())].into(),
                 digests: Default::default(),
+                allow_private: false,
             },
         );
         HostPolicy { adapters }

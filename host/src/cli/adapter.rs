@@ -173,6 +173,7 @@ async fn load(
         memory_cap_bytes: memory_mib << 20,
         max_instances: 16,
         cache_dir: cache_dir(),
+        ..RuntimeConfig::default()
     })?;
     let loaded = runtime
         .load_file(&path)

@@ -31,6 +31,7 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
                     allow_secrets: ["provider_token".to_string()].into(),
                     settings: [("base_url".to_string(), stand_in.to_string())].into(),
                     digests: Default::default(),
+                    allow_private: false,
                 },
             );
         }

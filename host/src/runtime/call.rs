@@ -101,6 +101,7 @@ impl Runtime {
             grant,
             self.inner.config.memory_cap_bytes,
             limits.timeout,
+            self.inner.config.resolver.clone(),
         );
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);

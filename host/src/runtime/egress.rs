@@ -16,9 +16,62 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// Longest a plugin may wait to connect, whatever it asks for.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How a plugin's outbound host names become addresses.
+#[derive(Clone, Default)]
+pub enum Resolver {
+    /// The system's resolver.
+    #[default]
+    System,
+    /// Fixed answers, name → addresses (a test's own resolver; an unknown name fails).
+    Static(Arc<std::collections::BTreeMap<String, Vec<std::net::IpAddr>>>),
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resolver::System => f.write_str("System"),
+            Resolver::Static(map) => write!(f, "Static({} names)", map.len()),
+        }
+    }
+}
+
+impl Resolver {
+    async fn resolve(&self, name: &str, port: u16) -> Result<Vec<SocketAddr>, HttpError> {
+        match self {
+            Resolver::System => {
+                match tokio::time::timeout(
+                    MAX_CONNECT_TIMEOUT,
+                    tokio::net::lookup_host((name, port)),
+                )
+                .await
+                {
+                    Ok(Ok(addrs)) => Ok(addrs.collect()),
+                    Ok(Err(e)) => Err(HttpError::DnsError {
+                        rcode: Some(e.to_string()),
+                        info_code: None,
+                    }),
+                    Err(_) => Err(HttpError::DnsTimeout),
+                }
+            }
+            Resolver::Static(map) => {
+                if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+                    return Ok(vec![SocketAddr::new(ip, port)]);
+                }
+                map.get(name)
+                    .map(|ips| ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect())
+                    .ok_or(HttpError::DnsError {
+                        rcode: Some(format!("{name} is not known to the resolver")),
+                        info_code: None,
+                    })
+            }
+        }
+    }
+}
+
 /// The egress policy of one call, installed as the `wasi:http` hooks of its store.
 pub(super) struct Egress {
     grant: Arc<Grant>,
+    resolver: Resolver,
     /// The call's overall time limit; no single wait may be longer.
     call_timeout: Duration,
     /// Human-readable reasons for every refused request, reported with the call.
@@ -27,9 +80,15 @@ pub(super) struct Egress {
 }
 
 impl Egress {
-    pub(super) fn new(grant: Arc<Grant>, call_timeout: Duration, label: Arc<str>) -> Self {
+    pub(super) fn new(
+        grant: Arc<Grant>,
+        call_timeout: Duration,
+        label: Arc<str>,
+        resolver: Resolver,
+    ) -> Self {
         Self {
             grant,
+            resolver,
             call_timeout,
             denials: Arc::default(),
             label,
@@ -104,29 +163,22 @@ impl WasiHttpHooks for Egress {
         let options = self.options(options);
         let denials = self.denials.clone();
         let label = self.label.clone();
+        let resolver = self.resolver.clone();
+        let allow_private = self.grant.allows_private();
         Box::new(async move {
             let bare = host
                 .trim_start_matches('[')
                 .trim_end_matches(']')
                 .to_string();
-            let resolved: Vec<SocketAddr> = match tokio::time::timeout(
-                MAX_CONNECT_TIMEOUT,
-                tokio::net::lookup_host((bare.as_str(), port)),
-            )
-            .await
-            {
-                Ok(Ok(addrs)) => addrs.collect(),
-                Ok(Err(e)) => {
-                    return Err(HttpError::DnsError {
-                        rcode: Some(e.to_string()),
-                        info_code: None,
-                    });
-                }
-                Err(_) => return Err(HttpError::DnsTimeout),
-            };
+            let resolved = resolver.resolve(&bare, port).await?;
             let mut chosen = None;
             for addr in &resolved {
-                match check_resolved_address(&bare, addr.ip()) {
+                let decision = match check_resolved_address(&bare, addr.ip()) {
+                    // The operator allowed this adapter's names into private networks.
+                    AddressDecision::Deny(_) if allow_private => AddressDecision::Allow,
+                    other => other,
+                };
+                match decision {
                     AddressDecision::Allow => {
                         chosen = Some(*addr);
                         break;

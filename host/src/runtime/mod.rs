@@ -34,6 +34,8 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often the engine's epoch advances; the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+pub use egress::Resolver;
+
 /// Settings of the runtime, fixed for the life of a host.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -43,6 +45,8 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Where compiled components are cached; `None` disables the disk cache.
     pub cache_dir: Option<PathBuf>,
+    /// How plugins' outbound host names are resolved (the system's resolver by default).
+    pub resolver: Resolver,
 }
 
 impl Default for RuntimeConfig {
@@ -51,6 +55,7 @@ impl Default for RuntimeConfig {
             memory_cap_bytes: 128 << 20,
             max_instances: 256,
             cache_dir: None,
+            resolver: Resolver::System,
         }
     }
 }

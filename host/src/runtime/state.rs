@@ -144,6 +144,7 @@ impl HostState {
         grant: Arc<Grant>,
         memory_cap: usize,
         call_timeout: std::time::Duration,
+        resolver: super::Resolver,
     ) -> Self {
         let stdout = CappedPipe::new(PIPE_CAPACITY);
         let stderr = CappedPipe::new(PIPE_CAPACITY);
@@ -163,7 +164,7 @@ impl HostState {
             wasi,
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
-            egress: Egress::new(grant.clone(), call_timeout, env.label.clone()),
+            egress: Egress::new(grant.clone(), call_timeout, env.label.clone(), resolver),
             limits: Limits {
                 memory_cap,
                 refused: None,

@@ -84,6 +84,7 @@ impl Harness {
                 allow_secrets: ["provider_token".to_string()].into(),
                 settings: [("base_url".to_string(), url.clone())].into(),
                 digests: Default::default(),
+                allow_private: false,
             },
         );
         let mut secrets = SecretSource::default();

@@ -17,6 +17,7 @@ pub fn runtime_with_cap(memory_cap_bytes: usize) -> Runtime {
         memory_cap_bytes,
         max_instances: 32,
         cache_dir: Some(cache_dir()),
+        ..RuntimeConfig::default()
     })
     .expect("engine")
 }

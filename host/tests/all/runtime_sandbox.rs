@@ -289,3 +289,131 @@ async fn an_oversized_output_is_an_unknown_outcome_not_a_receipt() {
     }
     still_serves(&s).await;
 }
+
+/// Addresses no granted host name may reach, one of each range, in IPv4 and in the IPv6
+/// forms that carry an IPv4 address.
+const NOT_PUBLIC: &[&str] = &[
+    "10.1.2.3",
+    "172.16.0.9",
+    "192.168.1.1",
+    "100.64.0.1",
+    "0.1.2.3",
+    "198.18.0.1",
+    "240.0.0.1",
+    "127.0.0.1",
+    "169.254.169.254",
+    "fc00::1",
+    "fd12:3456::1",
+    "::ffff:10.0.0.1",
+    "::10.0.0.1",
+    "64:ff9b::a00:1",
+    "2002:a00:1::1",
+    "fe80::1",
+    "::1",
+];
+
+/// A granted host name that resolves to a private or otherwise non-public address is
+/// refused before anything connects, whatever range or IPv6 form it hides in; a resolver
+/// the test controls gives the answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_granted_name_never_reaches_a_non_public_address() {
+    let answers: std::collections::BTreeMap<String, Vec<std::net::IpAddr>> = NOT_PUBLIC
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| (format!("r{i}.example"), vec![ip.parse().unwrap()]))
+        .collect();
+    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
+        memory_cap_bytes: 64 << 20,
+        max_instances: 8,
+        resolver: docket::runtime::Resolver::Static(Arc::new(answers.clone())),
+        ..docket::runtime::RuntimeConfig::default()
+    })
+    .unwrap();
+    let component = load(&rt, "hostile").await;
+    let hosts: Vec<String> = answers.keys().map(|n| format!("http://{n}:8080")).collect();
+    let g = grant(
+        &hosts.iter().map(String::as_str).collect::<Vec<_>>(),
+        &["api_token"],
+    );
+    let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
+    for (name, ips) in &answers {
+        let request = EffectRequest {
+            idempotency_key: "k".into(),
+            input: json!({"do": "http", "url": format!("http://{name}:8080/")}).to_string(),
+            attempt: 1,
+        };
+        let report = rt
+            .invoke(
+                &hostile,
+                env(settings(&[]), &[("api_token", "tok-123456")]),
+                CallLimits {
+                    timeout: Duration::from_secs(5),
+                },
+                &request,
+            )
+            .await;
+        assert!(
+            matches!(report.outcome, Ok(Err(EffectError::NotSent { .. }))),
+            "{name} → {:?}: {:?}",
+            ips,
+            report.outcome
+        );
+        assert!(
+            report.denials.iter().any(|d| d.contains("resolved to")),
+            "{name} → {ips:?}: {:?}",
+            report.denials
+        );
+    }
+}
+
+/// `allow_private = true` lets an adapter's granted names into a private network: the same
+/// name that is refused without it reaches the service.
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_private_lets_a_granted_name_reach_a_private_service() {
+    let sim = ProviderSim::start(SimConfig::new("t"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let port = sim.addr().port();
+    let answers = std::collections::BTreeMap::from([(
+        "svc.internal".to_string(),
+        vec!["127.0.0.1".parse().unwrap()],
+    )]);
+    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
+        memory_cap_bytes: 64 << 20,
+        max_instances: 8,
+        resolver: docket::runtime::Resolver::Static(Arc::new(answers)),
+        ..docket::runtime::RuntimeConfig::default()
+    })
+    .unwrap();
+    let component = load(&rt, "hostile").await;
+    let url = format!("http://svc.internal:{port}/v1/_world");
+    for private in [false, true] {
+        let g = grant(&[&format!("http://svc.internal:{port}")], &["api_token"])
+            .allowing_private(private);
+        let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
+        let request = EffectRequest {
+            idempotency_key: "k".into(),
+            input: json!({"do": "http", "url": url}).to_string(),
+            attempt: 1,
+        };
+        let report = rt
+            .invoke(
+                &hostile,
+                env(settings(&[]), &[("api_token", "tok-123456")]),
+                CallLimits {
+                    timeout: Duration::from_secs(5),
+                },
+                &request,
+            )
+            .await;
+        if private {
+            assert_eq!(output(report)["status"], 200);
+        } else {
+            assert!(
+                matches!(report.outcome, Ok(Err(EffectError::NotSent { .. }))),
+                "{:?}",
+                report.outcome
+            );
+        }
+    }
+}
