@@ -134,6 +134,8 @@ impl Principal {
 pub struct Auth {
     /// Principals by the digest of their token.
     by_digest: Arc<HashMap<String, Principal>>,
+    /// Failed authentications by client, shared by the API and the console.
+    pub throttle: Throttle,
 }
 
 impl fmt::Debug for Auth {
@@ -165,6 +167,7 @@ impl Auth {
     pub fn with_digests(digests: impl IntoIterator<Item = (String, Principal)>) -> Self {
         Self {
             by_digest: Arc::new(digests.into_iter().collect()),
+            throttle: Throttle::default(),
         }
     }
 
@@ -214,6 +217,41 @@ impl Auth {
                 "the bearer token is not one the host knows; use a token from the host's \
                  configuration",
             ))
+    }
+}
+
+/// Failed authentications per client address: after [`Throttle::MAX_FAILURES`] within
+/// [`Throttle::WINDOW`], the client is answered `429` until the window has passed, so a
+/// token cannot be guessed at the speed of the network.
+#[derive(Clone, Default)]
+pub struct Throttle {
+    failures: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, (std::time::Instant, u32)>>>,
+}
+
+impl Throttle {
+    pub const MAX_FAILURES: u32 = 10;
+    pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// `Err` with the wait if `client` failed too often lately.
+    pub fn check(&self, client: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        match failures.get(&client) {
+            Some((since, n)) if *n >= Self::MAX_FAILURES && since.elapsed() < Self::WINDOW => {
+                Err(Self::WINDOW - since.elapsed())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts one failed authentication of `client`.
+    pub fn failed(&self, client: std::net::IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        // Old windows go, so the map holds only recent clients.
+        failures.retain(|_, (since, _)| since.elapsed() < Self::WINDOW);
+        let entry = failures
+            .entry(client)
+            .or_insert_with(|| (std::time::Instant::now(), 0));
+        entry.1 += 1;
     }
 }
 
@@ -428,6 +466,19 @@ mod tests {
         assert!(check_request(false, &post, &h).is_err());
         h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert_eq!(check_request(false, &post, &h), Ok(()));
+    }
+
+    #[test]
+    fn repeated_failures_from_one_client_are_throttled() {
+        let t = Throttle::default();
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..Throttle::MAX_FAILURES - 1 {
+            t.failed(a);
+        }
+        assert_eq!(t.check(a), Ok(()));
+        t.failed(a);
+        assert!(t.check(a).is_err());
+        assert_eq!(t.check(b), Ok(()), "another client is not affected");
     }
 
     #[test]

@@ -20,10 +20,30 @@ impl<S: Send + Sync> FromRequestParts<Arc<Context<S>>> for Caller {
         parts: &mut Parts,
         ctx: &Arc<Context<S>>,
     ) -> Result<Self, Self::Rejection> {
+        let client = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        if let Some(client) = client
+            && let Err(wait) = ctx.auth.throttle.check(client)
+        {
+            return Err(ApiError::new(
+                ErrorCode::TooManyRequests,
+                format!(
+                    "too many failed authentications from this client; try again in {} s with a valid token",
+                    wait.as_secs().max(1)
+                ),
+            ));
+        }
         ctx.auth
             .authenticate(&parts.headers)
             .map(Caller)
-            .map_err(|e| ApiError::new(ErrorCode::Unauthorized, e.0))
+            .map_err(|e| {
+                if let Some(client) = client {
+                    ctx.auth.throttle.failed(client);
+                }
+                ApiError::new(ErrorCode::Unauthorized, e.0)
+            })
     }
 }
 

@@ -51,6 +51,8 @@ pub enum ErrorCode {
     Unavailable,
     /// 421: open mode answers only to loopback names.
     Misdirected,
+    /// 429: too many failed authentications from this client.
+    TooManyRequests,
 }
 
 impl ErrorCode {
@@ -65,6 +67,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::Misdirected => "misdirected",
+            ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::KeyConflict => "key_conflict",
@@ -89,6 +92,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::Misdirected => StatusCode::MISDIRECTED_REQUEST,
+            ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
@@ -253,6 +257,11 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ErrorCode::TooManyRequests => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
             }
             ErrorCode::Unauthorized => {
                 response

@@ -118,7 +118,15 @@ async fn guard<S: ContextStore>(
     use crate::access::{RequestRefusal, check_request};
     use axum::response::IntoResponse;
     match check_request(ctx.auth.is_open(), request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => {
+            let mut response = next.run(request).await;
+            // JSON stays JSON: no browser may sniff it into something it would run.
+            response.headers_mut().insert(
+                axum::http::header::X_CONTENT_TYPE_OPTIONS,
+                axum::http::HeaderValue::from_static("nosniff"),
+            );
+            response
+        }
         Err(RequestRefusal::Misdirected(m)) => {
             ApiError::new(ErrorCode::Misdirected, m).into_response()
         }

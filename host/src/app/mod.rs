@@ -498,10 +498,14 @@ where
     {
         let stop = stop.clone();
         tasks.spawn("server", async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .map_err(|e| e.to_string())
+            // The client's address: repeated failed authentications from it are slowed.
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .map_err(|e| e.to_string())
         });
     }
     tracing::info!("docket is serving on http://{addr}");

@@ -72,7 +72,24 @@ async fn guard<S: ContextStore>(
 ) -> Response {
     use crate::access::{RequestRefusal, check_request};
     match check_request(c.ctx.auth.is_open(), request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => {
+            let mut response = next.run(request).await;
+            let h = response.headers_mut();
+            // No other site may frame the console (clickjacking) or sniff its responses;
+            // forms post only to the console itself.
+            for (name, value) in [
+                (
+                    header::CONTENT_SECURITY_POLICY,
+                    "frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'",
+                ),
+                (header::X_FRAME_OPTIONS, "DENY"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::REFERRER_POLICY, "same-origin"),
+            ] {
+                h.insert(name, axum::http::HeaderValue::from_static(value));
+            }
+            response
+        }
         Err(refusal) => {
             let status = match refusal {
                 RequestRefusal::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -146,8 +163,23 @@ struct SignInForm {
 
 async fn sign_in<S: ContextStore>(
     State(c): State<Shared<S>>,
+    extensions: axum::http::Extensions,
     Form(form): Form<SignInForm>,
 ) -> Response {
+    let client = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(client) = client
+        && c.ctx.auth.throttle.check(client).is_err()
+    {
+        return html(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(
+                c.ctx.auth.is_open(),
+                Some("Too many failed sign-ins from here; wait a minute and try again."),
+            ),
+        );
+    }
     let mut headers = HeaderMap::new();
     if let Ok(v) = format!("Bearer {}", form.token.trim()).parse() {
         headers.insert(header::AUTHORIZATION, v);
@@ -155,6 +187,9 @@ async fn sign_in<S: ContextStore>(
     let principal = match c.ctx.auth.authenticate(&headers) {
         Ok(p) => p,
         Err(_) => {
+            if let Some(client) = client {
+                c.ctx.auth.throttle.failed(client);
+            }
             return html(
                 StatusCode::UNAUTHORIZED,
                 pages::sign_in(

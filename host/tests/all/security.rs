@@ -615,3 +615,63 @@ async fn a_deployer_is_bounded_by_the_hosts_rules() {
         "{body}"
     );
 }
+
+/// Repeated bad tokens from one client are slowed — `429` with `Retry-After`, even for a
+/// good token from it, over the API and at the console's sign-in — and the console's pages
+/// can be framed by no other site.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_tokens_are_slowed_and_the_console_cannot_be_framed() {
+    let host = HostProcess::start(HostOptions {
+        config: ROLES.into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let get = reqwest::Method::GET;
+    let r = reqwest::get(format!("{}/console/sign-in", host.url))
+        .await
+        .unwrap();
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(r.headers()["x-frame-options"], "DENY");
+    let good = "Bearer operator-token-0123456789";
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/workflows", host.url))
+        .header("authorization", good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    for i in 0..10 {
+        let (status, body) = send(
+            &host,
+            get.clone(),
+            "/v1/workflows",
+            &[("authorization", &format!("Bearer guess-{i:016}"))],
+            None,
+        )
+        .await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/workflows", host.url))
+        .header("authorization", good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_requests");
+    let r = reqwest::Client::new()
+        .post(format!("{}/console/sign-in", host.url))
+        .form(&[("token", "operator-token-0123456789")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+}
