@@ -245,7 +245,7 @@ impl HostConfig {
         Self::from_toml(&name, raw)
     }
 
-    fn parse_toml(name: &str, text: &str) -> Result<HostConfigToml, ConfigError> {
+    pub(crate) fn parse_toml(name: &str, text: &str) -> Result<HostConfigToml, ConfigError> {
         toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
@@ -263,7 +263,7 @@ impl HostConfig {
         })
     }
 
-    fn from_toml(name: &str, raw: HostConfigToml) -> Result<Self, ConfigError> {
+    pub(crate) fn from_toml(name: &str, raw: HostConfigToml) -> Result<Self, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             path: name.to_string(),
             message,

@@ -59,6 +59,9 @@ pub mod store;
 pub mod view;
 pub mod workflow;
 
+#[cfg(test)]
+mod fuzz;
+
 /// Bounded polls for tests, shared with the integration suite.
 #[cfg(test)]
 #[path = "../tests/support/wait.rs"]

@@ -167,7 +167,7 @@ pub(super) async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> 
 
 /// A parsed `POST /v1/intents` body.
 #[derive(Debug, Clone, PartialEq)]
-struct Submission {
+pub(crate) struct Submission {
     workflow: String,
     input: Value,
 }
@@ -180,7 +180,7 @@ fn shape_error(message: String, pointer: &str) -> ApiError {
 }
 
 /// The body as JSON of the right shape; any `Content-Type` is accepted.
-fn parse_submission(bytes: &[u8]) -> ApiResult<Submission> {
+pub(crate) fn parse_submission(bytes: &[u8]) -> ApiResult<Submission> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
             ErrorCode::InvalidJson,

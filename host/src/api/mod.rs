@@ -21,6 +21,8 @@ mod controls;
 mod course;
 mod error;
 mod intents;
+#[cfg(test)]
+pub(crate) use intents::parse_submission;
 mod keyed;
 mod notifications;
 mod pagination;

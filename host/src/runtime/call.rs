@@ -382,7 +382,7 @@ pub const MAX_REFERENCE_BYTES: usize = 1024;
 pub const MAX_TEXT_BYTES: usize = 4096;
 
 /// Why a receipt is unusable as evidence, if it is.
-fn bounded(r: &PluginReceipt) -> Result<(), String> {
+pub(crate) fn bounded(r: &PluginReceipt) -> Result<(), String> {
     if r.output.len() > MAX_OUTPUT_BYTES {
         return Err(format!(
             "the adapter's receipt output has {} bytes, over the limit of {MAX_OUTPUT_BYTES}",
@@ -399,7 +399,7 @@ fn bounded(r: &PluginReceipt) -> Result<(), String> {
 }
 
 /// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary.
-fn cut_text(mut text: String) -> String {
+pub(crate) fn cut_text(mut text: String) -> String {
     if text.len() > MAX_TEXT_BYTES {
         let mut end = MAX_TEXT_BYTES;
         while !text.is_char_boundary(end) {

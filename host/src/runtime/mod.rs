@@ -19,7 +19,11 @@ mod state;
 mod tests;
 
 pub use bindings::PLUGIN_PACKAGE_VERSION;
-pub use call::{CallFailure, CallLimits, CallReport};
+pub use call::{
+    CallFailure, CallLimits, CallReport, MAX_OUTPUT_BYTES, MAX_REFERENCE_BYTES, MAX_TEXT_BYTES,
+};
+#[cfg(test)]
+pub(crate) use call::{bounded, cut_text};
 pub use load::{ComponentKind, LoadError, LoadedComponent, Prepared, World};
 pub use state::{CallEnv, LogLevel, LogLine, LogSource};
 

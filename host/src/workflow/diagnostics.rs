@@ -149,7 +149,9 @@ impl Diagnostics {
         let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
         let text = line_text(source, start);
         // Carets cover the span's part of its first line, at least one character.
-        let end = floor_char_boundary(source, span.end).clamp(start, line_start + text.len());
+        // (A span may start past the text of its line, e.g. at a lone `\r`.)
+        let line_end = (line_start + text.len()).max(start);
+        let end = floor_char_boundary(source, span.end).clamp(start, line_end);
         let carets = source[start..end].chars().count().max(1);
         let indent = source[line_start..start].chars().count();
         writeln!(f, "{pad}--> {}:{line}:{column}", self.file)?;
@@ -371,6 +373,13 @@ pub(super) fn list(names: impl IntoIterator<Item = impl fmt::Display>) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_past_its_lines_text_still_renders() {
+        // Found by `fuzz::definitions_never_panic_and_point_inside_the_file`.
+        let err = crate::workflow::parse("cr.toml", "\r").unwrap_err();
+        assert!(err.to_string().contains("cr.toml"), "{err}");
+    }
 
     #[test]
     fn renders_like_rustc() {
