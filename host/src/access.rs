@@ -132,8 +132,8 @@ impl Principal {
 /// The token map. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Auth {
-    /// Principals by the digest of their token.
-    by_digest: Arc<HashMap<String, Principal>>,
+    /// Principals by the digest of their token; replaced whole by a reload (SIGHUP).
+    by_digest: Arc<std::sync::RwLock<Arc<HashMap<String, Principal>>>>,
     /// Failed authentications by client, shared by the API and the console.
     pub throttle: Throttle,
 }
@@ -142,7 +142,7 @@ impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print token digests.
         f.debug_struct("Auth")
-            .field("tokens", &self.by_digest.len())
+            .field("tokens", &self.tokens().len())
             .finish()
     }
 }
@@ -166,14 +166,30 @@ impl Auth {
     /// principals: the configuration need not hold the tokens themselves.
     pub fn with_digests(digests: impl IntoIterator<Item = (String, Principal)>) -> Self {
         Self {
-            by_digest: Arc::new(digests.into_iter().collect()),
+            by_digest: Arc::new(std::sync::RwLock::new(Arc::new(
+                digests.into_iter().collect(),
+            ))),
             throttle: Throttle::default(),
         }
     }
 
+    fn tokens(&self) -> Arc<HashMap<String, Principal>> {
+        self.by_digest
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `other`'s tokens in force for every request from now on (a rotation); the
+    /// failure counts stay.
+    pub fn replace(&self, other: &Auth) {
+        let tokens = other.tokens();
+        *self.by_digest.write().unwrap_or_else(|e| e.into_inner()) = tokens;
+    }
+
     /// Whether no tokens are configured (anyone who can connect is an operator).
     pub fn is_open(&self) -> bool {
-        self.by_digest.is_empty()
+        self.tokens().is_empty()
     }
 
     /// Whether `subject` holds the operator role under this configuration (for sessions
@@ -182,7 +198,7 @@ impl Auth {
         if self.is_open() {
             return *subject == Principal::local().subject;
         }
-        self.by_digest
+        self.tokens()
             .values()
             .any(|p| p.has(Role::Operator) && &p.subject == subject)
     }
@@ -210,7 +226,7 @@ impl Auth {
                 "the `Authorization` header is not of the form `Bearer <token>`; send \
                  `Authorization: Bearer <token>`",
             ))?;
-        self.by_digest
+        self.tokens()
             .get(&sha256_digest(token.as_bytes()))
             .cloned()
             .ok_or(AuthError(

@@ -70,6 +70,8 @@ pub struct Options {
     pub sim_listen: SocketAddr,
     /// Admit and serve reads, but run no steps.
     pub pause_execution: bool,
+    /// The configuration file, read again on SIGHUP (tokens, secrets, allowances).
+    pub config_path: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -80,6 +82,7 @@ impl Default for Options {
             test_controls: false,
             sim_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             pause_execution: false,
+            config_path: None,
         }
     }
 }
@@ -309,6 +312,13 @@ async fn embed_simulator(
     tracing::warn!(
         "development mode: no delivery service configured, so http-delivery (and its variants) point at the built-in provider simulator at {url}; nothing leaves this machine"
     );
+    point_at_simulator(config, &url, &token)?;
+    Ok(Some(running))
+}
+
+/// Gives the delivery adapters the simulator at `url` as their provider (and `token`,
+/// unless the operator configured one).
+fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result<(), AppError> {
     let rule = url
         .parse::<HostRule>()
         .setup(|| format!("the simulator's address {url}"))?;
@@ -318,16 +328,55 @@ async fn embed_simulator(
             AdapterPolicy {
                 allow_hosts: vec![rule.clone()],
                 allow_secrets: ["provider_token".to_string()].into(),
-                settings: [("base_url".to_string(), url.clone())].into(),
+                settings: [("base_url".to_string(), url.to_string())].into(),
                 digests: Default::default(),
                 allow_private: false,
             },
         );
     }
     if config.secrets.get("provider_token").is_none() {
-        config.secrets.insert("provider_token", token.as_str());
+        config.secrets.insert("provider_token", token);
     }
-    Ok(Some(running))
+    Ok(())
+}
+
+/// What a SIGHUP reloads, and from where.
+struct Reload {
+    path: PathBuf,
+    auth: Auth,
+    secrets: crate::capabilities::LiveSecrets,
+    components: Arc<Components>,
+    /// The embedded simulator's address and token, which a reload keeps pointing at.
+    sim: Option<(String, String)>,
+}
+
+impl Reload {
+    /// Reads the configuration again and puts its tokens, secrets and allowances in force;
+    /// a configuration that does not load, or that would switch between open mode and
+    /// tokens (which needs a restart), changes nothing.
+    fn apply(&self) -> Result<String, String> {
+        let mut config = HostConfig::load(Some(&self.path)).map_err(|e| e.to_string())?;
+        if config.tokens.is_empty() != self.auth.is_open() {
+            return Err(
+                "the reloaded configuration switches between open mode and tokens; restart the host for that"
+                    .into(),
+            );
+        }
+        if let Some((url, token)) = &self.sim
+            && !config.policy.adapters.contains_key("http-delivery")
+        {
+            point_at_simulator(&mut config, url, token).map_err(|e| e.to_string())?;
+        }
+        self.auth.replace(&auth(&config));
+        self.secrets.replace(config.secrets.clone());
+        self.components.set_policy(config.policy.clone());
+        Ok(format!(
+            "reloaded {}: {} tokens, the secrets and the allowances of {} adapters are in force",
+            self.path.display(),
+            config.tokens.len(),
+            config.policy.adapters.len()
+        ))
+    }
 }
 
 /// The host on a given store: components, definitions, scheduler and API, each started as
@@ -475,6 +524,41 @@ where
 
     let mut ctx = Context::new(store, deployments, clock.clone());
     ctx.auth = auth(&config);
+    if let Some(path) = options.config_path.clone() {
+        // SIGHUP rotates tokens and secrets and changes allowances without a restart.
+        let reload = Reload {
+            path,
+            auth: ctx.auth.clone(),
+            secrets: scheduler.live_secrets(),
+            components: components.clone(),
+            sim: sim.as_ref().map(|s| {
+                let token = config
+                    .secrets
+                    .get("provider_token")
+                    .map(|t| t.expose().to_string())
+                    .unwrap_or_default();
+                (s.base_url(), token)
+            }),
+        };
+        let stop = stop.clone();
+        tasks.spawn("reload", async move {
+            let mut hangups =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                    .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = hangups.recv() => {}
+                }
+                match reload.apply() {
+                    Ok(done) => tracing::info!("{done}"),
+                    Err(e) => tracing::error!(
+                        "SIGHUP: the configuration was not reloaded, the one in force stays: {e}"
+                    ),
+                }
+            }
+        });
+    }
     ctx.limits = Limits {
         max_body_bytes: config.max_body_bytes,
         key_retention: config.key_retention,

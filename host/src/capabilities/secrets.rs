@@ -30,6 +30,27 @@ impl fmt::Debug for SecretValue {
     }
 }
 
+/// The host's secrets as they stand now: replaced whole when the configuration is
+/// reloaded (SIGHUP); a call takes the source in force when it starts.
+#[derive(Clone, Default)]
+pub struct LiveSecrets(Arc<std::sync::RwLock<Arc<SecretSource>>>);
+
+impl LiveSecrets {
+    pub fn new(source: Arc<SecretSource>) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(source)))
+    }
+
+    /// The source in force.
+    pub fn current(&self) -> Arc<SecretSource> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `source` in force for the calls that start from now on.
+    pub fn replace(&self, source: SecretSource) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(source);
+    }
+}
+
 /// The host's secret source: name → value, read from the operator's config, the
 /// environment or the command line.
 #[derive(Debug, Clone, Default)]

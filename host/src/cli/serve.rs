@@ -41,6 +41,7 @@ impl ServeArgs {
             test_controls: self.test_controls,
             sim_listen: self.sim_listen,
             pause_execution: self.pause_execution,
+            config_path: self.config.clone(),
         }
     }
 }

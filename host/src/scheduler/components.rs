@@ -45,7 +45,8 @@ type Versions = Vec<(semver::Version, Arc<LoadedComponent>)>;
 /// while attempts run, and an attempt keeps the `Arc` of the version it started with.
 pub struct Components {
     runtime: Runtime,
-    policy: HostPolicy,
+    /// The operator's allowances, replaced whole by a configuration reload.
+    policy: RwLock<Arc<HostPolicy>>,
     by_name: RwLock<BTreeMap<String, Versions>>,
     /// Name → digest of the active version (the registry's choice for new attempts).
     active: RwLock<BTreeMap<String, String>>,
@@ -66,7 +67,7 @@ impl Components {
     pub fn new(runtime: Runtime, policy: HostPolicy) -> Self {
         Self {
             runtime,
-            policy,
+            policy: RwLock::new(Arc::new(policy)),
             governance: super::Governance::default(),
             by_name: RwLock::new(BTreeMap::new()),
             active: RwLock::new(BTreeMap::new()),
@@ -146,8 +147,17 @@ impl Components {
         &self.runtime
     }
 
-    pub fn policy(&self) -> &HostPolicy {
-        &self.policy
+    /// The operator's allowances in force.
+    pub fn policy(&self) -> Arc<HostPolicy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts new allowances in force for the attempts that start from now on.
+    pub fn set_policy(&self, policy: HostPolicy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
     }
 
     /// The deployed policy in force on this host, and its environment.
@@ -439,23 +449,22 @@ impl Components {
     ) -> Result<Arc<Prepared>, ResolveError> {
         let caps = &step.capabilities;
         // A version under a pinned name that is not pinned gets none of the allowance.
-        self.policy
-            .check_pinned(component.name(), &component.digest)?;
+        let policy = self.policy();
+        policy.check_pinned(component.name(), &component.digest)?;
         let grant =
-            self.policy
-                .effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;
-        let settings = self.policy.adapter(component.name()).settings;
+            policy.effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;
+        let settings = policy.adapter(component.name()).settings;
         Ok(self.runtime.prepare(component, &grant, &settings)?)
     }
 
     /// Whether this host's config has an `[adapters.<component>]` section.
     pub fn has_allowance(&self, component: &str) -> bool {
-        self.policy.adapters.contains_key(component)
+        self.policy().adapters.contains_key(component)
     }
 
     /// The operator settings of an adapter.
     pub fn settings(&self, component: &str) -> BTreeMap<String, String> {
-        self.policy.adapter(component).settings
+        self.policy().adapter(component).settings
     }
 }
 
@@ -484,15 +493,15 @@ impl CheckEnv for Components {
     }
 
     fn allows_host(&self, component: &str, host: &str) -> bool {
-        self.policy.allows_host(component, host)
+        self.policy().allows_host(component, host)
     }
 
     fn allows_secret(&self, component: &str, secret: &str) -> bool {
-        self.policy.allows_secret(component, secret)
+        self.policy().allows_secret(component, secret)
     }
 
     fn has_allowance(&self, component: &str) -> bool {
-        self.policy.adapters.contains_key(component)
+        self.policy().adapters.contains_key(component)
     }
 
     fn declares_compensation(&self, component: &str, version: &semver::Version) -> Option<bool> {

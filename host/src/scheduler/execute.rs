@@ -554,7 +554,7 @@ where
     fn env(&self, claimed: &Claimed, component: &str) -> CallEnv {
         CallEnv {
             settings: Arc::new(self.components.settings(component)),
-            secrets: self.secrets.clone(),
+            secrets: self.secrets.current(),
             clock: self.clock.clone(),
             label: format!(
                 "{}/{}/{}",

@@ -166,7 +166,7 @@ pub struct Scheduler<S> {
     store: S,
     deployments: Arc<Deployments<S>>,
     components: Arc<Components>,
-    secrets: Arc<SecretSource>,
+    secrets: crate::capabilities::LiveSecrets,
     clock: Arc<dyn Clock>,
     config: SchedulerConfig,
     wake: Arc<Notify>,
@@ -195,7 +195,7 @@ where
             store,
             deployments,
             components,
-            secrets,
+            secrets: crate::capabilities::LiveSecrets::new(secrets),
             clock,
             config,
             wake,
@@ -208,6 +208,11 @@ where
 
     /// The signal that moves whenever one of this host's attempts ends, a lease is
     /// recovered, or another host reports work.
+    /// The secrets calls are given, replaced whole by a configuration reload.
+    pub fn live_secrets(&self) -> crate::capabilities::LiveSecrets {
+        self.secrets.clone()
+    }
+
     pub fn progress(&self) -> Arc<Progress> {
         self.progress.clone()
     }

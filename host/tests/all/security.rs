@@ -675,3 +675,52 @@ async fn bad_tokens_are_slowed_and_the_console_cannot_be_framed() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 429);
 }
+
+/// SIGHUP reads the configuration again: a rotated token works and the old one is refused,
+/// with no restart; a configuration that does not load changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_rotates_tokens_without_a_restart() {
+    let host = HostProcess::start(HostOptions {
+        config: ROLES.into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let status_with = |token: &'static str| {
+        let url = format!("{}/v1/workflows", host.url);
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let (old, new) = ("operator-token-0123456789", "rotated-operator-token-0123");
+    assert_eq!(status_with(old).await, 200);
+    assert_eq!(status_with(new).await, 401);
+    let path = host.path().join("docket.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // A broken file first: refused, and the tokens in force stay.
+    std::fs::write(&path, format!("{text}\nthis is not toml")).unwrap();
+    host.hangup();
+    host.wait_for_log("was not reloaded", std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(status_with(old).await, 200);
+    std::fs::write(&path, text.replace(old, new)).unwrap();
+    host.hangup();
+    crate::wait::until(
+        "the rotated token to be in force",
+        std::time::Duration::from_secs(10),
+        || async {
+            match (status_with(new).await, status_with(old).await) {
+                (200, 401) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}

@@ -382,6 +382,15 @@ impl HostProcess {
         assert!(status.success());
     }
 
+    /// Sends SIGHUP: the host reads its configuration again.
+    pub fn hangup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
     /// Kills the process and hands back its directory (to restart on the same database).
     pub fn kill(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
