@@ -236,6 +236,10 @@ impl Auth {
     }
 }
 
+/// The address a request came from, as the listener saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
 /// Failed authentications per client address: after [`Throttle::MAX_FAILURES`] within
 /// [`Throttle::WINDOW`], the client is answered `429` until the window has passed, so a
 /// token cannot be guessed at the speed of the network.

@@ -57,6 +57,21 @@ pub struct HostConfigToml {
     /// Webhook endpoints told about workflows' meaningful transitions.
     #[serde(default)]
     pub notifications: Vec<NotificationToml>,
+    /// Serve HTTPS with this certificate chain and key (PEM files).
+    pub tls: Option<TlsToml>,
+    /// The host listens behind a proxy that terminates TLS: a non-loopback listener without
+    /// `[tls]` is allowed, and console cookies are `Secure`.
+    pub behind_tls_proxy: Option<bool>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsToml {
+    /// The certificate chain, PEM.
+    pub cert: PathBuf,
+    /// The private key, PEM.
+    pub key: PathBuf,
 }
 
 /// One `[[notifications]]` endpoint.
@@ -170,6 +185,8 @@ pub struct LimitsToml {
     pub max_body_bytes: Option<usize>,
     /// How long delivered, suppressed and failed notifications are kept (default 7 days).
     pub notification_retention: Option<String>,
+    /// Most connections the API's listener holds at once (default 1024).
+    pub max_connections: Option<usize>,
 }
 
 /// Why the configuration is unusable.
@@ -207,6 +224,9 @@ pub struct HostConfig {
     pub max_body_bytes: usize,
     pub notifications: Vec<crate::notify::Endpoint>,
     pub notification_retention: Duration,
+    pub tls: Option<TlsToml>,
+    pub behind_tls_proxy: bool,
+    pub max_connections: usize,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -417,6 +437,12 @@ impl HostConfig {
             notification_retention,
             MAX_RETENTION,
         )?;
+        let max_connections = within(
+            "max_connections",
+            limits.max_connections.unwrap_or(1024),
+            1,
+            1_000_000,
+        )?;
         let notifications = raw
             .notifications
             .iter()
@@ -458,6 +484,9 @@ impl HostConfig {
             max_body_bytes,
             notifications,
             notification_retention,
+            tls: raw.tls,
+            behind_tls_proxy: raw.behind_tls_proxy.unwrap_or(false),
+            max_connections,
         })
     }
 }

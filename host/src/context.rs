@@ -90,6 +90,8 @@ pub struct Context<S> {
     pub clock: Arc<SystemClock>,
     pub auth: Auth,
     pub limits: Limits,
+    /// Whether clients reach the host over TLS (here or at a proxy): cookies are `Secure`.
+    pub secure_cookies: bool,
     /// Serve `POST /v1/_test/clock` (never in production).
     pub test_controls: bool,
     /// Notified after an intent is created or the clock moves, so the scheduler looks for
@@ -114,6 +116,7 @@ impl<S> Context<S> {
             clock,
             auth: Auth::open(),
             limits: Limits::default(),
+            secure_cookies: false,
             test_controls: false,
             wake: Arc::new(Notify::new()),
             components: None,

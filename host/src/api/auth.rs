@@ -22,8 +22,8 @@ impl<S: Send + Sync> FromRequestParts<Arc<Context<S>>> for Caller {
     ) -> Result<Self, Self::Rejection> {
         let client = parts
             .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip());
+            .get::<axum::extract::ConnectInfo<crate::access::ClientAddr>>()
+            .map(|c| c.0.0.ip());
         if let Some(client) = client
             && let Err(wait) = ctx.auth.throttle.check(client)
         {

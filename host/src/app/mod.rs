@@ -12,6 +12,7 @@
 //! under way, the scheduler stops claiming and lets attempts finish (up to the configured
 //! grace), then the host ends its remaining leases so another host recovers them at once.
 
+pub mod listener;
 mod supervisor;
 
 pub use supervisor::{Supervisor, TaskEnd};
@@ -119,6 +120,8 @@ impl<T, E: std::fmt::Display> SetupContext<T> for Result<T, E> {
 pub struct App {
     /// The address the API and the console listen on.
     pub addr: SocketAddr,
+    /// Whether it speaks HTTPS (`[tls]`).
+    pub https: bool,
     /// The clock every part of the host reads; in-process callers (the demo) may move it.
     pub clock: Arc<SystemClock>,
     /// Completed scheduler ticks (claim, recovery, registry, lease renewal).
@@ -147,6 +150,11 @@ impl App {
             .listen
             .or(config.listen)
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        if !listen.ip().is_loopback() && config.tls.is_none() && !config.behind_tls_proxy {
+            return Err(AppError::Refused(format!(
+                "refusing to serve plain HTTP on {listen}: tokens and sessions would cross the network in the clear; configure [tls] cert and key, or set behind_tls_proxy = true when a proxy terminates TLS in front of the host"
+            )));
+        }
         if config.tokens.is_empty() && !listen.ip().is_loopback() {
             return Err(AppError::Refused(format!(
                 "refusing to listen on {listen} without API tokens: anyone could act as an operator; configure [[tokens]] in docket.toml or listen on 127.0.0.1"
@@ -524,6 +532,8 @@ where
 
     let mut ctx = Context::new(store, deployments, clock.clone());
     ctx.auth = auth(&config);
+    // Cookies only travel over TLS (here, or at a proxy in front).
+    ctx.secure_cookies = config.tls.is_some() || config.behind_tls_proxy;
     if let Some(path) = options.config_path.clone() {
         // SIGHUP rotates tokens and secrets and changes allowances without a restart.
         let reload = Reload {
@@ -541,10 +551,11 @@ where
             }),
         };
         let stop = stop.clone();
+        // Listened for before the host announces itself: a SIGHUP is never the default (a
+        // kill).
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .setup(|| "listening for SIGHUP".into())?;
         tasks.spawn("reload", async move {
-            let mut hangups =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-                    .map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return Ok(()),
@@ -576,6 +587,15 @@ where
     let addr = listener
         .local_addr()
         .setup(|| format!("reading the address bound for {listen}"))?;
+    let tls = match &config.tls {
+        Some(files) => {
+            Some(listener::tls_config(&files.cert, &files.key).map_err(AppError::Refused)?)
+        }
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let incoming = listener::incoming(listener, tls, config.max_connections)
+        .setup(|| format!("listening on {listen}"))?;
     // The console shares the API's context and listener.
     let ctx = Arc::new(ctx);
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
@@ -584,20 +604,21 @@ where
         tasks.spawn("server", async move {
             // The client's address: repeated failed authentications from it are slowed.
             axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
+                incoming,
+                router.into_make_service_with_connect_info::<crate::access::ClientAddr>(),
             )
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
             .map_err(|e| e.to_string())
         });
     }
-    tracing::info!("docket is serving on http://{addr}");
+    tracing::info!("docket is serving on {scheme}://{addr}");
     let draining = scheduler.clone();
     let drain: Drain =
         Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
     Ok(App {
         addr,
+        https: scheme == "https",
         clock,
         ticks,
         sim,

@@ -51,19 +51,22 @@ impl ServeArgs {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let config = HostConfig::load(args.config.as_deref())?;
     let app = App::build(&args.options(), config).await?;
+    // Ctrl-C or SIGTERM (what service managers send): a graceful stop. Listened for before
+    // the banner, so a signal sent as soon as it is seen is never the default (a kill).
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let interrupt = tokio::signal::ctrl_c();
     // A line on stdout that scripts (and tests) can wait for.
-    println!("docket listening on http://{}", app.addr);
+    let scheme = if app.https { "https" } else { "http" };
+    println!("docket listening on {scheme}://{}", app.addr);
     if let Some(sim) = app.simulator() {
         println!(
             "development mode: deliveries go to the built-in provider simulator at {} (configure [adapters.http-delivery] for a real provider)",
             sim.base_url()
         );
     }
-    // Ctrl-C or SIGTERM (what service managers send): a graceful stop.
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let signalled = async move {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = interrupt => {}
             _ = terminate.recv() => {}
         }
     };

@@ -167,8 +167,8 @@ async fn sign_in<S: ContextStore>(
     Form(form): Form<SignInForm>,
 ) -> Response {
     let client = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
+        .get::<axum::extract::ConnectInfo<crate::access::ClientAddr>>()
+        .map(|c| c.0.0.ip());
     if let Some(client) = client
         && c.ctx.auth.throttle.check(client).is_err()
     {
@@ -208,7 +208,14 @@ async fn sign_in<S: ContextStore>(
             ),
         );
     }
-    let cookie = match session::start(&c.ctx.store, &principal, c.ctx.clock_now()).await {
+    let cookie = match session::start(
+        &c.ctx.store,
+        &principal,
+        c.ctx.clock_now(),
+        c.ctx.secure_cookies,
+    )
+    .await
+    {
         Ok(cookie) => cookie,
         Err(e) => return store_down(&c.ctx, e),
     };
@@ -223,10 +230,10 @@ async fn sign_out<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMa
         return store_down(&c.ctx, e);
     }
     let mut r = Redirect::to("/console/sign-in").into_response();
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        session::CLEAR_COOKIE.parse().expect("a valid cookie"),
-    );
+    for clear in [session::CLEAR_COOKIE, session::CLEAR_SECURE_COOKIE] {
+        r.headers_mut()
+            .append(header::SET_COOKIE, clear.parse().expect("a valid cookie"));
+    }
     r
 }
 

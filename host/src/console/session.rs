@@ -14,12 +14,18 @@ use rand::RngCore;
 use std::time::Duration;
 
 const COOKIE: &str = "docket_console";
+/// The cookie's name over TLS: the `__Host-` prefix makes browsers refuse it unless it is
+/// `Secure`, for the whole host and set by the host itself.
+const SECURE_COOKIE: &str = "__Host-docket_console";
 /// A session ends this long after it started.
 const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
 /// Clears the session cookie.
 pub const CLEAR_COOKIE: &str =
     "docket_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0";
+/// Clears the session cookie set over TLS.
+pub const CLEAR_SECURE_COOKIE: &str =
+    "__Host-docket_console=; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=0";
 
 /// A signed-in operator.
 #[derive(Clone)]
@@ -48,6 +54,7 @@ pub async fn start<S: SessionStore>(
     store: &S,
     principal: &Principal,
     now: Millis,
+    secure: bool,
 ) -> StoreResult<String> {
     let id = random_token();
     store
@@ -61,10 +68,17 @@ pub async fn start<S: SessionStore>(
             expires_at: now + LIFETIME.as_millis() as Millis,
         })
         .await?;
-    Ok(format!(
-        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-        LIFETIME.as_secs()
-    ))
+    Ok(if secure {
+        format!(
+            "{SECURE_COOKIE}={id}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={}",
+            LIFETIME.as_secs()
+        )
+    } else {
+        format!(
+            "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
+            LIFETIME.as_secs()
+        )
+    })
 }
 
 fn cookie(headers: &HeaderMap) -> Option<String> {
@@ -74,7 +88,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(name, _)| *name == COOKIE || *name == SECURE_COOKIE)
         .map(|(_, value)| value.to_string())
 }
 

@@ -724,3 +724,85 @@ async fn sighup_rotates_tokens_without_a_restart() {
     )
     .await;
 }
+
+/// One request over TLS to `port`, trusting only `cert_der`; the raw response.
+async fn https(port: u16, cert_der: &[u8], request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(cert_der.to_vec()))
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    // The server may close without a TLS close_notify once it answered.
+    let _ = tls.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `[tls]` serves the API and the console over HTTPS to a client that trusts the
+/// certificate, and nothing in plain HTTP; over TLS the console's session cookie is
+/// `__Host-` and `Secure`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_host_serves_https_with_its_certificate() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let host = HostProcess::start(HostOptions {
+        config: format!("[tls]\ncert = {cert_path:?}\nkey = {key_path:?}\n"),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let port: u16 = host.url.rsplit(':').next().unwrap().parse().unwrap();
+    let der = cert.cert.der().to_vec();
+    let answer = https(
+        port,
+        &der,
+        &format!(
+            "GET /v1/workflows HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let body = "token=";
+    let answer = https(
+        port,
+        &der,
+        &format!(
+            "POST /console/sign-in HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    let cookie = answer
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {answer}"));
+    assert!(
+        cookie.contains("__Host-docket_console=") && cookie.contains("Secure"),
+        "{cookie}"
+    );
+    // Plain HTTP on the TLS port gets no answer.
+    let plain = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/v1/workflows"))
+        .timeout(std::time::Duration::from_secs(5))
+        .send()
+        .await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+}
