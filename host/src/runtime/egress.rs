@@ -1,10 +1,10 @@
 //! Outbound HTTP for plugins: every request is checked against the call's grant.
 //!
 //! The check runs twice: on the request's scheme, host and port before anything is
-//! resolved, and on each address the host name resolves to, before connecting. For plain
-//! HTTP the connection then goes to exactly the checked address (the `Host` header keeps the
-//! name), so a second DNS answer cannot route around the grant; for HTTPS the certificate
-//! must match the granted name. No redirect is ever followed (the plugin sees the 3xx), and
+//! resolved, and on each address the host name resolves to, before connecting. The
+//! connection then goes to exactly the checked address — for HTTP with the `Host` header
+//! naming the host, for HTTPS through docket's own TLS client with the granted name for the
+//! certificate — so a second DNS answer cannot route around the grant. No redirect is ever followed (the plugin sees the 3xx), and
 //! every request carries explicit timeouts instead of `wasi:http`'s 600 s defaults.
 
 use crate::capabilities::{AddressDecision, Grant, Scheme, check_resolved_address};
@@ -192,7 +192,12 @@ impl WasiHttpHooks for Egress {
             let Some(addr) = chosen else {
                 return Err(HttpError::DestinationIpProhibited);
             };
-            if scheme == Scheme::Http {
+            if scheme == Scheme::Https {
+                // Connect to the address just checked, with the granted name for the
+                // certificate: a second DNS answer cannot route around the grant.
+                return send_https(request, addr, &bare, &options).await;
+            }
+            {
                 // Connect to the address just checked; the Host header still names the host.
                 let mut parts = uri.into_parts();
                 parts.authority = Some(
@@ -212,4 +217,99 @@ impl WasiHttpHooks for Egress {
             ))
         })
     }
+}
+
+/// The client TLS configuration of plugins' HTTPS requests: the public web roots, HTTP/1.1.
+fn tls_client() -> Arc<tokio_rustls::rustls::ClientConfig> {
+    use tokio_rustls::rustls;
+    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// Sends `request` over TLS to exactly `addr`, verifying the certificate for `name`.
+async fn send_https(
+    request: http::Request<WasiBody>,
+    addr: SocketAddr,
+    name: &str,
+    options: &RequestOptions,
+) -> Result<
+    (
+        http::Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ),
+    HttpError,
+> {
+    use http_body_util::BodyExt;
+    let mut request = request;
+    // HTTP/1.1 on a connection of our own: origin-form target, the name in `Host`.
+    if let Some(authority) = request.uri().authority().map(|a| a.to_string())
+        && !request.headers().contains_key(http::header::HOST)
+    {
+        let value = http::HeaderValue::from_str(&authority)
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        request.headers_mut().insert(http::header::HOST, value);
+    }
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    *request.uri_mut() = target;
+    let connect_timeout = options.connect_timeout.unwrap_or(MAX_CONNECT_TIMEOUT);
+    let tcp = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| HttpError::ConnectionTimeout)?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => HttpError::ConnectionRefused,
+            _ => HttpError::DestinationUnavailable,
+        })?;
+    let server_name = tokio_rustls::rustls::pki_types::ServerName::try_from(name.to_string())
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let tls = tokio::time::timeout(
+        connect_timeout,
+        tokio_rustls::TlsConnector::from(tls_client()).connect(server_name, tcp),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionTimeout)?
+    .map_err(|_| HttpError::TlsCertificateError)?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|_| HttpError::HttpProtocolError)?;
+    let first_byte = options.first_byte_timeout.unwrap_or(MAX_CONNECT_TIMEOUT);
+    // The connection is driven while the request is sent and the response awaited.
+    let driver = tokio::spawn(connection);
+    let response = tokio::time::timeout(first_byte, sender.send_request(request))
+        .await
+        .map_err(|_| HttpError::ConnectionReadTimeout)?
+        .map_err(|_| HttpError::HttpProtocolError)?;
+    let io = async move {
+        match driver.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(HttpError::ConnectionTerminated),
+        }
+    };
+    Ok((
+        response.map(|body| {
+            body.map_err(|_| HttpError::ConnectionTerminated)
+                .boxed_unsync()
+        }),
+        Box::new(io),
+    ))
 }

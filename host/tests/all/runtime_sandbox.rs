@@ -417,3 +417,82 @@ async fn allow_private_lets_a_granted_name_reach_a_private_service() {
         }
     }
 }
+
+/// An HTTPS request goes to exactly the address the granted name was checked at, with the
+/// name for the certificate: a TLS server the test runs sees the handshake for that name,
+/// though no system resolver knows it (a second lookup by name would have failed).
+#[tokio::test(flavor = "multi_thread")]
+async fn https_connects_to_the_checked_address_with_the_granted_name() {
+    let cert = rcgen::generate_simple_self_signed(vec!["secure.test".into()]).unwrap();
+    let server = std::sync::Arc::new(
+        tokio_rustls::rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.cert.der().clone()],
+            tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(
+                cert.key_pair.serialize_der().into(),
+            ),
+        )
+        .unwrap(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (server, seen_tx) = (server.clone(), seen_tx.clone());
+            tokio::spawn(async move {
+                let acceptor = tokio_rustls::LazyConfigAcceptor::new(
+                    tokio_rustls::rustls::server::Acceptor::default(),
+                    tcp,
+                );
+                if let Ok(start) = acceptor.await {
+                    let name = start.client_hello().server_name().map(str::to_string);
+                    let _ = seen_tx.send(name);
+                    let _ = start.into_stream(server).await;
+                }
+            });
+        }
+    });
+    let answers = std::collections::BTreeMap::from([(
+        "secure.test".to_string(),
+        vec!["127.0.0.1".parse().unwrap()],
+    )]);
+    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
+        memory_cap_bytes: 64 << 20,
+        max_instances: 8,
+        resolver: docket::runtime::Resolver::Static(Arc::new(answers)),
+        ..docket::runtime::RuntimeConfig::default()
+    })
+    .unwrap();
+    let component = load(&rt, "hostile").await;
+    let g = grant(&[&format!("https://secure.test:{port}")], &["api_token"]).allowing_private(true);
+    let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
+    let request = EffectRequest {
+        idempotency_key: "k".into(),
+        input: json!({"do": "http", "url": format!("https://secure.test:{port}/")}).to_string(),
+        attempt: 1,
+    };
+    let report = rt
+        .invoke(
+            &hostile,
+            env(settings(&[]), &[("api_token", "tok-123456")]),
+            CallLimits {
+                timeout: Duration::from_secs(5),
+            },
+            &request,
+        )
+        .await;
+    // The certificate is self-signed: the plugin's request fails, after the handshake
+    // reached the checked address under the granted name.
+    assert!(report.outcome.is_ok(), "{:?}", report.outcome);
+    let name = tokio::time::timeout(Duration::from_secs(5), seen.recv())
+        .await
+        .expect("the TLS server saw a handshake")
+        .unwrap();
+    assert_eq!(name.as_deref(), Some("secure.test"));
+}
