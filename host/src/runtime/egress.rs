@@ -72,6 +72,8 @@ impl Resolver {
 pub(super) struct Egress {
     grant: Arc<Grant>,
     resolver: Resolver,
+    /// A denial quotes the request: a secret a plugin put in a URL must not be written down.
+    redactor: crate::capabilities::Redactor,
     /// The call's overall time limit; no single wait may be longer.
     call_timeout: Duration,
     /// Human-readable reasons for every refused request, reported with the call.
@@ -85,10 +87,12 @@ impl Egress {
         call_timeout: Duration,
         label: Arc<str>,
         resolver: Resolver,
+        redactor: crate::capabilities::Redactor,
     ) -> Self {
         Self {
             grant,
             resolver,
+            redactor,
             call_timeout,
             denials: Arc::default(),
             label,
@@ -100,6 +104,7 @@ impl Egress {
     }
 
     fn deny(&self, reason: String) -> HttpError {
+        let reason = self.redactor.redact(&reason).into_owned();
         tracing::warn!(call = %self.label, "outbound request denied: {reason}");
         self.denials.lock().unwrap().push(reason);
         HttpError::HttpRequestDenied
@@ -164,6 +169,7 @@ impl WasiHttpHooks for Egress {
         let denials = self.denials.clone();
         let label = self.label.clone();
         let resolver = self.resolver.clone();
+        let redactor = self.redactor.clone();
         let allow_private = self.grant.allows_private();
         Box::new(async move {
             let bare = host
@@ -184,6 +190,7 @@ impl WasiHttpHooks for Egress {
                         break;
                     }
                     AddressDecision::Deny(reason) => {
+                        let reason = redactor.redact(&reason).into_owned();
                         tracing::warn!(call = %label, "outbound address refused: {reason}");
                         denials.lock().unwrap().push(reason);
                     }

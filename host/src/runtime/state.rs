@@ -68,7 +68,10 @@ pub struct CallEnv {
 /// A memory limiter that remembers why it refused to grow.
 #[derive(Debug)]
 pub(super) struct Limits {
+    /// The most linear memory one call may have, summed over all its memories.
     pub(super) memory_cap: usize,
+    /// Linear memory granted so far, summed over the call's memories.
+    pub(super) used: usize,
     /// The size a refused grow asked for.
     pub(super) refused: Option<usize>,
 }
@@ -76,14 +79,18 @@ pub(super) struct Limits {
 impl ResourceLimiter for Limits {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_cap {
-            self.refused = Some(desired);
+        // The cap is on the sum: a component may have several memories, and each under the
+        // cap could still add up to several times it.
+        let total = self.used + desired.saturating_sub(current);
+        if total > self.memory_cap {
+            self.refused = Some(total);
             return Ok(false);
         }
+        self.used = total;
         Ok(true)
     }
 
@@ -164,9 +171,16 @@ impl HostState {
             wasi,
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
-            egress: Egress::new(grant.clone(), call_timeout, env.label.clone(), resolver),
+            egress: Egress::new(
+                grant.clone(),
+                call_timeout,
+                env.label.clone(),
+                resolver,
+                redactor.clone(),
+            ),
             limits: Limits {
                 memory_cap,
+                used: 0,
                 refused: None,
             },
             env,

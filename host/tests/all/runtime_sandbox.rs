@@ -496,3 +496,25 @@ async fn https_connects_to_the_checked_address_with_the_granted_name() {
         .unwrap();
     assert_eq!(name.as_deref(), Some("secure.test"));
 }
+
+/// A refused request is reported without the secrets the call could see, even when the
+/// plugin put one in the URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_denial_never_quotes_a_secret() {
+    let s = sandbox().await;
+    // A host that is not granted: the denial names the host it refused.
+    let url = "http://tok-123456.example/report";
+    let report = call(
+        &s,
+        json!({"do": "http", "url": url}),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(!report.denials.is_empty(), "{:?}", report.outcome);
+    for d in &report.denials {
+        assert!(!d.contains("tok-123456"), "{d}");
+    }
+    for line in &report.log {
+        assert!(!line.message.contains("tok-123456"), "{}", line.message);
+    }
+}
