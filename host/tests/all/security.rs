@@ -806,3 +806,35 @@ async fn the_host_serves_https_with_its_certificate() {
         .await;
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
 }
+
+/// The listener holds at most `[limits] max_connections` connections: with one held open,
+/// the next waits until it closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_listener_holds_at_most_max_connections() {
+    let host = HostProcess::start(HostOptions {
+        config: "[limits]\nmax_connections = 1\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let addr = host.url.trim_start_matches("http://").to_string();
+    let held = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let waiting = reqwest::Client::new()
+        .get(format!("{}/v1/workflows", host.url))
+        .timeout(std::time::Duration::from_millis(1500))
+        .send()
+        .await;
+    assert!(waiting.is_err(), "answered past the limit: {waiting:?}");
+    drop(held);
+    crate::wait::until(
+        "the freed slot to serve the next connection",
+        std::time::Duration::from_secs(10),
+        || async {
+            match reqwest::get(format!("{}/v1/workflows", host.url)).await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
