@@ -322,14 +322,7 @@ async fn a_granted_name_never_reaches_a_non_public_address() {
         .enumerate()
         .map(|(i, ip)| (format!("r{i}.example"), vec![ip.parse().unwrap()]))
         .collect();
-    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
-        memory_cap_bytes: 64 << 20,
-        max_instances: 8,
-        resolver: docket::runtime::Resolver::Static(Arc::new(answers.clone())),
-        ..docket::runtime::RuntimeConfig::default()
-    })
-    .unwrap();
-    let component = load(&rt, "hostile").await;
+    let (rt, component) = resolving(answers.clone()).await;
     let hosts: Vec<String> = answers.keys().map(|n| format!("http://{n}:8080")).collect();
     let g = grant(
         &hosts.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -337,21 +330,7 @@ async fn a_granted_name_never_reaches_a_non_public_address() {
     );
     let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
     for (name, ips) in &answers {
-        let request = EffectRequest {
-            idempotency_key: "k".into(),
-            input: json!({"do": "http", "url": format!("http://{name}:8080/")}).to_string(),
-            attempt: 1,
-        };
-        let report = rt
-            .invoke(
-                &hostile,
-                env(settings(&[]), &[("api_token", "tok-123456")]),
-                CallLimits {
-                    timeout: Duration::from_secs(5),
-                },
-                &request,
-            )
-            .await;
+        let report = fetch(&rt, &hostile, &format!("http://{name}:8080/")).await;
         assert!(
             matches!(report.outcome, Ok(Err(EffectError::NotSent { .. }))),
             "{name} → {:?}: {:?}",
@@ -378,34 +357,13 @@ async fn allow_private_lets_a_granted_name_reach_a_private_service() {
         "svc.internal".to_string(),
         vec!["127.0.0.1".parse().unwrap()],
     )]);
-    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
-        memory_cap_bytes: 64 << 20,
-        max_instances: 8,
-        resolver: docket::runtime::Resolver::Static(Arc::new(answers)),
-        ..docket::runtime::RuntimeConfig::default()
-    })
-    .unwrap();
-    let component = load(&rt, "hostile").await;
+    let (rt, component) = resolving(answers).await;
     let url = format!("http://svc.internal:{port}/v1/_world");
     for private in [false, true] {
         let g = grant(&[&format!("http://svc.internal:{port}")], &["api_token"])
             .allowing_private(private);
         let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
-        let request = EffectRequest {
-            idempotency_key: "k".into(),
-            input: json!({"do": "http", "url": url}).to_string(),
-            attempt: 1,
-        };
-        let report = rt
-            .invoke(
-                &hostile,
-                env(settings(&[]), &[("api_token", "tok-123456")]),
-                CallLimits {
-                    timeout: Duration::from_secs(5),
-                },
-                &request,
-            )
-            .await;
+        let report = fetch(&rt, &hostile, &url).await;
         if private {
             assert_eq!(output(report)["status"], 200);
         } else {
@@ -462,31 +420,10 @@ async fn https_connects_to_the_checked_address_with_the_granted_name() {
         "secure.test".to_string(),
         vec!["127.0.0.1".parse().unwrap()],
     )]);
-    let rt = docket::runtime::Runtime::new(docket::runtime::RuntimeConfig {
-        memory_cap_bytes: 64 << 20,
-        max_instances: 8,
-        resolver: docket::runtime::Resolver::Static(Arc::new(answers)),
-        ..docket::runtime::RuntimeConfig::default()
-    })
-    .unwrap();
-    let component = load(&rt, "hostile").await;
+    let (rt, component) = resolving(answers).await;
     let g = grant(&[&format!("https://secure.test:{port}")], &["api_token"]).allowing_private(true);
     let hostile = rt.prepare(&component, &g, &settings(&[])).unwrap();
-    let request = EffectRequest {
-        idempotency_key: "k".into(),
-        input: json!({"do": "http", "url": format!("https://secure.test:{port}/")}).to_string(),
-        attempt: 1,
-    };
-    let report = rt
-        .invoke(
-            &hostile,
-            env(settings(&[]), &[("api_token", "tok-123456")]),
-            CallLimits {
-                timeout: Duration::from_secs(5),
-            },
-            &request,
-        )
-        .await;
+    let report = fetch(&rt, &hostile, &format!("https://secure.test:{port}/")).await;
     // The certificate is self-signed: the plugin's request fails, after the handshake
     // reached the checked address under the granted name.
     assert!(report.outcome.is_ok(), "{:?}", report.outcome);
@@ -517,4 +454,42 @@ async fn a_denial_never_quotes_a_secret() {
     for line in &report.log {
         assert!(!line.message.contains("tok-123456"), "{}", line.message);
     }
+}
+
+/// A runtime whose plugins' host names resolve only as `answers` say, and the hostile
+/// adapter loaded in it.
+async fn resolving(
+    answers: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+) -> (Runtime, Arc<docket::runtime::LoadedComponent>) {
+    let rt = Runtime::new(docket::runtime::RuntimeConfig {
+        memory_cap_bytes: 64 << 20,
+        max_instances: 8,
+        resolver: docket::runtime::Resolver::Static(Arc::new(answers)),
+        ..docket::runtime::RuntimeConfig::default()
+    })
+    .unwrap();
+    let component = load(&rt, "hostile").await;
+    (rt, component)
+}
+
+/// The hostile adapter's `http` call to `url`, with its secret.
+async fn fetch(
+    rt: &Runtime,
+    hostile: &Prepared,
+    url: &str,
+) -> CallReport<Result<PluginReceipt, EffectError>> {
+    let request = EffectRequest {
+        idempotency_key: "k".into(),
+        input: json!({"do": "http", "url": url}).to_string(),
+        attempt: 1,
+    };
+    rt.invoke(
+        hostile,
+        env(settings(&[]), &[("api_token", "tok-123456")]),
+        CallLimits {
+            timeout: Duration::from_secs(5),
+        },
+        &request,
+    )
+    .await
 }
