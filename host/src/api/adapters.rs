@@ -105,11 +105,13 @@ pub(super) async fn deploy<S: ContextStore>(
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, MAX_COMPONENT_BYTES).await?;
     let digest = crate::intent::sha256_digest(&bytes);
-    let fresh = match keyed::lookup(&ctx, &caller, "deploy_component", key, digest).await? {
+    let fresh = match keyed::lookup(&ctx, &caller, "deploy_component", key, digest.clone()).await? {
         Ok(answer) => return Ok(answer),
         Err(fresh) => fresh,
     };
-    // Checked without registering: refused bytes must never become runnable here.
+    // Checked without registering: refused bytes must never become runnable here, nor stay
+    // compiled in memory or on disk.
+    let already = components.runtime().is_loaded(&digest);
     let loaded = components.runtime().load(&bytes).await.map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidRequest,
@@ -121,7 +123,7 @@ pub(super) async fn deploy<S: ContextStore>(
         .all_latest()
         .await
         .map_err(ApiError::internal)?;
-    let deployed = registry::deploy(
+    let deployed = match registry::deploy(
         &ctx.store,
         loaded,
         bytes.to_vec(),
@@ -130,7 +132,16 @@ pub(super) async fn deploy<S: ContextStore>(
         caller.subject.0.clone(),
         ctx.clock_now(),
     )
-    .await?;
+    .await
+    {
+        Ok(deployed) => deployed,
+        Err(refused) => {
+            if !already {
+                components.runtime().forget(&digest);
+            }
+            return Err(refused.into());
+        }
+    };
     let c = &deployed.component;
     let status = if deployed.added {
         StatusCode::CREATED

@@ -55,6 +55,11 @@ impl DiskCache {
         }
     }
 
+    /// Deletes the compilation of `digest_hex`, if there is one.
+    pub(super) fn remove(&self, digest_hex: &str) {
+        let _ = std::fs::remove_file(self.path(digest_hex));
+    }
+
     /// Writes the compilation atomically (temp file, then rename); failures only cost speed.
     pub(super) fn store(&self, digest_hex: &str, component: &Component) {
         let result = (|| -> std::io::Result<()> {

@@ -243,6 +243,14 @@ impl Runtime {
             bytes.to_vec(),
             hex.clone(),
         );
+        let _compiling = self
+            .inner
+            .compiles
+            .acquire()
+            .await
+            .map_err(|e| LoadError::Compile {
+                reason: e.to_string(),
+            })?;
         let component = tokio::task::spawn_blocking(move || {
             if let Some(cached) = disk.as_ref().and_then(|d| d.load(&engine_owned, &key)) {
                 return Ok(cached);
@@ -260,6 +268,38 @@ impl Runtime {
         .map_err(|e| LoadError::Compile {
             reason: e.to_string(),
         })??;
+        let checked = self.check_compiled(component, bytes.len(), digest).await;
+        if checked.is_err()
+            && let Some(disk) = &self.inner.disk
+        {
+            // A refused component leaves no native code behind.
+            disk.remove(&hex);
+        }
+        checked
+    }
+
+    /// Whether a component with `digest` is loaded here.
+    pub fn is_loaded(&self, digest: &str) -> bool {
+        self.inner.loaded.lock().unwrap().contains_key(digest)
+    }
+
+    /// Drops a component that was loaded only to be checked and then refused: from memory
+    /// and from the compiled-component cache.
+    pub fn forget(&self, digest: &str) {
+        self.inner.loaded.lock().unwrap().remove(digest);
+        if let Some(disk) = &self.inner.disk {
+            disk.remove(digest.trim_start_matches("sha256:"));
+        }
+    }
+
+    /// The checks of a freshly compiled component, and its registration as loaded.
+    async fn check_compiled(
+        &self,
+        component: Component,
+        size_bytes: usize,
+        digest: String,
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
+        let engine = &self.inner.engine;
         let ty = component.component_type();
         let imports: Vec<String> = ty
             .imports(engine)
@@ -302,7 +342,7 @@ impl Runtime {
             kind,
             imports,
             exports,
-            size_bytes: bytes.len(),
+            size_bytes,
             component,
         });
         self.inner

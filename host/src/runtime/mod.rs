@@ -40,6 +40,9 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 pub use egress::Resolver;
 
+/// Most components compiled at once.
+const MAX_COMPILES: usize = 2;
+
 /// Settings of the runtime, fixed for the life of a host.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -83,6 +86,8 @@ struct Inner {
     loaded: Mutex<HashMap<String, Arc<LoadedComponent>>>,
     /// Linked, pre-instantiated components by (digest, grant fingerprint).
     prepared: Mutex<HashMap<(String, String), Arc<Prepared>>>,
+    /// Compilations at once: uploads must not take every core from the attempts.
+    compiles: tokio::sync::Semaphore,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -145,6 +150,7 @@ impl Runtime {
                 config,
                 disk,
                 loaded: Mutex::default(),
+                compiles: tokio::sync::Semaphore::new(MAX_COMPILES),
                 prepared: Mutex::default(),
                 stop_ticker: stop,
             }),

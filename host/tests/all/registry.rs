@@ -583,7 +583,7 @@ document_digest = "$input.document_digest"
     let (status, body) = request(
         reqwest::Method::POST,
         format!("{}/v1/adapters", host.url),
-        Some(changed.into()),
+        Some(changed.clone().into()),
     )
     .await;
     assert_eq!(status, 409, "{body}");
@@ -592,6 +592,15 @@ document_digest = "$input.document_digest"
         message.contains("a deployed version never changes"),
         "{message}"
     );
+    // The refused bytes left no native code in the host's compiled-component cache.
+    let refused = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&changed));
+    let cached: Vec<String> = std::fs::read_dir(host.path().join("components"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&refused))
+        .collect();
+    assert!(cached.is_empty(), "{cached:?}");
     // Nothing was stored.
     let (_, listed) = request(
         reqwest::Method::GET,
