@@ -838,3 +838,49 @@ async fn the_listener_holds_at_most_max_connections() {
     )
     .await;
 }
+
+/// SIGHUP puts new secret values in force for the attempts that start afterwards: once the
+/// provider token is rotated in the configuration (and not at the provider), the next
+/// delivery is refused as unauthorized.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_rotates_secrets_for_the_next_attempts() {
+    let host = HostProcess::start(HostOptions {
+        config: "[secrets]\nvalues = { provider_token = \"first-provider-token\" }\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let deliver = |key: &'static str| {
+        let host = &host;
+        async move {
+            let (status, created) = host
+                .submit("document-delivery", key, crate::host_process::document(key))
+                .await;
+            assert_eq!(status, 201, "{created}");
+            let id = created["workflow_id"].as_str().unwrap().to_string();
+            host.wait_for(
+                &id,
+                &["completed", "needs_review", "failed"],
+                std::time::Duration::from_secs(30),
+            )
+            .await
+        }
+    };
+    assert_eq!(deliver("before-rotation").await["state"], "completed");
+    let path = host.path().join("docket.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("first-provider-token", "second-provider-token"),
+    )
+    .unwrap();
+    host.hangup();
+    host.wait_for_log("reloaded", std::time::Duration::from_secs(10))
+        .await;
+    let wf = deliver("after-rotation").await;
+    assert_ne!(wf["state"], "completed", "{wf:#}");
+    assert_eq!(
+        host.world().await.len(),
+        1,
+        "the provider refused the new token"
+    );
+}
