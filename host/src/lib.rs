@@ -8,7 +8,8 @@
 //!   [`capabilities`] (grants, allowed hosts, secret scoping and redaction), [`course`]
 //!   (what a cancellation and compensations do to a workflow's steps) and [`policy`] (the
 //!   versioned rules that allow or deny an effect at the side-effect boundary) and
-//!   [`budget`] (limits as spent and extended, what an attempt may draw on).
+//!   [`budget`] (limits as spent and extended, what an attempt may draw on) and [`notify`]
+//!   (which transitions are told, Standard Webhooks signatures, the retry schedule).
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
@@ -18,7 +19,8 @@
 //!   never touches the store.
 //! - [`scheduler`]: claims ready steps under leases, runs them through the runtime,
 //!   records outcomes through the store, and recovers expired leases (resume from a stored
-//!   result, query, same-key retry, or review, as the adapter's contract allows).
+//!   result, query, same-key retry, or review, as the adapter's contract allows); its
+//!   notifier delivers the notification outbox.
 //! - Below the interfaces: [`access`] (tokens, subjects, roles), [`view`] (what a workflow
 //!   looks like to people and clients: projections, status text, milestones), [`intake`]
 //!   (what a new intent is created with), [`context`]
