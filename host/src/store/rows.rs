@@ -568,6 +568,19 @@ pub(crate) fn budget_added(text: Option<String>) -> StoreResult<crate::budget::A
     })
 }
 
+/// The columns [`policy`] reads.
+pub(crate) const POLICY_COLUMNS: &str = "version, digest, document, author, deployed_at";
+
+pub(crate) fn policy(r: &impl Columns) -> StoreResult<crate::store::StoredPolicy> {
+    Ok(crate::store::StoredPolicy {
+        version: r.small::<u32>("version")?,
+        digest: r.text("digest")?,
+        document: r.text("document")?,
+        author: r.text("author")?,
+        deployed_at: r.uint("deployed_at")?,
+    })
+}
+
 /// The columns [`notification`] reads.
 pub(crate) const NOTIFICATION_COLUMNS: &str =
     "seq, id, workflow_id, type, revision, body, state, attempts,

@@ -30,6 +30,26 @@ async fn send(
     )
 }
 
+/// A document delivery admitted under `key`, once it has settled (completed, in review or
+/// failed).
+async fn settled_delivery(host: &HostProcess, key: &str, title: &str) -> Value {
+    let (status, created) = host
+        .submit(
+            "document-delivery",
+            key,
+            crate::host_process::document(title),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    host.wait_for(
+        id,
+        &["completed", "needs_review", "failed"],
+        std::time::Duration::from_secs(30),
+    )
+    .await
+}
+
 fn intent(key: &str) -> Vec<u8> {
     json!({"workflow": "document-delivery", "input": crate::host_process::document(key)})
         .to_string()
@@ -376,22 +396,7 @@ async fn the_development_simulator_keeps_a_configured_secret_and_hides_its_fault
         .unwrap();
     assert_eq!(faults.status().as_u16(), 404, "no fault endpoint");
     // The simulator took the operator's token rather than replacing it with its own.
-    let (status, created) = host
-        .submit(
-            "document-delivery",
-            "own-token",
-            crate::host_process::document("Own"),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["workflow_id"].as_str().unwrap();
-    let wf = host
-        .wait_for(
-            id,
-            &["completed", "needs_review"],
-            std::time::Duration::from_secs(30),
-        )
-        .await;
+    let wf = settled_delivery(&host, "own-token", "Own").await;
     assert_eq!(wf["state"], "completed", "{wf:#}");
     let with = |token: &str| {
         reqwest::Client::new()
@@ -440,22 +445,7 @@ async fn a_step_on_a_host_without_the_allowance_is_blocked() {
         ..HostOptions::default()
     })
     .await;
-    let (status, created) = admitting
-        .submit(
-            "document-delivery",
-            "bare-1",
-            crate::host_process::document("Bare"),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["workflow_id"].as_str().unwrap();
-    let wf = admitting
-        .wait_for(
-            id,
-            &["needs_review", "completed"],
-            std::time::Duration::from_secs(30),
-        )
-        .await;
+    let wf = settled_delivery(&admitting, "bare-1", "Bare").await;
     let deliver = &wf["steps"][2];
     assert_eq!(deliver["state"], "blocked", "{wf:#}");
     assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
@@ -577,22 +567,7 @@ async fn a_deployer_is_bounded_by_the_hosts_rules() {
         ..HostOptions::default()
     })
     .await;
-    let (status, created) = host
-        .submit(
-            "document-delivery",
-            "pinned",
-            crate::host_process::document("Pinned"),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["workflow_id"].as_str().unwrap();
-    let wf = host
-        .wait_for(
-            id,
-            &["needs_review", "completed"],
-            std::time::Duration::from_secs(30),
-        )
-        .await;
+    let wf = settled_delivery(&host, "pinned", "Pinned").await;
     let deliver = &wf["steps"][2];
     assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
     assert!(
@@ -849,23 +824,8 @@ async fn sighup_rotates_secrets_for_the_next_attempts() {
         ..HostOptions::default()
     })
     .await;
-    let deliver = |key: &'static str| {
-        let host = &host;
-        async move {
-            let (status, created) = host
-                .submit("document-delivery", key, crate::host_process::document(key))
-                .await;
-            assert_eq!(status, 201, "{created}");
-            let id = created["workflow_id"].as_str().unwrap().to_string();
-            host.wait_for(
-                &id,
-                &["completed", "needs_review", "failed"],
-                std::time::Duration::from_secs(30),
-            )
-            .await
-        }
-    };
-    assert_eq!(deliver("before-rotation").await["state"], "completed");
+    let before = settled_delivery(&host, "before-rotation", "Before").await;
+    assert_eq!(before["state"], "completed");
     let path = host.path().join("docket.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -876,7 +836,7 @@ async fn sighup_rotates_secrets_for_the_next_attempts() {
     host.hangup();
     host.wait_for_log("reloaded", std::time::Duration::from_secs(10))
         .await;
-    let wf = deliver("after-rotation").await;
+    let wf = settled_delivery(&host, "after-rotation", "After").await;
     assert_ne!(wf["state"], "completed", "{wf:#}");
     assert_eq!(
         host.world().await.len(),

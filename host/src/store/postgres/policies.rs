@@ -3,21 +3,10 @@
 use super::executor::recompute_state;
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::intent::{EventKind, Millis, NewEvent, WorkflowId};
-use crate::store::rows::Columns;
 use crate::store::{NewPolicy, PolicyStore, StoreResult, StoredPolicy};
 use sqlx::postgres::PgConnection;
 
-const COLUMNS: &str = "version, digest, document, author, deployed_at";
-
-fn policy(r: &impl Columns) -> StoreResult<StoredPolicy> {
-    Ok(StoredPolicy {
-        version: r.small::<u32>("version")?,
-        digest: r.text("digest")?,
-        document: r.text("document")?,
-        author: r.text("author")?,
-        deployed_at: r.uint("deployed_at")?,
-    })
-}
+use crate::store::rows::{POLICY_COLUMNS as COLUMNS, policy};
 
 async fn latest_on(conn: &mut PgConnection) -> PgResult<Option<StoredPolicy>> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(

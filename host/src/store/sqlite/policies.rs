@@ -3,21 +3,11 @@
 use super::executor::recompute_state;
 use super::{SqliteStore, append_events};
 use crate::intent::{EventKind, Millis, NewEvent, WorkflowId, WorkflowState};
-use crate::store::rows::{Columns, parse};
+use crate::store::rows::parse;
 use crate::store::{NewPolicy, PolicyStore, StoreResult, StoredPolicy};
 use rusqlite::{Connection, OptionalExtension, params};
 
-const COLUMNS: &str = "version, digest, document, author, deployed_at";
-
-fn policy(r: &impl Columns) -> StoreResult<StoredPolicy> {
-    Ok(StoredPolicy {
-        version: r.small::<u32>("version")?,
-        digest: r.text("digest")?,
-        document: r.text("document")?,
-        author: r.text("author")?,
-        deployed_at: r.uint("deployed_at")?,
-    })
-}
+use crate::store::rows::{POLICY_COLUMNS as COLUMNS, policy};
 
 fn latest_tx(conn: &Connection) -> StoreResult<Option<StoredPolicy>> {
     let mut stmt = conn.prepare_cached(&format!(
