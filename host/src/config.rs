@@ -187,6 +187,8 @@ pub struct LimitsToml {
     pub notification_retention: Option<String>,
     /// Most connections the API's listener holds at once (default 1024).
     pub max_connections: Option<usize>,
+    /// Longest a client may take to send a request's headers (default 10 s).
+    pub header_read_timeout: Option<String>,
 }
 
 /// Why the configuration is unusable.
@@ -227,6 +229,7 @@ pub struct HostConfig {
     pub tls: Option<TlsToml>,
     pub behind_tls_proxy: bool,
     pub max_connections: usize,
+    pub header_read_timeout: Duration,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -443,6 +446,21 @@ impl HostConfig {
             1,
             1_000_000,
         )?;
+        let header_read_timeout = duration(
+            "header_read_timeout",
+            &limits.header_read_timeout,
+            Duration::from_secs(10),
+        )?;
+        at_least(
+            "header_read_timeout",
+            header_read_timeout,
+            Duration::from_millis(100),
+        )?;
+        at_most(
+            "header_read_timeout",
+            header_read_timeout,
+            Duration::from_secs(600),
+        )?;
         let notifications = raw
             .notifications
             .iter()
@@ -487,6 +505,7 @@ impl HostConfig {
             tls: raw.tls,
             behind_tls_proxy: raw.behind_tls_proxy.unwrap_or(false),
             max_connections,
+            header_read_timeout,
         })
     }
 }
@@ -758,6 +777,11 @@ mod tests {
             ("idle_poll = \"0s\"", "idle_poll = 0ns is too short"),
             ("lease = \"1ms\"", "lease = 1ms is too short"),
             ("key_retention = \"100years\"", "key_retention"),
+            (
+                "header_read_timeout = \"10ms\"",
+                "header_read_timeout = 10ms is too short",
+            ),
+            ("header_read_timeout = \"1h\"", "header_read_timeout"),
         ] {
             let raw = HostConfig::parse_toml("c.toml", &format!("[limits]\n{line}\n")).unwrap();
             let err = HostConfig::from_toml("c.toml", raw)

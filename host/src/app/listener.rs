@@ -1,7 +1,12 @@
-//! The API's listener: accepts connections up to a limit, and speaks TLS when the host has
-//! a certificate. A TLS handshake runs on its own task with a deadline, so a client that
-//! stalls in it holds one connection slot, never the accept loop.
+//! The API's listener and server loop: accepts connections up to a limit, speaks TLS when
+//! the host has a certificate, and serves HTTP/1.1 on each. A TLS handshake runs on its own
+//! task with a deadline, so a client that stalls in it holds one connection slot, never the
+//! accept loop; a client that does not send a request's headers in time is disconnected.
 
+use axum::extract::ConnectInfo;
+use hyper::{Request, body};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -15,6 +20,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 /// Longest a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,10 +64,9 @@ enum Stream {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// Connections as `axum::serve` takes them.
+/// The accepted connections, in order.
 pub struct Incoming {
     rx: mpsc::Receiver<(Conn, SocketAddr)>,
-    local: SocketAddr,
 }
 
 /// Accepts on `listener` (at most `max_connections` open at once) on a task of its own,
@@ -70,7 +76,6 @@ pub fn incoming(
     tls: Option<Arc<rustls::ServerConfig>>,
     max_connections: usize,
 ) -> io::Result<Incoming> {
-    let local = listener.local_addr()?;
     let (tx, rx) = mpsc::channel(64);
     let slots = Arc::new(Semaphore::new(max_connections));
     let acceptor = tls.map(TlsAcceptor::from);
@@ -118,24 +123,48 @@ pub fn incoming(
             }
         }
     });
-    Ok(Incoming { rx, local })
+    Ok(Incoming { rx })
 }
 
-impl axum::serve::Listener for Incoming {
-    type Io = Conn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Conn, SocketAddr) {
-        match self.rx.recv().await {
-            Some(accepted) => accepted,
-            // The accept task is gone: nothing will come any more.
-            None => std::future::pending().await,
-        }
+/// Serves `router` on the accepted connections until `stop`; then accepts no more and
+/// waits while each connection finishes the request under way.
+pub async fn serve(
+    mut incoming: Incoming,
+    router: axum::Router,
+    header_read_timeout: Duration,
+    stop: CancellationToken,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // Without a deadline on the headers, clients that open connections and send nothing
+    // (or a byte at a time) would hold every slot.
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (conn, addr) = tokio::select! {
+            accepted = incoming.rx.recv() => match accepted {
+                Some(accepted) => accepted,
+                None => break,
+            },
+            () = stop.cancelled() => break,
+        };
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<body::Incoming>| {
+            // The client's address: repeated failed authentications from it are slowed.
+            request
+                .extensions_mut()
+                .insert(ConnectInfo(crate::access::ClientAddr(addr)));
+            router.clone().oneshot(request)
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%addr, "connection ended: {e}");
+            }
+        });
     }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
-    }
+    drop(incoming);
+    graceful.shutdown().await;
 }
 
 impl AsyncRead for Conn {
@@ -175,14 +204,5 @@ impl AsyncWrite for Conn {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
-    }
-}
-
-/// Each connection's client address, for the handlers (`ConnectInfo<ClientAddr>`).
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Incoming>>
-    for crate::access::ClientAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Incoming>) -> Self {
-        Self(*stream.remote_addr())
     }
 }

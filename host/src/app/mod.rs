@@ -601,15 +601,10 @@ where
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
     {
         let stop = stop.clone();
+        let header_read_timeout = config.header_read_timeout;
         tasks.spawn("server", async move {
-            // The client's address: repeated failed authentications from it are slowed.
-            axum::serve(
-                incoming,
-                router.into_make_service_with_connect_info::<crate::access::ClientAddr>(),
-            )
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .map_err(|e| e.to_string())
+            listener::serve(incoming, router, header_read_timeout, stop).await;
+            Ok(())
         });
     }
     tracing::info!("docket is serving on {scheme}://{addr}");

@@ -243,6 +243,7 @@ impl Runtime {
             bytes.to_vec(),
             hex.clone(),
         );
+        // Held through `describe()` as well: the pool reserves an instance per permit.
         let _compiling = self
             .inner
             .compiles

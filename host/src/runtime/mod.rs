@@ -48,7 +48,8 @@ const MAX_COMPILES: usize = 2;
 pub struct RuntimeConfig {
     /// Most linear memory one instance may grow to, in bytes.
     pub memory_cap_bytes: usize,
-    /// Most instances alive at once (the size of the pooling allocator).
+    /// Most calls alive at once: the pooling allocator holds this many instances for calls,
+    /// and its own few for `describe()` besides.
     pub max_instances: u32,
     /// Where compiled components are cached; `None` disables the disk cache.
     pub cache_dir: Option<PathBuf>,
@@ -86,7 +87,8 @@ struct Inner {
     loaded: Mutex<HashMap<String, Arc<LoadedComponent>>>,
     /// Linked, pre-instantiated components by (digest, grant fingerprint).
     prepared: Mutex<HashMap<(String, String), Arc<Prepared>>>,
-    /// Compilations at once: uploads must not take every core from the attempts.
+    /// Compilations at once, each with its `describe()`: uploads must take neither every
+    /// core nor the pool's instances from the attempts.
     compiles: tokio::sync::Semaphore,
     stop_ticker: Arc<AtomicBool>,
 }
@@ -101,11 +103,15 @@ impl Runtime {
     /// An engine with the component model, async calls, epoch deadlines and a pooling
     /// allocator sized by `config`.
     pub fn new(config: RuntimeConfig) -> Result<Self, EngineError> {
+        // `describe()` runs under a compile permit, so at most `MAX_COMPILES` of its instances
+        // are alive at once: the pool holds them beside the calls', and an upload can never
+        // take an instance an attempt needs.
+        let instances = config.max_instances + MAX_COMPILES as u32;
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(config.max_instances)
-            .total_core_instances(config.max_instances * 4)
-            .total_memories(config.max_instances * 2)
-            .total_tables(config.max_instances * 4)
+        pool.total_component_instances(instances)
+            .total_core_instances(instances * 4)
+            .total_memories(instances * 2)
+            .total_tables(instances * 4)
             .max_memory_size(config.memory_cap_bytes)
             // Rust guests have one memory and a handful of core instances per component.
             .max_memories_per_component(4)

@@ -318,3 +318,25 @@ impl secrets::Host for HostState {
 }
 
 impl super::bindings::adapter::docket::plugin::types::Host for HostState {}
+
+#[cfg(test)]
+mod tests {
+    use super::Limits;
+    use wasmtime::ResourceLimiter;
+
+    /// Two memories, each under the cap, may not add up to more than it.
+    #[test]
+    fn the_memory_cap_is_on_the_sum_of_a_calls_memories() {
+        let mut limits = Limits {
+            memory_cap: 10 << 20,
+            used: 0,
+            refused: None,
+        };
+        assert!(limits.memory_growing(0, 6 << 20, None).unwrap());
+        assert!(!limits.memory_growing(0, 6 << 20, None).unwrap());
+        assert_eq!(limits.refused, Some(12 << 20));
+        // Growing the first memory further counts only what it adds.
+        assert!(limits.memory_growing(6 << 20, 10 << 20, None).unwrap());
+        assert!(!limits.memory_growing(0, 64 << 10, None).unwrap());
+    }
+}

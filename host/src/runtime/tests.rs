@@ -60,6 +60,64 @@ async fn a_guest_reads_the_hosts_clock_as_its_wall_clock() {
     assert_eq!(output["now_ms"], 1_000_000_001_234u64, "{output}");
 }
 
+/// An upload's `describe()` never takes the instance a call needs, nor a call the one an
+/// upload needs: with room for one call and that call running, a component still loads.
+#[tokio::test]
+async fn describing_an_upload_does_not_compete_with_calls_for_instances() {
+    let cache =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-unit-component-cache");
+    let rt = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache),
+        max_instances: 1,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let hostile = crate::guests::path("hostile").expect("the hostile test plugin is built");
+    let component = rt.load_file(std::path::Path::new(hostile)).await.unwrap();
+    let prepared = rt
+        .prepare(
+            &component,
+            &Grant::new(
+                ["http://127.0.0.1:9".parse().unwrap()],
+                ["api_token".to_string()],
+            ),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+    let env = CallEnv {
+        settings: Arc::new(BTreeMap::new()),
+        secrets: Arc::new(SecretSource::default()),
+        clock: ManualClock::new(0),
+        label: "spinning".into(),
+    };
+    let spinning = EffectRequest {
+        idempotency_key: "k".into(),
+        input: r#"{"do": "loop"}"#.into(),
+        attempt: 1,
+    };
+    let call = rt.invoke(
+        &prepared,
+        env,
+        CallLimits {
+            timeout: Duration::from_secs(20),
+        },
+        &spinning,
+    );
+    let noop = crate::guests::path("noop").expect("the noop test plugin is built");
+    let load = async {
+        // Let the call take its instance first.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        rt.load_file(std::path::Path::new(noop)).await
+    };
+    tokio::select! {
+        _ = call => panic!("the spinning call ended before the upload was described"),
+        loaded = load => {
+            let loaded = loaded.expect("a component loads while the only call slot is busy");
+            assert_eq!(loaded.name(), "noop");
+        }
+    }
+}
+
 /// A component that only imports an empty instance under `name`.
 fn component_importing(name: &str) -> Vec<u8> {
     use wasm_encoder::{

@@ -814,11 +814,56 @@ async fn the_listener_holds_at_most_max_connections() {
     .await;
 }
 
-/// SIGHUP puts new secret values in force for the attempts that start afterwards: once the
-/// provider token is rotated in the configuration (and not at the provider), the next
-/// delivery is refused as unauthorized.
+/// A client that trickles a request's headers is disconnected after `[limits]
+/// header_read_timeout`, and the connection slot it held serves the next client.
 #[tokio::test(flavor = "multi_thread")]
-async fn sighup_rotates_secrets_for_the_next_attempts() {
+async fn a_client_too_slow_with_its_headers_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = HostProcess::start(HostOptions {
+        config: "[limits]\nmax_connections = 1\nheader_read_timeout = \"1s\"\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let addr = host.url.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let trickle = async {
+        for byte in b"GET /v1/workflows HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " {
+            if slow.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let mut rest = Vec::new();
+        // The server closes the connection: the read ends (or fails on a reset).
+        let _ = slow.read_to_end(&mut rest).await;
+        rest
+    };
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(8), trickle)
+        .await
+        .expect("the server kept a connection whose headers never ended");
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(8),
+        "disconnected only after {waited:?}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("200 OK"),
+        "a request without its headers was answered"
+    );
+    let r = reqwest::get(format!("{}/v1/workflows", host.url))
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+/// SIGHUP puts new secret values and allowances in force for the attempts that start
+/// afterwards: once the provider token is rotated in the configuration (and not at the
+/// provider), the next delivery is refused as unauthorized; once the allowance is pinned to
+/// another digest, the next is blocked.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_rotates_secrets_and_allowances_for_the_next_attempts() {
     let host = HostProcess::start(HostOptions {
         config: "[secrets]\nvalues = { provider_token = \"first-provider-token\" }\n".into(),
         ..HostOptions::default()
@@ -843,4 +888,32 @@ async fn sighup_rotates_secrets_for_the_next_attempts() {
         1,
         "the provider refused the new token"
     );
+
+    // The allowances are reloaded too: an allowance for the adapter pinned to another
+    // digest covers no loaded version, and the next delivery is blocked before it is sent.
+    let pinned = format!("sha256:{}", "0".repeat(64));
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "{text}\n[adapters.http-delivery]\nallow_hosts = [\"http://127.0.0.1:9\"]\nallow_secrets = [\"provider_token\"]\ndigests = [{pinned:?}]\n"
+        ),
+    )
+    .unwrap();
+    host.hangup();
+    crate::wait::until(
+        "the second reload",
+        std::time::Duration::from_secs(10),
+        || async {
+            match host.log_text().matches("the allowances of").count() {
+                n if n >= 2 => Ok(()),
+                n => Err(format!("{n} reloads logged")),
+            }
+        },
+    )
+    .await;
+    let wf = settled_delivery(&host, "after-pinning", "Pinned").await;
+    let deliver = &wf["steps"][2];
+    assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
+    assert_eq!(host.world().await.len(), 1, "nothing more was sent");
 }
