@@ -25,6 +25,9 @@ pub const MIN_SECRET_CHARS: usize = 8;
 #[serde(deny_unknown_fields)]
 pub struct HostConfigToml {
     pub listen: Option<SocketAddr>,
+    /// A second listener serving only `/metrics` (and the health checks), without
+    /// authentication, for scrapers that must not reach the API.
+    pub metrics_listen: Option<SocketAddr>,
     /// `sqlite://path`, a plain path, or `postgres://…`.
     pub db: Option<String>,
     /// Directory of workflow definitions.
@@ -204,6 +207,7 @@ pub enum ConfigError {
 /// database URL's password.
 pub struct HostConfig {
     pub listen: Option<SocketAddr>,
+    pub metrics_listen: Option<SocketAddr>,
     pub db: Option<String>,
     pub workflows: PathBuf,
     pub components: Vec<PathBuf>,
@@ -469,6 +473,7 @@ impl HostConfig {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             listen: raw.listen,
+            metrics_listen: raw.metrics_listen,
             db: raw.db,
             workflows: raw.workflows.unwrap_or_else(|| PathBuf::from("workflows")),
             components: raw.components,

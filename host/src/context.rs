@@ -23,6 +23,7 @@ pub trait ContextStore:
     + PolicyStore
     + BudgetStore
     + NotificationStore
+    + crate::store::MetricsStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -41,6 +42,7 @@ impl<S> ContextStore for S where
         + PolicyStore
         + BudgetStore
         + NotificationStore
+        + crate::store::MetricsStore
         + ComponentStore
         + SessionStore
         + Clone
@@ -105,6 +107,10 @@ pub struct Context<S> {
     /// Advanced whenever an attempt ends (here, or on another host as far as this one
     /// hears of it), for those who wait on an attempt they started.
     pub progress: Arc<Progress>,
+    /// This host's counters, for `GET /metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The supervised tasks and the stop, for `GET /readyz`.
+    pub health: Arc<crate::health::Health>,
 }
 
 impl<S> Context<S> {
@@ -122,6 +128,8 @@ impl<S> Context<S> {
             components: None,
             ticks: Arc::default(),
             progress: Arc::default(),
+            metrics: Arc::default(),
+            health: Arc::default(),
         }
     }
 

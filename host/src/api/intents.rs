@@ -328,6 +328,7 @@ pub(super) async fn submit<S: ContextStore>(
     // A known key answers from a read, without queueing behind the writer.
     if let Some(known) = ctx.store.lookup_key(&scope, now).await? {
         if known.input_digest != canonical.digest {
+            ctx.metrics.intent("conflict");
             return Err(conflict(&scope, &known.workflow_id));
         }
         let record = ctx
@@ -340,6 +341,7 @@ pub(super) async fn submit<S: ContextStore>(
                     known.workflow_id
                 ))
             })?;
+        ctx.metrics.intent("replayed");
         return intent_response(StatusCode::OK, &record, true);
     }
     // The key is free: check the definition and the input, then look the key up again and
@@ -354,10 +356,17 @@ pub(super) async fn submit<S: ContextStore>(
     match ctx.store.admit(request).await? {
         AdmitOutcome::Created(record) => {
             ctx.wake.notify_one();
+            ctx.metrics.intent("created");
             intent_response(StatusCode::CREATED, &record, false)
         }
-        AdmitOutcome::Replayed(record) => intent_response(StatusCode::OK, &record, true),
-        AdmitOutcome::Conflict { workflow_id } => Err(conflict(&scope, &workflow_id)),
+        AdmitOutcome::Replayed(record) => {
+            ctx.metrics.intent("replayed");
+            intent_response(StatusCode::OK, &record, true)
+        }
+        AdmitOutcome::Conflict { workflow_id } => {
+            ctx.metrics.intent("conflict");
+            Err(conflict(&scope, &workflow_id))
+        }
         AdmitOutcome::KeyFree => Err(ApiError::internal(
             "the store created nothing although an intent was given",
         )),

@@ -25,6 +25,7 @@ mod intents;
 pub(crate) use intents::parse_submission;
 mod keyed;
 mod notifications;
+mod ops;
 mod pagination;
 mod policies;
 #[cfg(test)]
@@ -93,7 +94,10 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
         .route(
             "/v1/policies",
             get(policies::list::<S>).post(policies::deploy::<S>),
-        );
+        )
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz::<S>))
+        .route("/metrics", get(ops::metrics::<S>));
     if test_controls {
         routes = routes
             .route("/v1/_test/clock", post(controls::advance_clock::<S>))
@@ -134,6 +138,17 @@ async fn guard<S: ContextStore>(
         }
         Err(RequestRefusal::CrossSite(m)) => ApiError::new(ErrorCode::Forbidden, m).into_response(),
     }
+}
+
+/// The metrics listener's routes: `GET /metrics` with no authentication (only scrapers
+/// reach that listener), and the health checks.
+pub fn metrics_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
+    Router::new()
+        .route("/metrics", get(ops::open_metrics::<S>))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz::<S>))
+        .fallback(no_route)
+        .with_state(ctx)
 }
 
 async fn no_route(uri: Uri) -> ApiError {

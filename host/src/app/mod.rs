@@ -120,6 +120,8 @@ impl<T, E: std::fmt::Display> SetupContext<T> for Result<T, E> {
 pub struct App {
     /// The address the API and the console listen on.
     pub addr: SocketAddr,
+    /// The metrics listener's address (`metrics_listen`), if it has one.
+    pub metrics_addr: Option<SocketAddr>,
     /// Whether it speaks HTTPS (`[tls]`).
     pub https: bool,
     /// The clock every part of the host reads; in-process callers (the demo) may move it.
@@ -244,10 +246,15 @@ impl App {
             _ = stop.cancelled() => None,
             ended = tasks.next_end() => ended,
         };
+        // Readiness fails from here on, so a load balancer sends nothing new meanwhile.
         if let Some((task, how)) = &died {
             tracing::error!("the `{task}` task ended unexpectedly ({how}); stopping the host");
+            tasks
+                .health()
+                .stopping(format!("the `{task}` task ended unexpectedly"));
         } else {
             tracing::info!("shutting down: finishing the requests and attempts under way");
+            tasks.health().stopping("shutting down");
         }
         stop.cancel();
         // The server finishes its requests and the scheduler its claims meanwhile.
@@ -516,13 +523,14 @@ where
     {
         // Notifications are delivered after their transitions commit, by every host: rows
         // are claimed under a lease, so each goes out once.
-        let notifier = crate::scheduler::notifier::Notifier::new(
+        let mut notifier = crate::scheduler::notifier::Notifier::new(
             store.clone(),
             config.notifications.clone(),
             clock.clone(),
             owner.clone(),
             config.notification_retention,
         );
+        notifier.metrics = scheduler.metrics();
         let stop = stop.clone();
         tasks.spawn("notifier", async move {
             notifier.run(stop).await;
@@ -531,6 +539,8 @@ where
     }
 
     let mut ctx = Context::new(store, deployments, clock.clone());
+    ctx.metrics = scheduler.metrics();
+    ctx.health = tasks.health();
     ctx.auth = auth(&config);
     // Cookies only travel over TLS (here, or at a proxy in front).
     ctx.secure_cookies = config.tls.is_some() || config.behind_tls_proxy;
@@ -598,6 +608,27 @@ where
         .setup(|| format!("listening on {listen}"))?;
     // The console shares the API's context and listener.
     let ctx = Arc::new(ctx);
+    let metrics_addr = match config.metrics_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .setup(|| format!("cannot listen for metrics on {at}"))?;
+            let bound = listener
+                .local_addr()
+                .setup(|| format!("reading the address bound for {at}"))?;
+            let incoming = listener::incoming(listener, None, 64)
+                .setup(|| format!("listening for metrics on {at}"))?;
+            let (router, stop) = (crate::api::metrics_router(ctx.clone()), stop.clone());
+            let header_read_timeout = config.header_read_timeout;
+            tasks.spawn("metrics", async move {
+                listener::serve(incoming, router, header_read_timeout, stop).await;
+                Ok(())
+            });
+            tracing::info!("metrics are served on http://{bound}/metrics");
+            Some(bound)
+        }
+        None => None,
+    };
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
     {
         let stop = stop.clone();
@@ -613,6 +644,7 @@ where
         Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
     Ok(App {
         addr,
+        metrics_addr,
         https: scheme == "https",
         clock,
         ticks,

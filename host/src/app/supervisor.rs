@@ -1,8 +1,10 @@
 //! A set of named tasks that must all keep running: the first to end is reported by name,
 //! and the rest can be waited for (bounded) and cut.
 
+use crate::health::Health;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{Id, JoinSet};
 
@@ -35,6 +37,8 @@ impl std::fmt::Display for TaskEnd {
 pub struct Supervisor {
     set: JoinSet<Result<(), String>>,
     names: HashMap<Id, &'static str>,
+    /// What readiness checks see of the tasks.
+    health: Arc<Health>,
 }
 
 impl Supervisor {
@@ -45,6 +49,12 @@ impl Supervisor {
     {
         let handle = self.set.spawn(task);
         self.names.insert(handle.id(), name);
+        self.health.started(name);
+    }
+
+    /// The tasks' states, as readiness checks read them.
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
     }
 
     /// The names of the tasks still running.
@@ -73,7 +83,9 @@ impl Supervisor {
                 (id, end)
             }
         };
-        Some((self.names.remove(&id).unwrap_or("unnamed"), end))
+        let name = self.names.remove(&id).unwrap_or("unnamed");
+        self.health.ended(name, end.to_string());
+        Some((name, end))
     }
 
     /// Waits up to `limit` for every task to end, then aborts the rest; returns the names

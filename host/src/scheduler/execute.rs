@@ -177,6 +177,7 @@ where
         drop(renewer);
         let Some(ending) = ending else { return };
         let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
+        let outcome = ending.facts.outcome;
         let now = self.clock.now_ms();
         let request = FinishRequest {
             fence: claimed.fence.clone(),
@@ -197,12 +198,17 @@ where
         let finished = self.store.finish(request).await;
         self.progress.advance();
         match finished {
-            Ok(outcome) => {
+            Ok(finished) => {
+                self.metrics.attempt(
+                    &claimed.workflow,
+                    claimed.fence.step.as_str(),
+                    outcome.map_or("none", AttemptOutcome::as_str),
+                );
                 // Checkpoint 6: the receipt and the release of dependents are durable.
                 if receipt_of_adapter {
                     self.failpoint(6, &claimed);
                 }
-                if !outcome.released.is_empty() {
+                if !finished.released.is_empty() {
                     self.wake.notify_one();
                 }
             }
@@ -730,7 +736,7 @@ where
                 (t, AttemptOutcome::Rejected, Some(message), vec![e])
             }
             Err(failure) => {
-                let outcome = failure_outcome(&failure);
+                let outcome = self.failure_outcome(&failure);
                 let why = failure.to_string();
                 let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
                 (t, outcome, Some(why), vec![e])
@@ -811,13 +817,27 @@ fn compensation_def(step: &StepDef) -> StepDef {
     }
 }
 
-/// The attempt outcome of a call that ended without a plugin value.
-fn failure_outcome(f: &CallFailure) -> AttemptOutcome {
-    match f {
-        CallFailure::Timeout { .. } => AttemptOutcome::TimedOut,
-        CallFailure::MemoryCap { .. } | CallFailure::Trap { .. } => AttemptOutcome::Trapped,
-        CallFailure::Instantiate { .. } | CallFailure::NotSupported { .. } => {
-            AttemptOutcome::Interrupted
+impl<S> Scheduler<S> {
+    /// The attempt outcome of a call that ended without a plugin value, counted by kind.
+    pub(crate) fn failure_outcome(&self, f: &CallFailure) -> AttemptOutcome {
+        match f {
+            CallFailure::Timeout { .. } => {
+                self.metrics.trap("timeout");
+                AttemptOutcome::TimedOut
+            }
+            CallFailure::MemoryCap { .. } => {
+                self.metrics.trap("memory_cap");
+                AttemptOutcome::Trapped
+            }
+            CallFailure::Trap { .. } => {
+                self.metrics.trap("trap");
+                AttemptOutcome::Trapped
+            }
+            CallFailure::Instantiate { .. } => {
+                self.metrics.trap("instantiate");
+                AttemptOutcome::Interrupted
+            }
+            CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,
         }
     }
 }

@@ -175,6 +175,8 @@ pub struct Scheduler<S> {
     starved: std::sync::atomic::AtomicBool,
     ticks: Arc<Ticks>,
     progress: Arc<Progress>,
+    /// This host's counters of attempts, traps and recovered leases.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl<S> Scheduler<S>
@@ -203,6 +205,7 @@ where
             starved: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
             progress: Arc::default(),
+            metrics: Arc::default(),
         })
     }
 
@@ -215,6 +218,11 @@ where
 
     pub fn progress(&self) -> Arc<Progress> {
         self.progress.clone()
+    }
+
+    /// This host's counters (shared with the API's `/metrics`).
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// The counts of this scheduler's completed ticks.
@@ -383,13 +391,22 @@ where
                 },
             };
             let store = self.store.clone();
-            writes.spawn(async move { store.finish(request).await });
+            let counted = (
+                lease.workflow.clone(),
+                lease.fence.step.as_str().to_string(),
+                request.facts.outcome.map_or("none", AttemptOutcome::as_str),
+            );
+            writes.spawn(async move { store.finish(request).await.map(|_| counted) });
         }
         let mut recovered = 0;
         let mut failure = None;
         while let Some(done) = writes.join_next().await {
             match done.map_err(|e| StoreError::never(format!("a recovery write panicked: {e}")))? {
-                Ok(_) => recovered += 1,
+                Ok((workflow, step, outcome)) => {
+                    recovered += 1;
+                    self.metrics.attempt(&workflow, &step, outcome);
+                    self.metrics.lease_expiries(1);
+                }
                 // Renewed or finished meanwhile: nothing to recover.
                 Err(StoreError::LeaseLost { .. }) => {}
                 Err(e) => failure = Some(e),

@@ -37,6 +37,8 @@ pub struct Notifier<S> {
     pub retention: Duration,
     /// How often the outbox is looked at.
     pub poll: Duration,
+    /// Where settled rounds are counted.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl<S> Notifier<S>
@@ -61,6 +63,7 @@ where
                 .expect("a default HTTP client"),
             retention,
             poll: Duration::from_millis(200),
+            metrics: Arc::default(),
         }
     }
 
@@ -135,10 +138,26 @@ where
             }
         }
         let asked = updates.len() as u64;
+        let results: Vec<&'static str> = updates
+            .iter()
+            .filter_map(|(_, u)| match u {
+                NotificationUpdate::Delivered { .. } => Some("delivered"),
+                NotificationUpdate::Suppressed { .. } => Some("suppressed"),
+                NotificationUpdate::Failed { .. } => Some("failed"),
+                NotificationUpdate::Retry {
+                    attempted: true, ..
+                } => Some("retried"),
+                // A review's hold sent nothing.
+                NotificationUpdate::Retry { .. } => None,
+            })
+            .collect();
         let settled = self
             .store
             .settle_notifications(&self.owner, updates, self.clock.now_ms())
             .await?;
+        for result in results {
+            self.metrics.notification(result);
+        }
         if settled < asked {
             tracing::warn!(
                 "{} notifications were taken over by another host before they were recorded",

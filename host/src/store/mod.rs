@@ -465,6 +465,18 @@ pub trait BudgetStore: Send + Sync {
     fn warn_deadlines(&self, now: Millis) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 
+/// What health checks and metrics scrapes read: a round trip, and cheap indexed reads of
+/// the queues and of the tallies of ended workflows (never a scan of history).
+pub trait MetricsStore: Send + Sync {
+    /// One round trip to the database.
+    fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send;
+    /// The store's series as of `now`.
+    fn snapshot(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<crate::metrics::Snapshot>> + Send;
+}
+
 /// The notification outbox: rows written with their transitions, delivered once by one
 /// host at a time, listed for operators, pruned after a retention.
 pub trait NotificationStore: Send + Sync {

@@ -48,6 +48,7 @@ mod host_postgres;
 mod host_process;
 mod many_hosts;
 mod notifications;
+mod operations;
 mod operator_actions;
 #[path = "../support/test_database.rs"]
 mod postgres;

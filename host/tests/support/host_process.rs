@@ -67,7 +67,8 @@ impl Contract {
 /// `docket.toml` text pointing every delivery adapter at the provider at `base`.
 pub fn provider_config(base: &str) -> String {
     let mut text = format!(
-        "[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?}, hook_secret = {HOOK_SECRET:?} }}\n"
+        // `api_token` is the hostile test plugin's, for tests that run it in a host.
+        "[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?}, hook_secret = {HOOK_SECRET:?}, api_token = \"hostile-api-token\" }}\n"
     );
     for contract in [
         Contract::Idempotent,

@@ -382,11 +382,7 @@ where
                 (AttemptOutcome::TimedOut, e.to_string())
             }
             Ok(Err(e)) => (AttemptOutcome::Rejected, e.to_string()),
-            Err(CallFailure::Timeout { .. }) => (
-                AttemptOutcome::TimedOut,
-                report.outcome.as_ref().unwrap_err().to_string(),
-            ),
-            Err(f) => (failure_outcome(f), f.to_string()),
+            Err(f) => (self.failure_outcome(f), f.to_string()),
         };
         let mut facts = Self::facts(prepared, &input.digest);
         facts.outcome = Some(outcome);
@@ -613,7 +609,7 @@ where
                     format!("Lookup did not complete: {f}"),
                 );
                 let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                (t, note, vec![seen, event], failure_outcome(&f))
+                (t, note, vec![seen, event], self.failure_outcome(&f))
             }
         };
         Ending::settled(5, facts, outcome, transition, note, log, events)

@@ -126,7 +126,54 @@ pub(crate) async fn recompute_state(
     if let Some(event) = change.notify {
         outbox(conn, id, event, now).await?;
     }
+    if change.next.is_ended() {
+        tally_end(conn, id, change.next, now).await?;
+    }
     Ok(change.next)
+}
+
+/// Rows each tally is spread over, so that concurrent ends rarely wait on one row's lock.
+const TALLY_SHARDS: u64 = 16;
+
+/// Adds an ended workflow to the metrics' tallies (see [`crate::metrics`]).
+async fn tally_end(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    state: WorkflowState,
+    now: Millis,
+) -> PgResult<()> {
+    let (workflow, created_at, attempts): (String, i64, i64) = sqlx::query_as(
+        "SELECT workflow, created_at, attempts_used FROM workflows WHERE workflow_id = $1",
+    )
+    .bind(id.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    // Any spread will do; the workflow id's hash needs no random source.
+    let shard = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.as_str().hash(&mut h);
+        (h.finish() % TALLY_SHARDS) as i32
+    };
+    for (metric, bucket, value) in
+        crate::metrics::tallies_of_end(created_at as Millis, now, attempts as u64)
+    {
+        sqlx::query(
+            "INSERT INTO outcome_tallies (metric, workflow, state, bucket, shard, n, total)
+             VALUES ($1, $2, $3, $4, $5, 1, $6)
+             ON CONFLICT (metric, workflow, state, bucket, shard)
+             DO UPDATE SET n = outcome_tallies.n + 1, total = outcome_tallies.total + EXCLUDED.total",
+        )
+        .bind(metric.as_str())
+        .bind(&workflow)
+        .bind(state.as_str())
+        .bind(bucket as i32)
+        .bind(shard)
+        .bind(value as i64)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Applies what the workflow's course asks for now (cancelled steps, compensations to

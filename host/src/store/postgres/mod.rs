@@ -22,6 +22,7 @@ mod actions;
 mod budgets;
 mod course;
 mod executor;
+mod metrics;
 mod notifications;
 mod policies;
 mod read;

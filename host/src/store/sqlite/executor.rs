@@ -166,7 +166,42 @@ pub(crate) fn recompute_state(
     if let Some(event) = change.notify {
         outbox(conn, id, event, now)?;
     }
+    if change.next.is_ended() {
+        tally_end(conn, id, change.next, now)?;
+    }
     Ok(change.next)
+}
+
+/// Adds an ended workflow to the metrics' tallies (see [`crate::metrics`]).
+fn tally_end(
+    conn: &Connection,
+    id: &WorkflowId,
+    state: WorkflowState,
+    now: Millis,
+) -> StoreResult<()> {
+    let (workflow, created_at, attempts): (String, i64, i64) = conn
+        .prepare_cached(
+            "SELECT workflow, created_at, attempts_used FROM workflows WHERE workflow_id = ?",
+        )?
+        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let mut upsert = conn.prepare_cached(
+        "INSERT INTO outcome_tallies (metric, workflow, state, bucket, shard, n, total)
+         VALUES (?1, ?2, ?3, ?4, 0, 1, ?5)
+         ON CONFLICT (metric, workflow, state, bucket, shard)
+         DO UPDATE SET n = n + 1, total = total + excluded.total",
+    )?;
+    for (metric, bucket, value) in
+        crate::metrics::tallies_of_end(created_at as Millis, now, attempts as u64)
+    {
+        upsert.execute(params![
+            metric.as_str(),
+            workflow,
+            state.as_str(),
+            bucket,
+            value as i64
+        ])?;
+    }
+    Ok(())
 }
 
 /// Applies what the workflow's course asks for now (cancelled steps, compensations to

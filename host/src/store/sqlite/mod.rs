@@ -10,6 +10,7 @@ mod actions;
 mod budgets;
 mod course;
 mod executor;
+mod metrics;
 mod notifications;
 mod points;
 mod policies;

@@ -1,0 +1,86 @@
+//! What health checks and metrics scrapes read from SQLite.
+
+use super::SqliteStore;
+use crate::intent::Millis;
+use crate::metrics::{ReadyQueue, Snapshot, Tally, TallyMetric};
+use crate::store::{MetricsStore, StoreError, StoreResult};
+
+impl MetricsStore for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        self.points.with(|conn| {
+            conn.prepare_cached("SELECT 1")?
+                .query_row([], |_| Ok(()))
+                .map_err(StoreError::from)
+        })
+    }
+
+    async fn snapshot(&self, now: Millis) -> StoreResult<Snapshot> {
+        self.points.with(|conn| {
+            let live_workflows = super::each_row(
+                &mut *conn.prepare_cached(
+                    "SELECT state, COUNT(*) FROM workflows
+                     WHERE state IN ('running', 'needs_review') GROUP BY state ORDER BY state",
+                )?,
+                [],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)),
+            )?;
+            let (outcome_unknown, since): (i64, Option<i64>) = conn
+                .prepare_cached(
+                    "SELECT COUNT(*), MIN(uncertain_since) FROM steps WHERE state = 'outcome_unknown'",
+                )?
+                .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let ready = super::each_row(
+                &mut *conn.prepare_cached(
+                    "SELECT COALESCE(role, 'adapter'), COUNT(*), MIN(ready_at) FROM steps
+                     WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?
+                     GROUP BY COALESCE(role, 'adapter')",
+                )?,
+                [now as i64],
+                |r| {
+                    Ok(ReadyQueue {
+                        kind: r.get(0)?,
+                        count: r.get::<_, i64>(1)? as u64,
+                        oldest_ready_at: r.get::<_, i64>(2)? as Millis,
+                    })
+                },
+            )?;
+            let tallies = super::each_row(
+                &mut *conn.prepare_cached(
+                    "SELECT metric, workflow, state, bucket, SUM(n), SUM(total) FROM outcome_tallies
+                     GROUP BY metric, workflow, state, bucket",
+                )?,
+                [],
+                |r| {
+                    let metric: String = r.get(0)?;
+                    Ok((
+                        metric,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(5)?,
+                    ))
+                },
+            )?;
+            Ok(Snapshot {
+                live_workflows,
+                outcome_unknown: outcome_unknown as u64,
+                outcome_unknown_since: since.map(|s| s as Millis),
+                ready,
+                tallies: tallies
+                    .into_iter()
+                    .filter_map(|(metric, workflow, state, bucket, n, total)| {
+                        Some(Tally {
+                            metric: TallyMetric::parse(&metric)?,
+                            workflow,
+                            state,
+                            bucket: bucket as u32,
+                            n: n as u64,
+                            total: total as u64,
+                        })
+                    })
+                    .collect(),
+            })
+        })
+    }
+}

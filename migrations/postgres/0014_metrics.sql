@@ -1,0 +1,21 @@
+-- What a metrics scrape reads without scanning history.
+
+-- Ended workflows, tallied in the transaction that ends them: per metric ('outcome_ms',
+-- admission to the end; 'attempts', attempts the workflow used), workflow, ended state and
+-- histogram bucket (an index into the metric's bounds; one past the last is +Inf), how
+-- many ended there and the sum of their values. `shard` spreads concurrent ends over rows,
+-- so that transactions ending workflows at once do not queue on one row's lock. Kept when
+-- workflows are purged.
+CREATE TABLE outcome_tallies (
+    metric   TEXT   NOT NULL,
+    workflow TEXT   NOT NULL,
+    state    TEXT   NOT NULL,
+    bucket   INTEGER NOT NULL,
+    shard    INTEGER NOT NULL,
+    n        BIGINT NOT NULL,
+    total    BIGINT NOT NULL,
+    PRIMARY KEY (metric, workflow, state, bucket, shard)
+);
+
+-- Steps whose outcome is unknown, oldest first.
+CREATE INDEX steps_unknown ON steps (uncertain_since) WHERE state = 'outcome_unknown';
