@@ -9,7 +9,9 @@
 //!   (what a cancellation and compensations do to a workflow's steps) and [`policy`] (the
 //!   versioned rules that allow or deny an effect at the side-effect boundary) and
 //!   [`budget`] (limits as spent and extended, what an attempt may draw on) and [`notify`]
-//!   (which transitions are told, Standard Webhooks signatures, the retry schedule).
+//!   (which transitions are told, Standard Webhooks signatures, the retry schedule) and
+//!   [`metrics`] (this host's counters and the Prometheus text of a scrape) and [`health`]
+//!   (whether the supervised tasks run and the host is stopping).
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and

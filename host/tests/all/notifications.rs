@@ -202,6 +202,24 @@ async fn one_notification_per_meaningful_transition_signed_and_retried_under_one
         json!([all.url, flaky.url]),
         "{completion:#}"
     );
+    // Each round is counted once by the host that settled it.
+    let text = reqwest::get(format!("{}/metrics", host.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let samples = crate::operations::samples(&text);
+    assert_eq!(
+        samples.get("docket_notifications_total{result=\"delivered\"}"),
+        Some(&2.0),
+        "{text}"
+    );
+    assert_eq!(
+        samples.get("docket_notifications_total{result=\"retried\"}"),
+        Some(&2.0),
+        "{text}"
+    );
     let (status, page) = host.get("/v1/notifications?state=bogus").await;
     assert_eq!(status, 400, "{page}");
     assert_eq!(page["error"]["code"], "invalid_parameter");

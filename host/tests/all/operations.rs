@@ -209,3 +209,143 @@ async fn each_metric_moves_by_what_happened() {
     let api = scrape(&host.url).await;
     assert!(api.contains_key("docket_review_queue"));
 }
+
+/// A TCP proxy the test can cut: cutting closes every connection through it and refuses
+/// new ones until it is restored, as a database that went away would.
+struct CuttableProxy {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<std::sync::Mutex<tokio_util::sync::CancellationToken>>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CuttableProxy {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (accept_state, accept_cut) = (state.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if accept_cut.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let token = accept_state.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = token.cancelled() => {}
+                    }
+                });
+            }
+        });
+        Self { addr, state, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.state.lock().unwrap().cancel();
+    }
+
+    fn restore(&self) {
+        *self.state.lock().unwrap() = tokio_util::sync::CancellationToken::new();
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `/readyz` answers `503` naming the store while PostgreSQL cannot be reached, and `200`
+/// again once it can; `/healthz` answers throughout, and the host stays up.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_follows_the_database() {
+    let database = crate::postgres::TestDatabase::create().await;
+    let url = reqwest::Url::parse(&database.url).unwrap();
+    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let proxy = CuttableProxy::start(upstream.parse().unwrap()).await;
+    let proxied = database.url.replacen(&upstream, &proxy.addr.to_string(), 1);
+    let host = HostProcess::start(HostOptions {
+        db: Some(proxied),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, ready) = host.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["store"], "ok");
+    assert!(
+        ready["tasks"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("scheduler")),
+        "{ready}"
+    );
+
+    proxy.cut();
+    crate::wait::until("readiness to fail", Duration::from_secs(20), || async {
+        match host.get("/readyz").await {
+            (503, body)
+                if body["store"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("the store does not answer") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, _) = host.get("/healthz").await;
+    assert_eq!(status, 200);
+
+    proxy.restore();
+    crate::wait::until("readiness to return", Duration::from_secs(30), || async {
+        match host.get("/readyz").await {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    drop(host);
+    database.drop_now().await;
+}
+
+/// On the API's listener `/metrics` is an operator's; the metrics listener serves any
+/// scraper that reaches it, and the health checks need no token anywhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_are_for_operators_or_the_metrics_listener() {
+    let metrics_port = free_port();
+    let host = HostProcess::start(HostOptions {
+        config: format!(
+            "metrics_listen = \"127.0.0.1:{metrics_port}\"\n[[tokens]]\ntoken = \"client-token-0123456789\"\nsubject = \"team-a\"\nrole = \"client\"\n[[tokens]]\ntoken = \"operator-token-0123456789\"\nsubject = \"alice\"\nrole = \"operator\"\n"
+        ),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let status = |url: String, token: Option<&'static str>| async move {
+        let mut r = reqwest::Client::new().get(url);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send().await.unwrap().status().as_u16()
+    };
+    let api = format!("{}/metrics", host.url);
+    assert_eq!(status(api.clone(), None).await, 401);
+    assert_eq!(
+        status(api.clone(), Some("client-token-0123456789")).await,
+        403
+    );
+    assert_eq!(status(api, Some("operator-token-0123456789")).await, 200);
+    let listener = format!("http://127.0.0.1:{metrics_port}");
+    assert_eq!(status(format!("{listener}/metrics"), None).await, 200);
+    assert_eq!(status(format!("{listener}/readyz"), None).await, 200);
+    assert_eq!(status(format!("{listener}/v1/workflows"), None).await, 404);
+    assert_eq!(status(format!("{}/healthz", host.url), None).await, 200);
+    assert_eq!(status(format!("{}/readyz", host.url), None).await, 200);
+}
