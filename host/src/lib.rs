@@ -44,6 +44,7 @@ pub mod api;
 pub mod app;
 pub mod budget;
 pub mod capabilities;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;

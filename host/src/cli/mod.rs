@@ -4,6 +4,7 @@
 //! turns their typed errors into messages and exit codes.
 
 mod adapter;
+mod check;
 mod client;
 mod demo;
 mod policy;
@@ -128,6 +129,16 @@ enum Command {
     /// Deploy or list policy versions (the rules at the side-effect boundary).
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Check every workflow's records against the invariants and its stored projection;
+    /// exits 1 on a violation.
+    Check {
+        /// Rebuild what a rebuild can fix (a stored state its steps contradict), and tell it
+        /// on the workflow's timeline.
+        #[arg(long)]
+        repair: bool,
+        #[command(flatten)]
+        target: DbArgs,
+    },
     /// Run the provider simulator: the reference delivery protocol with fault injection.
     SimProvider {
         /// Address to listen on.
@@ -232,6 +243,7 @@ pub fn run() -> ExitCode {
             Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }
+            Command::Check { repair, target } => check::run(&target.database()?, repair).await,
             Command::SimProvider {
                 listen,
                 token,

@@ -31,7 +31,7 @@ pub(crate) fn author() -> String {
     format!("{user}@{host} (cli)")
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -475,6 +475,16 @@ pub trait MetricsStore: Send + Sync {
         &self,
         now: Millis,
     ) -> impl Future<Output = StoreResult<crate::metrics::Snapshot>> + Send;
+    /// Rebuilds a workflow's state from its steps, in one transaction, if it still is
+    /// `stored` (what the check saw): the change is told on its timeline, as repaired by
+    /// `by`. Returns the state it has now, or `None` when it had moved meanwhile.
+    fn rebuild_state(
+        &self,
+        id: &WorkflowId,
+        stored: crate::intent::WorkflowState,
+        by: &str,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Option<crate::intent::WorkflowState>>> + Send;
 }
 
 /// The notification outbox: rows written with their transitions, delivered once by one

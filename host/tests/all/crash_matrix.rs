@@ -375,6 +375,12 @@ async fn run_case(contract: Contract, checkpoint: u8, backend: Backend) {
             later.len()
         );
     }
+    // The records the crash and the recovery left keep every invariant.
+    let checked = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&checked, false);
+    check!(case, &host, &id, code == 0, "docket check found:\n{out}");
     drop(host);
     if let Some(database) = database {
         database.drop_now().await;
@@ -812,6 +818,11 @@ async fn run_compensation_case(contract: Contract, checkpoint: u8, backend: Back
             "the timeline does not say {text:?}"
         );
     }
+    let checked = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&checked, false);
+    check!(case, &host, &id, code == 0, "docket check found:\n{out}");
     drop(host);
     if let Some(database) = database {
         database.drop_now().await;

@@ -349,3 +349,152 @@ async fn metrics_are_for_operators_or_the_metrics_listener() {
     assert_eq!(status(format!("{}/healthz", host.url), None).await, 200);
     assert_eq!(status(format!("{}/readyz", host.url), None).await, 200);
 }
+
+/// Runs a statement on the test's database (a SQLite file or PostgreSQL).
+async fn corrupt(db: &str, sql: &str) {
+    if db.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(db).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    } else {
+        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{db}"))
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}
+
+/// `docket check` on `db`: its exit code and output.
+pub fn docket_check(db: &str, repair: bool) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["check", "--db", db])
+        .args(repair.then_some("--repair"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The count a check's table gives `invariant`.
+fn count(output: &str, invariant: &str) -> u64 {
+    output
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.split_whitespace();
+            (parts.next() == Some(invariant)).then(|| parts.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no row for {invariant} in:\n{output}"))
+}
+
+/// `docket check` passes on a healthy store, finds each broken invariant, and `--repair`
+/// rebuilds a contradicted state once, telling it on the timeline.
+async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        ..HostOptions::default()
+    })
+    .await;
+    let mut ids = Vec::new();
+    for key in ["ok-1", "ok-2", "ok-3"] {
+        let (status, created) = host.submit("document-delivery", key, document(key)).await;
+        assert_eq!(status, 201, "{created}");
+        let id = created["workflow_id"].as_str().unwrap().to_string();
+        host.wait_for(&id, &["completed"], Duration::from_secs(30))
+            .await;
+        ids.push(id);
+    }
+    let dir = host.kill();
+    let db = db.unwrap_or_else(|| dir.path().join("docket.db").display().to_string());
+
+    let (code, out) = docket_check(&db, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("checked 3 workflows"), "{out}");
+
+    let (one, two, three) = (&ids[0], &ids[1], &ids[2]);
+    corrupt(
+        &db,
+        &format!(
+            "UPDATE steps SET receipt_id = NULL WHERE workflow_id = '{one}' AND step = 'validate';
+             UPDATE attempts SET input_digest = 'sha256:{zero}' WHERE workflow_id = '{one}' AND step = 'render';
+             UPDATE attempts SET started_at = started_at - 3600000 WHERE workflow_id = '{two}' AND step = 'deliver';
+             DELETE FROM timeline WHERE workflow_id = '{two}' AND seq = 2;
+             INSERT INTO receipts (receipt_id, workflow_id, step, attempt_id, evidence_kind, component,
+                 component_version, component_digest, input_digest, external_reference, output, recorded_at)
+               SELECT 'rcp_second', workflow_id, step, attempt_id, evidence_kind, component,
+                 component_version, component_digest, input_digest, 'dlv_other', output, recorded_at
+               FROM receipts WHERE workflow_id = '{three}' AND step = 'deliver';
+             UPDATE workflows SET state = 'running', ended_at = NULL WHERE workflow_id = '{three}';",
+            zero = "0".repeat(64)
+        ),
+    )
+    .await;
+
+    let (code, out) = docket_check(&db, false);
+    assert_eq!(code, 1, "{out}");
+    for invariant in [
+        "receipt_for_success",
+        "attempt_input_digest",
+        "dependent_after_receipt",
+        "timeline_grows",
+        "one_external_reference",
+        "projection_matches",
+    ] {
+        assert_eq!(count(&out, invariant), 1, "{invariant}:\n{out}");
+    }
+    assert!(out.contains("docket check --repair"), "{out}");
+
+    // The repair rebuilds the contradicted state once; the rest cannot be rebuilt.
+    let (code, out) = docket_check(&db, true);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(count(&out, "projection_matches"), 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "repaired {three}: stored as running, rebuilt as completed"
+        )),
+        "{out}"
+    );
+    let (code, again) = docket_check(&db, true);
+    assert_eq!(code, 1, "{again}");
+    assert!(!again.contains("repaired"), "{again}");
+    assert_eq!(count(&again, "projection_matches"), 0, "{again}");
+    assert_eq!(count(&again, "one_external_reference"), 1, "{again}");
+
+    // The repair is on the timeline, once.
+    let host = HostProcess::start(HostOptions {
+        db: db.starts_with("postgres").then(|| db.clone()),
+        dir: Some(dir),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (_, timeline) = host
+        .get(&format!("/v1/workflows/{three}/timeline?limit=500"))
+        .await;
+    let repairs = timeline["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("Repaired by docket check --repair")
+        })
+        .count();
+    assert_eq!(repairs, 1, "{timeline:#}");
+}
+
+on_both_stores!(check_finds_each_violation_and_repairs_once);

@@ -1,9 +1,13 @@
-//! What health checks and metrics scrapes read from PostgreSQL.
+//! What health checks and metrics scrapes read from PostgreSQL, and the consistency
+//! check's repair.
 
-use super::PgStore;
-use crate::intent::Millis;
+use super::executor::recompute_state;
+use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
+use crate::intent::{EventKind, Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally, TallyMetric};
+use crate::store::rows;
 use crate::store::{MetricsStore, StoreResult};
+use sqlx::postgres::PgConnection;
 
 impl MetricsStore for PgStore {
     async fn ping(&self) -> StoreResult<()> {
@@ -67,4 +71,53 @@ impl MetricsStore for PgStore {
                 .collect(),
         })
     }
+
+    async fn rebuild_state(
+        &self,
+        id: &WorkflowId,
+        stored: WorkflowState,
+        by: &str,
+        now: Millis,
+    ) -> StoreResult<Option<WorkflowState>> {
+        let (id, by) = (id.clone(), by.to_string());
+        transaction!(self.pool, |conn| rebuild_tx(conn, &id, stored, &by, now))
+    }
+}
+
+async fn rebuild_tx(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    stored: WorkflowState,
+    by: &str,
+    now: Millis,
+) -> PgResult<Option<WorkflowState>> {
+    // The workflow row's lock orders this against every step change.
+    lock_workflow(conn, id).await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {} FROM workflows WHERE workflow_id = $1",
+        rows::WORKFLOW_COLUMNS
+    )))
+    .bind(id.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    let record = rows::workflow(&row)?;
+    if record.state != stored {
+        return Ok(None);
+    }
+    append_events(
+        conn,
+        id,
+        now,
+        &[NewEvent::workflow(
+            EventKind::Conclusion,
+            format!(
+                "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
+                stored.as_str()
+            ),
+        )],
+    )
+    .await?;
+    recompute_state(conn, id, record.state, record.cancelled, now)
+        .await
+        .map(Some)
 }

@@ -1,7 +1,10 @@
-//! What health checks and metrics scrapes read from SQLite.
+//! What health checks and metrics scrapes read from SQLite, and the consistency check's
+//! repair.
 
 use super::SqliteStore;
-use crate::intent::Millis;
+use super::executor::recompute_state;
+use super::read::workflow_tx;
+use crate::intent::{EventKind, Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally, TallyMetric};
 use crate::store::{MetricsStore, StoreError, StoreResult};
 
@@ -82,5 +85,38 @@ impl MetricsStore for SqliteStore {
                     .collect(),
             })
         })
+    }
+
+    async fn rebuild_state(
+        &self,
+        id: &WorkflowId,
+        stored: WorkflowState,
+        by: &str,
+        now: Millis,
+    ) -> StoreResult<Option<WorkflowState>> {
+        let (id, by) = (id.clone(), by.to_string());
+        self.writer
+            .write(move |conn| {
+                let Some(record) = workflow_tx(conn, &id)? else {
+                    return Err(StoreError::NotFound(format!("workflow {id}")));
+                };
+                if record.state != stored {
+                    return Ok(None);
+                }
+                super::append_events(
+                    conn,
+                    &id,
+                    now,
+                    &[NewEvent::workflow(
+                        EventKind::Conclusion,
+                        format!(
+                            "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
+                            stored.as_str()
+                        ),
+                    )],
+                )?;
+                recompute_state(conn, &id, record.state, record.cancelled, now).map(Some)
+            })
+            .await
     }
 }
