@@ -94,6 +94,27 @@ pub struct Tally {
     pub total: u64,
 }
 
+impl Tally {
+    /// A stored row of the tallies (summed over shards), if its metric is one of ours.
+    pub fn from_row(
+        metric: &str,
+        workflow: String,
+        state: String,
+        bucket: i64,
+        n: i64,
+        total: i64,
+    ) -> Option<Self> {
+        Some(Tally {
+            metric: TallyMetric::parse(metric)?,
+            workflow,
+            state,
+            bucket: bucket as u32,
+            n: n as u64,
+            total: total as u64,
+        })
+    }
+}
+
 /// Ready steps of one kind (`handler`, `adapter`, `compensation`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadyQueue {

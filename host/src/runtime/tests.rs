@@ -9,28 +9,38 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[tokio::test]
-async fn a_guest_reads_the_hosts_clock_as_its_wall_clock() {
+/// A runtime with the unit tests' compiled-component cache, for `max_instances` calls.
+fn cached_runtime(max_instances: u32) -> Runtime {
     let cache =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-unit-component-cache");
-    let rt = Runtime::new(RuntimeConfig {
+    Runtime::new(RuntimeConfig {
         cache_dir: Some(cache),
+        max_instances,
         ..RuntimeConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// The hostile test plugin, loaded and linked.
+async fn hostile(rt: &Runtime) -> Arc<super::Prepared> {
     let path = crate::guests::path("hostile").expect("the hostile test plugin is built");
     let component = rt.load_file(std::path::Path::new(path)).await.unwrap();
-    let prepared = rt
-        .prepare(
-            &component,
-            // The hostile plugin imports outbound HTTP; a loopback host it never calls.
-            &Grant::new(
-                ["http://127.0.0.1:9".parse().unwrap()],
-                ["api_token".to_string()],
-            ),
-            &BTreeMap::new(),
-        )
-        .unwrap();
+    rt.prepare(
+        &component,
+        // The hostile plugin imports outbound HTTP; a loopback host it never calls.
+        &Grant::new(
+            ["http://127.0.0.1:9".parse().unwrap()],
+            ["api_token".to_string()],
+        ),
+        &BTreeMap::new(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_guest_reads_the_hosts_clock_as_its_wall_clock() {
+    let rt = cached_runtime(RuntimeConfig::default().max_instances);
+    let prepared = hostile(&rt).await;
     // A host clock far from the machine's: 2001-09-09T01:46:40Z.
     let clock = ManualClock::new(1_000_000_000_000);
     clock.advance(1_234);
@@ -64,26 +74,8 @@ async fn a_guest_reads_the_hosts_clock_as_its_wall_clock() {
 /// upload needs: with room for one call and that call running, a component still loads.
 #[tokio::test]
 async fn describing_an_upload_does_not_compete_with_calls_for_instances() {
-    let cache =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-unit-component-cache");
-    let rt = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache),
-        max_instances: 1,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let hostile = crate::guests::path("hostile").expect("the hostile test plugin is built");
-    let component = rt.load_file(std::path::Path::new(hostile)).await.unwrap();
-    let prepared = rt
-        .prepare(
-            &component,
-            &Grant::new(
-                ["http://127.0.0.1:9".parse().unwrap()],
-                ["api_token".to_string()],
-            ),
-            &BTreeMap::new(),
-        )
-        .unwrap();
+    let rt = cached_runtime(1);
+    let prepared = hostile(&rt).await;
     let env = CallEnv {
         settings: Arc::new(BTreeMap::new()),
         secrets: Arc::new(SecretSource::default()),

@@ -693,6 +693,17 @@ pub(crate) fn notification_columns(
     }
 }
 
+/// What the timeline says of a state rebuilt by the consistency check's repair.
+pub(crate) fn repair_event(stored: WorkflowState, by: &str) -> NewEvent {
+    NewEvent::workflow(
+        crate::intent::EventKind::Conclusion,
+        format!(
+            "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
+            stored.as_str()
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,8 @@
 
 use super::executor::recompute_state;
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
-use crate::intent::{EventKind, Millis, NewEvent, WorkflowId, WorkflowState};
-use crate::metrics::{ReadyQueue, Snapshot, Tally, TallyMetric};
+use crate::intent::{Millis, WorkflowId, WorkflowState};
+use crate::metrics::{ReadyQueue, Snapshot, Tally};
 use crate::store::rows;
 use crate::store::{MetricsStore, StoreResult};
 use sqlx::postgres::PgConnection;
@@ -59,14 +59,7 @@ impl MetricsStore for PgStore {
             tallies: tallies
                 .into_iter()
                 .filter_map(|(metric, workflow, state, bucket, n, total)| {
-                    Some(Tally {
-                        metric: TallyMetric::parse(&metric)?,
-                        workflow,
-                        state,
-                        bucket: bucket as u32,
-                        n: n as u64,
-                        total: total as u64,
-                    })
+                    Tally::from_row(&metric, workflow, state, i64::from(bucket), n, total)
                 })
                 .collect(),
         })
@@ -108,13 +101,7 @@ async fn rebuild_tx(
         conn,
         id,
         now,
-        &[NewEvent::workflow(
-            EventKind::Conclusion,
-            format!(
-                "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
-                stored.as_str()
-            ),
-        )],
+        &[crate::store::plan::repair_event(stored, by)],
     )
     .await?;
     recompute_state(conn, id, record.state, record.cancelled, now)

@@ -4,8 +4,8 @@
 use super::SqliteStore;
 use super::executor::recompute_state;
 use super::read::workflow_tx;
-use crate::intent::{EventKind, Millis, NewEvent, WorkflowId, WorkflowState};
-use crate::metrics::{ReadyQueue, Snapshot, Tally, TallyMetric};
+use crate::intent::{Millis, WorkflowId, WorkflowState};
+use crate::metrics::{ReadyQueue, Snapshot, Tally};
 use crate::store::{MetricsStore, StoreError, StoreResult};
 
 impl MetricsStore for SqliteStore {
@@ -73,14 +73,7 @@ impl MetricsStore for SqliteStore {
                 tallies: tallies
                     .into_iter()
                     .filter_map(|(metric, workflow, state, bucket, n, total)| {
-                        Some(Tally {
-                            metric: TallyMetric::parse(&metric)?,
-                            workflow,
-                            state,
-                            bucket: bucket as u32,
-                            n: n as u64,
-                            total: total as u64,
-                        })
+                        Tally::from_row(&metric, workflow, state, bucket, n, total)
                     })
                     .collect(),
             })
@@ -107,13 +100,7 @@ impl MetricsStore for SqliteStore {
                     conn,
                     &id,
                     now,
-                    &[NewEvent::workflow(
-                        EventKind::Conclusion,
-                        format!(
-                            "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
-                            stored.as_str()
-                        ),
-                    )],
+                    &[crate::store::plan::repair_event(stored, &by)],
                 )?;
                 recompute_state(conn, &id, record.state, record.cancelled, now).map(Some)
             })
