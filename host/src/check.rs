@@ -1,10 +1,14 @@
 //! The consistency check: a workflow's stored projection rebuilt from its records, and the
 //! invariants its records must keep (API.md, "Operations"; DESIGN.md's invariants where
-//! records can show them). Pure: the records are read by the caller (`docket check`, the
-//! host's periodic run), and a repair is the store's.
+//! records can show them). [`check`] is pure; [`records_of`] and [`sweep`] read the records
+//! through the store's traits for `docket check` and the host's periodic run. A repair is
+//! the store's ([`crate::store::MetricsStore::rebuild_state`]).
 
 use crate::intent::{Receipt, StepRole, StepState, TimelineEvent, WorkflowState};
-use crate::store::{AttemptRecord, StepRecord, WorkflowRecord};
+use crate::store::{
+    AttemptRecord, DefinitionStore, MetricsStore, ReadStore, StepRecord, StoreResult,
+    WorkflowFilter, WorkflowRecord,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a violation breaks.
@@ -14,6 +18,8 @@ pub enum Invariant {
     ReceiptForSuccess,
     /// No step began before the receipts of the steps it depends on.
     DependentAfterReceipt,
+    /// No lease that expired before the last complete recovery sweep is left unrecovered.
+    LeaseRecovered,
     /// No one-effect step stands on two external references.
     OneExternalReference,
     /// Every attempt not superseded carries its step's mapped-input digest.
@@ -25,9 +31,10 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 6] = [
+    pub const ALL: [Invariant; 7] = [
         Invariant::ReceiptForSuccess,
         Invariant::DependentAfterReceipt,
+        Invariant::LeaseRecovered,
         Invariant::OneExternalReference,
         Invariant::AttemptInputDigest,
         Invariant::TimelineGrows,
@@ -38,6 +45,7 @@ impl Invariant {
         match self {
             Invariant::ReceiptForSuccess => "receipt_for_success",
             Invariant::DependentAfterReceipt => "dependent_after_receipt",
+            Invariant::LeaseRecovered => "lease_recovered",
             Invariant::OneExternalReference => "one_external_reference",
             Invariant::AttemptInputDigest => "attempt_input_digest",
             Invariant::TimelineGrows => "timeline_grows",
@@ -70,6 +78,8 @@ pub struct Records {
     pub timeline: Vec<TimelineEvent>,
     /// Each step's dependencies, from its definition.
     pub after: BTreeMap<String, Vec<String>>,
+    /// The latest complete recovery sweep of any host, if one was recorded.
+    pub last_sweep: Option<crate::intent::Millis>,
 }
 
 /// What the records say the workflow's state is.
@@ -126,6 +136,21 @@ pub fn check(records: &Records) -> Vec<Violation> {
                     ),
                 );
             }
+        }
+        if step.state == StepState::Running
+            && let (Some(expired), Some(swept)) = (step.lease_expires_at, records.last_sweep)
+            && expired < swept
+        {
+            violation(
+                Invariant::LeaseRecovered,
+                Some(name),
+                format!(
+                    "its lease (held by {}) expired at {}, before the recovery sweep of {}, and is still running",
+                    step.lease_owner.as_deref().unwrap_or("nobody"),
+                    crate::intent::rfc3339(expired),
+                    crate::intent::rfc3339(swept)
+                ),
+            );
         }
         let references: BTreeSet<&str> = receipts
             .iter()
@@ -220,4 +245,109 @@ pub fn check(records: &Records) -> Vec<Violation> {
         );
     }
     found
+}
+
+/// Everything stored of `workflow`, with its definition's dependencies.
+pub async fn records_of<S: ReadStore + DefinitionStore>(
+    store: &S,
+    workflow: WorkflowRecord,
+    last_sweep: Option<crate::intent::Millis>,
+) -> StoreResult<Records> {
+    let id = &workflow.workflow_id;
+    let steps = store.steps(id).await?;
+    let receipts = store.receipts(id).await?;
+    let mut attempts = Vec::new();
+    for step in &steps {
+        let mut after = 0;
+        loop {
+            let page = store.attempts(id, &step.step, after, 500).await?;
+            let Some(last) = page.last() else { break };
+            after = last.number;
+            let full = page.len() == 500;
+            attempts.extend(page);
+            if !full {
+                break;
+            }
+        }
+    }
+    let mut timeline = Vec::new();
+    loop {
+        let after = timeline
+            .last()
+            .map_or(0, |e: &crate::intent::TimelineEvent| e.seq);
+        let page = store.timeline(id, after, 1000).await?;
+        let full = page.len() == 1000;
+        timeline.extend(page);
+        if !full {
+            break;
+        }
+    }
+    let after = match store
+        .definition(&workflow.workflow, workflow.definition_version)
+        .await?
+    {
+        Some(def) => crate::workflow::parse(&def.name, &def.source)
+            .map(|d| {
+                d.steps
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.id.as_str().to_string(),
+                            s.after.iter().map(|a| a.as_str().to_string()).collect(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => BTreeMap::new(),
+    };
+    Ok(Records {
+        workflow,
+        steps,
+        receipts,
+        attempts,
+        timeline,
+        after,
+        last_sweep,
+    })
+}
+
+/// Workflows read per page of a sweep.
+const PAGE: u32 = 200;
+
+/// Checks every workflow, newest first, pausing `pace` between workflows (so a host's
+/// periodic run stays light); `each` sees every workflow's records and what they break.
+/// Returns how many workflows were checked.
+pub async fn sweep<S: ReadStore + DefinitionStore + MetricsStore>(
+    store: &S,
+    pace: std::time::Duration,
+    mut each: impl FnMut(&Records, &[Violation]),
+) -> StoreResult<u64> {
+    let last_sweep = store.last_sweep().await?;
+    let mut checked = 0;
+    let mut before = None;
+    loop {
+        let page = store
+            .list_workflows(&WorkflowFilter {
+                before: before.clone(),
+                limit: PAGE,
+                ..WorkflowFilter::default()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        before = Some((last.created_at, last.workflow_id.clone()));
+        let full = page.len() == PAGE as usize;
+        for workflow in page {
+            let records = records_of(store, workflow, last_sweep).await?;
+            each(&records, &check(&records));
+            checked += 1;
+            if !pace.is_zero() {
+                tokio::time::sleep(pace).await;
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(checked)
 }

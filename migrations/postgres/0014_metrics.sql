@@ -1,4 +1,4 @@
--- What a metrics scrape reads without scanning history.
+-- What a metrics scrape and the consistency check read without scanning history.
 
 -- Ended workflows, tallied in the transaction that ends them: per metric ('outcome_ms',
 -- admission to the end; 'attempts', attempts the workflow used), workflow, ended state and
@@ -19,3 +19,11 @@ CREATE TABLE outcome_tallies (
 
 -- Steps whose outcome is unknown, oldest first.
 CREATE INDEX steps_unknown ON steps (uncertain_since) WHERE state = 'outcome_unknown';
+
+-- Each host's latest complete recovery sweep: every lease that expired before
+-- `swept_before` was decided by it. A lease still running past the latest sweep of any
+-- host was missed (what `docket check` looks for).
+CREATE TABLE recovery_sweeps (
+    owner        TEXT   PRIMARY KEY,
+    swept_before BIGINT NOT NULL
+);

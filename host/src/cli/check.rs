@@ -4,17 +4,13 @@
 //! stored state its steps contradict), once, and tells it on the workflow's timeline.
 
 use crate::app::is_postgres;
-use crate::check::{Invariant, Records, Violation, check, derived_state};
+use crate::check::{Invariant, Violation, derived_state};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{DefinitionStore, MetricsStore, ReadStore, StoreResult, WorkflowFilter};
+use crate::store::{DefinitionStore, MetricsStore, ReadStore};
 use anyhow::bail;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Workflows read per page.
-const PAGE: u32 = 200;
 
 pub async fn run(db: &str, repair: bool) -> anyhow::Result<ExitCode> {
     if is_postgres(db) {
@@ -30,120 +26,50 @@ pub async fn run(db: &str, repair: bool) -> anyhow::Result<ExitCode> {
     on(&SqliteStore::open(&path).await?, repair).await
 }
 
-/// Everything stored of `workflow`, with its definition's dependencies.
-pub async fn records_of<S: ReadStore + DefinitionStore>(
-    store: &S,
-    workflow: crate::store::WorkflowRecord,
-) -> StoreResult<Records> {
-    let id = &workflow.workflow_id;
-    let steps = store.steps(id).await?;
-    let receipts = store.receipts(id).await?;
-    let mut attempts = Vec::new();
-    for step in &steps {
-        let mut after = 0;
-        loop {
-            let page = store.attempts(id, &step.step, after, 500).await?;
-            let Some(last) = page.last() else { break };
-            after = last.number;
-            let full = page.len() == 500;
-            attempts.extend(page);
-            if !full {
-                break;
-            }
-        }
-    }
-    let mut timeline = Vec::new();
-    loop {
-        let after = timeline
-            .last()
-            .map_or(0, |e: &crate::intent::TimelineEvent| e.seq);
-        let page = store.timeline(id, after, 1000).await?;
-        let full = page.len() == 1000;
-        timeline.extend(page);
-        if !full {
-            break;
-        }
-    }
-    let after = match store
-        .definition(&workflow.workflow, workflow.definition_version)
-        .await?
-    {
-        Some(def) => crate::workflow::parse(&def.name, &def.source)
-            .map(|d| {
-                d.steps
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.id.as_str().to_string(),
-                            s.after.iter().map(|a| a.as_str().to_string()).collect(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        None => BTreeMap::new(),
-    };
-    Ok(Records {
-        workflow,
-        steps,
-        receipts,
-        attempts,
-        timeline,
-        after,
-    })
-}
-
 async fn on<S: ReadStore + DefinitionStore + MetricsStore>(
     store: &S,
     repair: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut found: Vec<Violation> = Vec::new();
     let mut repaired = Vec::new();
-    let mut workflows = 0u64;
-    let mut before = None;
-    loop {
-        let page = store
-            .list_workflows(&WorkflowFilter {
-                before: before.clone(),
-                limit: PAGE,
-                ..WorkflowFilter::default()
-            })
-            .await?;
-        let Some(last) = page.last() else { break };
-        before = Some((last.created_at, last.workflow_id.clone()));
-        let full = page.len() == PAGE as usize;
-        for workflow in page {
-            workflows += 1;
-            let records = records_of(store, workflow).await?;
-            let mut violations = check(&records);
-            if repair && violations.iter().any(|v| v.invariant.repairable()) {
-                let stored = records.workflow.state;
-                let now = super::registry::now();
-                if let Some(state) = store
-                    .rebuild_state(
-                        &records.workflow.workflow_id,
-                        stored,
-                        "docket check --repair",
-                        now,
-                    )
-                    .await?
-                {
-                    repaired.push(format!(
-                        "{}: stored as {}, rebuilt as {} (its steps say {})",
-                        records.workflow.workflow_id,
-                        stored.as_str(),
-                        state.as_str(),
-                        derived_state(&records).as_str()
-                    ));
-                    violations.retain(|v| !v.invariant.repairable());
-                }
-            }
-            found.extend(violations);
+    let workflows = crate::check::sweep(store, std::time::Duration::ZERO, |records, violations| {
+        found.extend(
+            violations
+                .iter()
+                .filter(|v| !(repair && v.invariant.repairable()))
+                .cloned(),
+        );
+        if repair && violations.iter().any(|v| v.invariant.repairable()) {
+            repaired.push(records.clone());
         }
-        if !full {
-            break;
+    })
+    .await?;
+    // Repairs once the walk is over: a workflow repaired is never read twice.
+    let mut told = Vec::new();
+    for records in repaired {
+        let stored = records.workflow.state;
+        let id = &records.workflow.workflow_id;
+        match store
+            .rebuild_state(id, stored, "docket check --repair", super::registry::now())
+            .await?
+        {
+            Some(state) => told.push(format!(
+                "{id}: stored as {}, rebuilt as {} (its steps say {})",
+                stored.as_str(),
+                state.as_str(),
+                derived_state(&records).as_str()
+            )),
+            // It moved meanwhile: what it is now is for the next run to judge.
+            None => found.push(Violation {
+                invariant: Invariant::ProjectionMatches,
+                workflow_id: id.to_string(),
+                step: None,
+                detail: "it changed while it was checked and was not repaired; run the check again"
+                    .into(),
+            }),
         }
     }
+    let repaired = told;
     println!("checked {workflows} workflows");
     println!("{:<26} {:>10}", "invariant", "violations");
     for invariant in Invariant::ALL {

@@ -161,6 +161,12 @@ pub async fn registry_tick<
     ticks.done(Tick::Registry);
 }
 
+/// Most expired leases one recovery tick decides.
+const SWEEP_BATCH: u32 = 256;
+
+/// How often a complete recovery sweep is recorded in the store.
+const SWEEP_TOLD_EVERY_MS: Millis = 1_000;
+
 /// The scheduler of one host.
 pub struct Scheduler<S> {
     store: S,
@@ -177,6 +183,8 @@ pub struct Scheduler<S> {
     progress: Arc<Progress>,
     /// This host's counters of attempts, traps and recovered leases.
     metrics: Arc<crate::metrics::Metrics>,
+    /// When this host last told the store of a complete recovery sweep.
+    sweep_told: std::sync::atomic::AtomicU64,
 }
 
 impl<S> Scheduler<S>
@@ -206,6 +214,7 @@ where
             ticks: Arc::default(),
             progress: Arc::default(),
             metrics: Arc::default(),
+            sweep_told: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -375,7 +384,10 @@ where
     }
 
     async fn recover_expired(&self, now: Millis) -> Result<usize, StoreError> {
-        let expired = self.store.expired_leases(now, 256).await?;
+        let expired = self.store.expired_leases(now, SWEEP_BATCH).await?;
+        // Every lease expired before `now` is decided by this tick unless the batch was full
+        // or a decision had to wait.
+        let mut complete = expired.len() < SWEEP_BATCH as usize;
         // Decide every lease first, then write them all at once so they share commits.
         let mut writes = tokio::task::JoinSet::new();
         for lease in expired {
@@ -386,6 +398,7 @@ where
                     // Decided on the next tick, once the database answers again.
                     Err(e) => {
                         tracing::warn!(workflow = %lease.fence.workflow_id, step = %lease.fence.step, "recovery deferred: {e}");
+                        complete = false;
                         continue;
                     }
                 },
@@ -418,6 +431,16 @@ where
         if recovered > 0 {
             self.wake.notify_one();
             self.progress.advance();
+        }
+        // Told to the store at most once a second: what `docket check` holds leases to.
+        let told = self.sweep_told.load(std::sync::atomic::Ordering::Relaxed);
+        if complete && (now >= told.saturating_add(SWEEP_TOLD_EVERY_MS) || now < told) {
+            match self.store.record_sweep(&self.config.owner, now).await {
+                Ok(()) => self
+                    .sweep_told
+                    .store(now, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!("recording the recovery sweep failed: {e}"),
+            }
         }
         Ok(recovered)
     }

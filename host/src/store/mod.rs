@@ -378,6 +378,13 @@ pub trait ExecutorStore: Send + Sync {
     /// writing: a step waiting for its retry time, or a lease running out. An idle
     /// scheduler sleeps until then instead of polling.
     fn next_due(&self, now: Millis) -> impl Future<Output = StoreResult<Option<Millis>>> + Send;
+    /// Records that `owner` decided every lease that expired before `before` (a complete
+    /// recovery sweep); only ever moves forward.
+    fn record_sweep(
+        &self,
+        owner: &str,
+        before: Millis,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Wakes `wake` whenever another host may have made work ready (new intents, released
     /// dependents, retries, operator actions, ended leases). Returns `false` when the
     /// backend has no other writers to hear from (SQLite: one host per file), and then does
@@ -475,6 +482,9 @@ pub trait MetricsStore: Send + Sync {
         &self,
         now: Millis,
     ) -> impl Future<Output = StoreResult<crate::metrics::Snapshot>> + Send;
+    /// The latest complete recovery sweep of any host (see
+    /// [`ExecutorStore::record_sweep`]).
+    fn last_sweep(&self) -> impl Future<Output = StoreResult<Option<Millis>>> + Send;
     /// Rebuilds a workflow's state from its steps, in one transaction, if it still is
     /// `stored` (what the check saw): the change is told on its timeline, as repaired by
     /// `by`. Returns the state it has now, or `None` when it had moved meanwhile.

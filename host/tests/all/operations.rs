@@ -408,7 +408,7 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
     })
     .await;
     let mut ids = Vec::new();
-    for key in ["ok-1", "ok-2", "ok-3"] {
+    for key in ["ok-1", "ok-2", "ok-3", "ok-4"] {
         let (status, created) = host.submit("document-delivery", key, document(key)).await;
         assert_eq!(status, 201, "{created}");
         let id = created["workflow_id"].as_str().unwrap().to_string();
@@ -421,9 +421,9 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
 
     let (code, out) = docket_check(&db, false);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("checked 3 workflows"), "{out}");
+    assert!(out.contains("checked 4 workflows"), "{out}");
 
-    let (one, two, three) = (&ids[0], &ids[1], &ids[2]);
+    let (one, two, three, four) = (&ids[0], &ids[1], &ids[2], &ids[3]);
     corrupt(
         &db,
         &format!(
@@ -436,7 +436,10 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
                SELECT 'rcp_second', workflow_id, step, attempt_id, evidence_kind, component,
                  component_version, component_digest, input_digest, 'dlv_other', output, recorded_at
                FROM receipts WHERE workflow_id = '{three}' AND step = 'deliver';
-             UPDATE workflows SET state = 'running', ended_at = NULL WHERE workflow_id = '{three}';",
+             UPDATE workflows SET state = 'running', ended_at = NULL WHERE workflow_id = '{three}';
+             UPDATE steps SET state = 'running', lease_owner = 'ghost-host', lease_token = 'ghost',
+                 lease_expires_at = 1000 WHERE workflow_id = '{four}' AND step = 'deliver';
+             UPDATE workflows SET state = 'running', ended_at = NULL WHERE workflow_id = '{four}';",
             zero = "0".repeat(64)
         ),
     )
@@ -451,6 +454,7 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
         "timeline_grows",
         "one_external_reference",
         "projection_matches",
+        "lease_recovered",
     ] {
         assert_eq!(count(&out, invariant), 1, "{invariant}:\n{out}");
     }

@@ -803,6 +803,19 @@ impl ExecutorStore for PgStore {
         Ok(done)
     }
 
+    async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO recovery_sweeps (owner, swept_before) VALUES ($1, $2)
+             ON CONFLICT (owner) DO UPDATE
+             SET swept_before = GREATEST(recovery_sweeps.swept_before, EXCLUDED.swept_before)",
+        )
+        .bind(owner)
+        .bind(before as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
         // Two index range reads: the earliest retry time, the earliest lease expiry (a
         // lease is expired once `now` passes it, hence + 1).

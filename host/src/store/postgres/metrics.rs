@@ -65,6 +65,13 @@ impl MetricsStore for PgStore {
         })
     }
 
+    async fn last_sweep(&self) -> StoreResult<Option<Millis>> {
+        let at: Option<i64> = sqlx::query_scalar("SELECT MAX(swept_before) FROM recovery_sweeps")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(at.map(|a| a as Millis))
+    }
+
     async fn rebuild_state(
         &self,
         id: &WorkflowId,

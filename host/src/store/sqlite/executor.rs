@@ -706,6 +706,21 @@ impl ExecutorStore for SqliteStore {
         SharedReads::expired_leases(&self.read, &super::read::SQL, now, limit).await
     }
 
+    async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {
+        let owner = owner.to_string();
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO recovery_sweeps (owner, swept_before) VALUES (?1, ?2)
+                     ON CONFLICT (owner) DO UPDATE
+                     SET swept_before = MAX(swept_before, excluded.swept_before)",
+                )?
+                .execute(params![owner, before as i64])?;
+                Ok(())
+            })
+            .await
+    }
+
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
         self.points.with(|conn| {
             // Two index range reads: the earliest retry time, the earliest lease expiry

@@ -80,6 +80,15 @@ impl MetricsStore for SqliteStore {
         })
     }
 
+    async fn last_sweep(&self) -> StoreResult<Option<Millis>> {
+        self.points.with(|conn| {
+            let at: Option<i64> = conn
+                .prepare_cached("SELECT MAX(swept_before) FROM recovery_sweeps")?
+                .query_row([], |r| r.get(0))?;
+            Ok(at.map(|a| a as Millis))
+        })
+    }
+
     async fn rebuild_state(
         &self,
         id: &WorkflowId,
