@@ -192,6 +192,8 @@ pub struct LimitsToml {
     pub max_connections: Option<usize>,
     /// Longest a client may take to send a request's headers (default 10 s).
     pub header_read_timeout: Option<String>,
+    /// Time between the host's own consistency checks (default 1 h).
+    pub check_interval: Option<String>,
 }
 
 /// Why the configuration is unusable.
@@ -234,6 +236,7 @@ pub struct HostConfig {
     pub behind_tls_proxy: bool,
     pub max_connections: usize,
     pub header_read_timeout: Duration,
+    pub check_interval: Duration,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -465,6 +468,12 @@ impl HostConfig {
             header_read_timeout,
             Duration::from_secs(600),
         )?;
+        let check_interval = duration(
+            "check_interval",
+            &limits.check_interval,
+            Duration::from_secs(3600),
+        )?;
+        at_least("check_interval", check_interval, Duration::from_secs(1))?;
         let notifications = raw
             .notifications
             .iter()
@@ -511,6 +520,7 @@ impl HostConfig {
             behind_tls_proxy: raw.behind_tls_proxy.unwrap_or(false),
             max_connections,
             header_read_timeout,
+            check_interval,
         })
     }
 }
@@ -787,6 +797,10 @@ mod tests {
                 "header_read_timeout = 10ms is too short",
             ),
             ("header_read_timeout = \"1h\"", "header_read_timeout"),
+            (
+                "check_interval = \"10ms\"",
+                "check_interval = 10ms is too short",
+            ),
         ] {
             let raw = HostConfig::parse_toml("c.toml", &format!("[limits]\n{line}\n")).unwrap();
             let err = HostConfig::from_toml("c.toml", raw)

@@ -15,7 +15,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, text};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of `docket_time_to_outcome_seconds`.
@@ -147,6 +147,7 @@ pub struct Metrics {
     lease_expiries: Counter,
     traps: Family<Labels<1>, Counter>,
     notifications: Family<Labels<1>, Counter>,
+    violations: Family<Labels<1>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -182,8 +183,15 @@ impl Default for Metrics {
             "Notification rounds this host settled, by result (delivered, retried, suppressed, failed)",
             notifications.clone(),
         );
+        let violations = Family::<Labels<1>, Gauge>::default();
+        registry.register(
+            "docket_consistency_violations",
+            "Violations this host's last complete consistency check found, by invariant (absent before the first)",
+            violations.clone(),
+        );
         Self {
             registry,
+            violations,
             intents,
             attempts,
             lease_expiries,
@@ -227,6 +235,16 @@ impl Metrics {
         self.notifications
             .get_or_create(&[("result", result.into())])
             .inc();
+    }
+
+    /// What a complete consistency check found: `(invariant, violations)` for every
+    /// invariant checked.
+    pub fn violations(&self, found: impl IntoIterator<Item = (&'static str, u64)>) {
+        for (invariant, n) in found {
+            self.violations
+                .get_or_create(&[("invariant", invariant.into())])
+                .set(n as i64);
+        }
     }
 
     /// The scrape: this host's counters, then the store's series as of `now`.
@@ -410,6 +428,7 @@ mod tests {
         m.intent("replayed");
         m.attempt("document-delivery", "deliver", "accepted");
         m.trap("trap");
+        m.violations([("projection_matches", 1), ("timeline_grows", 0)]);
         let snapshot = Snapshot {
             live_workflows: vec![("running".into(), 2), ("needs_review".into(), 1)],
             outcome_unknown: 1,
@@ -443,6 +462,8 @@ mod tests {
             "docket_intents_total{result=\"created\"} 1",
             "docket_attempts_total{workflow=\"document-delivery\",step=\"deliver\",outcome=\"accepted\"} 1",
             "docket_plugin_traps_total{kind=\"trap\"} 1",
+            "docket_consistency_violations{invariant=\"projection_matches\"} 1",
+            "docket_consistency_violations{invariant=\"timeline_grows\"} 0",
             "docket_workflows{state=\"running\"} 2",
             "docket_review_queue 1",
             "docket_outcome_unknown_steps 1",

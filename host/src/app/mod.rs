@@ -355,6 +355,9 @@ fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result
     Ok(())
 }
 
+/// The pause between two workflows of the host's own consistency check.
+const CHECK_PACE: Duration = Duration::from_millis(5);
+
 /// What a SIGHUP reloads, and from where.
 struct Reload {
     path: PathBuf,
@@ -535,6 +538,47 @@ where
         tasks.spawn("notifier", async move {
             notifier.run(stop).await;
             Ok(())
+        });
+    }
+
+    {
+        // The host's own consistency check: a light walk over every workflow, each
+        // interval; what it finds is `docket_consistency_violations`.
+        let (store, metrics, stop) = (store.clone(), scheduler.metrics(), stop.clone());
+        let interval = config.check_interval;
+        tasks.spawn("checker", async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                let mut found: std::collections::BTreeMap<&'static str, u64> =
+                    crate::check::Invariant::ALL
+                        .iter()
+                        .map(|i| (i.as_str(), 0))
+                        .collect();
+                let swept = crate::check::sweep(&store, CHECK_PACE, |_, violations| {
+                    for v in violations {
+                        *found.entry(v.invariant.as_str()).or_default() += 1;
+                    }
+                });
+                let checked = tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    checked = swept => checked,
+                };
+                match checked {
+                    Ok(n) => {
+                        let total: u64 = found.values().sum();
+                        if total > 0 {
+                            tracing::warn!(
+                                "the consistency check of {n} workflows found {total} violations; `docket check` lists them"
+                            );
+                        }
+                        metrics.violations(found);
+                    }
+                    Err(e) => tracing::warn!("the consistency check stopped: {e}"),
+                }
+            }
         });
     }
 

@@ -502,3 +502,48 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
 }
 
 on_both_stores!(check_finds_each_violation_and_repairs_once);
+
+/// The host checks its own records each `check_interval`: a contradicted state shows in
+/// `docket_consistency_violations`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hosts_own_check_feeds_the_violations_gauge() {
+    let host = HostProcess::start(HostOptions {
+        config: "[limits]\ncheck_interval = \"1s\"\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("document-delivery", "gauge-1", document("Gauge"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    host.wait_for(id, &["completed"], Duration::from_secs(30))
+        .await;
+    let gauge = "docket_consistency_violations{invariant=\"projection_matches\"}";
+    crate::wait::until("a clean check", Duration::from_secs(30), || async {
+        match scrape(&host.url).await.get(gauge) {
+            Some(0.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let db = host.path().join("docket.db").display().to_string();
+    corrupt(
+        &db,
+        &format!(
+            "UPDATE workflows SET state = 'running', ended_at = NULL WHERE workflow_id = '{id}'"
+        ),
+    )
+    .await;
+    crate::wait::until(
+        "the violation to be counted",
+        Duration::from_secs(30),
+        || async {
+            match scrape(&host.url).await.get(gauge) {
+                Some(1.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
