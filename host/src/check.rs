@@ -20,7 +20,7 @@ pub enum Invariant {
     DependentAfterReceipt,
     /// No lease that expired before the last complete recovery sweep is left unrecovered.
     LeaseRecovered,
-    /// No one-effect step stands on two external references.
+    /// No one-effect step projects clean success on two external references.
     OneExternalReference,
     /// Every attempt not superseded carries its step's mapped-input digest.
     AttemptInputDigest,
@@ -156,7 +156,15 @@ pub fn check(records: &Records) -> Vec<Violation> {
             .iter()
             .filter_map(|r| r.external_reference.as_deref())
             .collect();
-        if step.role.unwrap_or(StepRole::Adapter) == StepRole::Adapter && references.len() > 1 {
+        // A person's resolution is a decision on the record, not a clean success.
+        let decided_by_a_person = receipts
+            .iter()
+            .any(|r| Some(&r.receipt_id) == step.receipt_id.as_ref() && r.author.is_some());
+        if step.role.unwrap_or(StepRole::Adapter) == StepRole::Adapter
+            && step.state == StepState::Succeeded
+            && !decided_by_a_person
+            && references.len() > 1
+        {
             violation(
                 Invariant::OneExternalReference,
                 Some(name),

@@ -90,6 +90,44 @@ impl NewEvent {
         })
     }
 
+    /// The conclusion told when the consistency check's repair (by `by`) rebuilt a state
+    /// its steps contradicted.
+    pub fn repaired(stored: WorkflowState, by: &str) -> Self {
+        Self::workflow(
+            EventKind::Conclusion,
+            format!(
+                "Repaired by {by}: the workflow was stored as {}; its state is rebuilt from its steps",
+                stored.as_str()
+            ),
+        )
+    }
+
+    /// The conclusion told when a late response settles a step whose outcome was unknown.
+    pub fn settled_late(step: &str, attempt: &AttemptId, reference: &str) -> Self {
+        Self::step(
+            EventKind::Conclusion,
+            step,
+            Some(attempt),
+            format!(
+                "Settled by the provider's late answer: it accepted the request as {reference}; the receipt records that evidence"
+            ),
+        )
+    }
+
+    /// The conclusion told when a late result names another external reference than the
+    /// one the step stands on.
+    pub fn contradicted(step: &str, attempt: &AttemptId, standing: &str, late: &str) -> Self {
+        Self::step(
+            EventKind::Conclusion,
+            step,
+            Some(attempt),
+            format!(
+                "Contradicted: the step stands on {standing}, but a late result names {late}; two external references for one effect — a person decides which stands"
+            ),
+        )
+        .with_data(serde_json::json!({"references": [standing, late]}))
+    }
+
     /// A step-level event, optionally tied to an attempt.
     pub fn step(
         kind: EventKind,

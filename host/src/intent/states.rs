@@ -85,6 +85,9 @@ snake_enum!(
         WaitingForReview = "waiting_for_review",
         /// Stopped by policy or budget.
         Blocked = "blocked",
+        /// Two observations name different external references for one effect: a person
+        /// decides which stands.
+        Contradicted = "contradicted",
         Compensating = "compensating",
         Compensated = "compensated",
         Cancelled = "cancelled",
@@ -163,7 +166,10 @@ impl StepState {
     pub fn needs_review(self) -> bool {
         matches!(
             self,
-            StepState::OutcomeUnknown | StepState::WaitingForReview | StepState::Blocked
+            StepState::OutcomeUnknown
+                | StepState::WaitingForReview
+                | StepState::Blocked
+                | StepState::Contradicted
         )
     }
 

@@ -12,10 +12,11 @@ use crate::store::{AttemptRecord, NewReceipt, StepChange};
 use serde_json::{Value, json};
 
 /// States from which a person may act on a step's outcome.
-pub const SETTLEABLE: [StepState; 5] = [
+pub const SETTLEABLE: [StepState; 6] = [
     StepState::OutcomeUnknown,
     StepState::WaitingForReview,
     StepState::Blocked,
+    StepState::Contradicted,
     StepState::FailedRetryable,
     StepState::FailedTerminal,
 ];
@@ -161,13 +162,20 @@ fn allowed(action: Action) -> String {
         other => format!(
             "{} is possible in: {}",
             other.noun(),
-            SETTLEABLE
-                .iter()
+            settleable(other)
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
     }
+}
+
+/// The states a query, retry or resolution may act on. A contradicted step only by a
+/// person's resolution: asking again or retrying cannot choose between two references.
+fn settleable(action: Action) -> impl Iterator<Item = StepState> {
+    SETTLEABLE
+        .into_iter()
+        .filter(move |s| action == Action::Resolve || *s != StepState::Contradicted)
 }
 
 /// Decides an action: the plan to apply, or why not.
@@ -180,7 +188,7 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
         ),
         Action::Compensate => s.state == StepState::Succeeded,
         Action::Exception => s.state == StepState::Blocked,
-        _ => SETTLEABLE.contains(&s.state),
+        _ => settleable(action).any(|st| st == s.state),
     };
     if !allowed_now {
         return Err(Refusal::StateForbids {

@@ -512,6 +512,7 @@ where
         );
         Ending {
             blocked: Some(crate::store::Blocked {
+                references: Vec::new(),
                 reason: "missing_allowance".into(),
                 limit: None,
                 policy_version: None,
@@ -542,6 +543,7 @@ where
         );
         Ending {
             blocked: Some(crate::store::Blocked {
+                references: Vec::new(),
                 reason: "budget_exhausted".into(),
                 limit: Some(exhausted.limit.as_str().into()),
                 policy_version: None,

@@ -507,6 +507,9 @@ pub struct Blocked {
     pub limit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_version: Option<u32>,
+    /// A contradicted step's references: the one it stood on, then the one seen later.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
     pub message: String,
 }
 

@@ -146,7 +146,10 @@ pub fn course_actions(
                 || s.uncertain
                 || matches!(
                     s.state,
-                    StepState::Running | StepState::OutcomeUnknown | StepState::WaitingForReview
+                    StepState::Running
+                        | StepState::OutcomeUnknown
+                        | StepState::WaitingForReview
+                        | StepState::Contradicted
                 ))
     });
     let open = matches!(

@@ -110,6 +110,8 @@ pub struct StepView {
     pub receipt: Option<ReceiptView>,
     /// Why the step is blocked, when it is.
     pub blocked: Option<Value>,
+    /// `{"references": [standing, later], "message"}` while the step is contradicted.
+    pub contradicted: Option<Value>,
     /// The compensation of the step's effect, once one was started.
     pub compensation: Option<CompensationView>,
     /// Receipts a correction of the input superseded (each names its revision), oldest
@@ -438,6 +440,11 @@ pub fn workflow_view(
                     .as_ref()
                     .filter(|_| s.state == StepState::Blocked)
                     .and_then(|b| serde_json::to_value(b).ok()),
+                contradicted: s
+                    .blocked
+                    .as_ref()
+                    .filter(|_| s.state == StepState::Contradicted)
+                    .map(|b| serde_json::json!({"references": b.references, "message": b.message})),
                 compensation: compensation_of(&s.step),
                 superseded_receipts: receipts
                     .iter()

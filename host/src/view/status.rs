@@ -65,6 +65,10 @@ fn review_text(step: &StepStatus<'_>) -> String {
     match step.state {
         StepState::OutcomeUnknown => format!("{}: outcome unknown — needs review", step.label),
         StepState::Blocked => format!("{}: blocked by policy or budget — needs review", step.label),
+        StepState::Contradicted => format!(
+            "{}: contradicted — two external references, needs review",
+            step.label
+        ),
         _ => format!("{}: waiting for review", step.label),
     }
 }

@@ -459,3 +459,148 @@ async fn a_graceful_stop_ends_its_leases_so_recovery_need_not_wait_for_them() {
     assert!(timeline.contains("verified by query"), "{timeline}");
     assert_eq!(sim.sim().world().len(), 1);
 }
+
+/// Waits until the first attempt of `id`'s delivery has sent its request (checkpoint 3).
+async fn first_call_under_way(host: &HostProcess, id: &str) {
+    wait::until(
+        "the first attempt at checkpoint 3",
+        Duration::from_secs(20),
+        || async {
+            let attempts = host.attempts(id, "deliver").await;
+            if attempts.first().is_some_and(|a| a["checkpoint"] == 3) {
+                Ok(())
+            } else {
+                Err(format!("{attempts:#?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// A query-only delivery whose lookups cannot see the delivery goes to review with its
+/// outcome unknown; the provider's own late answer then settles it with a receipt from that
+/// evidence, naming the delivery the provider holds.
+async fn a_late_answer_settles_a_step_whose_outcome_was_unknown(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::QueryOnly.definition()],
+        db,
+        ..HostOptions::default()
+    })
+    .await;
+    // The provider commits at once, answers after 4 s, and its lookups see nothing for
+    // ten minutes.
+    host.faults(json!({"slow_next": 1, "slow_ms": 4000, "visibility_delay_ms": 600_000}))
+        .await;
+    let (_, created) = host
+        .submit(
+            Contract::QueryOnly.workflow(),
+            "late-settles-1",
+            document("Late"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    first_call_under_way(&host, &id).await;
+    host.advance_clock(31_000).await;
+    let wf = host
+        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    assert_eq!(deliver_step(&wf)["state"], "outcome_unknown", "{wf:#}");
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "{world:#?}");
+    let receipt = &deliver_step(&wf)["receipt"];
+    assert_eq!(receipt["evidence_kind"], "response", "{receipt:#}");
+    assert_eq!(receipt["external_reference"], world[0]["id"], "{receipt:#}");
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("Settled by the provider's late answer"),
+        "{timeline}"
+    );
+}
+
+/// A delivery retried under the same key by a provider that forgot its idempotency makes a
+/// second delivery and completes on it; the first call's late answer names the first: the
+/// step is `contradicted`, with both references, and the workflow waits for a person —
+/// two references never hide behind `completed`.
+async fn a_late_answer_naming_another_reference_contradicts_the_step(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::Idempotent.definition()],
+        db,
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({
+        "slow_next": 1,
+        "slow_ms": 6000,
+        "visibility_delay_ms": 600_000,
+        "idempotency": false
+    }))
+    .await;
+    let (_, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "late-contradicts-1",
+            document("Twice"),
+        )
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    first_call_under_way(&host, &id).await;
+    host.advance_clock(31_000).await;
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let second = deliver_step(&wf)["receipt"]["external_reference"].clone();
+    let wf = host
+        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    let deliver = deliver_step(&wf);
+    assert_eq!(deliver["state"], "contradicted", "{wf:#}");
+    let world = host.world().await;
+    assert_eq!(world.len(), 2, "the provider holds both: {world:#?}");
+    let references = &deliver["contradicted"]["references"];
+    assert_eq!(references[0], second, "{deliver:#}");
+    assert_ne!(references[1], second, "{deliver:#}");
+    let held: Vec<&Value> = world.iter().map(|d| &d["id"]).collect();
+    assert!(
+        held.contains(&&references[0]) && held.contains(&&references[1]),
+        "{world:#?}"
+    );
+    assert!(
+        wf["status_text"].as_str().unwrap().contains("contradicted"),
+        "{wf:#}"
+    );
+    // Asking again or retrying cannot choose between two references; a person can.
+    let step = format!("/v1/workflows/{id}/steps/deliver");
+    let (status, refused) = host
+        .post_with_key(&format!("{step}/retry"), "retry-1", json!({}))
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    let (status, resolved) = host
+        .post_with_key(
+            &format!("{step}/resolve"),
+            "resolve-1",
+            json!({
+                "outcome": "succeeded",
+                "evidence": "both deliveries in the provider's record; the second is the one to keep",
+                "reason": "the recipient confirmed the second",
+                "external_reference": references[0],
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{resolved}");
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        deliver_step(&wf)["receipt"]["evidence_kind"],
+        "manual",
+        "{wf:#}"
+    );
+}
+
+on_both_stores!(
+    a_late_answer_settles_a_step_whose_outcome_was_unknown,
+    a_late_answer_naming_another_reference_contradicts_the_step
+);

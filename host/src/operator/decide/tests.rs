@@ -161,7 +161,7 @@ fn expected(
     let settleable = matches!(
         state,
         OutcomeUnknown | WaitingForReview | Blocked | FailedRetryable | FailedTerminal
-    );
+    ) || (state == Contradicted && matches!(order, Order::Resolve { .. }));
     match order {
         // No policy blocked the step in this table (see the dedicated test).
         Order::Exception { .. } => match state {

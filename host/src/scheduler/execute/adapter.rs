@@ -80,6 +80,7 @@ where
         Ending {
             adapter: true,
             blocked: Some(crate::store::Blocked {
+                references: Vec::new(),
                 reason: "policy_denied".into(),
                 limit: None,
                 policy_version: Some(version),

@@ -3,7 +3,7 @@
 
 use super::executor::recompute_state;
 use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
-use crate::intent::{Millis, WorkflowId, WorkflowState};
+use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally};
 use crate::store::rows;
 use crate::store::{MetricsStore, StoreResult};
@@ -104,13 +104,7 @@ async fn rebuild_tx(
     if record.state != stored {
         return Ok(None);
     }
-    append_events(
-        conn,
-        id,
-        now,
-        &[crate::store::plan::repair_event(stored, by)],
-    )
-    .await?;
+    append_events(conn, id, now, &[NewEvent::repaired(stored, by)]).await?;
     recompute_state(conn, id, record.state, record.cancelled, now)
         .await
         .map(Some)

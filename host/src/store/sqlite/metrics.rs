@@ -4,7 +4,7 @@
 use super::SqliteStore;
 use super::executor::recompute_state;
 use super::read::workflow_tx;
-use crate::intent::{Millis, WorkflowId, WorkflowState};
+use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally};
 use crate::store::{MetricsStore, StoreError, StoreResult};
 
@@ -105,12 +105,7 @@ impl MetricsStore for SqliteStore {
                 if record.state != stored {
                     return Ok(None);
                 }
-                super::append_events(
-                    conn,
-                    &id,
-                    now,
-                    &[crate::store::plan::repair_event(stored, &by)],
-                )?;
+                super::append_events(conn, &id, now, &[NewEvent::repaired(stored, &by)])?;
                 recompute_state(conn, &id, record.state, record.cancelled, now).map(Some)
             })
             .await
