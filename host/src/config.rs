@@ -194,6 +194,9 @@ pub struct LimitsToml {
     pub header_read_timeout: Option<String>,
     /// Time between the host's own consistency checks (default 1 h).
     pub check_interval: Option<String>,
+    /// How long an ended workflow is kept before it is purged (default 30 days; never
+    /// before its idempotency key expired).
+    pub workflow_retention: Option<String>,
 }
 
 /// Why the configuration is unusable.
@@ -237,6 +240,7 @@ pub struct HostConfig {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub check_interval: Duration,
+    pub workflow_retention: Duration,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -474,6 +478,17 @@ impl HostConfig {
             Duration::from_secs(3600),
         )?;
         at_least("check_interval", check_interval, Duration::from_secs(1))?;
+        let workflow_retention = duration(
+            "workflow_retention",
+            &limits.workflow_retention,
+            Duration::from_secs(30 * 24 * 3600),
+        )?;
+        at_least(
+            "workflow_retention",
+            workflow_retention,
+            Duration::from_secs(60),
+        )?;
+        at_most("workflow_retention", workflow_retention, MAX_RETENTION)?;
         let notifications = raw
             .notifications
             .iter()
@@ -521,6 +536,7 @@ impl HostConfig {
             max_connections,
             header_read_timeout,
             check_interval,
+            workflow_retention,
         })
     }
 }
@@ -800,6 +816,10 @@ mod tests {
             (
                 "check_interval = \"10ms\"",
                 "check_interval = 10ms is too short",
+            ),
+            (
+                "workflow_retention = \"1s\"",
+                "workflow_retention = 1s is too short",
             ),
         ] {
             let raw = HostConfig::parse_toml("c.toml", &format!("[limits]\n{line}\n")).unwrap();

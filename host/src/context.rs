@@ -24,6 +24,7 @@ pub trait ContextStore:
     + BudgetStore
     + NotificationStore
     + crate::store::MetricsStore
+    + crate::store::RetentionStore
     + ComponentStore
     + SessionStore
     + Clone
@@ -43,6 +44,7 @@ impl<S> ContextStore for S where
         + BudgetStore
         + NotificationStore
         + crate::store::MetricsStore
+        + crate::store::RetentionStore
         + ComponentStore
         + SessionStore
         + Clone

@@ -1,4 +1,4 @@
--- What a metrics scrape and the consistency check read without scanning history.
+-- What a metrics scrape, the consistency check and retention read without scanning history.
 
 -- Ended workflows, tallied in the transaction that ends them: per metric ('outcome_ms',
 -- admission to the end; 'attempts', attempts the workflow used), workflow, ended state and
@@ -26,3 +26,8 @@ CREATE TABLE recovery_sweeps (
     owner        TEXT   PRIMARY KEY,
     swept_before INTEGER NOT NULL
 );
+
+-- Retention: ended workflows, oldest end first, and what to delete with each.
+CREATE INDEX workflows_by_end ON workflows (ended_at) WHERE ended_at IS NOT NULL;
+CREATE INDEX operator_actions_by_workflow ON operator_actions (workflow_id);
+CREATE INDEX intent_keys_by_workflow ON intent_keys (workflow_id);

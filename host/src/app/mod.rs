@@ -355,6 +355,12 @@ fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result
     Ok(())
 }
 
+/// How often the host looks for ended workflows past the retention.
+const RETENTION_POLL: Duration = Duration::from_secs(2);
+
+/// Most workflows one purge deletes (one write).
+const PURGE_BATCH: u32 = 100;
+
 /// The pause between two workflows of the host's own consistency check.
 const CHECK_PACE: Duration = Duration::from_millis(5);
 
@@ -578,6 +584,43 @@ where
                     }
                     Err(e) => tracing::warn!("the consistency check stopped: {e}"),
                 }
+            }
+        });
+    }
+
+    {
+        // Ended workflows go once past the retention (and their key's), a bounded batch
+        // per write, so the writer is never held long.
+        let (store, stop, clock, ticks) =
+            (store.clone(), stop.clone(), clock.clone(), ticks.clone());
+        let retention = config.workflow_retention.as_millis() as u64;
+        tasks.spawn("retention", async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(RETENTION_POLL) => {}
+                }
+                let now = clock.now_ms();
+                loop {
+                    match store
+                        .purge_ended(now.saturating_sub(retention), now, PURGE_BATCH)
+                        .await
+                    {
+                        Ok(purged) if purged.is_empty() => break,
+                        Ok(purged) => {
+                            tracing::info!(
+                                "purged {} ended workflows past the retention",
+                                purged.len()
+                            );
+                            tokio::task::yield_now().await;
+                        }
+                        Err(e) => {
+                            tracing::warn!("purging ended workflows failed: {e}");
+                            break;
+                        }
+                    }
+                }
+                ticks.done(crate::scheduler::Tick::Retention);
             }
         });
     }

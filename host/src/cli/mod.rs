@@ -7,6 +7,7 @@ mod adapter;
 mod check;
 mod client;
 mod demo;
+mod export;
 mod policy;
 mod registry;
 pub mod serve;
@@ -139,6 +140,13 @@ enum Command {
         #[command(flatten)]
         target: DbArgs,
     },
+    /// Print a workflow's whole story (intent, steps, attempts, receipts, timeline,
+    /// cancellation, revisions, notifications) as JSON, for archiving.
+    Export {
+        workflow_id: String,
+        #[command(flatten)]
+        target: DbArgs,
+    },
     /// Run the provider simulator: the reference delivery protocol with fault injection.
     SimProvider {
         /// Address to listen on.
@@ -244,6 +252,10 @@ pub fn run() -> ExitCode {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }
             Command::Check { repair, target } => check::run(&target.database()?, repair).await,
+            Command::Export {
+                workflow_id,
+                target,
+            } => export::run(&target.database()?, &workflow_id).await,
             Command::SimProvider {
                 listen,
                 token,

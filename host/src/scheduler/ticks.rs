@@ -16,6 +16,7 @@ pub struct Ticks {
     recovery: AtomicU64,
     registry: AtomicU64,
     lease_renewal: AtomicU64,
+    retention: AtomicU64,
 }
 
 /// The kinds of tick.
@@ -29,6 +30,8 @@ pub enum Tick {
     Registry,
     /// One renewal round of one running attempt's lease.
     LeaseRenewal,
+    /// A look for ended workflows past the retention (purged or not).
+    Retention,
 }
 
 /// A snapshot of [`Ticks`], as `GET /v1/_test/ticks` answers it.
@@ -38,6 +41,8 @@ pub struct TickCounts {
     pub recovery: u64,
     pub registry: u64,
     pub lease_renewal: u64,
+    #[serde(default)]
+    pub retention: u64,
 }
 
 impl Ticks {
@@ -47,6 +52,7 @@ impl Ticks {
             Tick::Recovery => &self.recovery,
             Tick::Registry => &self.registry,
             Tick::LeaseRenewal => &self.lease_renewal,
+            Tick::Retention => &self.retention,
         }
     }
 
@@ -67,6 +73,7 @@ impl Ticks {
             recovery: self.get(Tick::Recovery),
             registry: self.get(Tick::Registry),
             lease_renewal: self.get(Tick::LeaseRenewal),
+            retention: self.get(Tick::Retention),
         }
     }
 }
@@ -87,7 +94,8 @@ mod tests {
                 claim: 2,
                 recovery: 0,
                 registry: 1,
-                lease_renewal: 0
+                lease_renewal: 0,
+                retention: 0
             }
         );
     }

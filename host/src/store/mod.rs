@@ -497,6 +497,36 @@ pub trait MetricsStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Option<crate::intent::WorkflowState>>> + Send;
 }
 
+/// Retention: ended workflows go, with everything stored of them, once they are past the
+/// retention and their key's; the tallies of `/metrics` stay.
+pub trait RetentionStore: Send + Sync {
+    /// Deletes up to `limit` workflows that ended before `ended_before`, whose idempotency
+    /// key expired by `now` and that have no notification still to send — each with its
+    /// steps, attempts, receipts, timeline, operator actions, cancellation, revisions and
+    /// notifications, in one transaction. Returns their ids.
+    fn purge_ended(
+        &self,
+        ended_before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<WorkflowId>>> + Send;
+}
+
+/// Tables holding a workflow's story, children first: what a purge deletes.
+pub(crate) const STORY_TABLES: [&str; 11] = [
+    "timeline",
+    "attempts",
+    "receipts",
+    "step_deps",
+    "steps",
+    "operator_actions",
+    "cancellations",
+    "revisions",
+    "outbox",
+    "intent_keys",
+    "workflows",
+];
+
 /// The notification outbox: rows written with their transitions, delivered once by one
 /// host at a time, listed for operators, pruned after a retention.
 pub trait NotificationStore: Send + Sync {

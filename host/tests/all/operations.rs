@@ -501,8 +501,6 @@ async fn check_finds_each_violation_and_repairs_once(db: Option<String>) {
     assert_eq!(repairs, 1, "{timeline:#}");
 }
 
-on_both_stores!(check_finds_each_violation_and_repairs_once);
-
 /// The host checks its own records each `check_interval`: a contradicted state shows in
 /// `docket_consistency_violations`.
 #[tokio::test(flavor = "multi_thread")]
@@ -547,3 +545,109 @@ async fn the_hosts_own_check_feeds_the_violations_gauge() {
     )
     .await;
 }
+
+/// Retention purges exactly the ended workflows past it whose key expired too, with all
+/// their records; `docket export` keeps a workflow's story before; `/metrics`, the API
+/// and `docket check` stay correct after.
+async fn retention_purges_exactly_what_is_past_it(db: Option<String>) {
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        config: "[limits]\nworkflow_retention = \"1h\"\nkey_retention = \"2h\"\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let settle = |key: &'static str| {
+        let host = &host;
+        async move {
+            let (status, created) = host.submit("document-delivery", key, document(key)).await;
+            assert_eq!(status, 201, "{created}");
+            let id = created["workflow_id"].as_str().unwrap().to_string();
+            host.wait_for(&id, &["completed"], Duration::from_secs(30))
+                .await;
+            id
+        }
+    };
+    let old = [settle("old-1").await, settle("old-2").await];
+    let database = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+
+    // Archived first: the whole story as JSON.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["export", &old[0], "--db", &database])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let story: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(story["workflow"]["workflow_id"], old[0].as_str());
+    assert_eq!(story["steps"].as_array().unwrap().len(), 3, "{story:#}");
+    assert_eq!(story["receipts"].as_array().unwrap().len(), 3, "{story:#}");
+    assert_eq!(story["attempts"].as_array().unwrap().len(), 3, "{story:#}");
+    assert!(story["timeline"].as_array().unwrap().len() > 5, "{story:#}");
+
+    // Past the retention but not past the key's: kept, so a replay still finds it.
+    host.advance_clock(90 * 60 * 1000).await;
+    host.wait_ticks("retention", 2).await;
+    for id in &old {
+        let (status, _) = host.get(&format!("/v1/workflows/{id}")).await;
+        assert_eq!(status, 200, "{id} went before its key expired");
+    }
+    // Past both, and past the day in which their notifications were to be sent (no
+    // endpoint took them): purged. A workflow that ended just now stays.
+    host.advance_clock(24 * 60 * 60 * 1000).await;
+    let young = settle("young-1").await;
+    crate::wait::until(
+        "the old workflows to go",
+        Duration::from_secs(30),
+        || async {
+            let mut left = Vec::new();
+            for id in &old {
+                if host.get(&format!("/v1/workflows/{id}")).await.0 != 404 {
+                    left.push(id.clone());
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    )
+    .await;
+    host.wait_ticks("retention", 2).await;
+    let (status, kept) = host.get(&format!("/v1/workflows/{young}")).await;
+    assert_eq!(status, 200, "{kept}");
+    let (_, listed) = host.get("/v1/workflows?limit=100").await;
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workflow_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [young.as_str()], "{listed:#}");
+    // The tallies of ended workflows outlive them.
+    let metrics = scrape(&host.url).await;
+    assert_eq!(
+        metrics.get(
+            "docket_workflows_ended_total{workflow=\"document-delivery\",state=\"completed\"}"
+        ),
+        Some(&3.0)
+    );
+    let (code, out) = docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("checked 1 workflows"), "{out}");
+    // Nothing of them is left in any table.
+    let (status, _) = host
+        .get(&format!("/v1/workflows/{}/timeline", old[0]))
+        .await;
+    assert_eq!(status, 404);
+}
+
+on_both_stores!(
+    check_finds_each_violation_and_repairs_once,
+    retention_purges_exactly_what_is_past_it
+);

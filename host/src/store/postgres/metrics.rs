@@ -6,8 +6,54 @@ use super::{PgResult, PgStore, append_events, lock_workflow, transaction};
 use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally};
 use crate::store::rows;
-use crate::store::{MetricsStore, StoreResult};
+use crate::store::{MetricsStore, RetentionStore, STORY_TABLES, StoreResult};
 use sqlx::postgres::PgConnection;
+
+impl RetentionStore for PgStore {
+    async fn purge_ended(
+        &self,
+        ended_before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowId>> {
+        transaction!(self.pool, |conn| purge_tx(conn, ended_before, now, limit))
+    }
+}
+
+/// Deletes a batch of purgeable workflows. Rows are locked and skipped if another host
+/// holds them, so hosts share the work and none waits on another.
+async fn purge_tx(
+    conn: &mut PgConnection,
+    ended_before: Millis,
+    now: Millis,
+    limit: u32,
+) -> PgResult<Vec<WorkflowId>> {
+    let due: Vec<String> = sqlx::query_scalar(
+        "SELECT workflow_id FROM workflows w
+         WHERE ended_at IS NOT NULL AND ended_at < $1
+           AND state IN ('completed', 'failed', 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM intent_keys k WHERE k.workflow_id = w.workflow_id
+                             AND (k.expires_at IS NULL OR k.expires_at >= $2))
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.workflow_id = w.workflow_id
+                             AND o.state = 'pending')
+         ORDER BY ended_at LIMIT $3
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(ended_before as i64)
+    .bind(now as i64)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    for table in STORY_TABLES {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE workflow_id = ANY($1)"
+        )))
+        .bind(&due)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(due.into_iter().map(WorkflowId).collect())
+}
 
 impl MetricsStore for PgStore {
     async fn ping(&self) -> StoreResult<()> {

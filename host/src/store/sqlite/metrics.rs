@@ -6,7 +6,61 @@ use super::executor::recompute_state;
 use super::read::workflow_tx;
 use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally};
-use crate::store::{MetricsStore, StoreError, StoreResult};
+use crate::store::{MetricsStore, RetentionStore, STORY_TABLES, StoreError, StoreResult};
+use rusqlite::params;
+
+impl RetentionStore for SqliteStore {
+    async fn purge_ended(
+        &self,
+        ended_before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowId>> {
+        let due = self.points.with(|conn| {
+            super::each_row(
+                &mut *conn.prepare_cached(PURGEABLE)?,
+                params![ended_before as i64, now as i64, i64::from(limit)],
+                |r| Ok(r.get::<_, String>(0)?),
+            )
+        })?;
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Each one is looked at again inside the write: it may have been revived meanwhile.
+        self.writer
+            .write(move |conn| {
+                let mut purged = Vec::new();
+                for id in due {
+                    let still: bool = conn
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM workflows WHERE workflow_id = ?1
+                                AND ended_at IS NOT NULL AND ended_at < ?2)",
+                        )?
+                        .query_row(params![id, ended_before as i64], |r| r.get(0))?;
+                    if !still {
+                        continue;
+                    }
+                    for table in STORY_TABLES {
+                        conn.prepare_cached(&format!("DELETE FROM {table} WHERE workflow_id = ?"))?
+                            .execute([&id])?;
+                    }
+                    purged.push(WorkflowId(id));
+                }
+                Ok(purged)
+            })
+            .await
+    }
+}
+
+/// Ended workflows past the retention, their key expired, no notification pending.
+const PURGEABLE: &str = "SELECT workflow_id FROM workflows w
+     WHERE ended_at IS NOT NULL AND ended_at < ?1
+       AND state IN ('completed', 'failed', 'cancelled')
+       AND NOT EXISTS (SELECT 1 FROM intent_keys k WHERE k.workflow_id = w.workflow_id
+                         AND (k.expires_at IS NULL OR k.expires_at >= ?2))
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.workflow_id = w.workflow_id
+                         AND o.state = 'pending')
+     ORDER BY ended_at LIMIT ?3";
 
 impl MetricsStore for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
