@@ -193,7 +193,7 @@ impl Conn {
             r#"{{"workflow":"document-delivery","input":{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}}}"#
         );
         let request = format!(
-            "POST /v1/intents HTTP/1.1\r\nHost: bench\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/intents HTTP/1.1\r\nHost: localhost\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         self.stream.write_all(request.as_bytes()).await.unwrap();

@@ -50,6 +50,7 @@ conformance!(
     executor::success_releases_dependents_and_derives_the_workflow_state,
     executor::expired_leases_report_checkpoint_and_stored_result,
     executor::late_evidence_fills_gaps_and_moves_nothing,
+    executor::late_references_settle_or_contradict,
     executor::a_host_ends_only_its_own_leases,
     executor::checkpoint_three_keeps_one_input_and_honours_a_cancellation,
     executor::a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new,

@@ -72,10 +72,10 @@ pub async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays
         v["steps"],
         json!([
             {"id": "prepare", "label": "Prepare letter", "state": "ready", "attempts": 0,
-             "escalated": null, "receipt": null, "blocked": null, "compensation": null,
+             "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
              "superseded_receipts": []},
             {"id": "deliver", "label": "Deliver letter", "state": "pending", "attempts": 0,
-             "escalated": null, "receipt": null, "blocked": null, "compensation": null,
+             "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
              "superseded_receipts": []},
         ])
     );

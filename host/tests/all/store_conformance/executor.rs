@@ -2,8 +2,11 @@
 
 use super::backends::Store;
 use super::fixtures::*;
+use docket::intent::Millis;
 use docket::intent::{AttemptOutcome, EventKind, NewEvent, StepState, Trigger, WorkflowState};
-use docket::store::{AttemptFacts, LateEvidence, RenewRequest, StepTransition, StoreError};
+use docket::store::{
+    AttemptFacts, AttemptResult, Claimed, LateEvidence, RenewRequest, StepTransition, StoreError,
+};
 use serde_json::json;
 
 pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {
@@ -399,6 +402,8 @@ pub async fn expired_leases_report_checkpoint_and_stored_result<S: Store>(s: S) 
     );
 }
 
+/// Late evidence without a reference (here: an observation of the old worker) fills gaps
+/// on its attempt and moves nothing; what a reference does is the next case's.
 pub async fn late_evidence_fills_gaps_and_moves_nothing<S: Store>(s: S) {
     let id = workflow(&s, "k", &[("only", &[])], T0).await;
     let c = claim(&s, "w1", T0, 10).await.remove(0);
@@ -428,9 +433,8 @@ pub async fn late_evidence_fills_gaps_and_moves_nothing<S: Store>(s: S) {
         workflow_id: id.clone(),
         attempt_id: c.attempt_id.clone(),
         facts: AttemptFacts {
-            observation: Some("provider accepted".into()),
-            outcome: Some(AttemptOutcome::Accepted),
-            result: Some(stored_result(T0 + 2_100, "only")),
+            observation: Some("the connection dropped".into()),
+            outcome: Some(AttemptOutcome::TransportFailed),
             ..AttemptFacts::default()
         },
         events: vec![NewEvent::step(
@@ -491,6 +495,96 @@ pub async fn late_evidence_fills_gaps_and_moves_nothing<S: Store>(s: S) {
     // The stored result is the first one: recovery would resume from it.
     let expired = s.expired_leases(T0 + 5_000 + LEASE + 1, 10).await.unwrap();
     assert_eq!(expired[0].result.as_ref(), Some(&first));
+}
+
+/// A late accepted answer settles a step whose outcome is uncertain, with a receipt from
+/// it; one naming another reference than the step's receipt makes the step contradicted,
+/// keeping both references, and the workflow waits for a person.
+pub async fn late_references_settle_or_contradict<S: Store>(s: S) {
+    // Settles: recovery left the step uncertain (a query to follow).
+    let id = workflow(&s, "settles", &[("only", &[])], T0).await;
+    let c = claim(&s, "w1", T0, 10).await.remove(0);
+    s.checkpoint(checkpoint(&c, 3, AttemptFacts::default(), 0, T0 + 1))
+        .await
+        .unwrap();
+    let mut recovery = finish_request(
+        &c,
+        retry(T0 + 5_000, Trigger::RecoveryQuery, Some(T0 + 1)),
+        T0 + 2_000,
+    );
+    recovery.expired_before = Some(T0 + 2_000);
+    s.finish(recovery).await.unwrap();
+    let late = |c: &Claimed, result: AttemptResult, now: Millis| LateEvidence {
+        workflow_id: c.fence.workflow_id.clone(),
+        attempt_id: c.attempt_id.clone(),
+        facts: AttemptFacts {
+            outcome: Some(AttemptOutcome::Accepted),
+            result: Some(result),
+            ..AttemptFacts::default()
+        },
+        events: Vec::new(),
+        now,
+    };
+    s.late_evidence(late(&c, stored_result(T0 + 2_100, "only"), T0 + 2_100))
+        .await
+        .unwrap();
+    let step = &s.steps(&id).await.unwrap()[0];
+    assert_eq!(step.state, StepState::Succeeded, "{step:#?}");
+    let receipts = s.receipts(&id).await.unwrap();
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(step.receipt_id.as_ref(), Some(&receipts[0].receipt_id));
+    assert_eq!(receipts[0].external_reference.as_deref(), Some("ext-only"));
+    assert_eq!(receipts[0].attempt_id.as_ref(), Some(&c.attempt_id));
+    let wf = s.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(wf.state, WorkflowState::Completed);
+    let timeline = s.timeline(&id, 0, 100).await.unwrap();
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.text.starts_with("Settled by the provider's late answer")),
+        "{timeline:#?}"
+    );
+
+    // Contradicts: a retry under the same key succeeded on another reference first.
+    let id = workflow(&s, "contradicts", &[("only", &[])], T0).await;
+    let c1 = claim(&s, "w1", T0, 10).await.remove(0);
+    s.checkpoint(checkpoint(&c1, 3, AttemptFacts::default(), 0, T0 + 1))
+        .await
+        .unwrap();
+    let mut recovery = finish_request(
+        &c1,
+        retry(T0 + 3_000, Trigger::Retry, Some(T0 + 1)),
+        T0 + 2_000,
+    );
+    recovery.expired_before = Some(T0 + 2_000);
+    s.finish(recovery).await.unwrap();
+    let c2 = claim(&s, "w2", T0 + 3_000, 10).await.remove(0);
+    let mut second = receipt(T0 + 3_100, "only");
+    second.external_reference = Some("ext-second".into());
+    s.finish(finish_request(
+        &c2,
+        StepTransition::Succeeded(Box::new(second)),
+        T0 + 3_100,
+    ))
+    .await
+    .unwrap();
+    s.late_evidence(late(&c1, stored_result(T0 + 3_200, "only"), T0 + 3_200))
+        .await
+        .unwrap();
+    let step = &s.steps(&id).await.unwrap()[0];
+    assert_eq!(step.state, StepState::Contradicted, "{step:#?}");
+    assert_eq!(
+        step.blocked.as_ref().map(|b| b.references.clone()),
+        Some(vec!["ext-second".to_string(), "ext-only".to_string()])
+    );
+    let wf = s.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(wf.state, WorkflowState::NeedsReview);
+    // The same reference again changes nothing more.
+    let before = s.steps(&id).await.unwrap();
+    s.late_evidence(late(&c1, stored_result(T0 + 3_300, "only"), T0 + 3_300))
+        .await
+        .unwrap();
+    assert_eq!(s.steps(&id).await.unwrap(), before);
 }
 
 /// Graceful shutdown: a host ends its own leases at once; others' stay.
