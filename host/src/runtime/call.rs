@@ -164,6 +164,7 @@ impl Runtime {
             env,
             limits,
             async move |store, pre| {
+                store.data_mut().identity = Some(request.idempotency_key.clone());
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_invoke(&mut *store, &request).await?;
                 Ok(effect_from_wit(result))
@@ -194,6 +195,7 @@ impl Runtime {
             env,
             limits,
             async move |store, pre| {
+                store.data_mut().identity = Some(reference.clone());
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_query(&mut *store, &reference).await?;
                 Ok(match result.map(lookup_from_wit) {
@@ -253,6 +255,7 @@ impl Runtime {
             env,
             limits,
             async move |store, pre| {
+                store.data_mut().identity = Some(request.idempotency_key.clone());
                 let instance = adapter_instance(store, pre).await?;
                 let result = instance.call_compensate(&mut *store, &request).await?;
                 Ok(effect_from_wit(result))

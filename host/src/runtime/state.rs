@@ -111,6 +111,9 @@ pub(super) struct HostState {
     http: WasiHttpCtx,
     egress: Egress,
     pub(super) limits: Limits,
+    /// The call's external request identity (idempotency key or stable reference), which
+    /// the host's log shows only shortened.
+    pub(super) identity: Option<String>,
     env: CallEnv,
     grant: Arc<Grant>,
     pub(super) redactor: Redactor,
@@ -183,6 +186,7 @@ impl HostState {
                 used: 0,
                 refused: None,
             },
+            identity: None,
             env,
             grant,
             redactor,
@@ -217,12 +221,20 @@ impl HostState {
             message.push('…');
         }
         let label = &*self.env.label;
+        // The host's log never carries the external request identity in full: whoever reads
+        // the logs could replay it. The attempt's own record keeps it.
+        let logged = match &self.identity {
+            Some(identity) if message.contains(identity.as_str()) => {
+                std::borrow::Cow::Owned(message.replace(identity.as_str(), &shortened(identity)))
+            }
+            _ => std::borrow::Cow::Borrowed(message.as_str()),
+        };
         match level {
-            LogLevel::Trace => tracing::trace!(call = label, ?source, "{message}"),
-            LogLevel::Debug => tracing::debug!(call = label, ?source, "{message}"),
-            LogLevel::Info => tracing::info!(call = label, ?source, "{message}"),
-            LogLevel::Warn => tracing::warn!(call = label, ?source, "{message}"),
-            LogLevel::Error => tracing::error!(call = label, ?source, "{message}"),
+            LogLevel::Trace => tracing::trace!(call = label, ?source, "{logged}"),
+            LogLevel::Debug => tracing::debug!(call = label, ?source, "{logged}"),
+            LogLevel::Info => tracing::info!(call = label, ?source, "{logged}"),
+            LogLevel::Warn => tracing::warn!(call = label, ?source, "{logged}"),
+            LogLevel::Error => tracing::error!(call = label, ?source, "{logged}"),
         }
         self.log.push(LogLine {
             level,
@@ -319,6 +331,19 @@ impl secrets::Host for HostState {
 
 impl super::bindings::adapter::docket::plugin::types::Host for HostState {}
 
+/// The first characters of a request identity, enough to tell it apart in a log.
+fn shortened(identity: &str) -> String {
+    let end = identity
+        .char_indices()
+        .nth(12)
+        .map_or(identity.len(), |(i, _)| i);
+    if end == identity.len() {
+        "…".to_string()
+    } else {
+        format!("{}…", &identity[..end])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Limits;
@@ -338,5 +363,15 @@ mod tests {
         // Growing the first memory further counts only what it adds.
         assert!(limits.memory_growing(6 << 20, 10 << 20, None).unwrap());
         assert!(!limits.memory_growing(0, 64 << 10, None).unwrap());
+    }
+
+    #[test]
+    fn an_identity_is_shortened_never_shown_whole() {
+        assert_eq!(
+            super::shortened("dk-76127e6e322415765d2563aab4beddfb31e08ae1"),
+            "dk-76127e6e3…"
+        );
+        // Too short to show a part of without showing it all.
+        assert_eq!(super::shortened("dk-1"), "…");
     }
 }

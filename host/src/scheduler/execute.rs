@@ -160,6 +160,19 @@ where
     /// Runs one claimed attempt and records its end. Errors are logged: the lease expiry
     /// and recovery take care of anything left half-done.
     pub(crate) async fn execute(self: Arc<Self>, claimed: Claimed) {
+        // Everything logged while the attempt runs names it: workflow, step and attempt.
+        let span = tracing::info_span!(
+            "attempt",
+            workflow = %claimed.fence.workflow_id,
+            step = %claimed.fence.step,
+            attempt = %claimed.attempt_id,
+            number = claimed.attempt_number,
+            trigger = claimed.trigger.as_str(),
+        );
+        tracing::Instrument::instrument(self.run_attempt(claimed), span).await
+    }
+
+    async fn run_attempt(self: Arc<Self>, claimed: Claimed) {
         let started = Instant::now();
         // Dropped, by the end of the attempt or a panic in it, the renewal stops: a lease
         // is kept only while its attempt lives.

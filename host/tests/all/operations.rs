@@ -203,6 +203,26 @@ async fn each_metric_moves_by_what_happened() {
             - moved("docket_attempts_per_workflow_bucket", &["le=\"4.0\""]),
         1.0
     );
+    // The host's log names the workflow, step and attempt of each line an attempt logs, and
+    // never the external request identity in full.
+    let attempts = host.attempts(id, "deliver").await;
+    let identity = attempts[0]["request_identity"].as_str().unwrap();
+    let log = host.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("creating delivery with key") && l.contains(id))
+        .unwrap_or_else(|| panic!("no delivery line of {id} in:\n{log}"));
+    for field in ["attempt", "step", "workflow"] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
+    assert!(
+        line.contains(&attempts[0]["attempt_id"].as_str().unwrap()[..8]),
+        "{line}"
+    );
+    assert!(
+        !log.contains(identity),
+        "the full identity {identity} is in the log"
+    );
     // The API's /metrics serves the same series to its operators (open mode: local).
     let (status, _) = host.get("/healthz").await;
     assert_eq!(status, 200);
