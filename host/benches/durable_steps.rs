@@ -193,6 +193,7 @@ async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
                 key_retention_ms: 1000,
                 replaces: None,
                 policy_version: 0,
+                trace_parent: None,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",

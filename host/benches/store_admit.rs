@@ -39,6 +39,7 @@ fn request(key: usize) -> AdmitRequest {
             key_retention_ms: 1000,
             replaces: None,
             policy_version: 0,
+            trace_parent: None,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled a"),

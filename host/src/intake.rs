@@ -88,6 +88,7 @@ pub async fn new_workflow<S: ContextStore>(
             .components
             .as_ref()
             .map_or(0, |c| c.governance().in_force().version),
+        trace_parent: None,
     }))
 }
 

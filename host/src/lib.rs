@@ -11,7 +11,10 @@
 //!   [`budget`] (limits as spent and extended, what an attempt may draw on) and [`notify`]
 //!   (which transitions are told, Standard Webhooks signatures, the retry schedule) and
 //!   [`metrics`] (this host's counters and the Prometheus text of a scrape) and [`health`]
-//!   (whether the supervised tasks run and the host is stopping).
+//!   (whether the supervised tasks run and the host is stopping) and [`check`] (the
+//!   invariants a workflow's records must keep).
+//! - [`telemetry`]: where spans go (the log, and OTLP when asked for) and how a workflow's
+//!   trace travels with it.
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
 //!   SQLite (the embedded default) and PostgreSQL (many hosts on one database); the only
 //!   module that touches the database drivers (sqlx, and rusqlite for the SQLite writer and
@@ -63,6 +66,7 @@ pub mod runtime;
 pub mod scheduler;
 pub mod sim;
 pub mod store;
+pub mod telemetry;
 pub mod view;
 pub mod workflow;
 

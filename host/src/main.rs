@@ -12,12 +12,7 @@ fn main() -> std::process::ExitCode {
         ["demo", ..] | ["adapter", "verify"]
     );
     let default = if quiet { "warn" } else { "info" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DOCKET_LOG")
-                .unwrap_or_else(|_| default.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Kept to the end: dropping it flushes the spans still to be exported.
+    let _telemetry = docket::telemetry::init(default);
     docket::cli::run()
 }

@@ -31,3 +31,6 @@ CREATE TABLE recovery_sweeps (
 -- Retention: ended workflows, oldest end first, and what to delete with each.
 CREATE INDEX workflows_by_end ON workflows (ended_at) WHERE ended_at IS NOT NULL;
 CREATE INDEX operator_actions_by_workflow ON operator_actions (workflow_id);
+
+-- The workflow's trace (a W3C traceparent): the admission's span, parent of every attempt's.
+ALTER TABLE workflows ADD COLUMN trace_parent TEXT;

@@ -346,14 +346,30 @@ pub(super) async fn submit<S: ContextStore>(
     }
     // The key is free: check the definition and the input, then look the key up again and
     // create the intent in one transaction (a concurrent submission may have won meanwhile).
-    let new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
+    let mut new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
+    // The workflow's trace: the admission's span, a child of the client's `traceparent`
+    // when it sent a valid one; every attempt's span will be the admission's child.
+    let client_trace = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| crate::telemetry::valid_traceparent(v))
+        .map(|v| v.trim().to_string());
+    let admission = tracing::info_span!(
+        "admission",
+        workflow = %new.workflow_id,
+        name = %scope.workflow,
+    );
+    if let Some(parent) = &client_trace {
+        crate::telemetry::adopt(&admission, parent);
+    }
+    new.trace_parent = crate::telemetry::traceparent_of(&admission).or(client_trace);
     let request = AdmitRequest {
         scope: scope.clone(),
         input: canonical,
         now,
         create: Some(new),
     };
-    match ctx.store.admit(request).await? {
+    match tracing::Instrument::instrument(ctx.store.admit(request), admission).await? {
         AdmitOutcome::Created(record) => {
             ctx.wake.notify_one();
             ctx.metrics.intent("created");

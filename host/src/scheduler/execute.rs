@@ -169,6 +169,10 @@ where
             number = claimed.attempt_number,
             trigger = claimed.trigger.as_str(),
         );
+        // A child of the workflow's trace, whichever host admitted it.
+        if let Some(parent) = &claimed.trace_parent {
+            crate::telemetry::adopt(&span, parent);
+        }
         tracing::Instrument::instrument(self.run_attempt(claimed), span).await
     }
 

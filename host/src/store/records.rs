@@ -186,6 +186,8 @@ pub struct NewWorkflow {
     pub replaces: Option<WorkflowId>,
     /// The policy version in force at admission (0: none deployed).
     pub policy_version: u32,
+    /// The admission's W3C `traceparent`: every attempt's span is its child.
+    pub trace_parent: Option<String>,
 }
 
 /// The answer of an admission.
@@ -348,6 +350,8 @@ pub struct Claimed {
     pub uncertain_since: Option<Millis>,
     /// An operator's exception to the policy, waiting for the one attempt it lets through.
     pub policy_exception: Option<PolicyException>,
+    /// The workflow's trace (W3C `traceparent`), if it has one.
+    pub trace_parent: Option<String>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }

@@ -538,6 +538,7 @@ pub(crate) fn claimed(
             })
             .transpose()?,
         context: StepContext::default(),
+        trace_parent: None,
     })
 }
 

@@ -671,3 +671,126 @@ on_both_stores!(
     check_finds_each_violation_and_repairs_once,
     retention_purges_exactly_what_is_past_it
 );
+
+/// Spans an in-process OTLP/HTTP (JSON) collector received.
+#[derive(Clone, Default)]
+struct Collector {
+    spans: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Collector {
+    async fn start() -> (Self, String) {
+        let collector = Self::default();
+        let kept = collector.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let request: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let mut spans = kept.spans.lock().unwrap();
+                    for resource in request["resourceSpans"].as_array().into_iter().flatten() {
+                        for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                            spans.extend(scope["spans"].as_array().into_iter().flatten().cloned());
+                        }
+                    }
+                    "{}"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (collector, url)
+    }
+
+    fn spans(&self) -> Vec<serde_json::Value> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+/// A span attribute's string value.
+fn attribute<'a>(span: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?["value"]["stringValue"]
+        .as_str()
+}
+
+/// One workflow through a lost response and a recovery query is one trace under the
+/// client's `traceparent`: the admission's span, and each attempt a span of its own under it.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_workflow_is_one_trace_with_each_attempt_a_span() {
+    let (collector, endpoint) = Collector::start().await;
+    let host = HostProcess::start(HostOptions {
+        env: vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/json".into()),
+            ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+        ],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"lose_next": 1})).await;
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let created: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/intents", host.url))
+        .header("Idempotency-Key", "traced-1")
+        .header("traceparent", format!("00-{trace}-{parent}-01"))
+        .json(&json!({"workflow": "document-delivery", "input": document("Traced")}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let attempts = host.attempts(&id, "deliver").await;
+    assert!(attempts.len() >= 2, "{attempts:#?}");
+    let spans = crate::wait::until(
+        "the spans to be exported",
+        Duration::from_secs(30),
+        || async {
+            let spans = collector.spans();
+            let delivered = spans
+                .iter()
+                .filter(|s| s["name"] == "attempt" && attribute(s, "step") == Some("deliver"))
+                .count();
+            if delivered >= attempts.len() && spans.iter().any(|s| s["name"] == "admission") {
+                Ok(spans)
+            } else {
+                Err(format!("{} spans so far", spans.len()))
+            }
+        },
+    )
+    .await;
+    let admission = spans.iter().find(|s| s["name"] == "admission").unwrap();
+    assert_eq!(admission["traceId"], trace, "{admission:#}");
+    assert_eq!(admission["parentSpanId"], parent, "{admission:#}");
+    let mine: Vec<&serde_json::Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "attempt" && attribute(s, "workflow") == Some(id.as_str()))
+        .collect();
+    // validate, render and every delivery attempt: one trace, each a child of the admission.
+    assert_eq!(mine.len(), 2 + attempts.len(), "{mine:#?}");
+    for span in &mine {
+        assert_eq!(span["traceId"], trace, "{span:#}");
+        assert_eq!(span["parentSpanId"], admission["spanId"], "{span:#}");
+    }
+    let mut ids: Vec<&str> = mine.iter().map(|s| s["spanId"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), mine.len(), "each attempt is a span of its own");
+    let triggers: Vec<&str> = mine
+        .iter()
+        .filter(|s| attribute(s, "step") == Some("deliver"))
+        .filter_map(|s| attribute(s, "trigger"))
+        .collect();
+    assert!(
+        triggers.contains(&"initial") && triggers.contains(&"recovery_query"),
+        "{triggers:?}"
+    );
+}

@@ -87,6 +87,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 key_retention_ms: 86_400_000,
                 replaces: None,
                 policy_version: 0,
+                trace_parent: None,
                 events: vec![NewEvent::workflow(
                     EventKind::Observation,
                     "Request recorded",
@@ -197,6 +198,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     key_retention_ms: 86_400_000,
                     replaces: None,
                     policy_version: 0,
+                    trace_parent: None,
                     events: vec![NewEvent::workflow(
                         EventKind::Observation,
                         "Request recorded",

@@ -333,7 +333,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
          RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
                    w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
-                   w.next_seq - c.n AS first_seq, w.input",
+                   w.next_seq - c.n AS first_seq, w.input, w.trace_parent",
     )
     .bind(&workflow_ids)
     .bind(&per_workflow)
@@ -378,6 +378,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         c.runtime_used_ms = r.uint("runtime_used_ms")?;
         c.cost_used = r.uint("cost_used")?;
         c.recovery_queries_used = r.small("recovery_queries_used")?;
+        c.trace_parent = r.opt_text("trace_parent")?;
         c.budget_added = rows::budget_added(r.opt_text("budget_added")?)?;
         seqs.push(r.int("first_seq")? + *taken);
         *taken += 1;

@@ -656,8 +656,8 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     sqlx::query(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
              input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq,
-             replaces, policy_at_admission, policy_current)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12, $13, $13)",
+             replaces, policy_at_admission, policy_current, trace_parent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12, $13, $13, $14)",
     )
     .bind(id)
     .bind(&req.scope.workflow)
@@ -672,6 +672,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     .bind(new.events.len() as i64 + 1)
     .bind(new.replaces.as_ref().map(WorkflowId::as_str))
     .bind(i64::from(new.policy_version))
+    .bind(new.trace_parent.as_deref())
     .execute(&mut *conn)
     .await?;
     // Takes the key if it is free or past its retention. A concurrent admission holding

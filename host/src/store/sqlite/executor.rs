@@ -419,7 +419,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
          WHERE workflow_id = ?1
          RETURNING workflow, subject, definition_version, deadline_at, attempts_used,
                    external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
-                   budget_added, next_seq - 1 AS first_seq, input",
+                   budget_added, next_seq - 1 AS first_seq, input, trace_parent",
     )?;
     let mut attempt = conn.prepare_cached(
         "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
@@ -430,7 +430,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
          VALUES (?, ?, ?, 'action', ?, ?, ?, 'null')",
     )?;
     for c in &mut claimed {
-        let (wf, seq, input) = {
+        let (wf, seq, input, trace_parent) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
             let r = found.next()?.ok_or_else(|| {
                 StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
@@ -450,8 +450,10 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                 },
                 r.int("first_seq")?,
                 r.text("input")?,
+                r.opt_text("trace_parent")?,
             )
         };
+        c.trace_parent = trace_parent;
         c.workflow = wf.workflow;
         c.subject = crate::intent::Subject(wf.subject);
         c.definition_version = wf.definition_version;

@@ -477,8 +477,8 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     conn.prepare_cached(
         "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
              input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq, replaces,
-             policy_at_admission, policy_current)
-         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+             policy_at_admission, policy_current, trace_parent)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         id,
@@ -495,6 +495,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         new.replaces.as_ref().map(WorkflowId::as_str),
         i64::from(new.policy_version),
         i64::from(new.policy_version),
+        new.trace_parent.as_deref(),
     ])?;
     if let Some(original) = &new.replaces {
         conn.prepare_cached(

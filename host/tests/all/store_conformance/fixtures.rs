@@ -61,6 +61,7 @@ pub fn admit(
             key_retention_ms: 10_000,
             replaces: None,
             policy_version: 0,
+            trace_parent: None,
             events: vec![
                 NewEvent::workflow(EventKind::Observation, "Request recorded"),
                 NewEvent::workflow(EventKind::Action, "Scheduled"),
