@@ -261,6 +261,9 @@ async fn three_hosts_share_one_database_through_kills_without_a_second_delivery(
         takeovers.len(),
         takeovers[0]
     );
+    // The records the kills and recoveries left keep every invariant.
+    let (code, out) = crate::operations::docket_check(&database.url, false);
+    assert_eq!(code, 0, "{out}");
     drop(hosts);
     database.drop_now().await;
 }

@@ -191,43 +191,54 @@ impl HostProcess {
             ),
         )
         .unwrap();
-        let port = free_port();
-        let sim_port = free_port();
-        let log = dir.path().join(format!("serve-{port}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args((!options.without_test_controls).then_some("--test-controls"))
-            .args(options.pause_execution.then_some("--pause-execution"))
-            .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
-            .args([
-                "--db",
-                &options
-                    .db
-                    .clone()
-                    .unwrap_or_else(|| dir.path().join("docket.db").display().to_string()),
-            ])
-            .env("DOCKET_CACHE_DIR", &cache)
-            .args(["--config", &config.display().to_string()])
-            .envs(options.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-            .env("DOCKET_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start docket serve");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("docket listening on") {
-                    let _ = tx.send(());
+        // A port chosen free may be taken by another test before the host binds it: then
+        // the host is started again on other ports.
+        let mut tries = 0;
+        let (child, port, sim_port, log) = loop {
+            tries += 1;
+            let port = free_port();
+            let sim_port = free_port();
+            let log = dir.path().join(format!("serve-{port}.log"));
+            let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
+                .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+                .args((!options.without_test_controls).then_some("--test-controls"))
+                .args(options.pause_execution.then_some("--pause-execution"))
+                .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
+                .args([
+                    "--db",
+                    &options
+                        .db
+                        .clone()
+                        .unwrap_or_else(|| dir.path().join("docket.db").display().to_string()),
+                ])
+                .env("DOCKET_CACHE_DIR", &cache)
+                .args(["--config", &config.display().to_string()])
+                .envs(options.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+                .env("DOCKET_LOG", "info")
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("start docket serve");
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if line.starts_with("docket listening on") {
+                        let _ = tx.send(());
+                    }
                 }
+            });
+            if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let _ = child.kill();
+                let _ = child.wait();
+                if text.contains("Address already in use") && tries < 5 {
+                    continue;
+                }
+                panic!("docket serve did not start:\n{text}");
             }
-        });
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let _ = child.kill();
-            panic!("docket serve did not start:\n{text}");
-        }
+            break (child, port, sim_port, log);
+        };
         Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
