@@ -669,7 +669,8 @@ async fn retention_purges_exactly_what_is_past_it(db: Option<String>) {
 
 on_both_stores!(
     check_finds_each_violation_and_repairs_once,
-    retention_purges_exactly_what_is_past_it
+    retention_purges_exactly_what_is_past_it,
+    one_workflow_is_one_trace_with_each_attempt_a_span
 );
 
 /// Spans an in-process OTLP/HTTP (JSON) collector received.
@@ -719,11 +720,12 @@ fn attribute<'a>(span: &'a serde_json::Value, key: &str) -> Option<&'a str> {
 }
 
 /// One workflow through a lost response and a recovery query is one trace under the
-/// client's `traceparent`: the admission's span, and each attempt a span of its own under it.
-#[tokio::test(flavor = "multi_thread")]
-async fn one_workflow_is_one_trace_with_each_attempt_a_span() {
+/// client's `traceparent`: the admission's span, and each attempt a span of its own under it
+/// (the trace is kept with the workflow, so its claims carry it on either store).
+async fn one_workflow_is_one_trace_with_each_attempt_a_span(db: Option<String>) {
     let (collector, endpoint) = Collector::start().await;
     let host = HostProcess::start(HostOptions {
+        db,
         env: vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
             ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/json".into()),
