@@ -45,6 +45,7 @@ fn main() {
     let target_dir = root.join("target").join("guests");
     let out_components = target_dir.join("components");
     std::fs::create_dir_all(&out_components).unwrap();
+    ensure_wasm_target(&root);
 
     let mut consts = String::new();
     let mut all = String::new();
@@ -92,6 +93,46 @@ fn main() {
     ));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs");
     std::fs::write(out, consts).unwrap();
+}
+
+/// Adds the `wasm32-wasip2` target to the toolchain building this when it lacks it: rustup
+/// installs a `rust-toolchain.toml` target only with a toolchain it installs itself, so a
+/// machine whose stable toolchain was already there would otherwise fail here.
+fn ensure_wasm_target(root: &Path) {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let Some(sysroot) = sysroot else {
+        return; // The guest build below says what is wrong.
+    };
+    if sysroot.join("lib/rustlib/wasm32-wasip2").is_dir() {
+        return;
+    }
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").ok();
+    println!(
+        "cargo:warning=the wasm32-wasip2 target is missing from {}; adding it with `rustup target add wasm32-wasip2`",
+        sysroot.display()
+    );
+    let mut add = Command::new("rustup");
+    add.current_dir(root)
+        .args(["target", "add", "wasm32-wasip2"]);
+    if let Some(t) = &toolchain {
+        add.args(["--toolchain", t]);
+    }
+    match add.status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!(
+            "`rustup target add wasm32-wasip2` failed ({status}); run it yourself (the plugins in adapters/ are built for that target), then build again"
+        ),
+        Err(e) => panic!(
+            "the wasm32-wasip2 target is missing from {} and rustup cannot be run ({e}); add the target to this toolchain (with rustup: `rustup target add wasm32-wasip2`), then build again",
+            sysroot.display()
+        ),
+    }
 }
 
 fn build(root: &Path, target_dir: &Path, packages: &[&str], features: &str) {
