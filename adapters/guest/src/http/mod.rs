@@ -13,7 +13,8 @@
 //!     .body(r#"{"a":1}"#)
 //!     .header("content-type", "application/json")
 //!     .timeout(std::time::Duration::from_secs(5))
-//!     .send()?; // HttpError converts to EffectError
+//!     .send()? // HttpError converts to EffectError
+//!     .error_for_status()?; // a refusal or a failure is never a receipt
 //! ```
 
 mod error;
@@ -162,6 +163,43 @@ impl Response {
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
+
+    /// The response if its status is 2xx; otherwise what the status tells the host:
+    /// 429 (with `Retry-After`, default 1 s) is rate-limited and 503 unavailable — both
+    /// retried, nothing was created; 409 is an idempotency conflict; 401 and 403 are
+    /// unauthorized; another 4xx is rejected; and anything else (500, 502, 504, an
+    /// unexpected 1xx or 3xx) came after the request may have been acted on, so the outcome
+    /// is unknown. Never turns a refusal into a receipt.
+    pub fn error_for_status(self) -> Result<Response, crate::EffectError> {
+        use crate::EffectError;
+        let excerpt = || {
+            let text = self.text();
+            let cut: String = text.chars().take(200).collect();
+            if cut.is_empty() {
+                format!("HTTP {}", self.status)
+            } else {
+                format!("HTTP {}: {cut}", self.status)
+            }
+        };
+        match self.status {
+            200..=299 => Ok(self),
+            429 => {
+                let retry_after_ms = self
+                    .header("retry-after")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map_or(1_000, |s| s.saturating_mul(1_000));
+                Err(EffectError::rate_limited(retry_after_ms, excerpt()))
+            }
+            503 => Err(EffectError::unavailable(excerpt())),
+            409 => Err(EffectError::idempotency_conflict(excerpt())),
+            401 | 403 => Err(EffectError::unauthorized(excerpt())),
+            400..=499 => Err(EffectError::rejected(
+                format!("http_{}", self.status),
+                excerpt(),
+            )),
+            _ => Err(EffectError::outcome_unknown(excerpt())),
+        }
+    }
 }
 
 /// The method's name as sent on the wire.
@@ -177,5 +215,59 @@ fn method_name(method: &Method) -> &str {
         Method::Trace => "TRACE",
         Method::Patch => "PATCH",
         Method::Other(other) => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Response;
+    use crate::EffectError;
+
+    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn each_status_says_what_the_host_does_next() {
+        assert!(response(201, &[], "{}").error_for_status().is_ok());
+        assert!(response(204, &[], "").error_for_status().is_ok());
+        let err = |status, headers: &[(&str, &str)]| {
+            response(status, headers, "no")
+                .error_for_status()
+                .expect_err("not a success")
+        };
+        match err(429, &[("Retry-After", "7")]) {
+            EffectError::RateLimited(r) => assert_eq!(r.retry_after_ms, 7_000),
+            other => panic!("429: {other:?}"),
+        }
+        match err(429, &[]) {
+            EffectError::RateLimited(r) => assert_eq!(r.retry_after_ms, 1_000),
+            other => panic!("429 without Retry-After: {other:?}"),
+        }
+        assert!(matches!(err(503, &[]), EffectError::Unavailable(_)));
+        assert!(matches!(err(409, &[]), EffectError::IdempotencyConflict(_)));
+        assert!(matches!(err(401, &[]), EffectError::Unauthorized(_)));
+        assert!(matches!(err(403, &[]), EffectError::Unauthorized(_)));
+        match err(422, &[]) {
+            EffectError::Rejected(r) => {
+                assert_eq!(r.code, "http_422");
+                assert_eq!(r.message, "HTTP 422: no");
+            }
+            other => panic!("422: {other:?}"),
+        }
+        assert!(matches!(err(404, &[]), EffectError::Rejected(_)));
+        for status in [500, 502, 504, 302, 100] {
+            assert!(
+                matches!(err(status, &[]), EffectError::OutcomeUnknown(_)),
+                "{status}"
+            );
+        }
     }
 }
