@@ -39,7 +39,14 @@ const LATER_VERSIONS: &[&str] = &["http-delivery-2", "http-delivery-3-other-name
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
-    for watched in ["adapters", "wit", "migrations", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "adapters",
+        "wit",
+        "migrations",
+        "workflows",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     let target_dir = root.join("target").join("guests");
@@ -50,6 +57,7 @@ fn main() {
     let mut consts = String::new();
     let mut all = String::new();
     let mut versions = String::new();
+    let mut embedded = String::new();
     // Group builds by feature set: one cargo invocation for all default-feature packages.
     let default_pkgs: Vec<&str> = COMPONENTS
         .iter()
@@ -78,12 +86,15 @@ fn main() {
             },
             dest.display().to_string()
         ));
-        let list = if LATER_VERSIONS.contains(name) {
-            &mut versions
+        if LATER_VERSIONS.contains(name) {
+            versions.push_str(&format!("    ({name:?}, {ident}),\n"));
         } else {
-            &mut all
-        };
-        list.push_str(&format!("    ({name:?}, {ident}),\n"));
+            all.push_str(&format!("    ({name:?}, {ident}),\n"));
+            embedded.push_str(&format!(
+                "    ({name:?}, include_bytes!({:?})),\n",
+                dest.display().to_string()
+            ));
+        }
     }
     consts.push_str(&format!(
         "/// Every built example component as (name, path); `serve` loads these.\npub const ALL: &[(&str, &str)] = &[\n{all}];\n"
@@ -91,8 +102,76 @@ fn main() {
     consts.push_str(&format!(
         "/// Later versions of the examples as (name, path), deployed by hand (registry tests).\npub const VERSIONS: &[(&str, &str)] = &[\n{versions}];\n"
     ));
+    consts.push_str(&format!(
+        "/// The examples of [`ALL`] as (name, bytes), part of the binary: a copied or installed\n/// `docket` runs them without this source tree.\npub const EMBEDDED: &[(&str, &[u8])] = &[\n{embedded}];\n"
+    ));
+    consts.push_str(&shipped_workflows(&root));
+    consts.push_str(&vendored(&root));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs");
     std::fs::write(out, consts).unwrap();
+}
+
+/// The definitions in `workflows/` as (file name, text), part of the binary: a host started
+/// where there is no `workflows/` directory deploys these.
+fn shipped_workflows(root: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("workflows"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let mut list = String::new();
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        list.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            file.display().to_string()
+        ));
+    }
+    format!(
+        "/// The definitions of `workflows/` as (file name, text), part of the binary.\npub const SHIPPED_WORKFLOWS: &[(&str, &str)] = &[\n{list}];\n"
+    )
+}
+
+/// The guest helper's sources and the WIT as (path in a scaffolded crate, text), part of the
+/// binary: `docket adapter new` vendors them into the crate it makes.
+fn vendored(root: &Path) -> String {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut list = String::new();
+    for (from, to) in [
+        ("adapters/guest/src", "vendor/docket-guest/src"),
+        ("wit", "wit"),
+    ] {
+        let mut files = Vec::new();
+        walk(&root.join(from), &mut files);
+        files.sort();
+        for file in files {
+            let relative = file.strip_prefix(root.join(from)).unwrap();
+            list.push_str(&format!(
+                "    ({:?}, include_str!({:?})),\n",
+                format!("{to}/{}", relative.display()),
+                file.display().to_string()
+            ));
+        }
+    }
+    format!(
+        "/// The guest helper's sources and the WIT as (path in a scaffolded crate, text).\npub const VENDORED: &[(&str, &str)] = &[\n{list}];\n"
+    )
 }
 
 /// Adds the `wasm32-wasip2` target to the toolchain building this when it lacks it: rustup

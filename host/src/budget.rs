@@ -224,14 +224,14 @@ pub fn deadline_approaching(created_at: Millis, deadline_at: Millis, now: Millis
 }
 
 /// `{"used", "limit"}` of one budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsedOf {
     pub used: u64,
     pub limit: u64,
 }
 
 /// The projection's `budget` block.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BudgetView {
     pub attempts: UsedOf,
     pub runtime_ms: UsedOf,

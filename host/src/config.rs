@@ -215,6 +215,9 @@ pub struct HostConfig {
     pub metrics_listen: Option<SocketAddr>,
     pub db: Option<String>,
     pub workflows: PathBuf,
+    /// Whether `workflows` was configured; when it was not and `workflows/` does not
+    /// exist, the host deploys the definitions shipped in its binary.
+    pub workflows_configured: bool,
     pub components: Vec<PathBuf>,
     pub examples: bool,
     pub host_id: Option<String>,
@@ -499,6 +502,7 @@ impl HostConfig {
             listen: raw.listen,
             metrics_listen: raw.metrics_listen,
             db: raw.db,
+            workflows_configured: raw.workflows.is_some(),
             workflows: raw.workflows.unwrap_or_else(|| PathBuf::from("workflows")),
             components: raw.components,
             examples: raw.examples.unwrap_or(true),

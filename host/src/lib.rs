@@ -78,9 +78,15 @@ mod fuzz;
 #[path = "../tests/support/wait.rs"]
 mod wait;
 
-/// Paths of the example and test components, built from `adapters/` by the build script.
+/// The example and test components, built from `adapters/` by the build script (their
+/// paths, and the examples' bytes as part of the binary), and the shipped definitions.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+
+    /// The bytes of an example by name, as embedded in this binary.
+    pub fn embedded(name: &str) -> Option<&'static [u8]> {
+        EMBEDDED.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+    }
 
     /// The path of a built component by name (e.g. `http-delivery`, `http-delivery-2`).
     pub fn path(name: &str) -> Option<&'static str> {

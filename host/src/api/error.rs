@@ -56,6 +56,29 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, for the API's description.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidKey,
+        ErrorCode::InvalidJson,
+        ErrorCode::InvalidRequest,
+        ErrorCode::MissingParameter,
+        ErrorCode::InvalidParameter,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::KeyConflict,
+        ErrorCode::InvalidTransition,
+        ErrorCode::RevisionRefused,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::InvalidInput,
+        ErrorCode::InvalidDocument,
+        ErrorCode::Internal,
+        ErrorCode::Unavailable,
+        ErrorCode::Misdirected,
+        ErrorCode::TooManyRequests,
+    ];
+
     /// The `snake_case` code on the wire.
     pub fn as_str(self) -> &'static str {
         match self {

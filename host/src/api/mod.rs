@@ -25,6 +25,7 @@ mod intents;
 pub(crate) use intents::parse_submission;
 mod keyed;
 mod notifications;
+pub mod openapi;
 mod ops;
 mod pagination;
 mod policies;
@@ -40,7 +41,7 @@ pub use pagination::{Cursor, DEFAULT_LIMIT, MAX_LIMIT, Page};
 use crate::context::{Context, ContextStore};
 use axum::Router;
 use axum::http::{Method, Uri};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use std::sync::Arc;
 
 /// The shared state of the router.
@@ -53,57 +54,12 @@ pub fn router<S: ContextStore>(ctx: Context<S>) -> Router {
 
 /// [`router`] over a context shared with other routers (the console).
 pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
-    let test_controls = ctx.test_controls;
-    let mut routes = Router::new()
-        .route("/v1/intents", post(intents::submit::<S>))
-        .route("/v1/intents/{key}", get(intents::by_key::<S>))
-        .route("/v1/workflows", get(workflows::list::<S>))
-        .route("/v1/workflows/{id}", get(workflows::projection::<S>))
-        .route("/v1/workflows/{id}/timeline", get(workflows::timeline::<S>))
-        .route(
-            "/v1/workflows/{id}/steps/{step}/attempts",
-            get(workflows::attempts::<S>),
-        )
-        .route(
-            "/v1/workflows/{id}/steps/{step}/{action}",
-            post(actions::act::<S>),
-        )
-        .route(
-            "/v1/workflows/{id}/cancel",
-            post(course::cancel_workflow::<S>),
-        )
-        .route(
-            "/v1/workflows/{id}/cancellation",
-            get(course::cancellation::<S>),
-        )
-        .route(
-            "/v1/workflows/{id}/revisions",
-            get(course::revisions::<S>).post(course::revise_workflow::<S>),
-        )
-        .route(
-            "/v1/workflows/{id}/replacement",
-            post(course::replace_workflow::<S>),
-        )
-        .route("/v1/workflows/{id}/budget", post(budgets::extend::<S>))
-        .route(
-            "/v1/adapters",
-            get(adapters::list::<S>).post(adapters::deploy::<S>),
-        )
-        .route("/v1/adapters/{name}/{action}", post(adapters::change::<S>))
-        .route("/v1/notifications", get(notifications::list::<S>))
-        .route(
-            "/v1/policies",
-            get(policies::list::<S>).post(policies::deploy::<S>),
-        )
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz::<S>))
-        .route("/metrics", get(ops::metrics::<S>));
-    if test_controls {
-        routes = routes
-            .route("/v1/_test/clock", post(controls::advance_clock::<S>))
-            .route("/v1/_test/ticks", get(controls::ticks::<S>));
+    let mut router = Router::new();
+    // One entry per method: the same path given twice merges its methods.
+    for (_, path, handler) in routes::<S>(ctx.test_controls) {
+        router = router.route(path, handler);
     }
-    routes
+    router
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
@@ -111,6 +67,102 @@ pub fn shared_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             guard::<S>,
         ))
         .with_state(ctx)
+}
+
+/// Every route of the API as (method, path, handler): the router is built from this list,
+/// and the OpenAPI document ([`openapi::document`]) is checked against it.
+pub fn route_table(test_controls: bool) -> Vec<(Method, &'static str)> {
+    routes::<crate::store::sqlite::SqliteStore>(test_controls)
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect()
+}
+
+type Route<S> = (Method, &'static str, MethodRouter<Ctx<S>>);
+
+fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
+    let mut routes: Vec<Route<S>> = vec![
+        (Method::POST, "/v1/intents", post(intents::submit::<S>)),
+        (Method::GET, "/v1/intents/{key}", get(intents::by_key::<S>)),
+        (Method::GET, "/v1/workflows", get(workflows::list::<S>)),
+        (
+            Method::GET,
+            "/v1/workflows/{id}",
+            get(workflows::projection::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/timeline",
+            get(workflows::timeline::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/steps/{step}/attempts",
+            get(workflows::attempts::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/steps/{step}/{action}",
+            post(actions::act::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/cancel",
+            post(course::cancel_workflow::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/cancellation",
+            get(course::cancellation::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/revisions",
+            get(course::revisions::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/revisions",
+            post(course::revise_workflow::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/replacement",
+            post(course::replace_workflow::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/budget",
+            post(budgets::extend::<S>),
+        ),
+        (Method::GET, "/v1/adapters", get(adapters::list::<S>)),
+        (Method::POST, "/v1/adapters", post(adapters::deploy::<S>)),
+        (
+            Method::POST,
+            "/v1/adapters/{name}/{action}",
+            post(adapters::change::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/notifications",
+            get(notifications::list::<S>),
+        ),
+        (Method::GET, "/v1/policies", get(policies::list::<S>)),
+        (Method::POST, "/v1/policies", post(policies::deploy::<S>)),
+        (Method::GET, "/v1/openapi.json", get(openapi::serve)),
+        (Method::GET, "/healthz", get(ops::healthz)),
+        (Method::GET, "/readyz", get(ops::readyz::<S>)),
+        (Method::GET, "/metrics", get(ops::metrics::<S>)),
+    ];
+    if test_controls {
+        routes.push((
+            Method::POST,
+            "/v1/_test/clock",
+            post(controls::advance_clock::<S>),
+        ));
+        routes.push((Method::GET, "/v1/_test/ticks", get(controls::ticks::<S>)));
+    }
+    routes
 }
 
 /// Refuses what a browser's ambient authority could send before anything else is looked

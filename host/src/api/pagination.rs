@@ -117,7 +117,7 @@ pub fn page_request<C>(
 }
 
 /// One page of a list.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Page<T> {
     pub data: Vec<T>,
     pub next_cursor: Option<String>,

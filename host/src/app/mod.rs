@@ -456,13 +456,35 @@ where
     let components = Arc::new(components);
 
     let deployments = Arc::new(Deployments::new(store.clone()));
-    deploy_dir(
-        &deployments,
-        &config.workflows,
-        components.as_ref(),
-        clock.now_ms(),
-    )
-    .await?;
+    let shipped = config.examples
+        && !config.workflows_configured
+        && !tokio::fs::try_exists(&config.workflows)
+            .await
+            .unwrap_or(true);
+    if shipped {
+        // A copied or installed binary started anywhere still runs its own examples.
+        tracing::info!(
+            "no {}/ here: deploying the definitions shipped with docket",
+            config.workflows.display()
+        );
+        deploy_texts(
+            &deployments,
+            crate::guests::SHIPPED_WORKFLOWS
+                .iter()
+                .map(|(name, text)| (format!("shipped {name}"), text.to_string())),
+            components.as_ref(),
+            clock.now_ms(),
+        )
+        .await?;
+    } else {
+        deploy_dir(
+            &deployments,
+            &config.workflows,
+            components.as_ref(),
+            clock.now_ms(),
+        )
+        .await?;
+    }
 
     // Failpoints are a test control: a stray variable must not crash a production host.
     let failpoint = crate::scheduler::failpoint_from_env();
@@ -753,35 +775,37 @@ async fn load_components<S: ComponentStore>(
     clock: &Arc<SystemClock>,
     author: &str,
 ) -> Result<(), AppError> {
-    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    // The examples are part of the binary; configured components are files.
+    let mut sources: Vec<(String, Result<Vec<u8>, String>, bool)> = Vec::new();
     if config.examples {
-        for (name, path) in crate::guests::ALL {
-            files.push((format!("the built example `{name}`"), PathBuf::from(path)));
+        for (name, bytes) in crate::guests::EMBEDDED {
+            sources.push((format!("the example `{name}`"), Ok(bytes.to_vec()), true));
         }
     }
     for path in &config.components {
-        files.push((path.display().to_string(), path.clone()));
+        let bytes = read_file(path).await.map_err(|e| e.to_string());
+        sources.push((path.display().to_string(), bytes, false));
     }
-    for (i, (origin, path)) in files.iter().enumerate() {
-        let example = config.examples && i < crate::guests::ALL.len();
-        let loaded = match read_file(path).await {
+    for (origin, bytes, example) in sources {
+        let loaded = match bytes {
             Ok(bytes) => components
                 .load_bytes(&bytes)
                 .await
                 .map(|c| (c, bytes))
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         };
         let (c, bytes) = match loaded {
             Ok(found) => found,
-            // An example that was not built is not an error; a configured file is.
+            // An example this host cannot run (its engine refuses it) is not an error; a
+            // configured file is.
             Err(e) if example => {
                 tracing::debug!("{origin} not loaded: {e}");
                 continue;
             }
             Err(cause) => {
                 return Err(AppError::Setup {
-                    context: format!("loading component {}", path.display()),
+                    context: format!("loading component {origin}"),
                     cause,
                 });
             }
@@ -872,20 +896,33 @@ async fn deploy_dir<S: DefinitionStore>(
         }
     };
     files.sort();
+    let mut texts = Vec::new();
     for file in files {
         let source = tokio::fs::read_to_string(&file)
             .await
             .setup(|| format!("reading {}", file.display()))?;
+        texts.push((file.display().to_string(), source));
+    }
+    deploy_texts(deployments, texts, env, now).await
+}
+
+/// Deploys definitions given as (origin, text), in order.
+async fn deploy_texts<S: DefinitionStore>(
+    deployments: &Deployments<S>,
+    texts: impl IntoIterator<Item = (String, String)>,
+    env: &Components,
+    now: u64,
+) -> Result<(), AppError> {
+    for (origin, source) in texts {
         let (deployed, outcome) = deployments
-            .deploy(&file.display().to_string(), &source, env, now)
+            .deploy(&origin, &source, env, now)
             .await
-            .setup(|| format!("deploying {}", file.display()))?;
+            .setup(|| format!("deploying {origin}"))?;
         tracing::info!(
-            "workflow {} v{} ({:?}) from {}",
+            "workflow {} v{} ({:?}) from {origin}",
             deployed.def.name,
             deployed.def.version,
             outcome,
-            file.display()
         );
     }
     Ok(())

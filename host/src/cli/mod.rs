@@ -10,6 +10,7 @@ mod demo;
 mod export;
 mod policy;
 mod registry;
+mod scaffold;
 pub mod serve;
 mod verify;
 mod workflow;
@@ -191,6 +192,9 @@ enum WorkflowCommand {
         #[command(flatten)]
         target: DbArgs,
     },
+    /// Print the JSON Schema of definition files (for editors: Taplo / Even Better TOML
+    /// read it from a `#:schema <path-or-url>` first line).
+    Schema,
 }
 
 /// Parses the command line and runs the command.
@@ -248,6 +252,7 @@ pub fn run() -> ExitCode {
             Command::Policy(PolicyCommand::List { target }) => {
                 policy::run(policy::Operation::List, &target.database()?).await
             }
+            Command::Workflow(WorkflowCommand::Schema) => workflow::schema().await,
             Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }

@@ -2,7 +2,7 @@
 //! (as `docket workflow deploy` is). Running hosts pick changes up within
 //! [`crate::app::REGISTRY_POLL`]; the HTTP API offers the same operations.
 
-use super::adapter::{cache_dir, resolve_component};
+use super::adapter::{cache_dir, read_component};
 use crate::app::is_postgres;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::Deployments;
@@ -100,8 +100,7 @@ async fn deploy<S: ComponentStore + DefinitionStore + Clone>(
     store: &S,
     file: &str,
 ) -> anyhow::Result<ExitCode> {
-    let path = resolve_component(file)?;
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let (origin, bytes) = read_component(file)?;
     let runtime = Runtime::new(RuntimeConfig {
         max_instances: 4,
         cache_dir: cache_dir(),
@@ -110,13 +109,13 @@ async fn deploy<S: ComponentStore + DefinitionStore + Clone>(
     let loaded = runtime
         .load(&bytes)
         .await
-        .with_context(|| format!("{} is not a component docket can run", path.display()))?;
+        .with_context(|| format!("{origin} is not a component docket can run"))?;
     // The host's grants come from its config, which this shell does not have: the steps
     // are checked for the world here, and for grants by `POST /v1/adapters`.
     let definitions = Deployments::new(store.clone()).all_latest().await?;
     let deployed = registry::deploy(store, loaded, bytes, &definitions, None, author(), now())
         .await
-        .with_context(|| format!("deploying {}", path.display()))?;
+        .with_context(|| format!("deploying {origin}"))?;
     let c = &deployed.component;
     println!(
         "{}@{} ({}) {}; activate it with `docket adapter activate {}@{}`",

@@ -19,7 +19,6 @@ use crate::sim::{Delivery, DeliveryStatus, ProviderSim, RunningSim, SimConfig};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -210,20 +209,19 @@ pub async fn verify(
     timeout_ms: u64,
     db: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let path = super::adapter::resolve_component(component)?;
+    let (origin, bytes) = super::adapter::read_component(component)?;
     let runtime = Runtime::new(RuntimeConfig {
         max_instances: 16,
         cache_dir: cache_dir(),
         ..RuntimeConfig::default()
     })?;
     let loaded = runtime
-        .load_file(&path)
+        .load(&bytes)
         .await
-        .with_context(|| format!("loading {}", path.display()))?;
+        .with_context(|| format!("loading {origin}"))?;
     let ComponentKind::Adapter { contract } = &loaded.kind else {
         bail!(
-            "{} is a handler; `adapter verify` checks the claims of adapters (handlers make none)",
-            path.display()
+            "{origin} is a handler; `adapter verify` checks the claims of adapters (handlers make none)"
         );
     };
     let contract = contract.clone();
@@ -299,7 +297,7 @@ pub async fn verify(
             1 => lost_response(&subject, &key).await?,
             2 => changed_input(&subject, &key).await,
             3 => concurrent(&subject, &key).await,
-            4 => restarted_worker(&subject, &key, &path, &grant).await?,
+            4 => restarted_worker(&subject, &key, &bytes, &grant).await?,
             5 => eventual_visibility(&subject, &contract, &key).await?,
             _ => compensation(&subject, &contract, &key).await?,
         };
@@ -427,7 +425,7 @@ async fn concurrent(s: &Subject, key: &str) -> Vec<Finding> {
 async fn restarted_worker(
     s: &Subject,
     key: &str,
-    path: &Path,
+    bytes: &[u8],
     grant: &Grant,
 ) -> anyhow::Result<Vec<Finding>> {
     let first = s.invoke(key, &s.input).await;
@@ -437,7 +435,7 @@ async fn restarted_worker(
         cache_dir: cache_dir(),
         ..RuntimeConfig::default()
     })?;
-    let loaded = runtime.load_file(path).await?;
+    let loaded = runtime.load(bytes).await?;
     let prepared = runtime.prepare(&loaded, grant, &s.settings)?;
     let second = invoke_on(&runtime, &prepared, s.env(), s.limits(), key, &s.input).await;
     let n = s.recorded(key);

@@ -1,4 +1,4 @@
-//! `docket workflow check` and `docket workflow deploy`.
+//! `docket workflow check`, `docket workflow deploy` and `docket workflow schema`.
 
 use crate::capabilities::HostPolicy;
 use crate::config::HostConfig;
@@ -43,13 +43,20 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
     })?;
     let policy: HostPolicy = config.policy.clone();
     let components = Components::new(runtime, policy);
-    for (_, path) in crate::guests::ALL {
-        let _ = components.load_file(Path::new(path)).await;
+    for (_, bytes) in crate::guests::EMBEDDED {
+        let _ = components.load_bytes(bytes).await;
     }
     for path in &config.components {
         components.load_file(path).await?;
     }
     Ok(components)
+}
+
+/// Prints the JSON Schema of definition files.
+pub async fn schema() -> anyhow::Result<ExitCode> {
+    let schema = crate::workflow::definition_schema();
+    println!("{}", serde_json::to_string_pretty(&schema)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Validates each file without a host; prints every problem with file:line:col.

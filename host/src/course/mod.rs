@@ -105,7 +105,7 @@ impl CourseStep {
 }
 
 /// What a cancellation does first, by what it finds (API.md, "Cancellation").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CancelOutcome {
     /// An effect is known to have happened: nothing new starts, and the effects the
@@ -248,7 +248,7 @@ pub fn cancel_message(
 }
 
 /// Whether an effect will be reversed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Compensability {
     WillCompensate,
@@ -257,7 +257,7 @@ pub enum Compensability {
 }
 
 /// An effect already made, and what a change of course would do to it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Consequence {
     pub step: String,
     pub external_reference: Option<String>,

@@ -154,7 +154,7 @@ impl NewEvent {
 /// Which code ran, on which input: what an attempt records at checkpoint 2 and a receipt
 /// carries, so a result can always be traced to the component version and the mapped
 /// input that produced it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Provenance {
     pub component: String,
     pub component_version: String,

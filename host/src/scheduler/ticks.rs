@@ -35,7 +35,9 @@ pub enum Tick {
 }
 
 /// A snapshot of [`Ticks`], as `GET /v1/_test/ticks` answers it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct TickCounts {
     pub claim: u64,
     pub recovery: u64,

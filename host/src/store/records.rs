@@ -379,7 +379,7 @@ pub struct AttemptFacts {
 }
 
 /// The policy version an attempt was judged by, and the decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttemptPolicy {
     pub version: u32,
     /// `allow`, `deny` or `exception` (an operator let it through).
@@ -397,7 +397,7 @@ pub struct PolicyException {
 }
 
 /// What the policy said of an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyVerdict {
     Allow,

@@ -8,7 +8,7 @@ use crate::store::{CancellationRecord, StepRecord, WorkflowRecord};
 use serde::Serialize;
 
 /// `POST …/cancel` and `GET …/cancellation`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CancellationView {
     pub cancellation_id: String,
     pub workflow_id: String,
@@ -25,7 +25,7 @@ pub struct CancellationView {
 }
 
 /// How far a cancellation has come.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CancellationProgress {
     pub workflow_state: WorkflowState,
     /// Steps whose outcome it still waits for.
@@ -37,7 +37,7 @@ pub struct CancellationProgress {
 }
 
 /// One compensation and its state.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CompensationProgress {
     pub id: String,
     pub step: String,
@@ -95,7 +95,7 @@ impl CancellationView {
 }
 
 /// A change of course the caller may ask for now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CourseActionView {
     /// `cancel` or `withdraw`.
     pub action: &'static str,
@@ -198,7 +198,7 @@ pub fn course_actions(
 }
 
 /// An input revision on the wire (`POST …/revisions` answers one; `GET` lists them).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RevisionView {
     pub input_revision: u32,
     pub prior_digest: String,

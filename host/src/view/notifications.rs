@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// One outbox row, for `GET /v1/notifications` and the console.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct NotificationView {
     /// The `webhook-id`.
     pub id: String,

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// The answer of `POST /v1/intents` and `GET /v1/intents/{key}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct IntentView {
     pub workflow_id: String,
     pub workflow: String,
@@ -45,7 +45,7 @@ impl IntentView {
 }
 
 /// `GET /v1/workflows/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct WorkflowView {
     pub workflow_id: String,
     pub workflow: String,
@@ -76,7 +76,7 @@ pub struct WorkflowView {
 }
 
 /// A workflow's deadline as people see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct DeadlineView {
     pub at: String,
     /// Waiting for a person with a fifth of the deadline or less left (recorded on the
@@ -85,21 +85,21 @@ pub struct DeadlineView {
 }
 
 /// Which policy versions a workflow met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PolicyView {
     pub at_admission: u32,
     pub current: u32,
 }
 
 /// A milestone on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct MilestoneView {
     pub name: String,
     pub reached_at: Option<String>,
 }
 
 /// One step of the projection.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StepView {
     pub id: String,
     pub label: String,
@@ -120,7 +120,7 @@ pub struct StepView {
 }
 
 /// A compensation (`<step>.compensate`), nested under the step whose effect it reverses.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CompensationView {
     pub id: String,
     pub state: StepState,
@@ -129,7 +129,7 @@ pub struct CompensationView {
 }
 
 /// The receipt that closed a step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ReceiptView {
     pub receipt_id: String,
     pub attempt_id: Option<String>,
@@ -165,7 +165,7 @@ impl From<&Receipt> for ReceiptView {
 }
 
 /// A summary in `GET /v1/workflows`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SummaryView {
     pub workflow_id: String,
     pub workflow: String,
@@ -177,7 +177,7 @@ pub struct SummaryView {
 }
 
 /// A timeline entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct TimelineView {
     pub seq: u64,
     pub at: String,
@@ -203,7 +203,7 @@ impl From<TimelineEvent> for TimelineView {
 }
 
 /// An attempt of a step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct AttemptView {
     pub attempt_id: String,
     pub number: u32,
@@ -226,7 +226,7 @@ pub struct AttemptView {
 }
 
 /// An attempt's [`Provenance`] as shown: each field `null` until it is recorded.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ProvenanceView {
     pub component: Option<String>,
     pub component_version: Option<String>,

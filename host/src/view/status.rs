@@ -89,7 +89,7 @@ pub fn join_labels(labels: &[&str]) -> String {
 }
 
 /// What a person should do next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NextAction {
     /// `review` (a step waits for a person's decision) or `input`.
     pub kind: &'static str,

@@ -93,7 +93,7 @@ impl Default for Budget {
 }
 
 /// What runs a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
     /// A pure handler component: no side effects, no capabilities.

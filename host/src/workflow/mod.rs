@@ -114,6 +114,15 @@ pub fn check(
     load(file_name, source, Some(env))
 }
 
+/// The JSON Schema (draft 2020-12) of the definition format, from the same types the
+/// parser reads: `docket workflow schema` prints it, `docs/workflow.schema.json` keeps it
+/// for editors (a definition's `#:schema` line). It checks shapes and value syntax; what
+/// needs the whole file or the host (references, cycles, components) stays [`check`]'s.
+pub fn definition_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(WorkflowToml);
+    serde_json::to_value(schema).expect("a schema is JSON")
+}
+
 /// `sha256:<hex>` of the source's bytes.
 pub fn source_digest(source: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(source.as_bytes())))

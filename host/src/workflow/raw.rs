@@ -2,89 +2,173 @@
 //!
 //! Every table denies unknown fields, scalar values with rules are validating newtypes,
 //! and values that later checks point at are `Spanned`. Nothing here is checked beyond
-//! its own value; [`super::validate`] turns these into the validated types.
+//! its own value; [`super::validate`] turns these into the validated types. The same types
+//! give the JSON Schema of the format ([`super::definition_schema`]), so an editor checks
+//! what the host will read; their doc comments are its descriptions.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 
 use super::values::{StepId, TomlDuration, TomlVersionReq, WorkflowName};
 use super::{CompensationTrigger, StepKind};
 
-/// A whole definition file.
-#[derive(Debug, Deserialize)]
+/// A JSON object written as a TOML table.
+type Table = serde_json::Map<String, serde_json::Value>;
+
+/// A workflow definition: its name and version, the input it admits, its deadline and
+/// budget, and its steps.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "docket workflow definition")]
 pub(super) struct WorkflowToml {
+    /// The workflow's name, which clients submit intents to (e.g. `document-delivery`).
+    #[schemars(with = "WorkflowName")]
     pub name: Spanned<WorkflowName>,
+    /// The definition's version, a positive integer. A changed definition needs a higher
+    /// version; running workflows keep the version they started on.
+    #[schemars(with = "u32", range(min = 1))]
     pub version: Spanned<i64>,
+    /// What the workflow does, for people.
     #[serde(default)]
     pub description: String,
+    /// How long a workflow may take from admission to its end (e.g. `"1h"`).
+    #[schemars(with = "TomlDuration")]
     pub deadline: Spanned<TomlDuration>,
+    /// Limits on what one workflow may spend; without it, the defaults.
     pub budget: Option<BudgetToml>,
+    /// A JSON Schema (written in TOML) that every intent's input must satisfy; admission
+    /// refuses any other input with `422`.
+    #[schemars(with = "Table")]
     pub input_schema: Spanned<toml::Table>,
+    /// The steps, each a handler (pure computation) or an adapter (an external side effect).
     #[serde(default)]
     pub steps: Vec<StepToml>,
 }
 
-/// `[budget]`.
-#[derive(Debug, Deserialize)]
+/// `[budget]`: what one workflow may spend, all attempts of all steps together.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct BudgetToml {
+    /// Attempts of all steps together (default 20).
+    #[schemars(with = "Option<u32>", range(min = 1))]
     pub max_attempts: Option<Spanned<i64>>,
+    /// Time spent in attempts, all steps together (default `"10m"`).
+    #[schemars(with = "Option<TomlDuration>")]
     pub max_runtime: Option<Spanned<TomlDuration>>,
+    /// Calls to the outside world (adapter attempts that reached the call) (default 10).
+    #[schemars(with = "Option<u32>", range(min = 1))]
     pub max_external_calls: Option<Spanned<i64>>,
+    /// The sum of the `cost` of each adapter call; no limit when left out.
+    #[schemars(with = "Option<u32>", range(min = 1))]
     pub max_cost: Option<Spanned<i64>>,
+    /// Recovery queries allowed once the attempts are spent, so that an unknown outcome can
+    /// still be looked up (default 3).
+    #[schemars(with = "Option<u32>")]
     pub recovery_queries: Option<Spanned<i64>>,
 }
 
 /// One `[[steps]]` table.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StepToml {
+    /// The step's stable id; attempts, receipts and the provider's idempotency keys derive
+    /// from it, so it never changes between versions.
+    #[schemars(with = "StepId")]
     pub id: Spanned<StepId>,
+    /// What people see the step as; may change between versions.
+    #[schemars(with = "String")]
     pub label: Spanned<String>,
+    /// `handler` (pure computation) or `adapter` (an external side effect).
+    #[schemars(with = "StepKind")]
     pub kind: Spanned<StepKind>,
+    /// The component that runs the step, by the name it declares.
+    #[schemars(with = "String")]
     pub component: Spanned<String>,
+    /// Which versions of the component may run it, a semver requirement (e.g. `"^1"`).
+    #[schemars(with = "TomlVersionReq")]
     pub version: Spanned<TomlVersionReq>,
+    /// Steps whose receipts this step waits for.
     #[serde(default)]
+    #[schemars(with = "Vec<StepId>")]
     pub after: Vec<Spanned<StepId>>,
+    /// The step's input: literals, and references to the intent's input (`"$input.title"`)
+    /// or to an earlier step's receipt (`"$steps.render.output.document"`,
+    /// `"$steps.deliver.external_reference"`); `"$$"` starts a literal `$`.
     #[serde(default)]
+    #[schemars(with = "Table")]
     pub input: toml::Table,
+    /// The fields of its output later steps may read.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub outputs: Vec<Spanned<String>>,
+    /// The milestone people see when the step succeeds (e.g. "Delivery verified").
+    #[schemars(with = "Option<String>")]
     pub milestone: Option<Spanned<String>>,
+    /// How long one attempt may run (default `"30s"`).
+    #[schemars(with = "Option<TomlDuration>")]
     pub timeout: Option<Spanned<TomlDuration>>,
+    /// How failed attempts are retried.
     pub retry: Option<RetryToml>,
+    /// What an adapter step may reach: hosts and secrets, within what the host allows.
     pub capabilities: Option<CapabilitiesToml>,
+    /// When and how the adapter's `compensate` undoes the step's effect.
+    #[schemars(with = "Option<CompensationToml>")]
     pub compensation: Option<Spanned<CompensationToml>>,
+    /// What one call of this adapter step costs against `budget.max_cost` (default 1).
+    #[schemars(with = "Option<u32>")]
     pub cost: Option<Spanned<i64>>,
 }
 
-/// `[steps.retry]`.
-#[derive(Debug, Deserialize)]
+/// `[steps.retry]`: exponential backoff with jitter. Whether a failure is retried at all is
+/// the adapter's typed error's kind; the deadline and the budget stop retries too.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RetryToml {
+    /// Attempts in all, the first included (default 5).
+    #[schemars(with = "Option<u32>", range(min = 1))]
     pub max_attempts: Option<Spanned<i64>>,
+    /// The wait after the first failed attempt (default `"200ms"`).
+    #[schemars(with = "Option<TomlDuration>")]
     pub initial_backoff: Option<Spanned<TomlDuration>>,
+    /// The longest wait (default `"30s"`); a provider's retry-after may be longer.
+    #[schemars(with = "Option<TomlDuration>")]
     pub max_backoff: Option<Spanned<TomlDuration>>,
+    /// Growth of the wait per failed attempt, at least 1.0 (default 2.0).
+    #[schemars(with = "Option<f64>", range(min = 1.0))]
     pub multiplier: Option<Spanned<f64>>,
+    /// The fraction of each wait randomised away, 0.0–1.0 (default 0.2).
+    #[schemars(with = "Option<f64>", range(min = 0.0, max = 1.0))]
     pub jitter: Option<Spanned<f64>>,
 }
 
-/// `[steps.capabilities]`.
-#[derive(Debug, Deserialize)]
+/// `[steps.capabilities]`: asked for by the definition, granted only where the host's
+/// `[adapters.<name>]` allows it too.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CapabilitiesToml {
+    /// `scheme://host:port`, `host:port`, or `$setting` (the host of the URL in that
+    /// adapter setting, e.g. `"$base_url"`).
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub outbound_hosts: Vec<Spanned<String>>,
+    /// Names of the secrets the component may read.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub secrets: Vec<Spanned<String>>,
 }
 
-/// `[steps.compensation]`.
-#[derive(Debug, Deserialize)]
+/// `[steps.compensation]`: the step's effect is undone by the adapter's `compensate`, as a
+/// step of its own (`<step>.compensate`). The adapter must declare compensation.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CompensationToml {
+    /// When the effect is undone.
     pub on: CompensationTrigger,
+    /// The compensation's input (references as in `input`, including this step's receipt);
+    /// without it, the step's own input.
+    #[schemars(with = "Option<Table>")]
     pub input: Option<toml::Table>,
+    /// How failed compensation attempts are retried.
     pub retry: Option<RetryToml>,
 }

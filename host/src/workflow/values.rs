@@ -259,6 +259,74 @@ impl<'de> Deserialize<'de> for TomlVersionReq {
     }
 }
 
+/// JSON Schemas of the scalar values, for [`super::definition_schema`]: the rules above as
+/// patterns, so that an editor flags what the parser would refuse.
+mod schemas {
+    use super::{StepId, TomlDuration, TomlVersionReq, WorkflowName};
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+    use std::borrow::Cow;
+
+    impl JsonSchema for WorkflowName {
+        fn schema_name() -> Cow<'static, str> {
+            "WorkflowName".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "description": "1–64 characters from a-z, 0-9 and `-`, starting with a letter, not ending with `-`",
+                "pattern": "^[a-z]([a-z0-9-]{0,62}[a-z0-9])?$",
+                "examples": ["document-delivery"]
+            })
+        }
+    }
+
+    impl JsonSchema for StepId {
+        fn schema_name() -> Cow<'static, str> {
+            "StepId".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "description": "1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter",
+                "pattern": "^[a-z][a-z0-9_-]{0,63}$",
+                "examples": ["deliver"]
+            })
+        }
+    }
+
+    impl JsonSchema for TomlDuration {
+        fn schema_name() -> Cow<'static, str> {
+            "Duration".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "description": "a duration with units, at most ten years, e.g. \"500ms\", \"5s\", \"10m\" or \"1h 30m\"",
+                "pattern": "^\\s*([0-9]+(\\.[0-9]+)?\\s*[a-zA-Zµ]+\\s*)+$",
+                "examples": ["5s", "10m", "1h 30m"]
+            })
+        }
+    }
+
+    impl JsonSchema for TomlVersionReq {
+        fn schema_name() -> Cow<'static, str> {
+            "VersionRequirement".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "description": "a semver requirement on the component's version",
+                "minLength": 1,
+                "examples": ["^1", "~1.2", ">=1.0, <2"]
+            })
+        }
+    }
+}
+
 /// Serde for [`Duration`] fields of validated types: the humantime text (`"5s"`), so a
 /// stored definition reads like its source.
 pub(super) mod duration_text {

@@ -32,6 +32,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod adoption;
 mod api;
 mod budgets;
 mod cli_adapter;
@@ -48,6 +49,7 @@ mod host_postgres;
 mod host_process;
 mod many_hosts;
 mod notifications;
+mod openapi_check;
 mod operations;
 mod operator_actions;
 #[path = "../support/test_database.rs"]

@@ -3,7 +3,9 @@
 //! exactly. Run with `DOCKET_BLESS=1` to rewrite the `.err` files after an intended
 //! change of wording, then review the diff.
 //!
-//! Also checks that the shipped `workflows/*.toml` definitions are clean.
+//! Also checks that the shipped `workflows/*.toml` definitions are clean, and that the JSON
+//! Schema of the format (`docket workflow schema`, kept at `docs/workflow.schema.json`)
+//! accepts every shipped and good definition and refuses malformed ones.
 
 use std::path::{Path, PathBuf};
 
@@ -118,6 +120,101 @@ fn shipped_definitions_check_clean() {
         if let Err(diags) = workflow::check(&shown, &source, &env()) {
             panic!("{diags}");
         }
+    }
+}
+
+/// The schema as committed for editors; it must be what the code generates.
+fn committed_schema() -> serde_json::Value {
+    let path = manifest_dir().join("../docs/workflow.schema.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = workflow::definition_schema();
+    let expected = format!("{}\n", serde_json::to_string_pretty(&generated).unwrap());
+    if std::env::var("DOCKET_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &expected).unwrap();
+        return generated;
+    }
+    assert!(
+        text == expected,
+        "docs/workflow.schema.json is not what `docket workflow schema` prints; run \
+         `cargo run -- workflow schema > docs/workflow.schema.json` (or DOCKET_BLESS=1)"
+    );
+    generated
+}
+
+/// A definition file as the JSON its schema speaks about.
+fn as_json(source: &str) -> serde_json::Value {
+    let table: toml::Table = toml::from_str(source).expect("TOML");
+    serde_json::to_value(table).unwrap()
+}
+
+#[test]
+fn shipped_and_good_definitions_satisfy_the_schema_editors_read() {
+    let schema = committed_schema();
+    assert_eq!(
+        schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+        "{schema}"
+    );
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let shipped = files(&manifest_dir().join("../workflows"), "toml");
+    let good = files(&manifest_dir().join("tests/good"), "toml");
+    assert!(good.len() >= 2, "no good definitions in tests/good");
+    for path in shipped.iter().chain(&good) {
+        let source = std::fs::read_to_string(path).unwrap();
+        let shown = path.display().to_string();
+        // The line editors (Taplo / Even Better TOML) take the schema from.
+        let first = source.lines().next().unwrap_or_default();
+        let target = first
+            .strip_prefix("#:schema ")
+            .unwrap_or_else(|| panic!("{shown} does not start with a `#:schema` line"));
+        let resolved = path.parent().unwrap().join(target);
+        assert!(
+            resolved.canonicalize().ok()
+                == manifest_dir()
+                    .join("../docs/workflow.schema.json")
+                    .canonicalize()
+                    .ok(),
+            "{shown}: `#:schema {target}` does not lead to docs/workflow.schema.json"
+        );
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json(&source))
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{shown}: {errors:#?}");
+        // …and the parser agrees: good definitions are good.
+        if let Err(diags) = workflow::parse(&shown, &source) {
+            panic!("{diags}");
+        }
+    }
+}
+
+#[test]
+fn the_schema_refuses_what_the_parser_refuses_for_its_shape() {
+    let validator = jsonschema::validator_for(&workflow::definition_schema()).unwrap();
+    // Golden cases whose mistake is the shape or the syntax of a value: an editor shows
+    // each as the parser would.
+    for name in [
+        "bad_duration",
+        "duration_without_unit",
+        "bad_step_id",
+        "bad_workflow_name",
+        "missing_field",
+        "unknown_step_field",
+        "unknown_top_level_field",
+        "unknown_kind",
+        "missing_top_level_field",
+        "input_not_a_table",
+    ] {
+        let path = manifest_dir().join(format!("tests/ui/{name}.toml"));
+        let source =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            workflow::parse(name, &source).is_err(),
+            "{name} parses; it is not a bad case"
+        );
+        assert!(
+            !validator.is_valid(&as_json(&source)),
+            "the schema accepts tests/ui/{name}.toml, which the parser refuses"
+        );
     }
 }
 

@@ -420,7 +420,8 @@ impl HostProcess {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
+        let (status, body) = checked("POST", r).await;
+        (status, body.expect("a JSON answer"))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
@@ -430,7 +431,8 @@ impl HostProcess {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+        let (status, body) = checked("GET", r).await;
+        (status, body.unwrap_or(Value::Null))
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -441,7 +443,8 @@ impl HostProcess {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+        let (status, body) = checked("POST", r).await;
+        (status, body.unwrap_or(Value::Null))
     }
 
     /// A POST with an `Idempotency-Key`.
@@ -454,7 +457,8 @@ impl HostProcess {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+        let (status, body) = checked("POST", r).await;
+        (status, body.unwrap_or(Value::Null))
     }
 
     /// Polls a workflow until its state is one of `states`.
@@ -527,6 +531,20 @@ impl Drop for HostProcess {
 }
 
 /// The last `lines` lines of `text`.
+/// The status and JSON body (`None`: empty or not JSON) of an answer from the host's API,
+/// held against its OpenAPI document.
+async fn checked(method: &str, r: reqwest::Response) -> (u16, Option<Value>) {
+    let status = r.status().as_u16();
+    let path = match r.url().query() {
+        Some(q) => format!("{}?{q}", r.url().path()),
+        None => r.url().path().to_string(),
+    };
+    let text = r.text().await.unwrap_or_default();
+    let body = serde_json::from_str::<Value>(&text).ok();
+    crate::openapi_check::check(method, &path, status, body.as_ref());
+    (status, body)
+}
+
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

@@ -222,6 +222,14 @@ pub async fn answer(response: reqwest::Response) -> Answer {
     }
 }
 
+/// [`answer`], held against the API's OpenAPI document.
+pub async fn checked_answer(method: &str, response: reqwest::Response) -> Answer {
+    let path = response.url().path().to_string();
+    let answer = answer(response).await;
+    crate::openapi_check::check(method, &path, answer.status.as_u16(), Some(&answer.body));
+    answer
+}
+
 impl Host {
     /// `POST /v1/intents` with a raw body.
     pub async fn post_raw(
@@ -241,7 +249,7 @@ impl Host {
         if let Some(k) = key {
             request = request.header("Idempotency-Key", k);
         }
-        answer(request.send().await.unwrap()).await
+        checked_answer("POST", request.send().await.unwrap()).await
     }
 
     /// `POST /v1/intents` for the `letters` workflow.
@@ -255,7 +263,7 @@ impl Host {
         if let Some(t) = token {
             request = request.bearer_auth(t);
         }
-        answer(request.send().await.unwrap()).await
+        checked_answer("GET", request.send().await.unwrap()).await
     }
 
     pub async fn advance(&self, ms: u64) -> Answer {
@@ -263,7 +271,7 @@ impl Host {
             .http
             .post(format!("{}/v1/_test/clock", self.base))
             .json(&json!({"advance_ms": ms}));
-        answer(request.send().await.unwrap()).await
+        checked_answer("POST", request.send().await.unwrap()).await
     }
 
     /// Runs every ready step to success, as the scheduler would, until none is left.
