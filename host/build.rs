@@ -26,6 +26,8 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
         "http-delivery",
         "other-namespace",
     ),
+    ("ledger", "ledger", ""),
+    ("ledger-lying", "ledger", "lying"),
     ("noop", "noop", ""),
     ("validate-document", "validate-document", ""),
     ("render-document", "render-document", ""),

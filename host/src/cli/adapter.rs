@@ -41,13 +41,18 @@ pub enum AdapterCommand {
     /// Run one call of a component and print its typed result.
     Invoke(InvokeArgs),
     /// Check, claim by claim, that an adapter's declared idempotency, query and compensation
-    /// hold against the provider simulator (duplicate request, response lost after commit,
-    /// changed input under one key, two attempts at once, a restarted worker, eventual
-    /// visibility, compensating twice under one key, a compensation's answer lost). Exits
-    /// non-zero when a declared claim does not hold.
+    /// hold against a provider — the built-in simulator, or the one `verify.toml` names —
+    /// through docket's egress (duplicate request, response lost after commit, changed input
+    /// under one key, two attempts at once, a request delivered twice, a restarted worker,
+    /// eventual visibility (simulator only), compensating twice, a compensation's answer
+    /// lost). Exits non-zero when a declared claim does not hold.
     Verify {
         /// A `.wasm` component, or the name of a built example (e.g. `http-delivery`).
         component: String,
+        /// The sample inputs and the provider (default: `./verify.toml` when there is one;
+        /// without it, the simulator and the reference delivery protocol's inputs).
+        #[arg(long)]
+        file: Option<PathBuf>,
         /// Deadline of each call.
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
@@ -139,9 +144,10 @@ pub async fn run(cmd: AdapterCommand) -> anyhow::Result<ExitCode> {
         AdapterCommand::Invoke(args) => invoke(args).await,
         AdapterCommand::Verify {
             component,
+            file,
             timeout_ms,
             db,
-        } => super::verify::verify(&component, timeout_ms, db.as_deref()).await,
+        } => super::verify::verify(&component, timeout_ms, db.as_deref(), file.as_deref()).await,
         AdapterCommand::Deploy { component, target } => {
             let op = super::registry::Operation::Deploy(component);
             super::registry::run(op, &target.database()?).await

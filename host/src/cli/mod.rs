@@ -148,6 +148,16 @@ enum Command {
         #[command(flatten)]
         target: DbArgs,
     },
+    /// The ledger simulator: a second provider protocol (entries, lookup by reference,
+    /// reversals), which the `ledger` example adapter speaks.
+    SimLedger {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8091")]
+        listen: SocketAddr,
+        /// The `X-Api-Key` the ledger expects.
+        #[arg(long, default_value = crate::sim::ledger::DEFAULT_KEY)]
+        key: String,
+    },
     /// Run the provider simulator: the reference delivery protocol with fault injection.
     SimProvider {
         /// Address to listen on.
@@ -266,6 +276,7 @@ pub fn run() -> ExitCode {
                 token,
                 faults,
             } => sim_provider(listen, token, faults).await,
+            Command::SimLedger { listen, key } => sim_ledger(listen, key).await,
         }
     });
     match result {
@@ -275,6 +286,15 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn sim_ledger(listen: SocketAddr, key: String) -> anyhow::Result<ExitCode> {
+    let ledger = crate::sim::ledger::start(&key, listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    println!("ledger simulator listening on {}", ledger.base_url());
+    tokio::signal::ctrl_c().await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn sim_provider(

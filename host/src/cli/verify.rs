@@ -1,12 +1,16 @@
 //! `docket adapter verify FILE.wasm`: checks, claim by claim, that what an adapter declares
-//! (idempotency, query, compensation) holds when driven against the provider simulator.
+//! (idempotency, query, compensation) holds when it is driven against a provider — docket's
+//! built-in simulator by default, or the author's own sandbox named in `verify.toml`.
 //!
-//! The adapter runs in the real runtime under a grant to the simulator only: every
-//! `$setting` destination it declares points at the simulator, every secret it declares gets
-//! the simulator's token. Each scenario then compares what the adapter answered with the
-//! simulator's own record — the ground truth — so an adapter that claims idempotency but
-//! never sends its key is caught by the duplicate it leaves behind. A claim the adapter does
-//! not make is reported as such and not held against it.
+//! The adapter runs in the real runtime under a grant to that provider only, and every
+//! scenario goes through the runtime's egress tap ([`crate::runtime::EgressTap`]), which can
+//! lose a response after the provider answered, hold requests so that two attempts meet, and
+//! deliver one request twice. The verdicts use only what the adapter itself observes — the
+//! reference each answer names, what its own `query` finds, the kind of each error — with
+//! the provider's answers, as the tap saw them, printed as evidence. So the same command
+//! judges any adapter of any protocol, and an adapter that claims idempotency but never
+//! sends its key is caught by the second reference it is given. A claim the adapter does not
+//! make is reported as such and not held against it.
 
 use super::adapter::cache_dir;
 use crate::capabilities::{Grant, HostRule, SecretSource};
@@ -14,13 +18,18 @@ use crate::clock::SystemClock;
 use crate::contract::{
     CompensationRequest, Contract, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
 };
-use crate::runtime::{CallEnv, CallLimits, ComponentKind, Prepared, Runtime, RuntimeConfig};
-use crate::sim::{Delivery, DeliveryStatus, ProviderSim, RunningSim, SimConfig};
+use crate::runtime::{
+    CallEnv, CallLimits, ComponentKind, EgressTap, Prepared, Runtime, RuntimeConfig, TapAction,
+    TappedAnswer, TappedRequest,
+};
+use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One claim an adapter can make.
@@ -57,13 +66,147 @@ struct Finding {
     detail: String,
 }
 
-/// The adapter under test, wired to the simulator.
+/// `verify.toml`: the sample inputs and, optionally, the provider to verify against.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyFile {
+    /// A request the adapter should accept.
+    input: toml::Table,
+    /// A different request: sent under a used key, it must be refused as a conflict.
+    other_input: Option<toml::Table>,
+    /// The provider; without it, the built-in simulator.
+    provider: Option<ProviderFile>,
+}
+
+/// `[provider]` of `verify.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderFile {
+    /// What every destination named by a setting (`$base_url`) points at.
+    url: String,
+    /// Destinations to grant besides `url`.
+    #[serde(default)]
+    hosts: Vec<String>,
+    /// Other settings the adapter reads.
+    #[serde(default)]
+    settings: BTreeMap<String, String>,
+    /// Secret values by name; `"$NAME"` reads the environment variable `NAME`.
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+    /// Whether names may resolve to private addresses (a sandbox on the local network).
+    #[serde(default)]
+    allow_private: bool,
+}
+
+/// The tap's record: what the provider answered, and what to do with the next requests.
+#[derive(Debug, Default)]
+struct Wire {
+    mode: Mode,
+    answers: Vec<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+enum Mode {
+    #[default]
+    Pass,
+    /// Lose the answer to the next request.
+    DropNext,
+    /// Deliver the next request twice.
+    ReplayNext,
+    /// Hold each request until the other of a pair arrives (or a while passes).
+    Pair(Arc<tokio::sync::Barrier>),
+}
+
+/// The egress tap of a verification.
+#[derive(Debug, Default)]
+struct Tap(Mutex<Wire>);
+
+impl Tap {
+    fn set(&self, mode: Mode) {
+        self.0.lock().unwrap().mode = mode;
+    }
+
+    /// The provider's answers since the last call, as evidence.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.lock().unwrap().answers)
+    }
+}
+
+/// How much of an answer's body the evidence shows.
+const EXCERPT: usize = 90;
+
+impl EgressTap for Tap {
+    fn request(&self, _: &TappedRequest) -> TapAction {
+        let mut wire = self.0.lock().unwrap();
+        match wire.mode.clone() {
+            Mode::Pass => TapAction::Pass,
+            Mode::DropNext => {
+                wire.mode = Mode::Pass;
+                TapAction::DropAnswer
+            }
+            Mode::ReplayNext => {
+                wire.mode = Mode::Pass;
+                TapAction::Replay
+            }
+            Mode::Pair(barrier) => TapAction::Hold(Box::pin(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(3), barrier.wait()).await;
+            })),
+        }
+    }
+
+    fn answered(&self, request: &TappedRequest, answer: &TappedAnswer, delivered: bool) {
+        let path = request
+            .url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or(&request.url);
+        let said = match answer.status {
+            Some(status) => {
+                let body = String::from_utf8_lossy(&answer.body);
+                let body: String = body.chars().take(EXCERPT).collect();
+                format!("{status} {body}")
+            }
+            None => answer.error.clone().unwrap_or_default(),
+        };
+        let lost = if delivered { "" } else { " [not passed on]" };
+        self.0
+            .lock()
+            .unwrap()
+            .answers
+            .push(format!("{} {path} → {said}{lost}", request.method));
+    }
+}
+
+/// Where the adapter is pointed.
+enum Target {
+    Simulator(RunningSim),
+    Provider(String),
+}
+
+impl Target {
+    fn url(&self) -> String {
+        match self {
+            Target::Simulator(sim) => sim.base_url(),
+            Target::Provider(url) => url.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Target::Simulator(sim) => format!("the provider simulator at {}", sim.base_url()),
+            Target::Provider(url) => format!("the provider at {url}"),
+        }
+    }
+}
+
+/// The adapter under test, wired to its provider through the tap.
 struct Subject {
     runtime: Runtime,
     prepared: Arc<Prepared>,
     settings: Arc<BTreeMap<String, String>>,
     secrets: Arc<SecretSource>,
-    sim: RunningSim,
+    tap: Arc<Tap>,
+    target: Target,
     timeout: Duration,
     input: String,
     other_input: String,
@@ -86,7 +229,7 @@ impl Subject {
         }
     }
 
-    async fn invoke(&self, key: &str, input: &str) -> Result<PluginReceipt, String> {
+    async fn invoke(&self, key: &str, input: &str) -> Result<PluginReceipt, Failure> {
         invoke_on(
             &self.runtime,
             &self.prepared,
@@ -105,7 +248,7 @@ impl Subject {
             .await;
         match report.outcome {
             Ok(Ok(lookup)) => Ok(lookup),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(describe_error(&e)),
             Err(f) => Err(f.to_string()),
         }
     }
@@ -116,7 +259,7 @@ impl Subject {
         key: &str,
         original: &PluginReceipt,
         attempt: u32,
-    ) -> Result<PluginReceipt, String> {
+    ) -> Result<PluginReceipt, Failure> {
         let request = CompensationRequest {
             idempotency_key: key.to_string(),
             input: self.input.clone(),
@@ -129,32 +272,43 @@ impl Subject {
             .await;
         match report.outcome {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(describe_error(&e)),
-            Err(f) => Err(f.to_string()),
+            Ok(Err(e)) => Err(Failure::of(&e)),
+            Err(f) => Err(Failure::call(f.to_string())),
         }
     }
 
-    /// The provider's record of the delivery with this id.
-    fn delivery(&self, id: &str) -> Option<Delivery> {
-        self.sim.sim().world().into_iter().find(|d| d.id == id)
+    /// The provider's answers since the last look, as one line of evidence.
+    fn evidence(&self) -> String {
+        let answers = self.tap.take();
+        if answers.is_empty() {
+            "the provider was not asked".into()
+        } else {
+            format!("provider: {}", answers.join("; "))
+        }
+    }
+}
+
+/// A call that did not give a receipt: the adapter's typed error, or the call's failure.
+#[derive(Debug, Clone)]
+struct Failure {
+    /// `outcome_unknown`, `idempotency_conflict`, …; empty for a failed call.
+    kind: String,
+    text: String,
+}
+
+impl Failure {
+    fn of(e: &EffectError) -> Self {
+        Self {
+            kind: e.kind().to_string(),
+            text: describe_error(e),
+        }
     }
 
-    /// Deliveries the provider recorded for this reference.
-    fn recorded(&self, key: &str) -> usize {
-        self.sim
-            .sim()
-            .world()
-            .iter()
-            .filter(|d| d.client_reference == key)
-            .count()
-    }
-
-    fn faults(&self, patch: serde_json::Value) -> anyhow::Result<()> {
-        self.sim
-            .sim()
-            .set_faults(patch)
-            .map_err(|e| anyhow::anyhow!("setting the simulator's faults: {e}"))?;
-        Ok(())
+    fn call(text: String) -> Self {
+        Self {
+            kind: String::new(),
+            text,
+        }
     }
 }
 
@@ -165,7 +319,7 @@ async fn invoke_on(
     limits: CallLimits,
     key: &str,
     input: &str,
-) -> Result<PluginReceipt, String> {
+) -> Result<PluginReceipt, Failure> {
     let request = EffectRequest {
         idempotency_key: key.to_string(),
         input: input.to_string(),
@@ -177,8 +331,8 @@ async fn invoke_on(
         .outcome
     {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(describe_error(&e)),
-        Err(f) => Err(f.to_string()),
+        Ok(Err(e)) => Err(Failure::of(&e)),
+        Err(f) => Err(Failure::call(f.to_string())),
     }
 }
 
@@ -186,8 +340,9 @@ fn describe_error(e: &EffectError) -> String {
     format!("{} ({})", e, e.kind())
 }
 
-/// The sample input of the reference delivery protocol, and a different one.
-fn sample_inputs() -> (String, String) {
+/// The sample inputs of the reference delivery protocol, for an adapter verified without a
+/// `verify.toml` (the examples speak it).
+fn default_inputs() -> (String, String) {
     let doc = |text: &str| {
         serde_json::json!({
             "recipient": "verify@example.com",
@@ -202,19 +357,50 @@ fn sample_inputs() -> (String, String) {
     )
 }
 
-/// Runs every scenario and prints the table; non-zero exit if a declared claim failed.
-/// Verifies `component`; with `db`, records the verdicts there for the console.
+/// Reads `verify.toml`, naming what is wrong in it.
+fn read_file(path: &Path) -> anyhow::Result<VerifyFile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The value of a secret given in `verify.toml`.
+fn secret_value(name: &str, given: &str) -> anyhow::Result<String> {
+    match given.strip_prefix('$') {
+        Some(var) => std::env::var(var).with_context(|| {
+            format!("verify.toml gives secret `{name}` as `${var}`, but {var} is not set")
+        }),
+        None => Ok(given.to_string()),
+    }
+}
+
+/// Verifies `component` against the provider of `file` (default: `./verify.toml` when there
+/// is one, else the built-in simulator with the reference protocol's inputs); prints the
+/// table; exits non-zero if a declared claim failed. With `db`, records the verdicts there
+/// for the console.
 pub async fn verify(
     component: &str,
     timeout_ms: u64,
     db: Option<&str>,
+    file: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
+    let file = match file {
+        Some(path) => Some(read_file(path)?),
+        None if Path::new("verify.toml").is_file() => {
+            println!("using ./verify.toml");
+            Some(read_file(Path::new("verify.toml"))?)
+        }
+        None => None,
+    };
     let (origin, bytes) = super::adapter::read_component(component)?;
-    let runtime = Runtime::new(RuntimeConfig {
-        max_instances: 16,
+    let tap = Arc::new(Tap::default());
+    let config = |max_instances| RuntimeConfig {
+        max_instances,
         cache_dir: cache_dir(),
+        tap: Some(tap.clone() as Arc<dyn EgressTap>),
         ..RuntimeConfig::default()
-    })?;
+    };
+    let runtime = Runtime::new(config(16))?;
     let loaded = runtime
         .load(&bytes)
         .await
@@ -225,45 +411,81 @@ pub async fn verify(
         );
     };
     let contract = contract.clone();
-    let sim = ProviderSim::start(
-        SimConfig::new(SimConfig::DEFAULT_TOKEN),
-        "127.0.0.1:0".parse()?,
-    )
-    .await
-    .context("starting the provider simulator")?;
-    let base = sim.base_url();
-    // Every declared destination that names a setting points at the simulator.
-    let mut settings = BTreeMap::new();
+    let (input, other_input) = match &file {
+        Some(f) => {
+            let other = f.other_input.clone().unwrap_or_else(|| {
+                let mut other = f.input.clone();
+                other.insert("docket_verify_other".into(), toml::Value::Boolean(true));
+                other
+            });
+            (
+                serde_json::to_string(&f.input)?,
+                serde_json::to_string(&other)?,
+            )
+        }
+        None => default_inputs(),
+    };
+    let provider = file.as_ref().and_then(|f| f.provider.as_ref());
+    let target = match provider {
+        Some(p) => Target::Provider(p.url.trim_end_matches('/').to_string()),
+        None => Target::Simulator(
+            ProviderSim::start(
+                SimConfig::new(SimConfig::DEFAULT_TOKEN),
+                "127.0.0.1:0".parse()?,
+            )
+            .await
+            .context("starting the provider simulator")?,
+        ),
+    };
+    let url = target.url();
+    // Every declared destination that names a setting points at the provider.
+    let mut settings = provider.map(|p| p.settings.clone()).unwrap_or_default();
     for host in &contract.capabilities.outbound_hosts {
         match host.strip_prefix('$') {
             Some(setting) => {
-                settings.insert(setting.to_string(), base.clone());
+                settings.insert(setting.to_string(), url.clone());
             }
+            None if provider.is_some() => {}
             None => bail!(
-                "{} declares the fixed destination `{host}`; `adapter verify` can only point \
-                 destinations named by a setting (`$name`) at the simulator",
+                "{} declares the fixed destination `{host}`; to verify it, name the provider                  in verify.toml ([provider] url and hosts)",
                 contract.name
             ),
         }
     }
-    let secrets: Vec<(String, String)> = contract
-        .capabilities
-        .secrets
-        .iter()
-        .map(|s| (s.clone(), SimConfig::DEFAULT_TOKEN.to_string()))
-        .collect();
-    let grant = Grant::new(
-        vec![base.parse::<HostRule>()?],
-        secrets.iter().map(|(k, _)| k.clone()),
-    );
+    let mut secrets = Vec::new();
+    for name in &contract.capabilities.secrets {
+        let value = match provider {
+            None => SimConfig::DEFAULT_TOKEN.to_string(),
+            Some(p) => match p.secrets.get(name) {
+                Some(given) => secret_value(name, given)?,
+                None => bail!(
+                    "{} reads the secret `{name}`; give it in verify.toml: [provider] secrets = {{ {name} = \"…\" }}",
+                    contract.name
+                ),
+            },
+        };
+        secrets.push((name.clone(), value));
+    }
+    let mut hosts = vec![
+        url.parse::<HostRule>()
+            .with_context(|| format!("the provider URL `{url}`"))?,
+    ];
+    for host in provider.map(|p| p.hosts.as_slice()).unwrap_or_default() {
+        hosts.push(
+            host.parse::<HostRule>()
+                .with_context(|| format!("verify.toml hosts: `{host}`"))?,
+        );
+    }
+    let grant = Grant::new(hosts, secrets.iter().map(|(k, _)| k.clone()))
+        .allowing_private(provider.is_some_and(|p| p.allow_private));
     let prepared = runtime.prepare(&loaded, &grant, &settings)?;
-    let (input, other_input) = sample_inputs();
     let subject = Subject {
         runtime,
         prepared,
         settings: Arc::new(settings),
         secrets: Arc::new(SecretSource::from_pairs(secrets)),
-        sim,
+        tap: tap.clone(),
+        target,
         timeout: Duration::from_millis(timeout_ms),
         input,
         other_input,
@@ -271,17 +493,22 @@ pub async fn verify(
     };
 
     println!(
-        "verifying {}@{} ({}) against the provider simulator at {base}",
-        contract.name, contract.version, loaded.digest
+        "verifying {}@{} ({}) against {}",
+        contract.name,
+        contract.version,
+        loaded.digest,
+        subject.target.describe()
     );
-    let scenarios: [&str; 7] = [
-        "duplicate request",
-        "response lost after commit",
-        "changed input under one key",
-        "two attempts at once",
-        "a restarted worker",
-        "eventual visibility in lookups",
-        "compensation",
+    let scenarios: [&str; 9] = [
+        DUPLICATE,
+        LOST,
+        CHANGED,
+        CONCURRENT,
+        TWICE_DELIVERED,
+        RESTARTED,
+        VISIBILITY,
+        COMPENSATED_TWICE,
+        COMPENSATION_LOST,
     ];
     let bar = ProgressBar::new(scenarios.len() as u64);
     bar.set_style(
@@ -291,15 +518,22 @@ pub async fn verify(
     let mut findings = Vec::new();
     for (i, name) in scenarios.iter().enumerate() {
         bar.set_message(name.to_string());
-        let key = format!("verify-{i}-{}", std::process::id());
-        let found = match i {
-            0 => duplicate_request(&subject, &key).await,
-            1 => lost_response(&subject, &key).await?,
-            2 => changed_input(&subject, &key).await,
-            3 => concurrent(&subject, &key).await,
-            4 => restarted_worker(&subject, &key, &bytes, &grant).await?,
-            5 => eventual_visibility(&subject, &contract, &key).await?,
-            _ => compensation(&subject, &contract, &key).await?,
+        let key = format!("verify-{i}-{}-{}", std::process::id(), now_ms());
+        subject.tap.set(Mode::Pass);
+        subject.tap.take();
+        let found = match *name {
+            DUPLICATE => duplicate_request(&subject, &key).await,
+            LOST => lost_response(&subject, &contract, &key).await,
+            CHANGED => changed_input(&subject, &key).await,
+            CONCURRENT => concurrent(&subject, &key).await,
+            TWICE_DELIVERED => delivered_twice(&subject, &key).await,
+            RESTARTED => {
+                let fresh = Runtime::new(config(4))?;
+                restarted_worker(&subject, &key, &fresh, &bytes, &grant).await?
+            }
+            VISIBILITY => eventual_visibility(&subject, &contract, &key).await?,
+            COMPENSATED_TWICE => compensated_twice(&subject, &contract, &key).await,
+            _ => compensation_lost(&subject, &contract, &key).await,
         };
         findings.extend(found);
         bar.inc(1);
@@ -314,15 +548,29 @@ pub async fn verify(
             passed: code == ExitCode::SUCCESS,
             verdicts,
             author: super::registry::author(),
-            verified_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis() as u64,
+            verified_at: now_ms(),
         };
         super::registry::record_verification(db, verification).await?;
         println!("recorded in {}", crate::store::without_password(db));
     }
     Ok(code)
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+const DUPLICATE: &str = "duplicate request";
+const LOST: &str = "response lost after commit";
+const CHANGED: &str = "changed input under one key";
+const CONCURRENT: &str = "two attempts at once";
+const TWICE_DELIVERED: &str = "a request delivered twice";
+const RESTARTED: &str = "a restarted worker";
+const VISIBILITY: &str = "eventual visibility in lookups";
+const COMPENSATED_TWICE: &str = "compensating twice, one key";
+const COMPENSATION_LOST: &str = "compensation answer lost";
 
 fn finding(claim: Claim, scenario: &'static str, held: bool, detail: String) -> Finding {
     Finding {
@@ -333,91 +581,132 @@ fn finding(claim: Claim, scenario: &'static str, held: bool, detail: String) -> 
     }
 }
 
+/// Both answers name one effect.
+fn same_reference(a: &Result<PluginReceipt, Failure>, b: &Result<PluginReceipt, Failure>) -> bool {
+    matches!((a, b), (Ok(a), Ok(b)) if a.external_reference == b.external_reference)
+}
+
 async fn duplicate_request(s: &Subject, key: &str) -> Vec<Finding> {
     let first = s.invoke(key, &s.input).await;
     let second = s.invoke(key, &s.input).await;
-    let n = s.recorded(key);
-    let same =
-        matches!((&first, &second), (Ok(a), Ok(b)) if a.external_reference == b.external_reference);
     vec![finding(
         Claim::Idempotency,
-        "duplicate request",
-        n == 1 && same,
+        DUPLICATE,
+        same_reference(&first, &second),
         format!(
-            "the same request twice under one key: {} recorded, answers {} and {}",
-            deliveries(n),
+            "the same request twice under one key: {} then {}; {}",
             brief(&first),
-            brief(&second)
+            brief(&second),
+            s.evidence()
         ),
     )]
 }
 
-async fn lost_response(s: &Subject, key: &str) -> anyhow::Result<Vec<Finding>> {
-    s.faults(serde_json::json!({"lose_next": 1}))?;
+/// The provider commits and its answer is lost: the adapter must say the outcome is
+/// unknown; its `query` must find the effect; a retry under the key must name the effect the
+/// provider made (the one its lost answer named, or the one the lookup found).
+async fn lost_response(s: &Subject, contract: &Contract, key: &str) -> Vec<Finding> {
+    s.tap.set(Mode::DropNext);
     let lost = s.invoke(key, &s.input).await;
-    s.faults(serde_json::json!({"lose_next": 0}))?;
-    let mut out = Vec::new();
+    let lost_answers = s.tap.take();
+    let lost_text = lost_answers.join("; ");
+    let unknown = matches!(&lost, Err(f) if f.kind == "outcome_unknown");
     let lookup = s.query(key).await;
-    out.push(finding(
-        Claim::Query,
-        "response lost after commit",
-        matches!(
-            lookup,
-            Ok(Lookup::Found {
-                status: EffectStatus::InEffect,
-                ..
-            })
-        ),
-        format!(
-            "the provider committed, the answer was lost ({}); lookup by reference: {}",
-            brief(&lost),
-            brief_lookup(&lookup)
-        ),
-    ));
+    let found = match &lookup {
+        Ok(Lookup::Found {
+            receipt,
+            status: EffectStatus::InEffect,
+            ..
+        }) => Some(receipt.external_reference.clone()),
+        _ => None,
+    };
+    let query_evidence = s.evidence();
+    let mut out = Vec::new();
+    if contract.query.supported {
+        out.push(finding(
+            Claim::Query,
+            LOST,
+            unknown && found.is_some(),
+            format!(
+                "the answer was lost ({}); lookup by the key: {}; provider: {lost_text}; {query_evidence}",
+                brief(&lost),
+                brief_lookup(&lookup)
+            ),
+        ));
+    }
     let again = s.invoke(key, &s.input).await;
-    let n = s.recorded(key);
+    let names_the_effect = match &again {
+        Ok(r) => match &found {
+            Some(reference) => *reference == r.external_reference,
+            None => lost_text.contains(&r.external_reference),
+        },
+        Err(_) => false,
+    };
     out.push(finding(
         Claim::Idempotency,
-        "response lost after commit",
-        n == 1 && again.is_ok(),
+        LOST,
+        unknown && names_the_effect,
         format!(
-            "retried with the same key: {}, {} recorded",
+            "after the lost answer ({}), the same key again: {}; {}",
+            brief(&lost),
             brief(&again),
-            deliveries(n)
+            s.evidence()
         ),
     ));
-    Ok(out)
+    out
 }
 
 async fn changed_input(s: &Subject, key: &str) -> Vec<Finding> {
     let first = s.invoke(key, &s.input).await;
     let changed = s.invoke(key, &s.other_input).await;
-    let n = s.recorded(key);
-    let refused = matches!(&changed, Err(e) if e.contains("idempotency_conflict"));
+    let refused = matches!(&changed, Err(f) if f.kind == "idempotency_conflict");
     vec![finding(
         Claim::Idempotency,
-        "changed input under one key",
-        first.is_ok() && refused && n == 1,
+        CHANGED,
+        first.is_ok() && refused,
         format!(
-            "another request under a used key: {}, {} recorded",
+            "another request under a used key: {}; {}",
             brief(&changed),
-            deliveries(n)
+            s.evidence()
         ),
     )]
 }
 
+/// Two attempts held at the egress until both have sent, then let through together.
 async fn concurrent(s: &Subject, key: &str) -> Vec<Finding> {
+    s.tap
+        .set(Mode::Pair(Arc::new(tokio::sync::Barrier::new(2))));
     let (a, b) = tokio::join!(s.invoke(key, &s.input), s.invoke(key, &s.input));
-    let n = s.recorded(key);
+    s.tap.set(Mode::Pass);
     vec![finding(
         Claim::Idempotency,
-        "two attempts at once",
-        n == 1,
+        CONCURRENT,
+        same_reference(&a, &b),
         format!(
-            "two calls at once under one key: {} and {}, {} recorded",
+            "two calls at once under one key: {} and {}; {}",
             brief(&a),
             brief(&b),
-            deliveries(n)
+            s.evidence()
+        ),
+    )]
+}
+
+/// The network delivers the request twice; the adapter hears the second answer, which
+/// must name the effect the first one made.
+async fn delivered_twice(s: &Subject, key: &str) -> Vec<Finding> {
+    s.tap.set(Mode::ReplayNext);
+    let answer = s.invoke(key, &s.input).await;
+    let answers = s.tap.take();
+    let first = answers.first().cloned().unwrap_or_default();
+    let held = matches!(&answer, Ok(r) if first.contains(&r.external_reference));
+    vec![finding(
+        Claim::Idempotency,
+        TWICE_DELIVERED,
+        held,
+        format!(
+            "one request delivered twice: the adapter heard {}; provider: {}",
+            brief(&answer),
+            answers.join("; ")
         ),
     )]
 }
@@ -425,42 +714,50 @@ async fn concurrent(s: &Subject, key: &str) -> Vec<Finding> {
 async fn restarted_worker(
     s: &Subject,
     key: &str,
+    runtime: &Runtime,
     bytes: &[u8],
     grant: &Grant,
 ) -> anyhow::Result<Vec<Finding>> {
     let first = s.invoke(key, &s.input).await;
     // A new engine and instance: nothing survives in memory, only the key.
-    let runtime = Runtime::new(RuntimeConfig {
-        max_instances: 4,
-        cache_dir: cache_dir(),
-        ..RuntimeConfig::default()
-    })?;
     let loaded = runtime.load(bytes).await?;
     let prepared = runtime.prepare(&loaded, grant, &s.settings)?;
-    let second = invoke_on(&runtime, &prepared, s.env(), s.limits(), key, &s.input).await;
-    let n = s.recorded(key);
+    let second = invoke_on(runtime, &prepared, s.env(), s.limits(), key, &s.input).await;
     Ok(vec![finding(
         Claim::Idempotency,
-        "a restarted worker",
-        n == 1 && second.is_ok(),
+        RESTARTED,
+        same_reference(&first, &second),
         format!(
-            "the same key from a fresh worker: {} then {}, {} recorded",
+            "the same key from a fresh worker: {} then {}; {}",
             brief(&first),
             brief(&second),
-            deliveries(n)
+            s.evidence()
         ),
     )])
 }
 
+/// Only the simulator can hide a new effect from lookups; against another provider this
+/// scenario is not run.
 async fn eventual_visibility(
     s: &Subject,
     contract: &Contract,
     key: &str,
 ) -> anyhow::Result<Vec<Finding>> {
+    let Target::Simulator(sim) = &s.target else {
+        return Ok(Vec::new());
+    };
+    if !contract.query.supported {
+        return Ok(Vec::new());
+    }
+    let faults = |patch| {
+        sim.sim()
+            .set_faults(patch)
+            .map_err(|e| anyhow::anyhow!("setting the simulator's faults: {e}"))
+    };
     let window = contract.query.visibility_window_ms;
     // Hidden for half the declared window: an honest lookup finds it before the window ends.
     let delay = window / 2;
-    s.faults(serde_json::json!({"visibility_delay_ms": delay}))?;
+    faults(serde_json::json!({"visibility_delay_ms": delay}))?;
     let created = s.invoke(key, &s.input).await;
     let started = Instant::now();
     let mut absent = 0;
@@ -477,11 +774,13 @@ async fn eventual_visibility(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    s.faults(serde_json::json!({"visibility_delay_ms": 0}))?;
+    faults(serde_json::json!({"visibility_delay_ms": 0}))?;
+    let same = matches!((&created, &outcome), (Ok(c), Ok(found)) if c.external_reference == *found);
+    s.tap.take();
     Ok(vec![finding(
         Claim::Query,
-        "eventual visibility in lookups",
-        created.is_ok() && outcome.is_ok(),
+        VISIBILITY,
+        same,
         match outcome {
             Ok(reference) => format!(
                 "hidden for {delay} ms of the declared {window} ms window: {absent} empty lookups, then found {reference}"
@@ -491,111 +790,81 @@ async fn eventual_visibility(
     )])
 }
 
-/// Compensation is a new effect with its own key: asked twice under that key it takes effect
-/// once, and when its answer is lost the adapter says the outcome is unknown and a lookup of
-/// the original reference shows the effect reversed (the host's way to recover it).
-async fn compensation(s: &Subject, contract: &Contract, key: &str) -> anyhow::Result<Vec<Finding>> {
-    const TWICE: &str = "compensating twice, one key";
-    const LOST: &str = "compensation answer lost";
-    let mut out = Vec::new();
-    let created = s.invoke(key, &s.input).await;
-    let Ok(receipt) = created else {
-        out.push(finding(
-            Claim::Compensation,
-            TWICE,
-            false,
-            format!("could not create a delivery to undo: {}", brief(&created)),
-        ));
-        return Ok(out);
-    };
-    let id = &receipt.external_reference;
-    let compensation_key = format!("{key}.compensate");
-    let first = s.compensate(&compensation_key, &receipt, 1).await;
-    let after_first = s.delivery(id);
-    let second = s.compensate(&compensation_key, &receipt, 2).await;
-    let after_second = s.delivery(id);
-    let cancelled_once = match (&after_first, &after_second) {
-        (Some(a), Some(b)) => {
-            b.status == DeliveryStatus::Cancelled
-                && a.cancelled_at.is_some()
-                && a.cancelled_at == b.cancelled_at
-        }
-        _ => false,
-    };
-    out.push(finding(
-        Claim::Compensation,
-        TWICE,
-        first.is_ok() && second.is_ok() && cancelled_once,
-        format!(
-            "undo {id} twice under one key: {} and {}; the provider's record says {}",
-            brief(&first),
-            brief(&second),
-            record(after_second.as_ref())
-        ),
-    ));
-
-    // A second delivery, whose cancel commits and loses its answer.
-    let lost_key = format!("{key}-lost");
-    let created = s.invoke(&lost_key, &s.input).await;
-    let Ok(receipt) = created else {
-        out.push(finding(
-            Claim::Compensation,
-            LOST,
-            false,
-            format!("could not create a delivery to undo: {}", brief(&created)),
-        ));
-        return Ok(out);
-    };
-    let id = &receipt.external_reference;
-    s.faults(serde_json::json!({"lose_next_cancel": 1}))?;
-    let lost = s
-        .compensate(&format!("{lost_key}.compensate"), &receipt, 1)
-        .await;
-    s.faults(serde_json::json!({"lose_next_cancel": 0}))?;
-    let unknown = matches!(&lost, Err(e) if e.contains("outcome_unknown"));
-    let (held, lookup) = if contract.query.supported {
-        let lookup = s.query(&lost_key).await;
-        let reversed = matches!(
-            lookup,
-            Ok(Lookup::Found {
-                status: EffectStatus::Reversed,
-                ..
-            })
-        );
-        (unknown && reversed, brief_lookup(&lookup))
-    } else {
-        (
-            unknown,
-            "not declared, so recovery goes to review".to_string(),
-        )
-    };
-    out.push(finding(
-        Claim::Compensation,
-        LOST,
-        held,
-        format!(
-            "undo {id} while the provider loses the answer: {}; the provider's record says {}; lookup of the original reference: {lookup}",
-            brief(&lost),
-            record(s.delivery(id).as_ref())
-        ),
-    ));
-    Ok(out)
+/// An effect to undo, made under `key`.
+async fn an_effect(s: &Subject, key: &str) -> Result<PluginReceipt, String> {
+    s.invoke(key, &s.input)
+        .await
+        .map_err(|f| format!("could not make an effect to undo: {}", f.text))
 }
 
-/// A delivery's status and cancel history, as evidence.
-fn record(delivery: Option<&Delivery>) -> String {
-    let Some(d) = delivery else {
-        return "nothing".to_string();
-    };
-    let status = format!("{:?}", d.status).to_lowercase();
-    let requests = match d.cancel_requests {
-        1 => "1 cancel request".to_string(),
-        n => format!("{n} cancel requests"),
-    };
-    match &d.cancelled_at {
-        Some(at) => format!("{status} at {at}, {requests}"),
-        None => format!("{status}, {requests}"),
+/// What the adapter's own lookup says of the effect made under `key`, when it can look.
+async fn reversed_by_its_own_lookup(s: &Subject, contract: &Contract, key: &str) -> (bool, String) {
+    if !contract.query.supported {
+        return (true, "no lookup declared to confirm it".into());
     }
+    let lookup = s.query(key).await;
+    let reversed = matches!(
+        lookup,
+        Ok(Lookup::Found {
+            status: EffectStatus::Reversed,
+            ..
+        })
+    );
+    (reversed, format!("its lookup: {}", brief_lookup(&lookup)))
+}
+
+/// Compensation is a new effect with its own key: asked twice under that key it answers
+/// with one reversal, and the adapter's own lookup then reports the effect reversed.
+async fn compensated_twice(s: &Subject, contract: &Contract, key: &str) -> Vec<Finding> {
+    let receipt = match an_effect(s, key).await {
+        Ok(r) => r,
+        Err(e) => return vec![finding(Claim::Compensation, COMPENSATED_TWICE, false, e)],
+    };
+    let compensation_key = format!("{key}.compensate");
+    let first = s.compensate(&compensation_key, &receipt, 1).await;
+    let second = s.compensate(&compensation_key, &receipt, 2).await;
+    let (reversed, lookup) = reversed_by_its_own_lookup(s, contract, key).await;
+    vec![finding(
+        Claim::Compensation,
+        COMPENSATED_TWICE,
+        same_reference(&first, &second) && reversed,
+        format!(
+            "undo {} twice under one key: {} then {}; {lookup}; {}",
+            receipt.external_reference,
+            brief(&first),
+            brief(&second),
+            s.evidence()
+        ),
+    )]
+}
+
+/// The provider applies a compensation and its answer is lost: the adapter must say the
+/// outcome is unknown, and its lookup must show the effect reversed (how docket recovers).
+async fn compensation_lost(s: &Subject, contract: &Contract, key: &str) -> Vec<Finding> {
+    let receipt = match an_effect(s, key).await {
+        Ok(r) => r,
+        Err(e) => return vec![finding(Claim::Compensation, COMPENSATION_LOST, false, e)],
+    };
+    s.tap.take();
+    s.tap.set(Mode::DropNext);
+    let lost = s
+        .compensate(&format!("{key}.compensate"), &receipt, 1)
+        .await;
+    s.tap.set(Mode::Pass);
+    let evidence = s.evidence();
+    let unknown = matches!(&lost, Err(f) if f.kind == "outcome_unknown");
+    let (reversed, lookup) = reversed_by_its_own_lookup(s, contract, key).await;
+    s.tap.take();
+    vec![finding(
+        Claim::Compensation,
+        COMPENSATION_LOST,
+        unknown && reversed,
+        format!(
+            "undo {} while its answer is lost: {}; {lookup}; {evidence}",
+            receipt.external_reference,
+            brief(&lost),
+        ),
+    )]
 }
 
 fn brief_lookup(lookup: &Result<Lookup, String>) -> String {
@@ -617,17 +886,10 @@ fn brief_lookup(lookup: &Result<Lookup, String>) -> String {
     }
 }
 
-fn deliveries(n: usize) -> String {
-    match n {
-        1 => "1 delivery".into(),
-        n => format!("{n} deliveries"),
-    }
-}
-
-fn brief(r: &Result<PluginReceipt, String>) -> String {
+fn brief(r: &Result<PluginReceipt, Failure>) -> String {
     match r {
         Ok(receipt) => format!("ok {}", receipt.external_reference),
-        Err(e) => e.clone(),
+        Err(f) => f.text.clone(),
     }
 }
 

@@ -102,6 +102,7 @@ impl Runtime {
             self.inner.config.memory_cap_bytes,
             limits.timeout,
             self.inner.config.resolver.clone(),
+            self.inner.config.tap.clone(),
         );
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);

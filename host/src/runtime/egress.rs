@@ -68,6 +68,49 @@ impl Resolver {
     }
 }
 
+/// An outbound request as an [`EgressTap`] sees it, once the grant allowed it.
+#[derive(Debug, Clone)]
+pub struct TappedRequest {
+    pub method: String,
+    pub url: String,
+    pub body: bytes::Bytes,
+}
+
+/// The provider's answer to a tapped request, or why there was none.
+#[derive(Debug, Clone)]
+pub struct TappedAnswer {
+    pub status: Option<u16>,
+    pub body: bytes::Bytes,
+    /// The transport failure, when there was no answer.
+    pub error: Option<String>,
+}
+
+/// What happens to a tapped request on its way out.
+pub enum TapAction {
+    /// Sent once; the plugin gets the answer.
+    Pass,
+    /// Sent once; the answer is recorded, and the plugin gets a broken connection instead,
+    /// as when a response is lost after the provider committed.
+    DropAnswer,
+    /// Sent twice, as a network that delivers a request twice would; the plugin gets the
+    /// second answer.
+    Replay,
+    /// Held until the future resolves, then sent (two attempts made to meet at the
+    /// provider).
+    Hold(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+/// Watches and steers a runtime's outbound HTTP: `docket adapter verify` uses it to lose a
+/// response after the provider committed, to hold requests so that attempts meet, and to
+/// deliver one twice, and keeps what the provider answered as evidence. The grant is checked
+/// before the tap sees anything; bodies are buffered whole.
+pub trait EgressTap: Send + Sync + std::fmt::Debug {
+    /// Decides what happens to `request`.
+    fn request(&self, request: &TappedRequest) -> TapAction;
+    /// Each answer the provider gave (one per sending), and whether the plugin got it.
+    fn answered(&self, request: &TappedRequest, answer: &TappedAnswer, delivered: bool);
+}
+
 /// The egress policy of one call, installed as the `wasi:http` hooks of its store.
 pub(super) struct Egress {
     grant: Arc<Grant>,
@@ -79,6 +122,7 @@ pub(super) struct Egress {
     /// Human-readable reasons for every refused request, reported with the call.
     denials: Arc<Mutex<Vec<String>>>,
     label: Arc<str>,
+    tap: Option<Arc<dyn EgressTap>>,
 }
 
 impl Egress {
@@ -88,6 +132,7 @@ impl Egress {
         label: Arc<str>,
         resolver: Resolver,
         redactor: crate::capabilities::Redactor,
+        tap: Option<Arc<dyn EgressTap>>,
     ) -> Self {
         Self {
             grant,
@@ -96,6 +141,7 @@ impl Egress {
             call_timeout,
             denials: Arc::default(),
             label,
+            tap,
         }
     }
 
@@ -139,7 +185,7 @@ type SendFuture = Box<
 impl WasiHttpHooks for Egress {
     fn send_request(
         &mut self,
-        mut request: http::Request<WasiBody>,
+        request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
@@ -171,6 +217,7 @@ impl WasiHttpHooks for Egress {
         let resolver = self.resolver.clone();
         let redactor = self.redactor.clone();
         let allow_private = self.grant.allows_private();
+        let tap = self.tap.clone();
         Box::new(async move {
             let bare = host
                 .trim_start_matches('[')
@@ -199,31 +246,135 @@ impl WasiHttpHooks for Egress {
             let Some(addr) = chosen else {
                 return Err(HttpError::DestinationIpProhibited);
             };
-            if scheme == Scheme::Https {
-                // Connect to the address just checked, with the granted name for the
-                // certificate: a second DNS answer cannot route around the grant.
-                return send_https(request, addr, &bare, &options).await;
+            let destination = Destination {
+                scheme,
+                addr,
+                name: bare,
+                options,
+            };
+            match tap {
+                None => destination.send(request).await,
+                Some(tap) => tapped(&destination, request, tap.as_ref()).await,
             }
-            {
-                // Connect to the address just checked; the Host header still names the host.
-                let mut parts = uri.into_parts();
-                parts.authority = Some(
-                    addr.to_string()
-                        .parse()
-                        .map_err(|_| HttpError::HttpRequestUriInvalid)?,
-                );
-                *request.uri_mut() =
-                    http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
-            }
-            use http_body_util::BodyExt;
-            let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
         })
     }
+}
+
+/// Where a checked request goes: exactly the address that was checked.
+struct Destination {
+    scheme: Scheme,
+    addr: SocketAddr,
+    name: String,
+    options: RequestOptions,
+}
+
+type Sent = (
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+);
+
+impl Destination {
+    async fn send(&self, mut request: http::Request<WasiBody>) -> Result<Sent, HttpError> {
+        if self.scheme == Scheme::Https {
+            // Connect to the address just checked, with the granted name for the
+            // certificate: a second DNS answer cannot route around the grant.
+            return send_https(request, self.addr, &self.name, &self.options).await;
+        }
+        {
+            // Connect to the address just checked; the Host header still names the host.
+            let mut parts = request.uri().clone().into_parts();
+            parts.authority = Some(
+                self.addr
+                    .to_string()
+                    .parse()
+                    .map_err(|_| HttpError::HttpRequestUriInvalid)?,
+            );
+            *request.uri_mut() =
+                http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        }
+        use http_body_util::BodyExt;
+        let (response, io) =
+            wasmtime_wasi_http::default_send_request(request, Some(self.options)).await?;
+        Ok((
+            response.map(BodyExt::boxed_unsync),
+            Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+        ))
+    }
+}
+
+fn whole_body(bytes: bytes::Bytes) -> WasiBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// Sends `request` as `tap` says, buffering both bodies, and tells it every answer.
+async fn tapped(
+    destination: &Destination,
+    request: http::Request<WasiBody>,
+    tap: &dyn EgressTap,
+) -> Result<Sent, HttpError> {
+    use http_body_util::BodyExt;
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let seen = TappedRequest {
+        method: parts.method.to_string(),
+        url: parts.uri.to_string(),
+        body: body.clone(),
+    };
+    let action = tap.request(&seen);
+    let drop_answer = matches!(action, TapAction::DropAnswer);
+    let sendings = match action {
+        TapAction::Replay => 2,
+        TapAction::Hold(until) => {
+            until.await;
+            1
+        }
+        TapAction::Pass | TapAction::DropAnswer => 1,
+    };
+    let mut last = None;
+    for n in 1..=sendings {
+        let mut copy = http::Request::new(whole_body(body.clone()));
+        *copy.method_mut() = parts.method.clone();
+        *copy.uri_mut() = parts.uri.clone();
+        *copy.version_mut() = parts.version;
+        *copy.headers_mut() = parts.headers.clone();
+        let delivered = n == sendings && !drop_answer;
+        match destination.send(copy).await {
+            Ok((response, io)) => {
+                let (head, body) = response.into_parts();
+                let bytes = body.collect().await.map(|b| b.to_bytes());
+                let _ = Box::into_pin(io).await;
+                let answer = TappedAnswer {
+                    status: Some(head.status.as_u16()),
+                    body: bytes.as_ref().cloned().unwrap_or_default(),
+                    error: bytes.as_ref().err().map(|e| format!("{e:?}")),
+                };
+                tap.answered(&seen, &answer, delivered);
+                let bytes = bytes?;
+                last = Some(Ok((head, bytes)));
+            }
+            Err(e) => {
+                let answer = TappedAnswer {
+                    status: None,
+                    body: bytes::Bytes::new(),
+                    error: Some(format!("{e:?}")),
+                };
+                tap.answered(&seen, &answer, delivered);
+                last = Some(Err(e));
+            }
+        }
+    }
+    if drop_answer {
+        // The provider answered; the plugin never hears it.
+        return Err(HttpError::ConnectionTerminated);
+    }
+    let (head, bytes) = last.expect("sent at least once")?;
+    Ok((
+        http::Response::from_parts(head, whole_body(bytes)),
+        Box::new(async { Ok(()) }) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ))
 }
 
 /// The client TLS configuration of plugins' HTTPS requests: the public web roots, HTTP/1.1.

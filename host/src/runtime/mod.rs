@@ -38,7 +38,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often the engine's epoch advances; the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-pub use egress::Resolver;
+pub use egress::{EgressTap, Resolver, TapAction, TappedAnswer, TappedRequest};
 
 /// Most components compiled at once.
 const MAX_COMPILES: usize = 2;
@@ -55,6 +55,8 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<PathBuf>,
     /// How plugins' outbound host names are resolved (the system's resolver by default).
     pub resolver: Resolver,
+    /// Watches and steers every outbound request (`docket adapter verify`); none in a host.
+    pub tap: Option<Arc<dyn EgressTap>>,
 }
 
 impl Default for RuntimeConfig {
@@ -64,6 +66,7 @@ impl Default for RuntimeConfig {
             max_instances: 256,
             cache_dir: None,
             resolver: Resolver::System,
+            tap: None,
         }
     }
 }

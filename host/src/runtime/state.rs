@@ -155,6 +155,7 @@ impl HostState {
         memory_cap: usize,
         call_timeout: std::time::Duration,
         resolver: super::Resolver,
+        tap: Option<Arc<dyn super::EgressTap>>,
     ) -> Self {
         let stdout = CappedPipe::new(PIPE_CAPACITY);
         let stderr = CappedPipe::new(PIPE_CAPACITY);
@@ -180,6 +181,7 @@ impl HostState {
                 env.label.clone(),
                 resolver,
                 redactor.clone(),
+                tap,
             ),
             limits: Limits {
                 memory_cap,

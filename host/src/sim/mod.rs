@@ -27,6 +27,7 @@
 //! twice" from "never asked".
 
 mod faults;
+pub mod ledger;
 mod server;
 mod state;
 #[cfg(test)]
