@@ -5,7 +5,9 @@
 #   bash scripts/fresh-machine.sh
 #
 # The build must add the target itself (host/build.rs) and the host must then serve the
-# shipped definitions with the built-in simulator, so the intent completes.
+# shipped definitions with the built-in simulator, so the intent completes. With
+# CARGO_TARGET_DIR set (scripts/test.sh sets it to its own target/), compiled dependencies
+# are reused: docket and its plugins are still built from the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -32,15 +34,15 @@ step "A clean clone"
 git clone --quiet "$repo" "$work/docket"
 cd "$work/docket"
 
-step "The README's first command: cargo run --release -- serve"
+step "The README's first command: cargo run -- serve"
 first=$(grep -m1 -E '^cargo run .*-- serve' README.md)
-[ "$first" = "cargo run --release -- serve" ] || {
+[ "$first" = "cargo run -- serve" ] || {
     echo "the README's first command is now \`$first\`; update this script" >&2
     exit 1
 }
 # The same command, on a port of its own (8080 may be taken on a CI machine).
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cargo run --release -- serve --listen "127.0.0.1:$port" >"$work/host.log" 2>&1 &
+cargo run -- serve --listen "127.0.0.1:$port" >"$work/host.log" 2>&1 &
 host_pid=$!
 # Building from scratch takes minutes; the host then says where it listens.
 for _ in $(seq 1 2400); do

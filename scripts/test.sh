@@ -73,3 +73,8 @@ cargo test -p docket-guest --features adapter -p http-delivery -p render-documen
 
 step "Tests (host unit tests and the integration suite; plugins are built from source)"
 cargo test
+
+step "A fresh machine: no wasm32-wasip2 target, a clean clone, the README's first command, one intent"
+# The clone reuses this checkout's compiled dependencies; docket and its plugins are built
+# again from the clone, and its build must add the target itself.
+CARGO_TARGET_DIR="$(pwd)/target" bash scripts/fresh-machine.sh
