@@ -374,6 +374,61 @@ fn secret_value(name: &str, given: &str) -> anyhow::Result<String> {
     }
 }
 
+/// What the adapter runs with: settings, secrets as (name, value), and its grant.
+type Wiring = (BTreeMap<String, String>, Vec<(String, String)>, Grant);
+
+/// What the adapter runs with against the provider at `url`: its settings (every declared
+/// destination named by a setting points at `url`), its secrets, and its grant.
+fn wiring(
+    contract: &Contract,
+    provider: Option<&ProviderFile>,
+    url: &str,
+) -> anyhow::Result<Wiring> {
+    let mut settings = provider.map(|p| p.settings.clone()).unwrap_or_default();
+    for host in &contract.capabilities.outbound_hosts {
+        match host.strip_prefix('$') {
+            Some(setting) => {
+                settings.insert(setting.to_string(), url.to_string());
+            }
+            // A fixed destination must be among the granted hosts of verify.toml.
+            None if provider.is_some() => {}
+            None => bail!(
+                "{} declares the fixed destination `{host}`; to verify it, name the provider in \
+                 verify.toml ([provider] url and hosts)",
+                contract.name
+            ),
+        }
+    }
+    let mut secrets = Vec::new();
+    for name in &contract.capabilities.secrets {
+        let value = match provider {
+            None => SimConfig::DEFAULT_TOKEN.to_string(),
+            Some(p) => match p.secrets.get(name) {
+                Some(given) => secret_value(name, given)?,
+                None => bail!(
+                    "{} reads the secret `{name}`; give it in verify.toml: [provider] secrets = \
+                     {{ {name} = \"…\" }}",
+                    contract.name
+                ),
+            },
+        };
+        secrets.push((name.clone(), value));
+    }
+    let mut hosts = vec![
+        url.parse::<HostRule>()
+            .with_context(|| format!("the provider URL `{url}`"))?,
+    ];
+    for host in provider.map(|p| p.hosts.as_slice()).unwrap_or_default() {
+        hosts.push(
+            host.parse::<HostRule>()
+                .with_context(|| format!("verify.toml hosts: `{host}`"))?,
+        );
+    }
+    let grant = Grant::new(hosts, secrets.iter().map(|(k, _)| k.clone()))
+        .allowing_private(provider.is_some_and(|p| p.allow_private));
+    Ok((settings, secrets, grant))
+}
+
 /// Verifies `component` against the provider of `file` (default: `./verify.toml` when there
 /// is one, else the built-in simulator with the reference protocol's inputs); prints the
 /// table; exits non-zero if a declared claim failed. With `db`, records the verdicts there
@@ -438,46 +493,7 @@ pub async fn verify(
         ),
     };
     let url = target.url();
-    // Every declared destination that names a setting points at the provider.
-    let mut settings = provider.map(|p| p.settings.clone()).unwrap_or_default();
-    for host in &contract.capabilities.outbound_hosts {
-        match host.strip_prefix('$') {
-            Some(setting) => {
-                settings.insert(setting.to_string(), url.clone());
-            }
-            None if provider.is_some() => {}
-            None => bail!(
-                "{} declares the fixed destination `{host}`; to verify it, name the provider                  in verify.toml ([provider] url and hosts)",
-                contract.name
-            ),
-        }
-    }
-    let mut secrets = Vec::new();
-    for name in &contract.capabilities.secrets {
-        let value = match provider {
-            None => SimConfig::DEFAULT_TOKEN.to_string(),
-            Some(p) => match p.secrets.get(name) {
-                Some(given) => secret_value(name, given)?,
-                None => bail!(
-                    "{} reads the secret `{name}`; give it in verify.toml: [provider] secrets = {{ {name} = \"…\" }}",
-                    contract.name
-                ),
-            },
-        };
-        secrets.push((name.clone(), value));
-    }
-    let mut hosts = vec![
-        url.parse::<HostRule>()
-            .with_context(|| format!("the provider URL `{url}`"))?,
-    ];
-    for host in provider.map(|p| p.hosts.as_slice()).unwrap_or_default() {
-        hosts.push(
-            host.parse::<HostRule>()
-                .with_context(|| format!("verify.toml hosts: `{host}`"))?,
-        );
-    }
-    let grant = Grant::new(hosts, secrets.iter().map(|(k, _)| k.clone()))
-        .allowing_private(provider.is_some_and(|p| p.allow_private));
+    let (settings, secrets, grant) = wiring(&contract, provider, &url)?;
     let prepared = runtime.prepare(&loaded, &grant, &settings)?;
     let subject = Subject {
         runtime,
@@ -953,4 +969,97 @@ fn report(contract: &Contract, findings: &[Finding]) -> (ExitCode, Vec<(String, 
         ExitCode::FAILURE
     };
     (code, verdicts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::Scheme;
+
+    fn contract(hosts: &[&str], secrets: &[&str]) -> Contract {
+        use crate::contract::{
+            CompensationClaim, DeclaredCapabilities, IdempotencyClaim, QueryClaim,
+        };
+        Contract {
+            name: "acme".into(),
+            version: "1.0.0".into(),
+            idempotency: IdempotencyClaim {
+                supported: true,
+                retention_seconds: 60,
+                namespace: "acme".into(),
+            },
+            query: QueryClaim {
+                supported: false,
+                visibility_window_ms: 0,
+            },
+            compensation: CompensationClaim { supported: false },
+            capabilities: DeclaredCapabilities {
+                outbound_hosts: hosts.iter().map(ToString::to_string).collect(),
+                secrets: secrets.iter().map(ToString::to_string).collect(),
+            },
+        }
+    }
+
+    fn provider(text: &str) -> ProviderFile {
+        let file: VerifyFile =
+            toml::from_str(&format!("input = {{}}\n[provider]\n{text}")).unwrap();
+        file.provider.unwrap()
+    }
+
+    /// Every field of `[provider]` reaches the adapter: settings, hosts, secrets (from the
+    /// environment too) and `allow_private`.
+    #[test]
+    fn the_provider_of_verify_toml_is_what_the_adapter_is_given() {
+        // SAFETY: this test alone reads this variable.
+        unsafe { std::env::set_var("DOCKET_VERIFY_TEST_TOKEN", "from-the-environment") };
+        let p = provider(
+            r#"
+url = "http://127.0.0.1:9001"
+hosts = ["https://auth.example.com"]
+settings = { region = "eu", base_url = "overridden" }
+secrets = { token = "$DOCKET_VERIFY_TEST_TOKEN", other = "plain" }
+allow_private = true
+"#,
+        );
+        let c = contract(
+            &["$base_url", "https://auth.example.com"],
+            &["token", "other"],
+        );
+        let (settings, secrets, grant) = wiring(&c, Some(&p), "http://127.0.0.1:9001").unwrap();
+        assert_eq!(settings["base_url"], "http://127.0.0.1:9001");
+        assert_eq!(settings["region"], "eu");
+        assert_eq!(
+            secrets,
+            [
+                ("token".to_string(), "from-the-environment".to_string()),
+                ("other".to_string(), "plain".to_string())
+            ]
+        );
+        assert!(grant.allows_destination(Scheme::Https, "auth.example.com", 443));
+        assert!(grant.allows_destination(Scheme::Http, "127.0.0.1", 9001));
+        assert!(grant.allows_private());
+    }
+
+    #[test]
+    fn what_verify_toml_lacks_is_named() {
+        let p = provider("url = \"http://127.0.0.1:9001\"");
+        let c = contract(&["$base_url"], &["token"]);
+        let e = wiring(&c, Some(&p), "http://127.0.0.1:9001").unwrap_err();
+        assert!(e.to_string().contains("reads the secret `token`"), "{e}");
+        let p = provider(
+            "url = \"http://127.0.0.1:9001\"\nsecrets = { token = \"$DOCKET_UNSET_FOR_SURE\" }",
+        );
+        let e = wiring(&c, Some(&p), "http://127.0.0.1:9001").unwrap_err();
+        assert!(
+            e.to_string().contains("DOCKET_UNSET_FOR_SURE is not set"),
+            "{e}"
+        );
+        let e = toml::from_str::<VerifyFile>("input = {}\n[provider]\nurl = \"x\"\nhost = []")
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown field `host`"), "{e}");
+        // Against the simulator, a fixed destination cannot be pointed anywhere.
+        let c = contract(&["https://api.example.com"], &[]);
+        let e = wiring(&c, None, "http://127.0.0.1:9001").unwrap_err();
+        assert!(e.to_string().contains("fixed destination"), "{e}");
+    }
 }

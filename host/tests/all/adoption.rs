@@ -1,6 +1,7 @@
 //! What a newcomer and an adapter author meet first: the `docket` binary on its own, away
 //! from this source tree.
 
+use crate::cli_adapter::verdicts;
 use crate::host_process::free_port;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -131,21 +132,6 @@ fn output_text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// The verdict of each claim, from the summary lines of `adapter verify`.
-fn verdicts(stdout: &str) -> Vec<(String, String)> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            let (claim, rest) = l.split_once(' ')?;
-            ["idempotency", "query", "compensation"]
-                .contains(&claim)
-                .then(|| rest.trim())
-                .filter(|rest| !rest.starts_with("yes") && !rest.starts_with("no "))
-                .map(|rest| (claim.to_string(), rest.to_string()))
-        })
-        .collect()
 }
 
 /// A simulator process, killed when dropped.
@@ -357,4 +343,36 @@ fn a_scaffolded_adapter_builds_invokes_and_verifies_outside_the_repository() {
     assert!(out.status.success(), "{}", output_text(&out));
     assert!(stdout.contains("using ./verify.toml"), "{stdout}");
     assert!(stdout.contains("every declared claim held"), "{stdout}");
+
+    // A handler, built with the plain command (sharing the compiled dependencies above).
+    let out = docket()
+        .args(["adapter", "new", "greeter", "--handler", "--dir"])
+        .arg(place.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let handler_dir = place.path().join("greeter");
+    assert!(!handler_dir.join("verify.toml").exists());
+    let mut build = Command::new(env!("CARGO"));
+    build
+        .args(["build", "--quiet", "--target", "wasm32-wasip2", "--release"])
+        .current_dir(&handler_dir)
+        .env("CARGO_TARGET_DIR", crate_dir.join("target/component-test"));
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+    ] {
+        build.env_remove(var);
+    }
+    let out = build.output().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = docket()
+        .args(["adapter", "invoke"])
+        .arg(crate_dir.join("target/component-test/wasm32-wasip2/release/greeter.wasm"))
+        .args(["--input", r#"{"name": "Ada"}"#])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hello, Ada!"));
 }

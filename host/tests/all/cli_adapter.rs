@@ -213,7 +213,7 @@ async fn invoke_compensates_and_queries_with_the_new_shapes() {
 }
 
 /// The verdict lines of `adapter verify`: claim name → verdict.
-fn verdicts(stdout: &str) -> Vec<(String, String)> {
+pub(crate) fn verdicts(stdout: &str) -> Vec<(String, String)> {
     stdout
         .lines()
         .filter_map(|l| {
