@@ -8,27 +8,15 @@
 //! 8000 intents on SQLite). With a PostgreSQL URL (a role that may create databases) the
 //! host runs on a fresh database there, dropped afterwards.
 
+#[path = "support/http.rs"]
+mod http;
+
+use http::{Conn, cpu_time, pct};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CLIENTS: usize = 64;
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3
-}
-
-/// CPU time (user + system) the process `pid` has used so far.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    // Linux reports in clock ticks of 1/100 s.
-    Duration::from_millis(ticks * 10)
-}
 
 /// Creates (or, with `drop`, drops) the bench database `name` through `admin`.
 fn pg_admin(admin: &str, sql: String) {
@@ -99,7 +87,7 @@ fn main() {
         // Warm up connections and caches.
         let mut warm = Conn::open(&addr).await;
         for i in 0..CLIENTS {
-            assert_eq!(warm.submit(&format!("warm-{i}"), i).await, 201);
+            assert_eq!(submit(&mut warm, &format!("warm-{i}"), i).await, 201);
         }
         let per = total / CLIENTS;
         let mut conns = Vec::with_capacity(CLIENTS);
@@ -115,7 +103,7 @@ fn main() {
                 for k in 0..per {
                     let i = c * per + k;
                     let t = Instant::now();
-                    assert_eq!(conn.submit(&format!("k-{i}"), i).await, 201);
+                    assert_eq!(submit(&mut conn, &format!("k-{i}"), i).await, 201);
                     lat.push(t.elapsed());
                 }
                 lat
@@ -152,7 +140,7 @@ fn main() {
         let mut replay = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();
-            assert_eq!(warm.submit("k-0", 0).await, 200);
+            assert_eq!(submit(&mut warm, "k-0", 0).await, 200);
             replay.push(t.elapsed());
         }
         replay.sort();
@@ -169,56 +157,8 @@ fn main() {
     }
 }
 
-/// A minimal keep-alive HTTP/1.1 client: writes a prepared request and reads the status and
-/// the `Content-Length` body, so that generating load costs the host's machine little.
-struct Conn {
-    stream: tokio::net::TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    async fn open(addr: &str) -> Self {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream,
-            buf: Vec::with_capacity(4096),
-        }
-    }
-
-    /// Submits intent `i` under `key`; returns the status.
-    async fn submit(&mut self, key: &str, i: usize) -> u16 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let body = format!(
-            r#"{{"workflow":"document-delivery","input":{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}}}"#
-        );
-        let request = format!(
-            "POST /v1/intents HTTP/1.1\r\nHost: localhost\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        self.stream.write_all(request.as_bytes()).await.unwrap();
-        self.buf.clear();
-        loop {
-            let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "the host closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                continue;
-            };
-            let head = std::str::from_utf8(&self.buf[..end]).unwrap();
-            let status: u16 = head[9..12].parse().unwrap();
-            let length: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().ok())?
-                })
-                .unwrap_or(0);
-            if self.buf.len() >= end + 4 + length {
-                return status;
-            }
-        }
-    }
+/// Submits document intent `i` under `key`; returns the status.
+async fn submit(conn: &mut Conn, key: &str, i: usize) -> u16 {
+    let input = format!(r#"{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}"#);
+    conn.submit("document-delivery", key, &input).await.0
 }

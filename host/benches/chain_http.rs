@@ -1,0 +1,216 @@
+//! What users see, end to end over HTTP against a real `docket serve` (release build,
+//! SQLite with fsync on every commit, the embedded provider simulator):
+//!
+//! - a 10-step chain of pure handler steps: the unloaded latency of one workflow from
+//!   admission to completion (sequential, observed through the projection's long-poll),
+//!   then throughput — WORKFLOWS workflows submitted by 32 keep-alive clients, timed until
+//!   all are completed — as durable steps per second;
+//! - the shipped 3-step `document-delivery` (two handlers and one adapter call through
+//!   `http-delivery` to the simulator), the same way, as workflows per second;
+//! - the host's CPU per step and its peak resident memory.
+//!
+//! Completion is watched by a read-only count in the host's SQLite file every 50 ms, which
+//! costs the host nothing: no polling loop competes with it for the two cores.
+//!
+//! Run: `cargo bench --bench chain_http [-- WORKFLOWS]` (default 2000).
+
+#[path = "support/http.rs"]
+mod http;
+
+use http::{Conn, cpu_time, pct, peak_rss_mib};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CLIENTS: usize = 32;
+const CHAIN_STEPS: usize = 10;
+
+/// Ten `validate-document` steps, each reading the one before.
+fn chain_definition() -> String {
+    let mut text = String::from(
+        "name = \"chain\"\nversion = 1\ndeadline = \"1h\"\n[budget]\nmax_attempts = 100\n\
+         [input_schema]\ntype = \"object\"\n",
+    );
+    for i in 0..CHAIN_STEPS {
+        text.push_str(&format!(
+            "[[steps]]\nid = \"s{i}\"\nlabel = \"Step {i}\"\nkind = \"handler\"\n\
+             component = \"validate-document\"\nversion = \"^1\"\noutputs = [\"title\", \"recipient\", \"body\"]\n"
+        ));
+        if i == 0 {
+            text.push_str(
+                "[steps.input]\ntitle = \"$input.title\"\nrecipient = \"$input.recipient\"\nbody = \"$input.body\"\n",
+            );
+        } else {
+            let p = i - 1;
+            text.push_str(&format!(
+                "after = [\"s{p}\"]\n[steps.input]\ntitle = \"$steps.s{p}.output.title\"\n\
+                 recipient = \"$steps.s{p}.output.recipient\"\nbody = \"$steps.s{p}.output.body\"\n"
+            ));
+        }
+    }
+    text
+}
+
+fn input(i: usize) -> String {
+    format!(r#"{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}"#)
+}
+
+/// Completed workflows of `workflow`, read from the host's database without writing.
+fn completed(db: &Path, workflow: &str) -> usize {
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM workflows WHERE workflow = ?1 AND state = 'completed'",
+        [workflow],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap() as usize
+}
+
+/// Submits one workflow and follows its projection's long-poll until it completes.
+async fn one(conn: &mut Conn, workflow: &str, key: &str, input: &str) -> Duration {
+    let started = Instant::now();
+    let (status, body) = conn.submit(workflow, key, input).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let id = answer["workflow_id"].as_str().unwrap().to_string();
+    let mut revision = 0;
+    loop {
+        let (status, body) = conn
+            .get(&format!("/v1/workflows/{id}?wait=30&after={revision}"))
+            .await;
+        assert_eq!(status, 200);
+        let view: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        match view["state"].as_str() {
+            Some("completed") => return started.elapsed(),
+            Some("running") => revision = view["revision"].as_u64().unwrap(),
+            other => panic!("{workflow} ended {other:?}: {view}"),
+        }
+    }
+}
+
+/// `total` workflows from CLIENTS keep-alive clients; the time until all are completed.
+async fn load(addr: &str, db: &Path, workflow: &str, prefix: &str, total: usize) -> Duration {
+    let already = completed(db, workflow);
+    let per = total / CLIENTS;
+    let mut conns = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        conns.push(Conn::open(addr).await);
+    }
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for (c, mut conn) in conns.into_iter().enumerate() {
+        let workflow = workflow.to_string();
+        let prefix = prefix.to_string();
+        set.spawn(async move {
+            for k in 0..per {
+                let i = c * per + k;
+                let (status, body) = conn
+                    .submit(&workflow, &format!("{prefix}-{i}"), &input(i))
+                    .await;
+                assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+            }
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.unwrap();
+    }
+    let want = already + per * CLIENTS;
+    while completed(db, workflow) < want {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "not all {workflow} workflows completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let total: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let dir = tempfile::tempdir().unwrap();
+    let workflows = dir.path().join("workflows");
+    std::fs::create_dir(&workflows).unwrap();
+    std::fs::write(workflows.join("chain.toml"), chain_definition()).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../workflows/document-delivery.toml"
+        ),
+        workflows.join("document-delivery.toml"),
+    )
+    .unwrap();
+    let db = dir.path().join("bench.db");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--db", &db.display().to_string()])
+        .current_dir(dir.path())
+        .env("DOCKET_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
+    assert!(line.starts_with("docket listening on"), "{line}");
+    let addr = format!("127.0.0.1:{port}");
+
+    // One thread for the load generator: the host gets the rest of the machine.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut conn = Conn::open(&addr).await;
+        // Warm up: components compiled and instantiated, connections open.
+        for i in 0..10 {
+            one(&mut conn, "chain", &format!("warm-{i}"), &input(i)).await;
+            one(&mut conn, "document-delivery", &format!("warm-{i}"), &input(i)).await;
+        }
+        println!(
+            "end to end over HTTP: docket serve (release), SQLite fsync on, {CLIENTS} keep-alive loopback clients"
+        );
+        for (workflow, steps) in [("chain", CHAIN_STEPS), ("document-delivery", 3)] {
+            let mut unloaded = Vec::new();
+            for i in 0..30 {
+                unloaded.push(one(&mut conn, workflow, &format!("solo-{i}"), &input(i)).await);
+            }
+            unloaded.sort();
+            let cpu = cpu_time(server);
+            let elapsed = load(&addr, &db, workflow, "load", total).await;
+            let cpu = cpu_time(server) - cpu;
+            let done = (total / CLIENTS) * CLIENTS;
+            println!("{workflow} ({steps} steps):");
+            println!(
+                "  unloaded     p50 {:.1} ms   p90 {:.1} ms (admission to completion, one at a time)",
+                pct(&unloaded, 0.5),
+                pct(&unloaded, 0.9)
+            );
+            println!(
+                "  throughput   {:.0} workflows/s = {:.0} durable steps/s ({done} workflows in {:.2} s)",
+                done as f64 / elapsed.as_secs_f64(),
+                (done * steps) as f64 / elapsed.as_secs_f64(),
+                elapsed.as_secs_f64()
+            );
+            println!(
+                "  host CPU     {:.0} µs per step ({:.2} of the 2 cores)",
+                cpu.as_secs_f64() * 1e6 / (done * steps) as f64,
+                cpu.as_secs_f64() / elapsed.as_secs_f64()
+            );
+        }
+        println!("  peak resident memory of the host: {:.0} MiB", peak_rss_mib(server));
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}

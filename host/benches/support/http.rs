@@ -1,0 +1,96 @@
+//! What the end-to-end benches share: a minimal keep-alive HTTP/1.1 client (so that
+//! generating load costs the measured machine little), the host process's CPU time and
+//! peak memory from `/proc`, and percentiles.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The `p` quantile of sorted durations, in milliseconds.
+pub fn pct(sorted: &[Duration], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3
+}
+
+/// CPU time (user + system) the process `pid` has used so far.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // Linux reports in clock ticks of 1/100 s.
+    Duration::from_millis(ticks * 10)
+}
+
+/// The peak resident memory of the process `pid`, in MiB (`VmHWM`).
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// A minimal keep-alive HTTP/1.1 client: writes a prepared request and reads the status and
+/// the `Content-Length` body.
+pub struct Conn {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub async fn open(addr: &str) -> Self {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Self {
+            stream,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Submits `input` to `workflow` under `key`; returns the status and the body.
+    pub async fn submit(&mut self, workflow: &str, key: &str, input: &str) -> (u16, Vec<u8>) {
+        let body = format!(r#"{{"workflow":"{workflow}","input":{input}}}"#);
+        let request = format!(
+            "POST /v1/intents HTTP/1.1\r\nHost: localhost\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.exchange(&request).await
+    }
+
+    /// `GET path`; returns the status and the body.
+    pub async fn get(&mut self, path: &str) -> (u16, Vec<u8>) {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        self.exchange(&request).await
+    }
+
+    async fn exchange(&mut self, request: &str) -> (u16, Vec<u8>) {
+        self.stream.write_all(request.as_bytes()).await.unwrap();
+        self.buf.clear();
+        loop {
+            let mut chunk = [0u8; 8192];
+            let n = self.stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the host closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = std::str::from_utf8(&self.buf[..end]).unwrap();
+            let status: u16 = head[9..12].parse().unwrap();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if self.buf.len() >= end + 4 + length {
+                return (status, self.buf[end + 4..end + 4 + length].to_vec());
+            }
+        }
+    }
+}
