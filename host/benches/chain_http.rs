@@ -182,6 +182,9 @@ fn main() {
             "end to end over HTTP: docket serve (release), SQLite fsync on, {CLIENTS} keep-alive loopback clients"
         );
         for (workflow, steps) in [("chain", CHAIN_STEPS), ("document-delivery", 3)] {
+            // A connection idle through a long load would be closed by the host's header-read
+            // timeout: each phase opens its own.
+            let mut conn = Conn::open(&addr).await;
             let mut unloaded = Vec::new();
             for i in 0..30 {
                 unloaded.push(one(&mut conn, workflow, &format!("solo-{i}"), &input(i)).await);

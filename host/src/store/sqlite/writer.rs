@@ -134,10 +134,16 @@ pub(crate) fn open_write_connection(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open(path)
         .map_err(|e| StoreError::safe(format!("cannot open `{}`: {e}", path.display())))?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    // Statement journals (a statement's own undo inside the batch's transaction) stay in
+    // memory: they never outlive the transaction, and writing them to a temporary file cost
+    // the writer ~3 % of its time in the end-to-end profile.
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+         PRAGMA temp_store = MEMORY;",
     )?;
-    conn.set_prepared_statement_cache_capacity(64);
+    // Every statement the writer runs stays prepared: batch-sized statements have a text per
+    // size, and a cache smaller than their number re-prepared statements on every batch.
+    conn.set_prepared_statement_cache_capacity(512);
     Ok(conn)
 }
 
