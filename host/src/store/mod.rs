@@ -355,25 +355,6 @@ pub trait ExecutorStore: Send + Sync {
         &self,
         request: FinishRequest,
     ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
-    /// [`finish`](Self::finish) and, when it released dependents, a claim of up to
-    /// `next.limit` ready steps, so that the worker that finished a step runs its dependent
-    /// at once. A store that can puts both in one commit (SQLite: a receipt and the next
-    /// claim cost one fsync); by default they are two. The claim is as durable as any.
-    fn finish_and_claim(
-        &self,
-        request: FinishRequest,
-        next: ClaimRequest,
-    ) -> impl Future<Output = StoreResult<(FinishOutcome, Vec<Claimed>)>> + Send {
-        async move {
-            let finished = self.finish(request).await?;
-            let claimed = if finished.released.is_empty() {
-                Vec::new()
-            } else {
-                self.claim(next).await?
-            };
-            Ok((finished, claimed))
-        }
-    }
     /// Adds what an attempt learned after losing its lease (a late result) to its evidence:
     /// fills only what the attempt has not recorded and appends the events; the step is
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.

@@ -760,24 +760,6 @@ impl ExecutorStore for SqliteStore {
         self.writer.write(move |conn| finish_tx(conn, req)).await
     }
 
-    async fn finish_and_claim(
-        &self,
-        req: FinishRequest,
-        next: ClaimRequest,
-    ) -> StoreResult<(FinishOutcome, Vec<Claimed>)> {
-        self.writer
-            .write(move |conn| {
-                let finished = finish_tx(conn, req)?;
-                let claimed = if finished.released.is_empty() {
-                    Vec::new()
-                } else {
-                    claim_tx(conn, &next)?
-                };
-                Ok((finished, claimed))
-            })
-            .await
-    }
-
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
         self.writer
             .write(move |conn| {
