@@ -49,6 +49,7 @@ pub(super) struct WorkflowToml {
 /// `[budget]`: what one workflow may spend, all attempts of all steps together.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Budget")]
 pub(super) struct BudgetToml {
     /// Attempts of all steps together (default 20).
     #[schemars(with = "Option<u32>", range(min = 1))]
@@ -71,6 +72,7 @@ pub(super) struct BudgetToml {
 /// One `[[steps]]` table.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Step")]
 pub(super) struct StepToml {
     /// The step's stable id; attempts, receipts and the provider's idempotency keys derive
     /// from it, so it never changes between versions.
@@ -124,6 +126,7 @@ pub(super) struct StepToml {
 /// the adapter's typed error's kind; the deadline and the budget stop retries too.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Retry")]
 pub(super) struct RetryToml {
     /// Attempts in all, the first included (default 5).
     #[schemars(with = "Option<u32>", range(min = 1))]
@@ -146,6 +149,7 @@ pub(super) struct RetryToml {
 /// `[adapters.<name>]` allows it too.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Capabilities")]
 pub(super) struct CapabilitiesToml {
     /// `scheme://host:port`, `host:port`, or `$setting` (the host of the URL in that
     /// adapter setting, e.g. `"$base_url"`).
@@ -162,6 +166,7 @@ pub(super) struct CapabilitiesToml {
 /// step of its own (`<step>.compensate`). The adapter must declare compensation.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Compensation")]
 pub(super) struct CompensationToml {
     /// When the effect is undone.
     pub on: CompensationTrigger,
