@@ -62,6 +62,11 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null
 fi
 chromium --version || true
 
+step "curl (the fresh-machine check submits an intent with it, as the README does)"
+if ! command -v curl >/dev/null 2>&1; then
+    apt_install curl
+fi
+
 step "Formatting"
 cargo fmt --all --check
 

@@ -11,9 +11,8 @@
 #[path = "support/http.rs"]
 mod http;
 
-use http::{Conn, cpu_time, pct};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use http::{Conn, Host, cpu_time, pct};
+use std::path::Path;
 use std::time::Instant;
 
 const CLIENTS: usize = 64;
@@ -53,30 +52,12 @@ fn main() {
             )
         }
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-        .args([
-            "serve",
-            "--pause-execution",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(["--db", &db])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .env("DOCKET_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = child.id();
-    let stdout = child.stdout.take().unwrap();
-    let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
-    assert!(line.starts_with("docket listening on"), "{line}");
-    let addr = format!("127.0.0.1:{port}");
+    let host = Host::start(
+        &["--pause-execution", "--db", &db],
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")),
+    );
+    let server = host.pid();
+    let addr = host.addr.clone();
 
     // One thread for the load generator: the host gets the rest of the machine.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -150,8 +131,7 @@ fn main() {
             pct(&replay, 0.99)
         );
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(host);
     if let (Some(admin), Some(sql)) = (&postgres, cleanup) {
         pg_admin(admin, sql);
     }

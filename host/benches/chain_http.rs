@@ -17,10 +17,8 @@
 #[path = "support/http.rs"]
 mod http;
 
-use http::{Conn, cpu_time, pct, peak_rss_mib};
-use std::io::{BufRead, BufReader};
+use http::{Conn, Host, cpu_time, pct, peak_rss_mib};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 32;
@@ -146,25 +144,9 @@ fn main() {
     )
     .unwrap();
     let db = dir.path().join("bench.db");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--db", &db.display().to_string()])
-        .current_dir(dir.path())
-        .env("DOCKET_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = child.id();
-    let stdout = child.stdout.take().unwrap();
-    let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
-    assert!(line.starts_with("docket listening on"), "{line}");
-    let addr = format!("127.0.0.1:{port}");
+    let host = Host::start(&["--db", &db.display().to_string()], dir.path());
+    let server = host.pid();
+    let addr = host.addr.clone();
 
     // One thread for the load generator: the host gets the rest of the machine.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -214,6 +196,5 @@ fn main() {
         }
         println!("  peak resident memory of the host: {:.0} MiB", peak_rss_mib(server));
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(host);
 }

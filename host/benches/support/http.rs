@@ -4,8 +4,57 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A `docket serve` process of the bench (the release build), killed when dropped — also
+/// when the bench panics, so no host outlives it.
+pub struct Host {
+    child: Child,
+    /// `127.0.0.1:<port>`.
+    pub addr: String,
+}
+
+impl Host {
+    /// Starts `docket serve --listen 127.0.0.1:<free port>` with `args`, in `dir`, and waits
+    /// until it says it listens.
+    pub fn start(args: &[&str], dir: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
+            .args(["serve", "--listen", &addr])
+            .args(args)
+            .current_dir(dir)
+            .env("DOCKET_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
+        let host = Self { child, addr };
+        assert!(line.starts_with("docket listening on"), "{line}");
+        host
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// The `p` quantile of sorted durations, in milliseconds.
 pub fn pct(sorted: &[Duration], p: f64) -> f64 {
