@@ -62,9 +62,12 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null
 fi
 chromium --version || true
 
-step "curl (the fresh-machine check submits an intent with it, as the README does)"
+step "curl and python3 (the fresh-machine check submits an intent with curl, as the README does)"
 if ! command -v curl >/dev/null 2>&1; then
     apt_install curl
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+    apt_install python3
 fi
 
 step "Formatting"
