@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml)"
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -86,3 +86,5 @@ step "A fresh machine: no wasm32-wasip2 target, a clean clone, the README's firs
 # The clone reuses this checkout's compiled dependencies; docket and its plugins are built
 # again from the clone, and its build must add the target itself.
 CARGO_TARGET_DIR="$(pwd)/target" bash scripts/fresh-machine.sh
+
+step "All passed"
