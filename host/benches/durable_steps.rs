@@ -19,7 +19,7 @@ use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
     AdmissionStore, AdmitRequest, ComponentStore, DefinitionStore, ExecutorStore, KeyScope,
-    NewStep, NewWorkflow, ReadStore,
+    NewWorkflow, ReadStore,
 };
 use sqlx::{Connection, Executor};
 use std::path::Path;
@@ -164,18 +164,7 @@ async fn admit<S: Store>(b: &Bench<S>, key: &str) -> WorkflowId {
     let input = canonicalize(&serde_json::json!({"title": "T", "recipient": "a@b.c", "body": "x"}))
         .unwrap();
     let id = WorkflowId::new(b.clock.now_ms());
-    let steps = b
-        .deployed
-        .def
-        .steps
-        .iter()
-        .map(|s| NewStep {
-            id: s.id.as_str().to_string(),
-            depends_on: s.after.iter().map(|d| d.as_str().to_string()).collect(),
-            role: s.kind.role(),
-            compensate_on: vec![],
-        })
-        .collect();
+    let steps = docket::intake::new_steps(&b.deployed.def);
     b.store
         .admit(AdmitRequest {
             scope: KeyScope {

@@ -33,6 +33,7 @@ fn request(key: usize) -> AdmitRequest {
                     },
                     role: StepRole::Handler,
                     compensate_on: vec![],
+                    reads: None,
                 })
                 .collect(),
             deadline_at: now + 3_600_000,

@@ -70,16 +70,7 @@ pub async fn new_workflow<S: ContextStore>(
     Ok(Ok(NewWorkflow {
         workflow_id: WorkflowId::new(now),
         definition_version: def.version,
-        steps: def
-            .steps
-            .iter()
-            .map(|s| NewStep {
-                id: s.id.to_string(),
-                depends_on: s.after.iter().map(ToString::to_string).collect(),
-                role: s.kind.role(),
-                compensate_on: s.compensation.iter().map(|c| c.on).collect(),
-            })
-            .collect(),
+        steps: new_steps(def),
         deadline_at: now.saturating_add(millis(def.deadline)),
         key_retention_ms: millis(ctx.limits.key_retention),
         events: admission_events(def, scope, canonical),
@@ -90,6 +81,28 @@ pub async fn new_workflow<S: ContextStore>(
             .map_or(0, |c| c.governance().in_force().version),
         trace_parent: None,
     }))
+}
+
+/// The step rows of a new workflow of `def`.
+pub fn new_steps(def: &WorkflowDef) -> Vec<NewStep> {
+    def.steps
+        .iter()
+        .map(|s| NewStep {
+            id: s.id.to_string(),
+            depends_on: s.after.iter().map(ToString::to_string).collect(),
+            role: s.kind.role(),
+            compensate_on: s.compensation.iter().map(|c| c.on).collect(),
+            reads: Some(
+                s.input
+                    .references()
+                    .into_iter()
+                    .filter_map(|r| r.step().map(ToString::to_string))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+            ),
+        })
+        .collect()
 }
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -125,4 +138,65 @@ fn admission_events(def: &WorkflowDef, scope: &KeyScope, input: &CanonicalInput)
         );
     }
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_step_reads_the_receipts_its_input_refers_to() {
+        let def = crate::workflow::parse(
+            "reads.toml",
+            r#"
+name = "reads"
+version = 1
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "first"
+label = "First"
+kind = "handler"
+component = "validate-document"
+version = "^1"
+outputs = ["title"]
+[steps.input]
+title = "$input.title"
+[[steps]]
+id = "second"
+label = "Second"
+kind = "handler"
+component = "render-document"
+version = "^1"
+after = ["first"]
+outputs = ["document"]
+[steps.input]
+title = "$steps.first.output.title"
+[[steps]]
+id = "third"
+label = "Third"
+kind = "handler"
+component = "render-document"
+version = "^1"
+after = ["second"]
+[steps.input]
+title = "$steps.first.output.title"
+body = { text = "$steps.second.output.document", again = ["$steps.first.output.title"] }
+"#,
+        )
+        .unwrap();
+        let reads: Vec<(String, Option<Vec<String>>)> = new_steps(&def)
+            .into_iter()
+            .map(|s| (s.id, s.reads))
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                ("first".into(), Some(vec![])),
+                ("second".into(), Some(vec!["first".into()])),
+                ("third".into(), Some(vec!["first".into(), "second".into()])),
+            ]
+        );
+    }
 }

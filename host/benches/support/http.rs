@@ -28,7 +28,11 @@ impl Host {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_docket"))
+        // DOCKET_BENCH_HOST runs another build's host under this load (before/after
+        // comparisons in one sitting).
+        let host = std::env::var_os("DOCKET_BENCH_HOST")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_docket").into());
+        let mut child = Command::new(host)
             .args(["serve", "--listen", &addr])
             .args(args)
             .current_dir(dir)

@@ -18,6 +18,24 @@ pub(crate) const COURSE_SELECT: &str = "SELECT s.step, s.role, s.state, s.uncert
      s.compensate_on, s.receipt_id, r.external_reference \
      FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id";
 
+/// A step's `reads` column: the JSON array of the steps whose receipts its input reads.
+pub(crate) fn reads_text(reads: Option<&[String]>) -> StoreResult<Option<String>> {
+    reads
+        .map(|r| {
+            serde_json::to_string(r)
+                .map_err(|e| StoreError::never(format!("encoding a step's reads: {e}")))
+        })
+        .transpose()
+}
+
+/// A claimed step's `reads` column, back as step ids (see [`reads_text`]).
+pub(crate) fn reads_list(text: Option<&str>) -> StoreResult<Option<Vec<String>>> {
+    text.map(|t| {
+        serde_json::from_str(t).map_err(|e| StoreError::Corrupt(format!("a step's reads: {e}")))
+    })
+    .transpose()
+}
+
 /// What a new cancellation records, or the refusal to store under its key.
 pub(crate) fn cancellation(
     req: &super::CancelRequest,

@@ -154,6 +154,10 @@ pub struct NewStep {
     pub role: StepRole,
     /// The triggers on which the definition compensates this step's effect.
     pub compensate_on: Vec<CompensationTrigger>,
+    /// The steps whose receipts this step's input reads; `None`: every receipt of its
+    /// workflow. A claim hands the step only these, so a step of a long workflow does not
+    /// read (and decode) every receipt before it.
+    pub reads: Option<Vec<String>>,
 }
 
 /// An admission: the key is looked up and, if it is free, the intent created, in one

@@ -281,7 +281,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
              note = NULL
          FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
          RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
-                   s.policy_exception,
+                   s.policy_exception, s.reads,
                    s.lease_token, s.ready_at, s.ord",
     )
     .bind(&req.owner)
@@ -301,11 +301,13 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
                 r.text("workflow_id")?,
                 r.int("ord")?,
                 rows::claimed(r, req.now, expires)?,
+                plan::reads_list(r.opt_text("reads")?.as_deref())?,
             ))
         })
         .collect::<StoreResult<Vec<_>>>()?;
     picked.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    let mut claimed: Vec<Claimed> = picked.into_iter().map(|(_, _, c)| c).collect();
+    let (mut claimed, reads): (Vec<Claimed>, Vec<Option<Vec<String>>>) =
+        picked.into_iter().map(|(_, _, c, r)| (c, r)).unzip();
     // Each claim is one attempt and one timeline entry, which its workflow counts. The
     // workflows of the batch are locked in id order first (one row needs no order), so
     // concurrent claims never wait in a cycle; then one statement counts for all of them
@@ -362,7 +364,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         workflows.insert(r.text("workflow_id")?, (r, input, 0));
     }
     let mut seqs = Vec::with_capacity(claimed.len());
-    for c in &mut claimed {
+    for (c, reads) in claimed.iter_mut().zip(reads) {
         let (r, input, taken) =
             workflows
                 .get_mut(c.fence.workflow_id.as_str())
@@ -399,9 +401,17 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         };
         c.context = StepContext {
             input: input.clone(),
+            // Only what the step's input reads, as the embedded store hands it.
             receipts: receipts
                 .get(c.fence.workflow_id.as_str())
-                .cloned()
+                .map(|all| match &reads {
+                    Some(steps) => all
+                        .iter()
+                        .filter(|r| steps.contains(&r.step))
+                        .cloned()
+                        .collect(),
+                    None => all.clone(),
+                })
                 .unwrap_or_default(),
             sent_identity,
         };

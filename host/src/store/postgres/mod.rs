@@ -711,11 +711,13 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     let mut ready_at = Vec::with_capacity(new.steps.len());
     let mut roles = Vec::with_capacity(new.steps.len());
     let mut compensate_on = Vec::with_capacity(new.steps.len());
+    let mut reads = Vec::with_capacity(new.steps.len());
     for step in &new.steps {
         let ready = step.depends_on.is_empty();
         steps.push(step.id.as_str());
         roles.push(step.role.as_str());
         compensate_on.push(rows::triggers_text(&step.compensate_on));
+        reads.push(plan::reads_text(step.reads.as_deref())?);
         states.push(
             if ready {
                 StepState::Ready
@@ -728,10 +730,10 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     }
     // WITH ORDINALITY keeps the definition's order in `ord`.
     sqlx::query(
-        "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on)
-         SELECT $1, s, st, r, ro, co
-         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[])
-              WITH ORDINALITY AS t(s, st, r, ro, co, n)
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
+         SELECT $1, s, st, r, ro, co, rd
+         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::TEXT[])
+              WITH ORDINALITY AS t(s, st, r, ro, co, rd, n)
          ORDER BY n",
     )
     .bind(id)
@@ -740,6 +742,7 @@ async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Optio
     .bind(&ready_at)
     .bind(&roles)
     .bind(&compensate_on)
+    .bind(&reads)
     .execute(&mut *conn)
     .await?;
     let (dep_steps, deps): (Vec<&str>, Vec<&str>) = new

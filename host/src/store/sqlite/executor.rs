@@ -304,6 +304,25 @@ fn settle_course(
     cancelled: bool,
     now: Millis,
 ) -> StoreResult<Vec<(Option<StepRole>, StepState)>> {
+    // Most finishes settle nothing: the roles and states decide that, read without the
+    // receipts' join (a finish's second most costly statement when it was always read).
+    if !cancelled {
+        let mut stmt =
+            conn.prepare_cached("SELECT role, state FROM steps WHERE workflow_id = ?")?;
+        let mut rows = stmt.query([id.as_str()])?;
+        let mut states = Vec::new();
+        while let Some(r) = rows.next()? {
+            let role: Option<String> = r.get(0)?;
+            let state: String = r.get(1)?;
+            states.push((
+                role.map(|t| parse(&t)).transpose()?,
+                parse::<StepState>(&state)?,
+            ));
+        }
+        if !course::may_settle(false, states.iter().map(|(_, s)| s)) {
+            return Ok(states);
+        }
+    }
     let steps = {
         let mut stmt = conn.prepare_cached(&format!(
             "{} WHERE s.workflow_id = ? ORDER BY s.rowid",
@@ -389,6 +408,7 @@ struct ClaimedWorkflow {
 fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
     let expires = req.now + req.lease_ms;
     let mut claimed = Vec::new();
+    let mut reads = Vec::new();
     {
         let mut stmt = conn.prepare_cached(
             "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
@@ -398,7 +418,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
                  WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
                  ORDER BY ready_at LIMIT ?4)
              RETURNING workflow_id, step, attempts, next_trigger, uncertain_since, lease_token,
-                       policy_exception",
+                       policy_exception, reads",
         )?;
         let mut rows = stmt.query(params![
             &req.owner,
@@ -408,6 +428,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         ])?;
         while let Some(r) = rows.next()? {
             claimed.push(rows::claimed(r, req.now, expires)?);
+            reads.push(plan::reads_list(r.opt_text("reads")?.as_deref())?);
         }
     }
     if claimed.is_empty() {
@@ -429,7 +450,7 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
          VALUES (?, ?, ?, 'action', ?, ?, ?, 'null')",
     )?;
-    for c in &mut claimed {
+    for (c, reads) in claimed.iter_mut().zip(reads) {
         let (wf, seq, input, trace_parent) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
             let r = found.next()?.ok_or_else(|| {
@@ -479,7 +500,10 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
         c.context = StepContext {
             input: serde_json::from_str(&input)
                 .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?,
-            receipts: super::read::receipts_tx(conn, &c.fence.workflow_id)?,
+            receipts: match reads {
+                Some(steps) => super::read::receipts_of_tx(conn, &c.fence.workflow_id, &steps)?,
+                None => super::read::receipts_tx(conn, &c.fence.workflow_id)?,
+            },
             sent_identity,
         };
         attempt.execute(params![
@@ -637,7 +661,7 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
                 now,
             ),
         )?;
-        released = release_dependents(conn, &fence.workflow_id, now)?;
+        released = release_dependents_of(conn, &fence.workflow_id, &fence.step, now)?;
     }
     events.extend(NewEvent::released(&released));
     let (first, current, cancel_on): (i64, String, Option<String>) = conn
@@ -713,6 +737,37 @@ pub(crate) fn release_dependents(
     )?;
     let rows = stmt.query_map(params![now as i64, id.as_str()], |r| r.get::<_, String>(0))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// [`release_dependents`] after `step` succeeded: only the steps that run after it can
+/// have become ready, so only they are looked at (a workflow's other steps are not read).
+fn release_dependents_of(
+    conn: &Connection,
+    id: &WorkflowId,
+    step: &str,
+    now: Millis,
+) -> StoreResult<Vec<String>> {
+    let dependents: Vec<String> = conn
+        .prepare_cached("SELECT step FROM step_deps WHERE workflow_id = ? AND depends_on = ?")?
+        .query_map(params![id.as_str(), step], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if dependents.is_empty() {
+        return Ok(dependents);
+    }
+    let mut release = conn.prepare_cached(
+        "UPDATE steps SET state = 'ready', ready_at = ?1
+         WHERE workflow_id = ?2 AND step = ?3 AND state = 'pending' AND NOT EXISTS (
+             SELECT 1 FROM step_deps d JOIN steps s2
+               ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
+             WHERE d.workflow_id = ?2 AND d.step = ?3 AND s2.state != 'succeeded')",
+    )?;
+    let mut released = Vec::new();
+    for dependent in dependents {
+        if release.execute(params![now as i64, id.as_str(), &dependent])? > 0 {
+            released.push(dependent);
+        }
+    }
+    Ok(released)
 }
 
 impl ExecutorStore for SqliteStore {

@@ -115,7 +115,7 @@ impl SqliteStore {
         Ok(Self {
             read,
             points: std::sync::Arc::new(points::PointReads::new(&path)),
-            writer: Writer::start(write_conn, writer::QUEUE)?,
+            writer: Writer::start_checkpointed(write_conn, &path, writer::QUEUE)?,
             failing_renewals: Default::default(),
         })
     }
@@ -515,8 +515,8 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     ])?;
     {
         let mut insert = conn.prepare_cached(
-            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on)
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )?;
         for step in &new.steps {
             let ready = step.depends_on.is_empty();
@@ -532,6 +532,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
                 ready.then_some(req.now as i64),
                 step.role.as_str(),
                 rows::triggers_text(&step.compensate_on),
+                plan::reads_text(step.reads.as_deref())?,
             ])?;
         }
         let mut dep = conn.prepare_cached(

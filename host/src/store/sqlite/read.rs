@@ -30,6 +30,32 @@ pub(crate) fn receipts_tx(
     super::each_row(&mut stmt, [id.as_str()], |r| rows::receipt(r))
 }
 
+/// The standing receipts of `steps` of a workflow, read inside a write transaction (what a
+/// claimed step's input reads; found by step, whatever the workflow's length).
+pub(crate) fn receipts_of_tx(
+    conn: &rusqlite::Connection,
+    id: &WorkflowId,
+    steps: &[String],
+) -> StoreResult<Vec<Receipt>> {
+    let mut receipts = Vec::new();
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {RECEIPT_COLUMNS} FROM receipts
+         WHERE workflow_id = ? AND step = ? AND superseded_by IS NULL"
+    ))?;
+    for step in steps {
+        receipts.extend(super::each_row(
+            &mut stmt,
+            rusqlite::params![id.as_str(), step],
+            |r| rows::receipt(r),
+        )?);
+    }
+    // In the order of the full read.
+    receipts.sort_by(|a, b| {
+        (a.recorded_at, a.receipt_id.as_str()).cmp(&(b.recorded_at, b.receipt_id.as_str()))
+    });
+    Ok(receipts)
+}
+
 /// The shared reads in SQLite's dialect.
 pub(crate) const SQL: ReadSql = ReadSql {
     steps: "SELECT * FROM steps WHERE workflow_id = ? ORDER BY rowid",

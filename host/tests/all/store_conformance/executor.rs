@@ -85,6 +85,53 @@ pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {
     assert_eq!(receipts, &s.receipts(&a).await.unwrap());
 }
 
+pub async fn a_claim_carries_only_the_receipts_its_step_reads<S: Store>(s: S) {
+    // a → b → c → d: c reads a's receipt only, d says nothing (reads every receipt), and
+    // b reads none.
+    let mut req = admit(
+        scope("alice", "reads"),
+        json!({"key": "reads"}),
+        &[("a", &[]), ("b", &["a"]), ("c", &["b"]), ("d", &["c"])],
+        T0,
+    );
+    for step in &mut req.create.as_mut().unwrap().steps {
+        step.reads = match step.id.as_str() {
+            "b" => Some(vec![]),
+            "c" => Some(vec!["a".to_string()]),
+            _ => None,
+        };
+    }
+    let id = create(&s, req).await.workflow_id;
+    let mut now = T0;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let c = claim(&s, "w1", now, 10).await.remove(0);
+        let steps: Vec<String> = c.context.receipts.iter().map(|r| r.step.clone()).collect();
+        seen.push((c.fence.step.clone(), steps));
+        now += 10;
+        succeed(&s, &c, now).await;
+    }
+    let expect = |step: &str, reads: &[&str]| {
+        (
+            step.to_string(),
+            reads.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        seen,
+        vec![
+            expect("a", &[]),
+            expect("b", &[]),
+            expect("c", &["a"]),
+            expect("d", &["a", "b", "c"]),
+        ]
+    );
+    assert_eq!(
+        s.workflow(&id).await.unwrap().unwrap().state,
+        WorkflowState::Completed
+    );
+}
+
 pub async fn fenced_writes_refuse_a_stale_lease<S: Store>(s: S) {
     let id = workflow(&s, "k", &[("only", &[])], T0).await;
     let c = claim(&s, "w1", T0, 10).await.remove(0);

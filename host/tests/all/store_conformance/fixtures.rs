@@ -55,6 +55,7 @@ pub fn admit(
                         StepRole::Adapter
                     },
                     compensate_on: vec![],
+                    reads: None,
                 })
                 .collect(),
             deadline_at: now + 3_600_000,
