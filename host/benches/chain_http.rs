@@ -12,8 +12,14 @@
 //! Completion is watched by a read-only count in the host's SQLite file every 50 ms, which
 //! costs the host nothing: no polling loop competes with it for the two cores.
 //!
-//! Run: `cargo bench --bench chain_http [-- WORKFLOWS]` (default 2000).
+//! With HISTORY, the store first holds that many ended workflows with every row they leave
+//! behind (`support/history.rs`), so the same load runs on a store that has been in use.
+//!
+//! Run: `cargo bench --bench chain_http [-- WORKFLOWS [HISTORY]]` (default 2000 and 0).
+//! `DOCKET_BENCH_HOST=<path>` runs another build's `docket` under the same load.
 
+#[path = "support/history.rs"]
+mod history;
 #[path = "support/http.rs"]
 mod http;
 
@@ -54,16 +60,18 @@ fn input(i: usize) -> String {
     format!(r#"{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}"#)
 }
 
-/// Completed workflows of `workflow`, read from the host's database without writing.
-fn completed(db: &Path, workflow: &str) -> usize {
+/// Completed workflows of `workflow` created since `since` (ms), read from the host's
+/// database without writing; the index range leaves history out of the count.
+fn completed(db: &Path, workflow: &str, since: u64) -> usize {
     let conn = rusqlite::Connection::open_with_flags(
         db,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .unwrap();
     conn.query_row(
-        "SELECT count(*) FROM workflows WHERE workflow = ?1 AND state = 'completed'",
-        [workflow],
+        "SELECT count(*) FROM workflows
+         WHERE state = 'completed' AND created_at >= ?2 AND workflow = ?1",
+        rusqlite::params![workflow, since as i64],
         |r| r.get::<_, i64>(0),
     )
     .unwrap() as usize
@@ -92,8 +100,15 @@ async fn one(conn: &mut Conn, workflow: &str, key: &str, input: &str) -> Duratio
 }
 
 /// `total` workflows from CLIENTS keep-alive clients; the time until all are completed.
-async fn load(addr: &str, db: &Path, workflow: &str, prefix: &str, total: usize) -> Duration {
-    let already = completed(db, workflow);
+async fn load(
+    addr: &str,
+    db: &Path,
+    since: u64,
+    workflow: &str,
+    prefix: &str,
+    total: usize,
+) -> Duration {
+    let already = completed(db, workflow, since);
     let per = total / CLIENTS;
     let mut conns = Vec::with_capacity(CLIENTS);
     for _ in 0..CLIENTS {
@@ -118,7 +133,7 @@ async fn load(addr: &str, db: &Path, workflow: &str, prefix: &str, total: usize)
         done.unwrap();
     }
     let want = already + per * CLIENTS;
-    while completed(db, workflow) < want {
+    while completed(db, workflow, since) < want {
         assert!(
             start.elapsed() < Duration::from_secs(600),
             "not all {workflow} workflows completed"
@@ -131,6 +146,7 @@ async fn load(addr: &str, db: &Path, workflow: &str, prefix: &str, total: usize)
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let total: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let ended: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
     let dir = tempfile::tempdir().unwrap();
     let workflows = dir.path().join("workflows");
     std::fs::create_dir(&workflows).unwrap();
@@ -144,6 +160,18 @@ fn main() {
     )
     .unwrap();
     let db = dir.path().join("bench.db");
+    let filling = Instant::now();
+    history::fill(&db, ended);
+    if ended > 0 {
+        println!(
+            "history: {ended} ended workflows with their keys, steps, attempts, receipts, timeline and notifications ({:.0} s to write)",
+            filling.elapsed().as_secs_f64()
+        );
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let host = Host::start(&["--db", &db.display().to_string()], dir.path());
     let server = host.pid();
     let addr = host.addr.clone();
@@ -173,7 +201,7 @@ fn main() {
             }
             unloaded.sort();
             let cpu = cpu_time(server);
-            let elapsed = load(&addr, &db, workflow, "load", total).await;
+            let elapsed = load(&addr, &db, since, workflow, "load", total).await;
             let cpu = cpu_time(server) - cpu;
             let done = (total / CLIENTS) * CLIENTS;
             println!("{workflow} ({steps} steps):");
