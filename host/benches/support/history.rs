@@ -13,6 +13,10 @@ const EVENTS: u64 = 8;
 /// `document-delivery`, created a month ago, their keys still kept. Ids sort before the
 /// ids the host makes now, as older ids do.
 pub fn fill(path: &Path, ended: u64) {
+    // Without history the host migrates the store itself (it may be another build's).
+    if ended == 0 {
+        return;
+    }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -22,9 +26,6 @@ pub fn fill(path: &Path, ended: u64) {
                 .await
                 .unwrap()
         });
-    if ended == 0 {
-        return;
-    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

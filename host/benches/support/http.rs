@@ -38,11 +38,18 @@ impl Host {
             .current_dir(dir)
             .env("DOCKET_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // DOCKET_BENCH_HOST_LOG=<file> keeps what the host says (why it failed a bench).
+            .stderr(match std::env::var_os("DOCKET_BENCH_HOST_LOG") {
+                Some(file) => std::fs::File::create(file).unwrap().into(),
+                None => Stdio::null(),
+            })
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines.next().unwrap().unwrap();
+        // The rest is read until the host exits: a host writing to a closed pipe may die.
+        std::thread::spawn(move || lines.for_each(drop));
         let host = Self { child, addr };
         assert!(line.starts_with("docket listening on"), "{line}");
         host

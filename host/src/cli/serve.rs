@@ -46,6 +46,14 @@ impl ServeArgs {
     }
 }
 
+/// A line on stdout. A reader that went away (a closed pipe) must not stop a running host,
+/// as `println!` would by panicking.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
 /// Runs the host until Ctrl-C or SIGTERM (a graceful stop: exit 0), or until one of its
 /// tasks ends on its own (exit 1, naming the task).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -57,12 +65,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let interrupt = tokio::signal::ctrl_c();
     // A line on stdout that scripts (and tests) can wait for.
     let scheme = if app.https { "https" } else { "http" };
-    println!("docket listening on {scheme}://{}", app.addr);
+    say(format_args!("docket listening on {scheme}://{}", app.addr));
     if let Some(sim) = app.simulator() {
-        println!(
+        say(format_args!(
             "development mode: deliveries go to the built-in provider simulator at {} (configure [adapters.http-delivery] for a real provider)",
             sim.base_url()
-        );
+        ));
     }
     let signalled = async move {
         tokio::select! {

@@ -80,3 +80,44 @@ fn read_until(stream: &mut std::net::TcpStream, end: &str) -> String {
     }
     String::from_utf8_lossy(&text).into_owned()
 }
+
+/// The banner goes to stdout; a reader that went away (a closed pipe) must not stop the host
+/// when it writes its lines there.
+#[test]
+fn a_closed_stdout_does_not_stop_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::host_process::free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Closed before the host writes its banner.
+    drop(child.stdout.take());
+    let healthy = crate::wait::until_blocking("the host answers", Duration::from_secs(120), || {
+        if let Some(exit) = child.try_wait().map_err(|e| e.to_string())? {
+            panic!("the host exited ({exit}) with its stdout closed");
+        }
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+            .map_err(|e| format!("not listening yet: {e}"))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        Ok(answer)
+    });
+    assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
+    // Still serving after it wrote every banner line.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "the host exited");
+    let _ = child.kill();
+    let _ = child.wait();
+}
