@@ -10,8 +10,9 @@ const STEPS: u64 = 3;
 const EVENTS: u64 = 8;
 
 /// Migrates the store at `path` and fills it with `ended` completed workflows of
-/// `document-delivery`, created a month ago, their keys still kept. Ids sort before the
-/// ids the host makes now, as older ids do.
+/// `document-delivery`, created two days ago, their keys (kept 24 hours) expired: what a
+/// host keeps within the default 30-day retention. Ids sort before the ids the host makes
+/// now, as older ids do.
 pub fn fill(path: &Path, ended: u64) {
     // Without history the host migrates the store itself (it may be another build's).
     if ended == 0 {
@@ -30,7 +31,7 @@ pub fn fill(path: &Path, ended: u64) {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let base = now - 30 * 86_400_000;
+    let base = now - 2 * 86_400_000;
     let series = |n: u64| {
         format!(
             "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n}) SELECT i FROM n) n"
@@ -50,14 +51,14 @@ pub fn fill(path: &Path, ended: u64) {
              SELECT {wf}, 'document-delivery', 1, 'local', 'h-' || i,
                  '{{\"title\":\"Doc\",\"recipient\":\"a@example.com\",\"body\":\"x\"}}',
                  'sha256:' || i, 'completed', {base} + i, {base} + i + 20, {base} + i + 3600000,
-                 86400000000, {STEPS}, {EVENTS} + 1
+                 86400000, {STEPS}, {EVENTS} + 1
              FROM {}",
             series(ended)
         ),
         format!(
             "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest, expires_at)
              SELECT 'local', 'document-delivery', 'h-' || i, {wf}, 'sha256:' || i,
-                 {now} + 86400000000
+                 {base} + i + 20 + 86400000
              FROM {}",
             series(ended)
         ),
