@@ -60,6 +60,7 @@ conformance!(
     actions::a_manual_receipt_releases_dependents,
     concurrency::concurrent_claims_take_each_step_exactly_once,
     concurrency::concurrent_workers_run_dependent_steps_exactly_once,
+    concurrency::finishes_written_together_are_fenced_one_by_one,
     concurrency::concurrent_admissions_of_one_key_create_one_workflow,
     concurrency::concurrent_reuse_of_an_expired_key_creates_one_workflow,
     concurrency::concurrent_timeline_appends_number_without_gaps,
@@ -91,4 +92,11 @@ async fn a_sqlite_path_with_url_characters_names_its_file() {
             .is_empty()
     );
     assert!(path.exists(), "the file is not where the path says");
+}
+
+/// PostgreSQL alone: the embedded store's writer rolls a failing batch back whole (every
+/// caller retries), see `store::sqlite::writer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_finish_that_fails_in_a_batch_fails_alone() {
+    backends::with_postgres(concurrency::a_finish_that_fails_in_a_batch_fails_alone).await;
 }

@@ -15,7 +15,7 @@ use crate::store::{
 use sqlx::postgres::PgConnection;
 use std::collections::HashMap;
 
-fn lease_lost(fence: &Fence) -> StoreError {
+pub(super) fn lease_lost(fence: &Fence) -> StoreError {
     StoreError::LeaseLost {
         workflow_id: fence.workflow_id.clone(),
         step: fence.step.clone(),
@@ -73,7 +73,7 @@ const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint,
      log = COALESCE($10, log), result = COALESCE($11, result), policy = COALESCE($12, policy)
      WHERE attempt_id = $13";
 
-type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+pub(super) type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// Binds `$1`–`$13` of [`APPLY_FACTS`].
 fn bind_facts<'q>(mut query: PgQuery<'q>, values: [plan::Param<'q>; 13]) -> PgQuery<'q> {
@@ -465,7 +465,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
 }
 
 /// Notes on the workflow the policy version an attempt was judged by.
-async fn note_policy(
+pub(super) async fn note_policy(
     conn: &mut PgConnection,
     fence: &Fence,
     facts: &crate::store::AttemptFacts,
@@ -573,123 +573,6 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
 /// of a step (a compensation reverses an effect; a cancellation never stops it).
 fn fenced_by_cancellation(req: &CheckpointRequest) -> bool {
     req.checkpoint == 3 && course::compensated_step(&req.fence.step).is_none()
-}
-
-async fn finish_tx(conn: &mut PgConnection, req: FinishRequest) -> PgResult<FinishOutcome> {
-    let FinishRequest {
-        fence,
-        attempt_id,
-        checkpoint,
-        facts,
-        transition,
-        note,
-        log,
-        runtime_ms,
-        mut events,
-        now,
-        expired_before,
-        blocked,
-        decided_at,
-        charge,
-    } = req;
-    let id = fence.workflow_id.as_str();
-    // The step's transition doubles as the fence: no row means the lease is gone.
-    let cols = transition.columns();
-    // The fence and the attempt's facts in one round trip; the facts are written only if
-    // the step moved.
-    let query = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "WITH moved AS (
-             UPDATE steps SET state = $14, ready_at = $15, next_trigger = COALESCE($16, next_trigger),
-                 uncertain_since = CASE WHEN $14 = 'succeeded' THEN NULL
-                                        ELSE COALESCE(uncertain_since, $17) END,
-                 receipt_id = COALESCE($18, receipt_id), note = $19, blocked = $24,
-                 lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-             WHERE workflow_id = $20 AND step = $21 AND lease_token = $22 AND state = 'running'
-               AND ($23::BIGINT IS NULL OR lease_expires_at < $23)
-               AND ($25::BIGINT IS NULL
-                    OR (SELECT checkpoint FROM attempts WHERE attempt_id = $13) = $25)
-             RETURNING 1),
-         applied AS ({APPLY_FACTS} AND EXISTS (SELECT 1 FROM moved) RETURNING 1)
-         SELECT (SELECT count(*) FROM moved) AS moved"
-    )));
-    let (result, log) = (plan::result_text(&facts)?, log.to_string());
-    let policy = plan::policy_text(&facts)?;
-    let values = plan::facts_params(
-        &attempt_id,
-        checkpoint,
-        &facts,
-        Some(now),
-        Some(&log),
-        result.as_deref(),
-        policy.as_deref(),
-    );
-    let moved: i64 = bind_facts(query, values)
-        .bind(cols.state.as_str())
-        .bind(cols.ready_at)
-        .bind(cols.next_trigger)
-        .bind(cols.uncertain_since)
-        .bind(cols.receipt_id)
-        .bind(note.as_deref())
-        .bind(id)
-        .bind(&fence.step)
-        .bind(&fence.lease_token)
-        .bind(expired_before.map(|v| v as i64))
-        .bind(plan::blocked_text(blocked.as_ref())?)
-        .bind(decided_at.map(i64::from))
-        .fetch_one(&mut *conn)
-        .await?
-        .int("moved")?;
-    if moved == 0 {
-        return Err(lease_lost(&fence).into());
-    }
-    note_policy(conn, &fence, &facts).await?;
-    // Locks the workflow row: from here on this transaction sees every step change of the
-    // workflow committed by others. (The attempt row is locked first, as `late_evidence`
-    // does.)
-    let (current, cancel_on): (String, Option<String>) = sqlx::query_as(
-        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1,
-             attempts_used = attempts_used - $3, recovery_queries_used = recovery_queries_used + $4
-         WHERE workflow_id = $2
-         RETURNING state, cancel_on",
-    )
-    .bind(runtime_ms as i64)
-    .bind(id)
-    .bind(plan::uncharged(charge))
-    .bind(plan::from_reserve(charge))
-    .fetch_one(&mut *conn)
-    .await?;
-    let mut released = Vec::new();
-    if let StepTransition::Succeeded(r) = &transition {
-        let output = r.output.to_string();
-        let values = plan::receipt_params(
-            r,
-            &fence.workflow_id,
-            &fence.step,
-            Some(&attempt_id),
-            &output,
-            now,
-        );
-        insert_receipt(conn, &values).await?;
-        released = release_dependents(conn, &fence.workflow_id, now).await?;
-    }
-    events.extend(NewEvent::released(&released));
-    append_events(conn, &fence.workflow_id, now, &events).await?;
-    let current = parse::<WorkflowState>(&current)?;
-    let workflow_state =
-        recompute_state(conn, &fence.workflow_id, current, cancel_on.is_some(), now).await?;
-    if plan::compensated_now(&transition, &fence.step) {
-        outbox(
-            conn,
-            &fence.workflow_id,
-            crate::notify::EventType::EffectCompensated,
-            now,
-        )
-        .await?;
-    }
-    Ok(FinishOutcome {
-        workflow_state,
-        released,
-    })
 }
 
 async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {
@@ -881,7 +764,7 @@ impl ExecutorStore for PgStore {
 
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
         let retry = matches!(req.transition, StepTransition::Retry { .. });
-        let outcome = transaction!(self.pool, |conn| finish_tx(conn, req.clone()))?;
+        let outcome = self.finishes.finish(req).await?;
         // Released dependents and scheduled retries concern every host: a retry's time may
         // be earlier than what an idle host is sleeping towards.
         if retry || !outcome.released.is_empty() {

@@ -19,6 +19,8 @@
 //! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
 
 mod actions;
+mod admission;
+mod batch;
 mod budgets;
 mod course;
 mod executor;
@@ -31,20 +33,15 @@ mod sessions;
 use super::plan;
 use super::rows;
 use super::{
-    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmissionStore, AdmitOutcome,
-    AdmitRequest, ComponentEvent, ComponentStore, DefinitionStore, DeployOutcome, KeyRecord,
-    KeyScope, NewComponent, NewDefinition, StoreError, StoreResult, StoredComponent,
-    StoredDefinition,
+    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, ComponentEvent, ComponentStore,
+    DefinitionStore, DeployOutcome, NewComponent, NewDefinition, StoreError, StoreResult,
+    StoredComponent, StoredDefinition,
 };
-use crate::intent::{Millis, NewEvent, StepState, WorkflowId, WorkflowState};
+use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::store::Verification;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use std::time::Duration;
-
-/// How often an admission starts over after losing a race for its key (or a deadlock); a
-/// race is lost at most once in practice (the second try sees the winner's key).
-const ADMIT_TRIES: usize = 8;
 
 /// How often a transaction runs again after PostgreSQL aborted it to break a deadlock.
 const DEADLOCK_TRIES: usize = 8;
@@ -144,6 +141,7 @@ pub(crate) use transaction;
 pub struct PgStore {
     pool: PgPool,
     notifier: std::sync::Arc<Notifier>,
+    finishes: batch::Finishes,
 }
 
 impl PgStore {
@@ -173,7 +171,12 @@ impl PgStore {
                 StoreError::never(format!("migrating `{}`: {e}", super::without_password(url)))
             })?;
         let notifier = Notifier::start(pool.clone());
-        Ok(Self { pool, notifier })
+        let finishes = batch::Finishes::start(pool.clone());
+        Ok(Self {
+            pool,
+            notifier,
+            finishes,
+        })
     }
 
     /// Closes every connection of the pool (and stops listening and notifying).
@@ -280,16 +283,16 @@ pub(crate) async fn append_events(
 }
 
 /// Events as the columns of a multi-row `UNNEST` insert.
-struct EventColumns<'e> {
-    kinds: Vec<&'e str>,
-    steps: Vec<Option<&'e str>>,
-    attempts: Vec<Option<&'e str>>,
-    texts: Vec<&'e str>,
-    data: Vec<String>,
+pub(crate) struct EventColumns<'e> {
+    pub kinds: Vec<&'e str>,
+    pub steps: Vec<Option<&'e str>>,
+    pub attempts: Vec<Option<&'e str>>,
+    pub texts: Vec<&'e str>,
+    pub data: Vec<String>,
 }
 
 impl<'e> EventColumns<'e> {
-    fn of(events: &'e [NewEvent]) -> Self {
+    pub(crate) fn of(events: &'e [NewEvent]) -> Self {
         Self {
             kinds: events.iter().map(|e| e.kind.as_str()).collect(),
             steps: events.iter().map(|e| e.step.as_deref()).collect(),
@@ -298,38 +301,6 @@ impl<'e> EventColumns<'e> {
             data: events.iter().map(|e| e.data.to_string()).collect(),
         }
     }
-}
-
-/// Inserts events numbered from `first`, in one statement.
-pub(crate) async fn insert_events(
-    conn: &mut PgConnection,
-    workflow_id: &WorkflowId,
-    first: u64,
-    now: Millis,
-    events: &[NewEvent],
-) -> PgResult<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let seqs: Vec<i64> = (0..events.len())
-        .map(|i| (first + i as u64) as i64)
-        .collect();
-    let c = EventColumns::of(events);
-    sqlx::query(
-        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
-         SELECT $1, * FROM UNNEST($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])",
-    )
-    .bind(workflow_id.as_str())
-    .bind(&seqs)
-    .bind(vec![now as i64; events.len()])
-    .bind(&c.kinds)
-    .bind(&c.steps)
-    .bind(&c.attempts)
-    .bind(&c.texts)
-    .bind(&c.data)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }
 
 impl DefinitionStore for PgStore {
@@ -398,19 +369,6 @@ impl DefinitionStore for PgStore {
         .await?;
         rows.iter().map(rows::definition).collect()
     }
-}
-
-/// The key in scope, expired or not.
-async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> PgResult<Option<KeyRecord>> {
-    let row = sqlx::query(
-        "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = $1 AND workflow = $2 AND key = $3",
-    )
-    .bind(&scope.subject.0)
-    .bind(&scope.workflow)
-    .bind(&scope.key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.as_ref().map(rows::key_record).transpose()?)
 }
 
 impl ComponentStore for PgStore {
@@ -599,174 +557,4 @@ async fn set_active_tx(conn: &mut PgConnection, change: &ActiveChange) -> PgResu
     .execute(&mut *conn)
     .await?;
     Ok(plan::switched(change, version, digest, current))
-}
-
-impl AdmissionStore for PgStore {
-    async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
-        let mut conn = self.pool.acquire().await?;
-        Ok(plan::live(key_in_scope(&mut conn, scope).await?, now))
-    }
-
-    async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-        for _ in 0..ADMIT_TRIES {
-            let mut tx = self.pool.begin().await?;
-            match admit_tx(&mut tx, &req).await {
-                Ok(Some(outcome)) => {
-                    tx.commit()
-                        .await
-                        .map_err(|e| StoreError::from(Fail::commit(e)))?;
-                    if matches!(outcome, AdmitOutcome::Created(_)) {
-                        self.notifier.poke();
-                    }
-                    return Ok(outcome);
-                }
-                // Another admission took the key first: start over and answer from it.
-                Ok(None) => tx.rollback().await?,
-                Err(f) if f.retryable() => drop(tx),
-                Err(f) => return Err(f.into()),
-            }
-        }
-        Err(StoreError::safe(format!(
-            "admission under key `{}` kept losing races for the key; retry",
-            req.scope.key
-        )))
-    }
-}
-
-/// One try at an admission; `None` when a concurrent admission took the key meanwhile.
-async fn admit_tx(conn: &mut PgConnection, req: &AdmitRequest) -> PgResult<Option<AdmitOutcome>> {
-    if let Some(k) = plan::live(key_in_scope(conn, &req.scope).await?, req.now) {
-        if k.input_digest != req.input.digest {
-            return Ok(Some(AdmitOutcome::Conflict {
-                workflow_id: k.workflow_id,
-            }));
-        }
-        let record = read::workflow_on(conn, &k.workflow_id)
-            .await?
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("key points at missing {}", k.workflow_id))
-            })?;
-        return Ok(Some(AdmitOutcome::Replayed(record)));
-    }
-    // A refused new intent changes nothing, not even an expired key.
-    let Some(new) = &req.create else {
-        return Ok(Some(AdmitOutcome::KeyFree));
-    };
-    let id = new.workflow_id.as_str();
-    sqlx::query(
-        "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq,
-             replaces, policy_at_admission, policy_current, trace_parent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12, $13, $13, $14)",
-    )
-    .bind(id)
-    .bind(&req.scope.workflow)
-    .bind(new.definition_version as i64)
-    .bind(&req.scope.subject.0)
-    .bind(&req.scope.key)
-    .bind(&req.input.text)
-    .bind(&req.input.digest)
-    .bind(req.now as i64)
-    .bind(new.deadline_at as i64)
-    .bind(new.key_retention_ms as i64)
-    .bind(new.events.len() as i64 + 1)
-    .bind(new.replaces.as_ref().map(WorkflowId::as_str))
-    .bind(i64::from(new.policy_version))
-    .bind(new.trace_parent.as_deref())
-    .execute(&mut *conn)
-    .await?;
-    // Takes the key if it is free or past its retention. A concurrent admission holding
-    // the key makes this wait for it; if it committed, nothing is written and we start over.
-    let took = sqlx::query(
-        "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest, expires_at)
-         VALUES ($1, $2, $3, $4, $5, NULL)
-         ON CONFLICT (subject, workflow, key) DO UPDATE
-             SET workflow_id = EXCLUDED.workflow_id, input_digest = EXCLUDED.input_digest,
-                 expires_at = NULL
-             WHERE intent_keys.expires_at IS NOT NULL AND intent_keys.expires_at <= $6",
-    )
-    .bind(&req.scope.subject.0)
-    .bind(&req.scope.workflow)
-    .bind(&req.scope.key)
-    .bind(id)
-    .bind(&req.input.digest)
-    .bind(req.now as i64)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if took == 0 {
-        return Ok(None);
-    }
-    if let Some(original) = &new.replaces {
-        sqlx::query(
-            "UPDATE workflows SET replaced_by = $1 WHERE workflow_id = $2 AND replaced_by IS NULL",
-        )
-        .bind(id)
-        .bind(original.as_str())
-        .execute(&mut *conn)
-        .await?;
-    }
-    let mut steps = Vec::with_capacity(new.steps.len());
-    let mut states = Vec::with_capacity(new.steps.len());
-    let mut ready_at = Vec::with_capacity(new.steps.len());
-    let mut roles = Vec::with_capacity(new.steps.len());
-    let mut compensate_on = Vec::with_capacity(new.steps.len());
-    let mut reads = Vec::with_capacity(new.steps.len());
-    for step in &new.steps {
-        let ready = step.depends_on.is_empty();
-        steps.push(step.id.as_str());
-        roles.push(step.role.as_str());
-        compensate_on.push(rows::triggers_text(&step.compensate_on));
-        reads.push(plan::reads_text(step.reads.as_deref())?);
-        states.push(
-            if ready {
-                StepState::Ready
-            } else {
-                StepState::Pending
-            }
-            .as_str(),
-        );
-        ready_at.push(ready.then_some(req.now as i64));
-    }
-    // WITH ORDINALITY keeps the definition's order in `ord`.
-    sqlx::query(
-        "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
-         SELECT $1, s, st, r, ro, co, rd
-         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::TEXT[])
-              WITH ORDINALITY AS t(s, st, r, ro, co, rd, n)
-         ORDER BY n",
-    )
-    .bind(id)
-    .bind(&steps)
-    .bind(&states)
-    .bind(&ready_at)
-    .bind(&roles)
-    .bind(&compensate_on)
-    .bind(&reads)
-    .execute(&mut *conn)
-    .await?;
-    let (dep_steps, deps): (Vec<&str>, Vec<&str>) = new
-        .steps
-        .iter()
-        .flat_map(|s| {
-            s.depends_on
-                .iter()
-                .map(move |d| (s.id.as_str(), d.as_str()))
-        })
-        .unzip();
-    if !deps.is_empty() {
-        sqlx::query(
-            "INSERT INTO step_deps (workflow_id, step, depends_on)
-             SELECT $1, * FROM UNNEST($2::TEXT[], $3::TEXT[])",
-        )
-        .bind(id)
-        .bind(&dep_steps)
-        .bind(&deps)
-        .execute(&mut *conn)
-        .await?;
-    }
-    insert_events(conn, &new.workflow_id, 1, req.now, &new.events).await?;
-    let created = plan::created(req, new);
-    executor::outbox_for(conn, &created, crate::notify::EventType::Recorded, req.now).await?;
-    Ok(Some(AdmitOutcome::Created(created)))
 }

@@ -384,3 +384,168 @@ pub async fn operator_actions_race_the_release_of_their_step<S: Store>(s: S) {
         assert_gapless(&s, id).await;
     }
 }
+
+/// Finishes that arrive together are written together (one transaction on both stores
+/// when they queue up), and each is still fenced on its own: a stale token, a recovery of
+/// a lease that has not run out and the second of two finishes of one lease are refused
+/// and leave no trace, while the finishes beside them commit and release their dependents.
+pub async fn finishes_written_together_are_fenced_one_by_one<S: Store>(s: S) {
+    use docket::intent::EvidenceKind;
+    use docket::store::{StepTransition, StoreError};
+    let mut ids = Vec::new();
+    for w in 0..32 {
+        ids.push(workflow(&s, &format!("k{w}"), &[("a", &[]), ("b", &["a"])], T0).await);
+    }
+    let claimed = claim(&s, "w1", T0 + 10, 100).await;
+    assert_eq!(claimed.len(), ids.len());
+    let mut before = HashMap::new();
+    for id in &ids {
+        before.insert(id.clone(), assert_gapless(&s, id).await);
+    }
+    let now = T0 + 20;
+    let success = |c: &docket::store::Claimed| {
+        finish_request(
+            c,
+            StepTransition::Succeeded(Box::new(receipt(now, "a"))),
+            now,
+        )
+    };
+    // Every finish at once, so that they queue up behind each other.
+    let mut tasks = Vec::new();
+    for (n, c) in claimed.iter().enumerate() {
+        let mut requests = Vec::new();
+        match n % 4 {
+            0 => requests.push(success(c)),
+            1 => {
+                let mut stale = success(c);
+                stale.fence.lease_token = "not-the-token".into();
+                requests.push(stale);
+            }
+            2 => {
+                let mut early =
+                    finish_request(c, retry(now + 5, Trigger::RecoveryQuery, None), now);
+                early.expired_before = Some(now);
+                requests.push(early);
+            }
+            _ => {
+                requests.push(success(c));
+                requests.push(finish_request(
+                    c,
+                    StepTransition::Terminal(StepState::FailedTerminal),
+                    now,
+                ));
+            }
+        }
+        for req in requests {
+            let s = s.clone();
+            let id = c.fence.workflow_id.clone();
+            tasks.push(tokio::spawn(async move { (n, id, s.finish(req).await) }));
+        }
+    }
+    let mut won: HashMap<WorkflowId, usize> = HashMap::new();
+    for task in tasks {
+        let (n, id, result) = task.await.unwrap();
+        match (n % 4, result) {
+            (0, Ok(out)) => {
+                assert_eq!(out.released, vec!["b".to_string()], "{id}");
+                *won.entry(id).or_default() += 1;
+            }
+            (1 | 2, Err(StoreError::LeaseLost { workflow_id, step })) => {
+                assert_eq!((workflow_id, step.as_str()), (id, "a"));
+            }
+            (3, Ok(_)) => *won.entry(id).or_default() += 1,
+            (3, Err(StoreError::LeaseLost { .. })) => {}
+            (kind, other) => panic!("finish of kind {kind} on {id}: {other:?}"),
+        }
+    }
+    // Kinds go by claim order, which need not be the order of creation.
+    let kind_of: HashMap<WorkflowId, usize> = claimed
+        .iter()
+        .enumerate()
+        .map(|(n, c)| (c.fence.workflow_id.clone(), n % 4))
+        .collect();
+    for id in &ids {
+        let steps = s.steps(id).await.unwrap();
+        let state = |name: &str| steps.iter().find(|x| x.step == name).unwrap().state;
+        let receipts = s.receipts(id).await.unwrap();
+        let length = assert_gapless(&s, id).await;
+        match kind_of[id] {
+            1 | 2 => {
+                assert_eq!(
+                    (state("a"), state("b")),
+                    (StepState::Running, StepState::Pending)
+                );
+                assert!(receipts.is_empty(), "{id}: {receipts:?}");
+                assert_eq!(
+                    length, before[id],
+                    "a refused finish wrote to {id}'s timeline"
+                );
+            }
+            kind => {
+                assert_eq!(
+                    won.get(id),
+                    Some(&1),
+                    "exactly one finish of {id}'s lease wins"
+                );
+                if state("a") == StepState::Succeeded {
+                    assert_eq!(state("b"), StepState::Ready);
+                    assert_eq!(receipts.len(), 1);
+                    assert_eq!(receipts[0].evidence_kind, EvidenceKind::Response);
+                } else {
+                    assert_eq!(kind, 3, "{id}");
+                    assert_eq!(
+                        (state("a"), state("b")),
+                        (StepState::FailedTerminal, StepState::Pending)
+                    );
+                    assert!(receipts.is_empty());
+                }
+                assert!(length > before[id]);
+            }
+        }
+    }
+}
+
+/// PostgreSQL writes a host's finishes in batches: one that fails there (here a receipt
+/// whose id is taken) fails alone, and the finishes it was batched with are written.
+pub async fn a_finish_that_fails_in_a_batch_fails_alone<S: Store>(s: S) {
+    use docket::store::{StepTransition, StoreError};
+    let mut ids = Vec::new();
+    for w in 0..12 {
+        ids.push(workflow(&s, &format!("k{w}"), &[("a", &[])], T0).await);
+    }
+    let claimed = claim(&s, "w1", T0 + 10, 100).await;
+    let now = T0 + 20;
+    let shared = receipt(now, "a");
+    let mut tasks = Vec::new();
+    for (n, c) in claimed.iter().enumerate() {
+        // The first two carry the same receipt id.
+        let r = if n < 2 {
+            shared.clone()
+        } else {
+            receipt(now, "a")
+        };
+        let req = finish_request(c, StepTransition::Succeeded(Box::new(r)), now);
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move { (n, s.finish(req).await) }));
+    }
+    let mut refused = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            (0 | 1, Err(StoreError::Backend { .. })) => refused += 1,
+            (_, Ok(out)) => assert_eq!(out.workflow_state, WorkflowState::Completed),
+            (n, other) => panic!("finish {n}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        refused, 1,
+        "one of the two finishes sharing a receipt id is refused"
+    );
+    let mut completed = 0;
+    for id in &ids {
+        if s.workflow(id).await.unwrap().unwrap().state == WorkflowState::Completed {
+            completed += 1;
+        }
+        assert_gapless(&s, id).await;
+    }
+    assert_eq!(completed, ids.len() - 1);
+}
