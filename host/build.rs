@@ -2,9 +2,10 @@
 //! `cargo build`, `cargo test` and `docket serve` always run components built from the
 //! source next to them (no `.wasm` is committed).
 //!
-//! Guests build in their own target directory (`target/guests`) so this nested cargo never
-//! waits on the lock of the outer build. The paths of the finished components are written
-//! to `$OUT_DIR/guests.rs`, included by `docket::guests`.
+//! Guests build in their own target directory (`target/guests`, or `guests` under an
+//! absolute `CARGO_TARGET_DIR`) so this nested cargo never waits on the lock of the outer
+//! build. The paths of the finished components are written to `$OUT_DIR/guests.rs`,
+//! included by `docket::guests`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,7 +52,13 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
-    let target_dir = root.join("target").join("guests");
+    // An absolute CARGO_TARGET_DIR (CI's fresh-machine check shares one between two
+    // checkouts) holds the guests too, so that their compiled dependencies are shared.
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    let target_dir = match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("guests"),
+        _ => root.join("target").join("guests"),
+    };
     let out_components = target_dir.join("components");
     std::fs::create_dir_all(&out_components).unwrap();
     ensure_wasm_target(&root);

@@ -9,6 +9,11 @@
 //! timeline, the steps' states. What is rare (a policy decision to note, a workflow whose
 //! state changes, a compensation done) runs per finish inside the same transaction.
 //!
+//! These statements are planned at every run (not kept prepared): a plan kept from when
+//! the tables were small (a fresh database, before autovacuum first analyzes it) scans
+//! whole tables, while a fresh plan sees how many rows each array holds and how large the
+//! tables are now. Planning costs a fraction of a millisecond per batch.
+//!
 //! A batch holds at most one finish per workflow, so each workflow's story reads as if
 //! its finishes ran one after another; a second one waits for the next batch.
 //!
@@ -53,7 +58,14 @@ impl Finishes {
         let (queue, jobs) = mpsc::channel(4 * MAX_BATCH);
         let jobs = Arc::new(Mutex::new(jobs));
         for _ in 0..WRITERS {
-            tokio::spawn(write(pool.clone(), jobs.clone()));
+            // Each writer adds its workflows' ends to a shard of the tallies of its own
+            // (chosen at random: other hosts' writers have theirs), so that concurrent
+            // batches rarely wait on one tally row.
+            let shard = {
+                use std::hash::BuildHasher;
+                std::hash::RandomState::new().hash_one(0u8) % executor::TALLY_SHARDS
+            } as i32;
+            tokio::spawn(write(pool.clone(), jobs.clone(), shard));
         }
         Self { queue }
     }
@@ -72,7 +84,7 @@ impl Finishes {
 }
 
 /// One writer: takes a batch (held-over finishes first), writes it, and again.
-async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, shard: i32) {
     let mut held: VecDeque<Job> = VecDeque::new();
     loop {
         let mut batch: Vec<Job> = Vec::new();
@@ -112,14 +124,14 @@ async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
             }
         }
         held = later;
-        write_batch(&pool, batch).await;
+        write_batch(&pool, batch, shard).await;
     }
 }
 
-async fn write_batch(pool: &PgPool, batch: Vec<Job>) {
+async fn write_batch(pool: &PgPool, batch: Vec<Job>, shard: i32) {
     let (reqs, replies): (Vec<FinishRequest>, Vec<_>) =
         batch.into_iter().map(|j| (j.req, j.reply)).unzip();
-    match transaction!(pool, |conn| finish_batch_tx(conn, &reqs)) {
+    match transaction!(pool, |conn| finish_batch_tx(conn, &reqs, shard)) {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(outcome);
@@ -147,7 +159,8 @@ async fn write_batch(pool: &PgPool, batch: Vec<Job>) {
             for (req, reply) in reqs.into_iter().zip(replies) {
                 let alone = transaction!(pool, |conn| finish_batch_tx(
                     conn,
-                    std::slice::from_ref(&req)
+                    std::slice::from_ref(&req),
+                    shard
                 ));
                 let _ = reply.send(alone.and_then(|mut o| {
                     o.pop().unwrap_or_else(|| {
@@ -188,6 +201,7 @@ impl Texts {
 pub(crate) async fn finish_batch_tx(
     conn: &mut PgConnection,
     reqs: &[FinishRequest],
+    shard: i32,
 ) -> PgResult<Vec<StoreResult<FinishOutcome>>> {
     let texts = reqs
         .iter()
@@ -214,6 +228,7 @@ pub(crate) async fn finish_batch_tx(
         "SELECT workflow_id, state, cancel_on FROM workflows
          WHERE workflow_id = ANY($1) ORDER BY workflow_id FOR UPDATE",
     )
+    .persistent(false)
     .bind(&ids)
     .fetch_all(&mut *conn)
     .await?
@@ -252,6 +267,7 @@ pub(crate) async fn finish_batch_tx(
     // that settle a course or change a state run the full recomputation.
     let mut steps: HashMap<String, Vec<(Option<StepRole>, StepState)>> = HashMap::new();
     for r in sqlx::query("SELECT workflow_id, role, state FROM steps WHERE workflow_id = ANY($1)")
+        .persistent(false)
         .bind(&ids)
         .fetch_all(&mut *conn)
         .await?
@@ -266,6 +282,7 @@ pub(crate) async fn finish_batch_tx(
             .push((role, parse::<StepState>(&r.text("state")?)?));
     }
     let mut state_of: HashMap<&str, WorkflowState> = HashMap::new();
+    let mut ends = executor::Tallies::default();
     for &i in &done {
         let wf = id(i);
         if state_of.contains_key(wf) {
@@ -279,13 +296,21 @@ pub(crate) async fn finish_batch_tx(
         let settles = course::may_settle(cancelled, rows.iter().map(|(_, s)| s))
             || plan::state_change(state, cancelled, rows.iter().copied(), now).is_some();
         let next = if settles {
-            executor::recompute_state(conn, &reqs[i].fence.workflow_id, state, cancelled, now)
-                .await?
+            executor::recompute_state_tallying(
+                conn,
+                &reqs[i].fence.workflow_id,
+                state,
+                cancelled,
+                now,
+                &mut ends,
+            )
+            .await?
         } else {
             state
         };
         state_of.insert(wf, next);
     }
+    ends.write(conn, shard).await?;
     for &i in &done {
         let r = &reqs[i];
         if plan::compensated_now(&r.transition, &r.fence.step) {
@@ -405,6 +430,7 @@ async fn fence(
              WHERE a.attempt_id = x.attempt_id)
          SELECT i FROM moved",
     )
+    .persistent(false)
     .bind(wf)
     .bind(step)
     .bind(token)
@@ -483,7 +509,8 @@ async fn receipts_and_release(
              RETURNING s.workflow_id, s.step, s.ord)
          SELECT workflow_id, step FROM released ORDER BY workflow_id, ord",
         plan::RECEIPT_INSERT_COLUMNS
-    )));
+    )))
+    .persistent(false);
     let mut released: HashMap<String, Vec<String>> = HashMap::new();
     for r in bind_columns(query, &receipts)
         .bind(nows)
@@ -553,6 +580,7 @@ async fn counters_and_timeline(
               AS e(wf, i, at, kind, step, attempt, text, data)
          JOIN taken ON taken.workflow_id = e.wf",
     )
+    .persistent(false)
     .bind(&order)
     .bind(column(0))
     .bind(column(1))

@@ -102,6 +102,22 @@ pub(crate) async fn recompute_state(
     cancelled: bool,
     now: Millis,
 ) -> PgResult<WorkflowState> {
+    let mut ends = Tallies::default();
+    let state = recompute_state_tallying(conn, id, current, cancelled, now, &mut ends).await?;
+    ends.write(conn, shard_of(id)).await?;
+    Ok(state)
+}
+
+/// [`recompute_state`], adding an end to `ends` rather than to the tallies, so that a
+/// caller ending many workflows writes their tallies at once.
+pub(crate) async fn recompute_state_tallying(
+    conn: &mut PgConnection,
+    id: &WorkflowId,
+    current: WorkflowState,
+    cancelled: bool,
+    now: Millis,
+    ends: &mut Tallies,
+) -> PgResult<WorkflowState> {
     let steps = settle_course(conn, id, cancelled, now).await?;
     let Some(change) = plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
@@ -127,53 +143,104 @@ pub(crate) async fn recompute_state(
         outbox(conn, id, event, now).await?;
     }
     if change.next.is_ended() {
-        tally_end(conn, id, change.next, now).await?;
+        let (workflow, created_at, attempts): (String, i64, i64) = sqlx::query_as(
+            "SELECT workflow, created_at, attempts_used FROM workflows WHERE workflow_id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_one(&mut *conn)
+        .await?;
+        for (metric, bucket, value) in
+            crate::metrics::tallies_of_end(created_at as Millis, now, attempts as u64)
+        {
+            ends.add(
+                metric.as_str(),
+                workflow.clone(),
+                change.next,
+                bucket,
+                value,
+            );
+        }
     }
     Ok(change.next)
 }
 
 /// Rows each tally is spread over, so that concurrent ends rarely wait on one row's lock.
-const TALLY_SHARDS: u64 = 16;
+pub(crate) const TALLY_SHARDS: u64 = 16;
 
-/// Adds an ended workflow to the metrics' tallies (see [`crate::metrics`]).
-async fn tally_end(
-    conn: &mut PgConnection,
-    id: &WorkflowId,
-    state: WorkflowState,
-    now: Millis,
-) -> PgResult<()> {
-    let (workflow, created_at, attempts): (String, i64, i64) = sqlx::query_as(
-        "SELECT workflow, created_at, attempts_used FROM workflows WHERE workflow_id = $1",
-    )
-    .bind(id.as_str())
-    .fetch_one(&mut *conn)
-    .await?;
-    // Any spread will do; the workflow id's hash needs no random source.
-    let shard = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        id.as_str().hash(&mut h);
-        (h.finish() % TALLY_SHARDS) as i32
-    };
-    for (metric, bucket, value) in
-        crate::metrics::tallies_of_end(created_at as Millis, now, attempts as u64)
-    {
+/// The shard of the tallies a lone end of workflow `id` adds to: any spread will do, and
+/// the id's hash needs no random source.
+fn shard_of(id: &WorkflowId) -> i32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.as_str().hash(&mut h);
+    (h.finish() % TALLY_SHARDS) as i32
+}
+
+/// Ended workflows to add to the metrics' tallies (see [`crate::metrics`]), summed by row.
+#[derive(Default)]
+pub(crate) struct Tallies {
+    rows: std::collections::BTreeMap<(&'static str, String, &'static str, u32), (i64, i64)>,
+}
+
+impl Tallies {
+    fn add(
+        &mut self,
+        metric: &'static str,
+        workflow: String,
+        state: WorkflowState,
+        bucket: u32,
+        value: u64,
+    ) {
+        let row = self
+            .rows
+            .entry((metric, workflow, state.as_str(), bucket))
+            .or_default();
+        row.0 += 1;
+        row.1 += value as i64;
+    }
+
+    /// Adds every end to shard `shard`, in one statement and in key order, so that two
+    /// transactions adding to the same rows never wait for each other in a cycle.
+    pub(crate) async fn write(&self, conn: &mut PgConnection, shard: i32) -> PgResult<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut metric = Vec::with_capacity(self.rows.len());
+        let mut workflow = Vec::with_capacity(self.rows.len());
+        let mut state = Vec::with_capacity(self.rows.len());
+        let mut bucket = Vec::with_capacity(self.rows.len());
+        let mut n = Vec::with_capacity(self.rows.len());
+        let mut total = Vec::with_capacity(self.rows.len());
+        for ((m, w, s, b), (count, sum)) in &self.rows {
+            metric.push(*m);
+            workflow.push(w.as_str());
+            state.push(*s);
+            bucket.push(*b as i32);
+            n.push(*count);
+            total.push(*sum);
+        }
         sqlx::query(
             "INSERT INTO outcome_tallies (metric, workflow, state, bucket, shard, n, total)
-             VALUES ($1, $2, $3, $4, $5, 1, $6)
+             SELECT m, w, s, b, $7, n, t
+             FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::INT[], $5::BIGINT[], $6::BIGINT[])
+                  WITH ORDINALITY AS x(m, w, s, b, n, t, i)
+             ORDER BY i
              ON CONFLICT (metric, workflow, state, bucket, shard)
-             DO UPDATE SET n = outcome_tallies.n + 1, total = outcome_tallies.total + EXCLUDED.total",
+             DO UPDATE SET n = outcome_tallies.n + EXCLUDED.n,
+                           total = outcome_tallies.total + EXCLUDED.total",
         )
-        .bind(metric.as_str())
+        .persistent(false)
+        .bind(&metric)
         .bind(&workflow)
-        .bind(state.as_str())
-        .bind(bucket as i32)
+        .bind(&state)
+        .bind(&bucket)
+        .bind(&n)
+        .bind(&total)
         .bind(shard)
-        .bind(value as i64)
         .execute(&mut *conn)
         .await?;
+        Ok(())
     }
-    Ok(())
 }
 
 /// Applies what the workflow's course asks for now (cancelled steps, compensations to
@@ -311,7 +378,8 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
     // Each claim is one attempt and one timeline entry, which its workflow counts. The
     // workflows of the batch are locked in id order first (one row needs no order), so
     // concurrent claims never wait in a cycle; then one statement counts for all of them
-    // and one reads their receipts.
+    // and one reads their receipts. Statements over arrays are planned at every run (see
+    // `batch`: a plan kept from a small table scans it whole once it has grown).
     let mut counts: Vec<(String, i64)> = Vec::new();
     for c in &claimed {
         match counts.last_mut() {
@@ -324,6 +392,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         sqlx::query(
             "SELECT 1 FROM workflows WHERE workflow_id = ANY($1) ORDER BY workflow_id FOR UPDATE",
         )
+        .persistent(false)
         .bind(&workflow_ids)
         .execute(&mut *conn)
         .await?;
@@ -337,6 +406,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
                    w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
                    w.next_seq - c.n AS first_seq, w.input, w.trace_parent",
     )
+    .persistent(false)
     .bind(&workflow_ids)
     .bind(&per_workflow)
     .fetch_all(&mut *conn)
@@ -346,6 +416,7 @@ async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<C
         "SELECT * FROM receipts WHERE workflow_id = ANY($1) AND superseded_by IS NULL
          ORDER BY recorded_at, receipt_id COLLATE \"C\"",
     )
+    .persistent(false)
     .bind(&workflow_ids)
     .fetch_all(&mut *conn)
     .await?
