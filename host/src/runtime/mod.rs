@@ -115,6 +115,9 @@ impl Runtime {
             .total_core_instances(instances * 4)
             .total_memories(instances * 2)
             .total_tables(instances * 4)
+            // Every async call runs on a pooled fiber stack; the default of 1,000 would refuse
+            // calls past it long before `max_concurrent` (up to 10,000) is reached.
+            .total_stacks(instances)
             .max_memory_size(config.memory_cap_bytes)
             // Rust guests have one memory and a handful of core instances per component.
             .max_memories_per_component(4)
