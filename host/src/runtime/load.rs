@@ -256,12 +256,25 @@ impl Runtime {
             if let Some(cached) = disk.as_ref().and_then(|d| d.load(&engine_owned, &key)) {
                 return Ok(cached);
             }
-            let component =
-                Component::new(&engine_owned, &owned).map_err(|e| LoadError::Compile {
-                    reason: format!("{e:#}"),
-                })?;
+            let component = Component::new(&engine_owned, &owned).map_err(|e| LoadError::Compile {
+                reason: format!("{e:#}"),
+            });
+            // Compiling allocates tens of megabytes and frees them; glibc keeps freed memory
+            // in this thread's arena unless asked to return it.
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            let component = component?;
             if let Some(disk) = &disk {
                 disk.store(&key, &component);
+                // Mapped from the file rather than kept in anonymous memory: only the code
+                // that runs becomes resident, and the kernel may drop it and read it again.
+                // Each loaded version costs a fraction of its compiled size.
+                if let Some(mapped) = disk.load(&engine_owned, &key) {
+                    return Ok(mapped);
+                }
             }
             Ok(component)
         })
