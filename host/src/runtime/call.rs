@@ -58,6 +58,10 @@ pub enum CallFailure {
     /// The component could not be instantiated for this call.
     #[error("the plugin could not be started: {message}")]
     Instantiate { message: String },
+    /// The host had no room for another instance (its pool is full): nothing ran, and the
+    /// same call may start once another ends.
+    #[error("the host had no room to start the plugin: {message}")]
+    Capacity { message: String },
     /// The operation does not exist for this kind of component.
     #[error("{message}")]
     NotSupported { message: String },
@@ -354,6 +358,11 @@ fn classify(error: &wasmtime::Error, state: &HostState) -> CallFailure {
         return CallFailure::Trap {
             message: trap.to_string(),
             panic: (!panic.is_empty()).then_some(panic),
+        };
+    }
+    if error.is::<wasmtime::PoolConcurrencyLimitError>() {
+        return CallFailure::Capacity {
+            message: format!("{error:#}"),
         };
     }
     CallFailure::Instantiate {

@@ -110,6 +110,51 @@ async fn describing_an_upload_does_not_compete_with_calls_for_instances() {
     }
 }
 
+/// A call past the pool's instances fails as the host's lack of room — nothing of the plugin
+/// ran — which the scheduler tells apart from a plugin that cannot start.
+#[tokio::test]
+async fn a_call_past_the_pools_room_fails_as_capacity_not_as_the_plugin() {
+    let rt = cached_runtime(1);
+    let prepared = hostile(&rt).await;
+    let env = || CallEnv {
+        settings: Arc::new(BTreeMap::new()),
+        secrets: Arc::new(SecretSource::default()),
+        clock: ManualClock::new(0),
+        label: "capacity".into(),
+    };
+    let request = |mode: &str| EffectRequest {
+        idempotency_key: "k".into(),
+        input: format!(r#"{{"do": "{mode}"}}"#),
+        attempt: 1,
+    };
+    let limits = || CallLimits {
+        timeout: Duration::from_secs(20),
+    };
+    let spin = request("loop");
+    // The call's instance and the two kept for describing uploads, all spinning.
+    let spinning = async {
+        tokio::join!(
+            rt.invoke(&prepared, env(), limits(), &spin),
+            rt.invoke(&prepared, env(), limits(), &spin),
+            rt.invoke(&prepared, env(), limits(), &spin),
+        )
+    };
+    let ok = request("ok");
+    let one_more = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        rt.invoke(&prepared, env(), limits(), &ok).await
+    };
+    tokio::select! {
+        _ = spinning => panic!("the spinning calls ended before the next call was refused"),
+        report = one_more => match report.outcome {
+            Err(super::CallFailure::Capacity { message }) => {
+                assert!(message.contains("concurrent limit"), "{message}");
+            }
+            other => panic!("expected the host's lack of room, got {other:?}"),
+        },
+    }
+}
+
 /// A component that only imports an empty instance under `name`.
 fn component_importing(name: &str) -> Vec<u8> {
     use wasm_encoder::{

@@ -129,6 +129,9 @@ fn transient(claimed: &Claimed, e: &StoreError) -> Option<Ending> {
     None
 }
 
+/// How long a step waits when the host had no room to start its plugin.
+const NO_ROOM_WAIT_MS: Millis = 100;
+
 /// A task that is aborted when its handle is dropped (awaiting it awaits the task).
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
@@ -391,10 +394,10 @@ where
             Ok(charge) => charge,
             Err(exhausted) => return Some(self.budget_exceeded(claimed, exhausted)),
         };
-        // An attempt that blocks the step (the budget at checkpoint 3, the policy) is
-        // refused before it starts: it draws on nothing.
+        // An attempt that blocks the step (the budget at checkpoint 3, the policy), or that
+        // the host had no room to start, is refused before it starts: it draws on nothing.
         let charged = move |ending: Ending| Ending {
-            charge: if ending.blocked.is_some() {
+            charge: if ending.blocked.is_some() || ending.charge == Charge::Nothing {
                 Charge::Nothing
             } else {
                 charge
@@ -754,6 +757,9 @@ where
                 let (t, e) = self.retry_or_fail(claimed, step, None, message.clone());
                 (t, AttemptOutcome::Rejected, Some(message), vec![e])
             }
+            Err(failure @ CallFailure::Capacity { .. }) => {
+                return self.no_room(claimed, step, facts, log, &failure);
+            }
             Err(failure) => {
                 let outcome = self.failure_outcome(&failure);
                 let why = failure.to_string();
@@ -762,6 +768,37 @@ where
             }
         };
         Ending::settled(2, facts, outcome, transition, note, log, events)
+    }
+
+    /// The host had no room to start the plugin: nothing ran, so the step is ready again
+    /// shortly, whatever its retry policy allows, and the attempt is not charged to the
+    /// budget — the host's capacity is not the workflow's failure.
+    pub(crate) fn no_room(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        facts: AttemptFacts,
+        log: serde_json::Value,
+        failure: &CallFailure,
+    ) -> Ending {
+        let outcome = self.failure_outcome(failure);
+        let why = failure.to_string();
+        let ready_at = self.clock.now_ms().saturating_add(NO_ROOM_WAIT_MS);
+        let event = NewEvent::step(
+            EventKind::Action,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("Ready again in {NO_ROOM_WAIT_MS} ms, not charged to the budget: {why}"),
+        );
+        let transition = StepTransition::Retry {
+            ready_at,
+            next_trigger: claimed.trigger.clone(),
+            uncertain_since: claimed.uncertain_since,
+        };
+        Ending {
+            charge: Charge::Nothing,
+            ..Ending::settled(2, facts, outcome, transition, Some(why), log, vec![event])
+        }
     }
 
     /// Records a result that arrived after the attempt's lease was lost.
@@ -854,6 +891,10 @@ impl<S> Scheduler<S> {
             }
             CallFailure::Instantiate { .. } => {
                 self.metrics.trap("instantiate");
+                AttemptOutcome::Interrupted
+            }
+            CallFailure::Capacity { .. } => {
+                self.metrics.trap("capacity");
                 AttemptOutcome::Interrupted
             }
             CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,

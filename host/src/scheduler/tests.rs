@@ -64,8 +64,40 @@ struct Harness {
     sim: RunningSim,
 }
 
+/// One handler step that may be attempted once: any failure of its plugin ends it.
+const ONE_TRY: &str = r#"
+name = "one-try"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+
+[[steps]]
+id = "validate"
+label = "Validate"
+kind = "handler"
+component = "validate-document"
+version = "^1"
+timeout = "30s"
+outputs = ["title", "recipient", "body"]
+
+[steps.input]
+title = "$input.title"
+recipient = "$input.recipient"
+body = "$input.body"
+
+[steps.retry]
+max_attempts = 1
+"#;
+
 impl Harness {
     async fn new() -> Self {
+        Self::with(RuntimeConfig::default().max_instances).await
+    }
+
+    /// The harness with room for `max_instances` calls at once in the runtime.
+    async fn with(max_instances: u32) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("docket.db"))
             .await
@@ -93,27 +125,25 @@ impl Harness {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-unit-component-cache");
         let runtime = Runtime::new(RuntimeConfig {
             cache_dir: Some(cache),
+            max_instances,
             ..RuntimeConfig::default()
         })
         .unwrap();
         let components = Components::new(runtime, policy);
-        components
-            .load_file(std::path::Path::new(
-                crate::guests::path("http-delivery").unwrap(),
-            ))
-            .await
-            .unwrap();
+        for name in ["http-delivery", "validate-document"] {
+            components
+                .load_file(std::path::Path::new(crate::guests::path(name).unwrap()))
+                .await
+                .unwrap();
+        }
         let components = Arc::new(components);
         let deployments = Arc::new(Deployments::new(store.clone()));
-        deployments
-            .deploy(
-                "courier.toml",
-                DEFINITION,
-                components.as_ref(),
-                clock.now_ms(),
-            )
-            .await
-            .unwrap();
+        for (file, text) in [("courier.toml", DEFINITION), ("one-try.toml", ONE_TRY)] {
+            deployments
+                .deploy(file, text, components.as_ref(), clock.now_ms())
+                .await
+                .unwrap();
+        }
         let scheduler = Scheduler::new(
             store.clone(),
             deployments.clone(),
@@ -482,4 +512,121 @@ async fn a_cancellation_after_the_request_left_awaits_its_outcome() {
     let wf = h.store.workflow(&id).await.unwrap().unwrap();
     assert_eq!(wf.state, crate::intent::WorkflowState::Cancelled);
     assert_eq!(h.sim.sim().world().len(), 1);
+}
+
+/// With every instance of the pool taken, a handler's attempt cannot start: the host's lack
+/// of room ends neither the step (allowed one attempt) nor anything else — the step is ready
+/// again and runs once there is room, and the refused attempt is not charged to the budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_without_room_for_the_plugin_does_not_fail_the_step() {
+    let h = Harness::with(1).await;
+    let body = json!({"workflow": "one-try", "input": {
+        "title": "T", "recipient": "a@example.com", "body": "x"}});
+    let request = Request::post("/v1/intents")
+        .header("Idempotency-Key", "no-room")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = h.api.clone().oneshot(request).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_slice(&bytes).unwrap();
+    let id = WorkflowId(created["workflow_id"].as_str().unwrap().to_string());
+
+    // Fill the pool (the call's instance and the two kept for uploads) with spinning calls.
+    let runtime = h.components.runtime().clone();
+    let hostile = runtime
+        .load_file(std::path::Path::new(
+            crate::guests::path("hostile").unwrap(),
+        ))
+        .await
+        .unwrap();
+    let hostile = runtime
+        .prepare(
+            &hostile,
+            &crate::capabilities::Grant::new(
+                ["http://127.0.0.1:9".parse().unwrap()],
+                ["api_token".to_string()],
+            ),
+            &Default::default(),
+        )
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut spinners = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (runtime, hostile, stop) = (runtime.clone(), hostile.clone(), stop.clone());
+        spinners.spawn(async move {
+            let request = crate::contract::EffectRequest {
+                idempotency_key: "k".into(),
+                input: r#"{"do": "loop"}"#.into(),
+                attempt: 1,
+            };
+            let env = crate::runtime::CallEnv {
+                settings: Arc::new(Default::default()),
+                secrets: Arc::new(SecretSource::default()),
+                clock: crate::clock::ManualClock::new(0),
+                label: "spinner".into(),
+            };
+            let limits = crate::runtime::CallLimits {
+                timeout: Duration::from_secs(60),
+            };
+            tokio::select! {
+                _ = runtime.invoke(&hostile, env, limits, &request) => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let now = h.clock.now_ms();
+    assert_eq!(h.scheduler.clone().claim_tick(now).await.unwrap(), 1);
+    let state = wait::until(
+        "the refused attempt to end",
+        Duration::from_secs(10),
+        || async {
+            match h.store.steps(&id).await.unwrap()[0].state {
+                StepState::Running => Err("still running".into()),
+                other => Ok(other),
+            }
+        },
+    )
+    .await;
+    assert!(
+        matches!(state, StepState::Ready | StepState::FailedRetryable),
+        "{state:?}: {}",
+        h.timeline(&id).await
+    );
+    let timeline = h.timeline(&id).await;
+    assert!(
+        timeline.contains("no room to start the plugin")
+            && timeline.contains("not charged to the budget"),
+        "{timeline}"
+    );
+    let workflow = h.store.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(workflow.attempts_used, 0, "{workflow:?}");
+    let scrape = h
+        .scheduler
+        .metrics()
+        .render(&crate::metrics::Snapshot::default(), h.clock.now_ms());
+    assert!(
+        scrape.contains(r#"docket_plugin_traps_total{kind="capacity"} 1"#),
+        "{scrape}"
+    );
+
+    // Room again: the step runs and the workflow completes.
+    stop.cancel();
+    while spinners.join_next().await.is_some() {}
+    wait::until(
+        "the step to run once there is room",
+        Duration::from_secs(10),
+        || async {
+            let now = h.clock.now_ms();
+            h.scheduler.clone().claim_tick(now).await.unwrap();
+            match h.store.steps(&id).await.unwrap()[0].state {
+                StepState::Succeeded => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 }
