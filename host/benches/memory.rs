@@ -20,7 +20,7 @@
 mod http;
 
 use docket::sim::{ProviderSim, SimConfig};
-use http::{Conn, Host, peak_rss_mib};
+use http::{Conn, Host, peak_rss_mib, rss_mib};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,18 +29,7 @@ const TOKEN: &str = "bench-provider-token";
 const VERSIONS: usize = 50;
 const CLIENTS: usize = 32;
 
-/// The host's resident memory now, in MiB (`VmRSS`).
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-/// Workflows of `document-delivery` in `state`, read from the host's database without
-/// writing.
+/// Workflows in `state`, read from the host's database without writing.
 fn count(db: &Path, state: &str) -> usize {
     let conn = rusqlite::Connection::open_with_flags(
         db,

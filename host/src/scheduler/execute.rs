@@ -792,7 +792,7 @@ where
         );
         let transition = StepTransition::Retry {
             ready_at,
-            next_trigger: claimed.trigger.clone(),
+            next_trigger: claimed.trigger,
             uncertain_since: claimed.uncertain_since,
         };
         Ending {
