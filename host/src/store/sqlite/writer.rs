@@ -427,6 +427,41 @@ mod tests {
         assert_eq!(count, 1);
     }
 
+    /// On an analyzed store a cached statement runs with new values without being compiled
+    /// again (SQLite's STAT4, which recompiles for each new value, is left out of the build
+    /// by `.cargo/config.toml`).
+    #[test]
+    fn an_analyzed_store_does_not_recompile_statements_for_new_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_write_connection(&dir.path().join("a.db")).unwrap();
+        let stat4: i64 = conn
+            .query_row(
+                "SELECT sqlite_compileoption_used('ENABLE_STAT4')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(stat4, 0, "SQLite was built with STAT4");
+        conn.execute_batch(
+            "CREATE TABLE t (k INTEGER, v TEXT); CREATE INDEX t_k ON t (k);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO t SELECT CASE WHEN i <= 1800 THEN 1 ELSE i END, 'x' FROM n;
+             ANALYZE;",
+        )
+        .unwrap();
+        let mut count = conn
+            .prepare_cached("SELECT count(*) FROM t WHERE k = ?1")
+            .unwrap();
+        for k in [1, 1900, 1, 1950, 7] {
+            count.query_row([k], |r| r.get::<_, i64>(0)).unwrap();
+        }
+        assert_eq!(
+            count.get_status(rusqlite::StatementStatus::RePrepare),
+            0,
+            "the statement was compiled again for new values"
+        );
+    }
+
     #[tokio::test]
     async fn the_checkpoint_thread_copies_the_log_into_the_database_file() {
         let dir = tempfile::tempdir().unwrap();
