@@ -63,18 +63,14 @@ fn input(i: usize) -> String {
 /// Completed workflows of `workflow` created since `since` (ms), read from the host's
 /// database without writing; the index range leaves history out of the count.
 fn completed(db: &Path, workflow: &str, since: u64) -> usize {
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .unwrap();
-    conn.query_row(
-        "SELECT count(*) FROM workflows
+    http::read_only(db)
+        .query_row(
+            "SELECT count(*) FROM workflows
          WHERE state = 'completed' AND created_at >= ?2 AND workflow = ?1",
-        rusqlite::params![workflow, since as i64],
-        |r| r.get::<_, i64>(0),
-    )
-    .unwrap() as usize
+            rusqlite::params![workflow, since as i64],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap() as usize
 }
 
 /// Submits one workflow and follows its projection's long-poll until it completes.

@@ -20,7 +20,7 @@
 mod http;
 
 use docket::sim::{ProviderSim, SimConfig};
-use http::{Conn, Host, peak_rss_mib, rss_mib};
+use http::{Conn, Host, peak_rss_mib, read_only, rss_mib};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,35 +29,17 @@ const TOKEN: &str = "bench-provider-token";
 const VERSIONS: usize = 50;
 const CLIENTS: usize = 32;
 
-/// Workflows in `state`, read from the host's database without writing.
-fn count(db: &Path, state: &str) -> usize {
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .unwrap();
-    conn.query_row(
-        "SELECT count(*) FROM workflows WHERE state = ?1",
-        [state],
-        |r| r.get::<_, i64>(0),
-    )
-    .unwrap() as usize
+/// A count read from the host's database without writing.
+fn count(db: &Path, sql: &str) -> usize {
+    read_only(db)
+        .query_row(sql, [], |r| r.get::<_, i64>(0))
+        .unwrap() as usize
 }
 
+const RUNNING: &str = "SELECT count(*) FROM workflows WHERE state = 'running'";
 /// Versions of `http-delivery` that have run an attempt.
-fn versions_run(db: &Path) -> usize {
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .unwrap();
-    conn.query_row(
-        "SELECT count(DISTINCT component_digest) FROM attempts WHERE component = 'http-delivery'",
-        [],
-        |r| r.get::<_, i64>(0),
-    )
-    .unwrap() as usize
-}
+const VERSIONS_RUN: &str =
+    "SELECT count(DISTINCT component_digest) FROM attempts WHERE component = 'http-delivery'";
 
 fn input(i: usize) -> String {
     format!(r#"{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}"#)
@@ -88,6 +70,7 @@ fn main() {
         1,
         "the shipped http-delivery declares its version once"
     );
+    let at = shipped.windows(5).position(|w| w == b"1.0.0").unwrap();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -132,7 +115,6 @@ fn main() {
         for v in 0..VERSIONS {
             let version = format!("1.{}.{}", v / 10, v % 10);
             if v > 0 {
-                let at = shipped.windows(5).position(|w| w == b"1.0.0").unwrap();
                 let mut patched = shipped.clone();
                 patched[at..at + 5].copy_from_slice(version.as_bytes());
                 let deployed = post(
@@ -154,7 +136,7 @@ fn main() {
             // Until a workflow has run this version (activation reaches the scheduler within a second).
             let waited = Instant::now();
             let mut n = 0;
-            while versions_run(&db) <= v {
+            while count(&db, VERSIONS_RUN) <= v {
                 let (status, body) = conn
                     .submit("document-delivery", &format!("version-{v}-{n}"), &input(n))
                     .await;
@@ -171,7 +153,7 @@ fn main() {
         sim.sim()
             .set_faults(json!({"slow": 1.0, "slow_ms": 600_000}))
             .unwrap();
-        let already = count(&db, "running");
+        let already = count(&db, RUNNING);
         let delivered = sim.sim().world().len();
         let mut set = tokio::task::JoinSet::new();
         for c in 0..CLIENTS {
@@ -199,7 +181,7 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now_running = count(&db, "running");
+        let now_running = count(&db, RUNNING);
         assert!(now_running >= running + already, "{now_running} running");
         println!(
             "  {now_running} running, {} deliveries in flight {:>7.1} MiB",

@@ -52,27 +52,19 @@ fn progress(db: &Path, max_rowid: i64) -> (usize, usize, usize) {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .unwrap();
-    let count = |sql: &str, param: Option<i64>| -> usize {
-        let mut statement = conn.prepare(sql).unwrap();
-        let n: i64 = match param {
-            Some(p) => statement.query_row([p], |r| r.get(0)),
-            None => statement.query_row([], |r| r.get(0)),
-        }
-        .unwrap();
-        n as usize
-    };
-    (
-        count(
-            "SELECT count(*) FROM attempts WHERE rowid <= ?1 AND outcome != 'in_progress'",
-            Some(max_rowid),
-        ),
-        count(
-            "SELECT count(*) FROM workflows w WHERE w.state = 'completed'
-             OR EXISTS (SELECT 1 FROM attempts a WHERE a.workflow_id = w.workflow_id AND a.rowid > ?1)",
-            Some(max_rowid),
-        ),
-        count("SELECT count(*) FROM workflows WHERE state = 'completed'", None),
+    conn.query_row(
+        "SELECT
+           (SELECT count(*) FROM attempts WHERE rowid <= ?1 AND outcome != 'in_progress'),
+           (SELECT count(*) FROM workflows w WHERE w.state = 'completed' OR EXISTS
+              (SELECT 1 FROM attempts a WHERE a.workflow_id = w.workflow_id AND a.rowid > ?1)),
+           (SELECT count(*) FROM workflows WHERE state = 'completed')",
+        [max_rowid],
+        |r| {
+            let n = |i: usize| r.get::<_, i64>(i).map(|n| n as usize);
+            Ok((n(0)?, n(1)?, n(2)?))
+        },
     )
+    .unwrap()
 }
 
 fn main() {
@@ -155,24 +147,19 @@ fn main() {
         );
 
         let db = dir.path().join("bench.db");
-        let max_rowid: i64 = rusqlite::Connection::open(&db)
-            .unwrap()
-            .query_row("SELECT coalesce(max(rowid), 0) FROM attempts", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        // Completed before the kill: nothing left to progress.
-        let (decided_before, _, done_before) = progress(&db, max_rowid);
-        let in_flight: usize = rusqlite::Connection::open(&db)
+        let (max_rowid, in_flight): (i64, i64) = rusqlite::Connection::open(&db)
             .unwrap()
             .query_row(
-                "SELECT count(*) FROM attempts WHERE outcome = 'in_progress'",
+                "SELECT coalesce(max(rowid), 0), count(*) FILTER (WHERE outcome = 'in_progress')
+                 FROM attempts",
                 [],
-                |r| r.get::<_, i64>(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
-            .unwrap() as usize;
-        // Some may have completed before the kill: an answer that timed out while the others
-        // were still being sent, and a query that found the delivery.
+            .unwrap();
+        let in_flight = in_flight as usize;
+        // Some may have completed before the kill (an answer that timed out while the others
+        // were still being sent, and a query that found the delivery): nothing left to do.
+        let (decided_before, _, done_before) = progress(&db, max_rowid);
         println!(
             "  at the kill: {in_flight} attempts in flight, {done_before} workflows completed"
         );

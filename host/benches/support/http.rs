@@ -104,6 +104,15 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// The host's SQLite database opened read-only: a bench watches progress without writing.
+pub fn read_only(db: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap()
+}
+
 /// A minimal keep-alive HTTP/1.1 client: writes a prepared request and reads the status and
 /// the `Content-Length` body.
 pub struct Conn {

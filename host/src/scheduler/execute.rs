@@ -773,7 +773,7 @@ where
     /// The host had no room to start the plugin: nothing ran, so the step is ready again
     /// shortly, whatever its retry policy allows, and the attempt is not charged to the
     /// budget — the host's capacity is not the workflow's failure.
-    pub(crate) fn no_room(
+    fn no_room(
         &self,
         claimed: &Claimed,
         step: &StepDef,
