@@ -20,8 +20,8 @@ use crate::intent::{
 };
 use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
 use crate::store::{
-    AttemptFacts, AttemptResult, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore,
-    FinishRequest, NewReceipt, StepTransition, StoreError,
+    AttemptFacts, AttemptResult, CheckpointRequest, ClaimRequest, Claimed, DefinitionStore,
+    ExecutorStore, FinishRequest, NewReceipt, StepTransition, StoreError,
 };
 use crate::workflow::{ReceiptView, StepDef, StepKind};
 use std::sync::Arc;
@@ -160,9 +160,10 @@ impl<S> Scheduler<S>
 where
     S: ExecutorStore + DefinitionStore + crate::store::ComponentStore + Clone + 'static,
 {
-    /// Runs one claimed attempt and records its end. Errors are logged: the lease expiry
-    /// and recovery take care of anything left half-done.
-    pub(crate) async fn execute(self: Arc<Self>, claimed: Claimed) {
+    /// Runs one claimed attempt and records its end; returns the dependent claimed in the
+    /// same commit as that end, for this worker to run next. Errors are logged: the lease
+    /// expiry and recovery take care of anything left half-done.
+    pub(crate) async fn execute(self: Arc<Self>, claimed: Claimed) -> Option<Claimed> {
         // Everything logged while the attempt runs names it: workflow, step and attempt.
         let span = tracing::info_span!(
             "attempt",
@@ -179,7 +180,7 @@ where
         tracing::Instrument::instrument(self.run_attempt(claimed), span).await
     }
 
-    async fn run_attempt(self: Arc<Self>, claimed: Claimed) {
+    async fn run_attempt(self: Arc<Self>, claimed: Claimed) -> Option<Claimed> {
         let started = Instant::now();
         // Dropped, by the end of the attempt or a panic in it, the renewal stops: a lease
         // is kept only while its attempt lives.
@@ -191,11 +192,11 @@ where
             lost = &mut renewer => {
                 let why = lost.unwrap_or_else(|e| format!("the lease's renewal failed ({e})"));
                 self.record_cancelled(&claimed, why).await;
-                return;
+                return None;
             }
         };
         drop(renewer);
-        let Some(ending) = ending else { return };
+        let ending = ending?;
         let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
         let outcome = ending.facts.outcome;
         let now = self.clock.now_ms();
@@ -215,10 +216,20 @@ where
             blocked: ending.blocked,
             charge: ending.charge,
         };
-        let finished = self.store.finish(request).await;
+        let finished = if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            self.store.finish(request).await.map(|f| (f, None))
+        } else {
+            let next = ClaimRequest {
+                owner: self.config.owner.clone(),
+                now,
+                lease_ms: self.config.lease.as_millis() as u64,
+                limit: 1,
+            };
+            self.store.finish_and_claim(request, next).await
+        };
         self.progress.advance();
         match finished {
-            Ok(finished) => {
+            Ok((finished, next)) => {
                 self.metrics.attempt(
                     &claimed.workflow,
                     claimed.fence.step.as_str(),
@@ -228,15 +239,19 @@ where
                 if receipt_of_adapter {
                     self.failpoint(6, &claimed);
                 }
-                if !finished.released.is_empty() {
+                // Released steps this worker does not run next are the loop's.
+                if finished.released.len() > usize::from(next.is_some()) {
                     self.wake.notify_one();
                 }
+                next
             }
             Err(StoreError::LeaseLost { .. }) => {
                 tracing::warn!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "lease lost before the attempt could be recorded; recovery owns the step now");
+                None
             }
             Err(e) => {
-                tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the attempt failed: {e}")
+                tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the attempt failed: {e}");
+                None
             }
         }
     }

@@ -179,6 +179,8 @@ pub struct Scheduler<S> {
     slots: Arc<Semaphore>,
     /// Set when a claim found every slot busy; the next attempt to end wakes the loop.
     starved: std::sync::atomic::AtomicBool,
+    /// Set by [`Scheduler::shutdown`]: a finishing attempt no longer claims its dependent.
+    stopping: std::sync::atomic::AtomicBool,
     ticks: Arc<Ticks>,
     progress: Arc<Progress>,
     /// This host's counters of attempts, traps and recovered leases.
@@ -211,6 +213,7 @@ where
             wake,
             slots,
             starved: std::sync::atomic::AtomicBool::new(false),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
             progress: Arc::default(),
             metrics: Arc::default(),
@@ -243,6 +246,8 @@ where
     /// the attempts under way to finish, then ends this host's remaining leases at once so
     /// recovery need not wait for them to run out. Returns how many leases were ended.
     pub async fn shutdown(&self, grace: Duration) -> Result<u64, StoreError> {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
         let all = self.config.max_concurrent as u32;
         // Every slot free means no attempt is running; the permits are dropped at once.
         let _ = tokio::time::timeout(grace, self.slots.acquire_many(all)).await;
@@ -363,7 +368,11 @@ where
                 .expect("semaphore open");
             let me = self.clone();
             tokio::spawn(async move {
-                me.clone().execute(c).await;
+                // A finish may claim the dependent it released: it runs here next.
+                let mut next = Some(c);
+                while let Some(c) = next {
+                    next = me.clone().execute(c).await;
+                }
                 drop(permit);
                 // A slot is free again: if the loop found none, it may claim now.
                 if me.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {

@@ -91,6 +91,45 @@ body = "$input.body"
 max_attempts = 1
 "#;
 
+/// Two handler steps, the second reading the first's receipt.
+const PAIR: &str = r#"
+name = "pair"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+
+[[steps]]
+id = "validate"
+label = "Validate"
+kind = "handler"
+component = "validate-document"
+version = "^1"
+timeout = "30s"
+outputs = ["title", "recipient", "body"]
+
+[steps.input]
+title = "$input.title"
+recipient = "$input.recipient"
+body = "$input.body"
+
+[[steps]]
+id = "again"
+label = "Validate again"
+kind = "handler"
+component = "validate-document"
+version = "^1"
+after = ["validate"]
+timeout = "30s"
+outputs = ["title"]
+
+[steps.input]
+title = "$steps.validate.output.title"
+recipient = "$steps.validate.output.recipient"
+body = "$steps.validate.output.body"
+"#;
+
 impl Harness {
     async fn new() -> Self {
         Self::with(RuntimeConfig::default().max_instances).await
@@ -138,7 +177,11 @@ impl Harness {
         }
         let components = Arc::new(components);
         let deployments = Arc::new(Deployments::new(store.clone()));
-        for (file, text) in [("courier.toml", DEFINITION), ("one-try.toml", ONE_TRY)] {
+        for (file, text) in [
+            ("courier.toml", DEFINITION),
+            ("one-try.toml", ONE_TRY),
+            ("pair.toml", PAIR),
+        ] {
             deployments
                 .deploy(file, text, components.as_ref(), clock.now_ms())
                 .await
@@ -171,8 +214,14 @@ impl Harness {
 
     /// Admits one delivery through the API; returns its workflow id.
     async fn submit(&self, key: &str) -> WorkflowId {
-        let body = json!({"workflow": "courier", "input": {
-            "recipient": "reader@example.com", "document": "Dear reader", "document_digest": "sha256:0"}});
+        let input = json!({
+            "recipient": "reader@example.com", "document": "Dear reader", "document_digest": "sha256:0"});
+        self.submit_to("courier", key, input).await
+    }
+
+    /// Admits one intent of `workflow` through the API; returns its workflow id.
+    async fn submit_to(&self, workflow: &str, key: &str, input: Value) -> WorkflowId {
+        let body = json!({"workflow": workflow, "input": input});
         let request = Request::post("/v1/intents")
             .header("Idempotency-Key", key)
             .body(Body::from(body.to_string()))
@@ -520,18 +569,8 @@ async fn a_cancellation_after_the_request_left_awaits_its_outcome() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_without_room_for_the_plugin_does_not_fail_the_step() {
     let h = Harness::with(1).await;
-    let body = json!({"workflow": "one-try", "input": {
-        "title": "T", "recipient": "a@example.com", "body": "x"}});
-    let request = Request::post("/v1/intents")
-        .header("Idempotency-Key", "no-room")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = h.api.clone().oneshot(request).await.unwrap();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let created: Value = serde_json::from_slice(&bytes).unwrap();
-    let id = WorkflowId(created["workflow_id"].as_str().unwrap().to_string());
+    let input = json!({"title": "T", "recipient": "a@example.com", "body": "x"});
+    let id = h.submit_to("one-try", "no-room", input).await;
 
     // Fill the pool (the call's instance and the two kept for uploads) with spinning calls.
     let runtime = h.components.runtime().clone();
@@ -629,4 +668,49 @@ async fn a_host_without_room_for_the_plugin_does_not_fail_the_step() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unloaded_workflow_runs_its_next_step_in_the_same_worker_without_another_claim() {
+    let h = Harness::new().await;
+    let input = json!({"title": "T", "recipient": "a@example.com", "body": "x"});
+    let id = h.submit_to("pair", "chained", input).await;
+    let ticks = h.scheduler.ticks();
+    assert_eq!(
+        h.scheduler
+            .clone()
+            .claim_tick(h.clock.now_ms())
+            .await
+            .unwrap(),
+        1
+    );
+    // No loop runs: only the first step's finish can have claimed the second.
+    wait::until(
+        "the workflow to complete",
+        Duration::from_secs(20),
+        || async {
+            let workflow = h.store.workflow(&id).await.unwrap().unwrap();
+            match workflow.state {
+                crate::intent::WorkflowState::Completed => Ok(()),
+                other => Err(format!("{other:?}: {}", h.timeline(&id).await)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(ticks.get(Tick::Claim), 1);
+    let steps = h.store.steps(&id).await.unwrap();
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.state == StepState::Succeeded && s.attempts == 1),
+        "{steps:?}"
+    );
+    let timeline = h.timeline(&id).await;
+    assert_eq!(
+        timeline
+            .matches("Attempt 1 started (initial) by unit-host")
+            .count(),
+        2,
+        "{timeline}"
+    );
 }

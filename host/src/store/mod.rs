@@ -355,6 +355,20 @@ pub trait ExecutorStore: Send + Sync {
         &self,
         request: FinishRequest,
     ) -> impl Future<Output = StoreResult<FinishOutcome>> + Send;
+    /// [`finish`](Self::finish) and, when the store has nothing else to write at that
+    /// moment, a claim of one dependent the finish released (under the lease `next`
+    /// describes) in the same commit, for the finishing worker to run next: an unloaded
+    /// workflow moves one step per commit without a trip through the scheduler's loop.
+    /// Under load the store declines (`None`) and the loop claims released steps in
+    /// batches, which cost less per step. By default a store always declines.
+    fn finish_and_claim(
+        &self,
+        request: FinishRequest,
+        next: ClaimRequest,
+    ) -> impl Future<Output = StoreResult<(FinishOutcome, Option<Claimed>)>> + Send {
+        let _ = next;
+        async move { Ok((self.finish(request).await?, None)) }
+    }
     /// Adds what an attempt learned after losing its lease (a late result) to its evidence:
     /// fills only what the attempt has not recorded and appends the events; the step is
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.

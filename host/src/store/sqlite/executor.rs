@@ -405,32 +405,82 @@ struct ClaimedWorkflow {
     budget_added: crate::budget::Amounts,
 }
 
+/// What a claim's lease update returns of each step it took.
+const CLAIMED_COLUMNS: &str = "RETURNING workflow_id, step, attempts, next_trigger, \
+    uncertain_since, lease_token, policy_exception, reads";
+
+/// Claims up to `req.limit` ready steps, the longest-waiting first.
 fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
     let expires = req.now + req.lease_ms;
-    let mut claimed = Vec::new();
-    let mut reads = Vec::new();
-    {
-        let mut stmt = conn.prepare_cached(
-            "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
-                 lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
-             WHERE rowid IN (
-                 SELECT rowid FROM steps
-                 WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
-                 ORDER BY ready_at LIMIT ?4)
-             RETURNING workflow_id, step, attempts, next_trigger, uncertain_since, lease_token,
-                       policy_exception, reads",
-        )?;
-        let mut rows = stmt.query(params![
-            &req.owner,
-            expires as i64,
-            req.now as i64,
-            req.limit as i64
-        ])?;
-        while let Some(r) = rows.next()? {
-            claimed.push(rows::claimed(r, req.now, expires)?);
-            reads.push(plan::reads_list(r.opt_text("reads")?.as_deref())?);
-        }
+    let mut stmt = conn.prepare_cached(&format!(
+        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
+             lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
+         WHERE rowid IN (
+             SELECT rowid FROM steps
+             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
+             ORDER BY ready_at LIMIT ?4)
+         {CLAIMED_COLUMNS}"
+    ))?;
+    let rows = stmt.query(params![
+        &req.owner,
+        expires as i64,
+        req.now as i64,
+        req.limit as i64
+    ])?;
+    let (claimed, reads) = claimed_rows(rows, req.now, expires)?;
+    start_attempts(conn, req, claimed, reads)
+}
+
+/// Claims one step just released by a finish in the same transaction, by its key: no scan
+/// of the ready steps.
+fn claim_released(
+    conn: &Connection,
+    req: &ClaimRequest,
+    workflow: &WorkflowId,
+    step: &str,
+) -> StoreResult<Option<Claimed>> {
+    let expires = req.now + req.lease_ms;
+    let mut stmt = conn.prepare_cached(&format!(
+        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
+             lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
+         WHERE workflow_id = ?3 AND step = ?4 AND state = 'ready' AND ready_at <= ?5
+         {CLAIMED_COLUMNS}"
+    ))?;
+    let rows = stmt.query(params![
+        &req.owner,
+        expires as i64,
+        workflow.as_str(),
+        step,
+        req.now as i64
+    ])?;
+    let (claimed, reads) = claimed_rows(rows, req.now, expires)?;
+    Ok(start_attempts(conn, req, claimed, reads)?.pop())
+}
+
+/// The receipts a step reads (`None`: all of them).
+type Reads = Option<Vec<String>>;
+
+/// The steps a lease update returned, and the receipts each reads.
+fn claimed_rows(
+    mut rows: rusqlite::Rows<'_>,
+    now: Millis,
+    expires: Millis,
+) -> StoreResult<(Vec<Claimed>, Vec<Reads>)> {
+    let (mut claimed, mut reads) = (Vec::new(), Vec::new());
+    while let Some(r) = rows.next()? {
+        claimed.push(rows::claimed(r, now, expires)?);
+        reads.push(plan::reads_list(r.opt_text("reads")?.as_deref())?);
     }
+    Ok((claimed, reads))
+}
+
+/// Starts an attempt of each claimed step and gathers what it needs to run.
+fn start_attempts(
+    conn: &Connection,
+    req: &ClaimRequest,
+    mut claimed: Vec<Claimed>,
+    reads: Vec<Reads>,
+) -> StoreResult<Vec<Claimed>> {
     if claimed.is_empty() {
         return Ok(claimed);
     }
@@ -813,6 +863,29 @@ impl ExecutorStore for SqliteStore {
 
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
         self.writer.write(move |conn| finish_tx(conn, req)).await
+    }
+
+    async fn finish_and_claim(
+        &self,
+        req: FinishRequest,
+        next: ClaimRequest,
+    ) -> StoreResult<(FinishOutcome, Option<Claimed>)> {
+        self.writer
+            .write(move |conn| {
+                let workflow = req.fence.workflow_id.clone();
+                let finished = finish_tx(conn, req)?;
+                // Only a commit of this one job: a single-row claim costs the writer more
+                // than its share of the loop's batched claims, so it is made only when the
+                // writer has nothing else to do.
+                let claimed = match finished.released.first() {
+                    Some(step) if super::writer::alone() => {
+                        claim_released(conn, &next, &workflow, step)?
+                    }
+                    _ => None,
+                };
+                Ok((finished, claimed))
+            })
+            .await
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {

@@ -326,6 +326,18 @@ async fn answer<T>(rx: oneshot::Receiver<StoreResult<T>>) -> StoreResult<T> {
     })?
 }
 
+thread_local! {
+    /// How many jobs the writer thread's current transaction holds.
+    static BATCH_JOBS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the job running now is the only one in its transaction, that is whether nothing
+/// else was waiting for the writer: a job may then do extra work that saves a later commit
+/// (see `finish_and_claim`) without delaying anyone.
+pub(crate) fn alone() -> bool {
+    BATCH_JOBS.with(|jobs| jobs.get() == 1)
+}
+
 fn run_writer(
     conn: Connection,
     mut rx: mpsc::Receiver<Box<dyn Job>>,
@@ -342,6 +354,7 @@ fn run_writer(
             }
         }
         let t0 = std::time::Instant::now();
+        BATCH_JOBS.with(|jobs| jobs.set(batch.len()));
         let commit = run_batch(&conn, &mut batch);
         tracing::trace!(jobs = batch.len(), elapsed = ?t0.elapsed(), "write batch committed");
         if let Err(e) = &commit {
@@ -502,6 +515,39 @@ mod tests {
             .await
             .unwrap();
         (dir, writer)
+    }
+
+    #[tokio::test]
+    async fn a_job_knows_whether_others_share_its_transaction() {
+        let (_dir, writer) = writer_with_table(16).await;
+        assert!(writer.write(|_| Ok(alone())).await.unwrap(), "a lone job");
+        // Two jobs queued behind a held writer share the next transaction.
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let held = writer.clone();
+        let held = tokio::spawn(async move {
+            held.write(move |_| {
+                let _ = started.send(());
+                let _ = blocked.recv();
+                Ok(())
+            })
+            .await
+        });
+        running.await.unwrap();
+        let queued: Vec<_> = (0..2)
+            .map(|_| {
+                let w = writer.clone();
+                tokio::spawn(async move { w.write(|_| Ok(alone())).await })
+            })
+            .collect();
+        while writer.tx.capacity() > 14 {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        held.await.unwrap().unwrap();
+        for job in queued {
+            assert!(!job.await.unwrap().unwrap(), "a job that shared its commit");
+        }
     }
 
     #[tokio::test]
