@@ -101,6 +101,9 @@ pub struct Context<S> {
     /// Notified after an intent is created or the clock moves, so the scheduler looks for
     /// work at once instead of at its next poll.
     pub wake: Arc<Notify>,
+    /// Starts an admitted workflow's first step at once when the admission could claim it
+    /// (`None`: the scheduler's loop claims it after `wake`).
+    pub starter: Option<crate::scheduler::Starter>,
     /// Loaded components, for the contracts operator actions are judged by (`None`: every
     /// action that needs a contract is refused).
     pub components: Option<Arc<Components>>,
@@ -127,6 +130,7 @@ impl<S> Context<S> {
             secure_cookies: false,
             test_controls: false,
             wake: Arc::new(Notify::new()),
+            starter: None,
             components: None,
             ticks: Arc::default(),
             progress: Arc::default(),

@@ -363,15 +363,36 @@ pub(super) async fn submit<S: ContextStore>(
         crate::telemetry::adopt(&admission, parent);
     }
     new.trace_parent = crate::telemetry::traceparent_of(&admission).or(client_trace);
+    let first_steps = new.steps.iter().filter(|s| s.depends_on.is_empty()).count();
     let request = AdmitRequest {
         scope: scope.clone(),
         input: canonical,
         now,
         create: Some(new),
     };
-    match tracing::Instrument::instrument(ctx.store.admit(request), admission).await? {
+    // A free slot lets the admission claim a first step in its own commit and start it here.
+    let slot = ctx.starter.as_ref().and_then(|s| s.reserve(now));
+    let next = slot.as_ref().map(|s| s.claim.clone());
+    let admitted = async {
+        match next {
+            Some(next) => ctx.store.admit_and_claim(request, next).await,
+            None => Ok((ctx.store.admit(request).await?, None)),
+        }
+    };
+    let (outcome, claimed) = tracing::Instrument::instrument(admitted, admission).await?;
+    match outcome {
         AdmitOutcome::Created(record) => {
-            ctx.wake.notify_one();
+            let started = match (slot, claimed) {
+                (Some(slot), Some(claimed)) => {
+                    slot.start(claimed);
+                    1
+                }
+                _ => 0,
+            };
+            // The steps not started here are the loop's.
+            if first_steps > started {
+                ctx.wake.notify_one();
+            }
             ctx.metrics.intent("created");
             intent_response(StatusCode::CREATED, &record, false)
         }

@@ -697,6 +697,9 @@ where
     };
     ctx.test_controls = options.test_controls;
     ctx.wake = wake;
+    if !options.pause_execution {
+        ctx.starter = Some(scheduler.starter());
+    }
     ctx.components = Some(components.clone());
     ctx.ticks = ticks.clone();
     ctx.progress = scheduler.progress();

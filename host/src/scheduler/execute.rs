@@ -20,8 +20,8 @@ use crate::intent::{
 };
 use crate::runtime::{CallEnv, CallFailure, CallLimits, CallReport, Prepared};
 use crate::store::{
-    AttemptFacts, AttemptResult, CheckpointRequest, ClaimRequest, Claimed, DefinitionStore,
-    ExecutorStore, FinishRequest, NewReceipt, StepTransition, StoreError,
+    AttemptFacts, AttemptResult, CheckpointRequest, Claimed, DefinitionStore, ExecutorStore,
+    FinishRequest, NewReceipt, StepTransition, StoreError,
 };
 use crate::workflow::{ReceiptView, StepDef, StepKind};
 use std::sync::Arc;
@@ -219,12 +219,7 @@ where
         let finished = if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
             self.store.finish(request).await.map(|f| (f, None))
         } else {
-            let next = ClaimRequest {
-                owner: self.config.owner.clone(),
-                now,
-                lease_ms: self.config.lease.as_millis() as u64,
-                limit: 1,
-            };
+            let next = self.next_claim(now);
             self.store.finish_and_claim(request, next).await
         };
         self.progress.advance();

@@ -167,6 +167,36 @@ const SWEEP_BATCH: u32 = 256;
 /// How often a complete recovery sweep is recorded in the store.
 const SWEEP_TOLD_EVERY_MS: Millis = 1_000;
 
+/// Starts, on this host's scheduler, a step claimed outside its loop: an admission that
+/// claimed its workflow's first step in its own commit hands the step over here, so an
+/// unloaded workflow starts without waiting for the loop to wake and claim it.
+#[derive(Clone)]
+pub struct Starter {
+    reserve: Arc<dyn Fn(Millis) -> Option<Slot> + Send + Sync>,
+}
+
+impl Starter {
+    /// A free slot for one attempt, with the claim to make for it; `None` when every slot
+    /// is busy or the host is stopping. Dropped unused, the slot is free again.
+    pub fn reserve(&self, now: Millis) -> Option<Slot> {
+        (self.reserve)(now)
+    }
+}
+
+/// A slot reserved by [`Starter::reserve`].
+pub struct Slot {
+    /// The claim to make for the step this slot will run.
+    pub claim: ClaimRequest,
+    start: Box<dyn FnOnce(crate::store::Claimed) + Send>,
+}
+
+impl Slot {
+    /// Runs the claimed step in this slot, as the loop runs the steps it claims.
+    pub fn start(self, claimed: crate::store::Claimed) {
+        (self.start)(claimed)
+    }
+}
+
 /// The scheduler of one host.
 pub struct Scheduler<S> {
     store: S,
@@ -366,21 +396,63 @@ where
                 .acquire_owned()
                 .await
                 .expect("semaphore open");
-            let me = self.clone();
-            tokio::spawn(async move {
-                // A finish may claim the dependent it released: it runs here next.
-                let mut next = Some(c);
-                while let Some(c) = next {
-                    next = me.clone().execute(c).await;
-                }
-                drop(permit);
-                // A slot is free again: if the loop found none, it may claim now.
-                if me.starved.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    me.wake.notify_one();
-                }
-            });
+            self.clone().spawn_attempt(c, permit);
         }
         Ok(n)
+    }
+
+    /// Runs a claimed step in the slot `permit` holds, and then each dependent its finish
+    /// claimed, in one task.
+    fn spawn_attempt(
+        self: Arc<Self>,
+        claimed: crate::store::Claimed,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        tokio::spawn(async move {
+            let mut next = Some(claimed);
+            while let Some(c) = next {
+                next = self.clone().execute(c).await;
+            }
+            drop(permit);
+            // A slot is free again: if the loop found none, it may claim now.
+            if self
+                .starved
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
+            {
+                self.wake.notify_one();
+            }
+        });
+    }
+
+    /// The claim a finishing or admitting write makes for the step it readied.
+    fn next_claim(&self, now: Millis) -> ClaimRequest {
+        ClaimRequest {
+            owner: self.config.owner.clone(),
+            now,
+            lease_ms: self.config.lease.as_millis() as u64,
+            limit: 1,
+        }
+    }
+
+    /// Hands out slots to admissions (see [`Starter`]).
+    pub fn starter(self: &Arc<Self>) -> Starter {
+        let me = self.clone();
+        Starter {
+            reserve: Arc::new(move |now| {
+                // The scheduler-panic failpoint fires on the loop's claim: the loop claims all.
+                if me.stopping.load(std::sync::atomic::Ordering::Acquire)
+                    || me.config.failpoint == Some(Failpoint::SchedulerPanic)
+                {
+                    return None;
+                }
+                let permit = me.slots.clone().try_acquire_owned().ok()?;
+                let runner = me.clone();
+                Some(Slot {
+                    claim: me.next_claim(now),
+                    start: Box::new(move |claimed| runner.spawn_attempt(claimed, permit)),
+                })
+            }),
+        }
     }
 
     /// Finds leases that expired before `now` and decides each by its last checkpoint:

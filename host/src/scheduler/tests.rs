@@ -58,6 +58,7 @@ struct Harness {
     _dir: tempfile::TempDir,
     store: SqliteStore,
     scheduler: Arc<Scheduler<SqliteStore>>,
+    deployments: Arc<Deployments<SqliteStore>>,
     components: Arc<Components>,
     clock: Arc<SystemClock>,
     api: axum::Router,
@@ -200,11 +201,16 @@ impl Harness {
             },
             Arc::new(tokio::sync::Notify::new()),
         );
-        let api = crate::api::router(Context::new(store.clone(), deployments, clock.clone()));
+        let api = crate::api::router(Context::new(
+            store.clone(),
+            deployments.clone(),
+            clock.clone(),
+        ));
         Self {
             _dir: dir,
             store,
             scheduler,
+            deployments,
             components,
             clock,
             api,
@@ -712,5 +718,62 @@ async fn an_unloaded_workflow_runs_its_next_step_in_the_same_worker_without_anot
             .count(),
         2,
         "{timeline}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admission_with_a_free_slot_starts_its_first_step_without_the_loop() {
+    let mut h = Harness::new().await;
+    let mut ctx = Context::new(h.store.clone(), h.deployments.clone(), h.clock.clone());
+    ctx.starter = Some(h.scheduler.starter());
+    h.api = crate::api::router(ctx);
+    let input = json!({"title": "T", "recipient": "a@example.com", "body": "x"});
+    let id = h.submit_to("pair", "started", input).await;
+    // No loop runs and no claim tick is driven: the admission claimed the first step and
+    // the first step's finish the second.
+    wait::until(
+        "the workflow to complete",
+        Duration::from_secs(20),
+        || async {
+            let workflow = h.store.workflow(&id).await.unwrap().unwrap();
+            match workflow.state {
+                crate::intent::WorkflowState::Completed => Ok(()),
+                other => Err(format!("{other:?}: {}", h.timeline(&id).await)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(h.scheduler.ticks().get(Tick::Claim), 0);
+    let timeline = h.timeline(&id).await;
+    assert_eq!(
+        timeline
+            .matches("Attempt 1 started (initial) by unit-host")
+            .count(),
+        2,
+        "{timeline}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_starter_hands_out_only_free_slots_and_none_once_the_host_stops() {
+    let h = Harness::new().await;
+    let starter = h.scheduler.starter();
+    let now = h.clock.now_ms();
+    let all: Vec<_> = (0..SchedulerConfig::default().max_concurrent)
+        .map(|_| starter.reserve(now).expect("a free slot"))
+        .collect();
+    assert!(starter.reserve(now).is_none(), "every slot is reserved");
+    drop(all);
+    assert!(
+        starter.reserve(now).is_some(),
+        "slots dropped unused are free again"
+    );
+    h.scheduler
+        .shutdown(Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert!(
+        starter.reserve(now).is_none(),
+        "a stopping host starts nothing"
     );
 }

@@ -288,6 +288,18 @@ pub trait AdmissionStore: Send + Sync {
         &self,
         request: AdmitRequest,
     ) -> impl Future<Output = StoreResult<AdmitOutcome>> + Send;
+    /// [`admit`](Self::admit) and, when it creates the workflow and the store has nothing
+    /// else to write at that moment, a claim of one of its first steps (under the lease
+    /// `next` describes) in the same commit, for the caller to start at once (see
+    /// [`ExecutorStore::finish_and_claim`]). By default a store always declines.
+    fn admit_and_claim(
+        &self,
+        request: AdmitRequest,
+        next: ClaimRequest,
+    ) -> impl Future<Output = StoreResult<(AdmitOutcome, Option<Claimed>)>> + Send {
+        let _ = next;
+        async move { Ok((self.admit(request).await?, None)) }
+    }
 }
 
 /// Projections for the API and the console.

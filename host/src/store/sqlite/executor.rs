@@ -431,9 +431,9 @@ fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> 
     start_attempts(conn, req, claimed, reads)
 }
 
-/// Claims one step just released by a finish in the same transaction, by its key: no scan
-/// of the ready steps.
-fn claim_released(
+/// Claims one step made ready earlier in the same transaction (by an admission or a
+/// finish), by its key: no scan of the ready steps.
+pub(crate) fn claim_step(
     conn: &Connection,
     req: &ClaimRequest,
     workflow: &WorkflowId,
@@ -879,7 +879,7 @@ impl ExecutorStore for SqliteStore {
                 // writer has nothing else to do.
                 let claimed = match finished.released.first() {
                     Some(step) if super::writer::alone() => {
-                        claim_released(conn, &next, &workflow, step)?
+                        claim_step(conn, &next, &workflow, step)?
                     }
                     _ => None,
                 };

@@ -443,6 +443,30 @@ impl AdmissionStore for SqliteStore {
         // waits for its turn.
         self.writer.try_write(move |conn| admit_tx(conn, req)).await
     }
+
+    async fn admit_and_claim(
+        &self,
+        req: AdmitRequest,
+        next: crate::store::ClaimRequest,
+    ) -> StoreResult<(AdmitOutcome, Option<crate::store::Claimed>)> {
+        self.writer
+            .try_write(move |conn| {
+                let first = req.create.as_ref().and_then(|new| {
+                    let step = new.steps.iter().find(|s| s.depends_on.is_empty())?;
+                    Some((new.workflow_id.clone(), step.id.clone()))
+                });
+                let outcome = admit_tx(conn, req)?;
+                // As a finish's claim of its dependent: only when nothing else waits.
+                let claimed = match (&outcome, first) {
+                    (AdmitOutcome::Created(_), Some((workflow, step))) if writer::alone() => {
+                        executor::claim_step(conn, &next, &workflow, &step)?
+                    }
+                    _ => None,
+                };
+                Ok((outcome, claimed))
+            })
+            .await
+    }
 }
 
 fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
