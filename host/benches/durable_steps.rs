@@ -143,8 +143,6 @@ async fn setup<S: Store>(stores: Vec<S>, cache: &Path) -> Bench<S> {
             clock.clone(),
             SchedulerConfig {
                 owner: format!("bench-host-{n}"),
-                batch: 256,
-                max_concurrent: 256,
                 ..SchedulerConfig::default()
             },
             wake.clone(),

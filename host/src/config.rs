@@ -423,7 +423,9 @@ impl HostConfig {
         let memory_mib = within("memory_mib", limits.memory_mib.unwrap_or(128), 1, 16 * 1024)?;
         let max_concurrent = within(
             "max_concurrent",
-            limits.max_concurrent.unwrap_or(128),
+            limits
+                .max_concurrent
+                .unwrap_or(crate::scheduler::DEFAULT_MAX_CONCURRENT),
             1,
             10_000,
         )?;

@@ -39,6 +39,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+/// Attempts at once on a host unless configured otherwise. A step holds its slot from its
+/// claim's commit to its finish's, two group commits of a loaded writer (some 10–20 ms), so
+/// the slots bound durable steps per second: 128 held the end-to-end chain to ~6,000/s with
+/// the writer and both cores partly idle; 1,024 let it reach ~7,500/s (BENCHMARKS.md).
+pub const DEFAULT_MAX_CONCURRENT: usize = 1024;
+
 /// How a scheduler runs.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -63,8 +69,8 @@ impl Default for SchedulerConfig {
         Self {
             owner: default_owner(),
             lease: Duration::from_secs(30),
-            batch: 64,
-            max_concurrent: 128,
+            batch: 512,
+            max_concurrent: DEFAULT_MAX_CONCURRENT,
             poll: Duration::from_secs(1),
             failpoint: None,
         }
