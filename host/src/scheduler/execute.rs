@@ -188,7 +188,13 @@ where
         // A lost lease ends the attempt at once: recovery owns the step, and a call that went
         // on would only spend a slot (and, for an adapter, keep a request open) for nothing.
         let ending = tokio::select! {
-            ending = self.attempt(&claimed) => ending,
+            // The call's permit is held while the plugin runs, not while the end is recorded.
+            // The call's state is allocated only once it starts: a step waiting for a call
+            // costs its host a small task, not room for the whole call.
+            ending = async {
+                let _call = self.calls.acquire().await.expect("semaphore open");
+                Box::pin(self.attempt(&claimed)).await
+            } => ending,
             lost = &mut renewer => {
                 let why = lost.unwrap_or_else(|e| format!("the lease's renewal failed ({e})"));
                 self.record_cancelled(&claimed, why).await;
@@ -196,6 +202,7 @@ where
             }
         };
         drop(renewer);
+        self.freed();
         let ending = ending?;
         let receipt_of_adapter = ending.adapter && ending.checkpoint == 6;
         let outcome = ending.facts.outcome;

@@ -39,11 +39,16 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-/// Attempts at once on a host unless configured otherwise. A step holds its slot from its
-/// claim's commit to its finish's, two group commits of a loaded writer (some 10–20 ms), so
-/// the slots bound durable steps per second: 128 held the end-to-end chain to ~6,000/s with
-/// the writer and both cores partly idle; 1,024 let it reach ~7,500/s (BENCHMARKS.md).
-pub const DEFAULT_MAX_CONCURRENT: usize = 1024;
+/// Plugin calls at once on a host unless configured otherwise.
+pub const DEFAULT_MAX_CONCURRENT: usize = 128;
+
+/// Steps a host holds claimed at once, per plugin call it may run at once. A step is held
+/// from its claim's commit to its finish's — two group commits of a loaded writer, some
+/// 10–20 ms — while its call takes a fraction of that: when a step's slot was its call's,
+/// 128 slots held the end-to-end chain to ~6,000 steps/s with the writer and both cores
+/// partly idle, and 1,024 let it reach ~7,500/s (BENCHMARKS.md). Calls, which hold a plugin
+/// instance and its memory, stay bounded by `max_concurrent`.
+pub const HELD_PER_CALL: usize = 8;
 
 /// How a scheduler runs.
 #[derive(Debug, Clone)]
@@ -54,7 +59,8 @@ pub struct SchedulerConfig {
     pub lease: Duration,
     /// Most steps claimed in one commit.
     pub batch: u32,
-    /// Most attempts running at once on this host.
+    /// Most plugin calls running at once on this host; [`HELD_PER_CALL`] times as many steps
+    /// may be claimed and under way (waiting for a call or for their commits).
     pub max_concurrent: usize,
     /// The longest an idle scheduler sleeps without a wake-up: the safety net for a missed
     /// notification. It wakes earlier for known deadlines (retry times, lease expiries).
@@ -212,7 +218,10 @@ pub struct Scheduler<S> {
     clock: Arc<dyn Clock>,
     config: SchedulerConfig,
     wake: Arc<Notify>,
+    /// Steps claimed and not yet finished.
     slots: Arc<Semaphore>,
+    /// Plugin calls under way.
+    calls: Arc<Semaphore>,
     /// Set when a claim found every slot busy; the next attempt to end wakes the loop.
     starved: std::sync::atomic::AtomicBool,
     /// Set by [`Scheduler::shutdown`]: a finishing attempt no longer claims its dependent.
@@ -238,7 +247,8 @@ where
         config: SchedulerConfig,
         wake: Arc<Notify>,
     ) -> Arc<Self> {
-        let slots = Arc::new(Semaphore::new(config.max_concurrent));
+        let slots = Arc::new(Semaphore::new(config.max_concurrent * HELD_PER_CALL));
+        let calls = Arc::new(Semaphore::new(config.max_concurrent));
         Arc::new(Self {
             store,
             deployments,
@@ -248,6 +258,7 @@ where
             config,
             wake,
             slots,
+            calls,
             starved: std::sync::atomic::AtomicBool::new(false),
             stopping: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
@@ -284,7 +295,7 @@ where
     pub async fn shutdown(&self, grace: Duration) -> Result<u64, StoreError> {
         self.stopping
             .store(true, std::sync::atomic::Ordering::Release);
-        let all = self.config.max_concurrent as u32;
+        let all = (self.config.max_concurrent * HELD_PER_CALL) as u32;
         // Every slot free means no attempt is running; the permits are dropped at once.
         let _ = tokio::time::timeout(grace, self.slots.acquire_many(all)).await;
         self.store
@@ -341,7 +352,7 @@ where
                 continue;
             }
             let mut idle = self.config.poll;
-            if self.slots.available_permits() > 0 {
+            if self.room() > 0 {
                 match self.store.next_due(now).await {
                     Ok(Some(due)) => {
                         idle = idle.min(Duration::from_millis(due.saturating_sub(now).max(1)));
@@ -368,16 +379,32 @@ where
         claimed
     }
 
-    async fn claim(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
-        let free = self
-            .slots
+    /// How many steps may be claimed now: free slots, and no more than the calls free to run
+    /// them — a step is held for its commits, not queued for a call (it would cost memory
+    /// while it waits).
+    fn room(&self) -> usize {
+        self.slots
             .available_permits()
-            .min(self.config.batch as usize);
+            .min(self.calls.available_permits())
+    }
+
+    /// A slot or a call is free again: if the loop found no room, it may claim now.
+    fn freed(&self) {
+        if self
+            .starved
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.wake.notify_one();
+        }
+    }
+
+    async fn claim(self: Arc<Self>, now: Millis) -> Result<usize, StoreError> {
+        let free = self.room().min(self.config.batch as usize);
         if free == 0 {
             self.starved
                 .store(true, std::sync::atomic::Ordering::Release);
             // An attempt that ended just before the flag was set did not see it.
-            if self.slots.available_permits() > 0 {
+            if self.room() > 0 {
                 self.wake.notify_one();
             }
             return Ok(0);
@@ -420,13 +447,7 @@ where
                 next = self.clone().execute(c).await;
             }
             drop(permit);
-            // A slot is free again: if the loop found none, it may claim now.
-            if self
-                .starved
-                .swap(false, std::sync::atomic::Ordering::AcqRel)
-            {
-                self.wake.notify_one();
-            }
+            self.freed();
         });
     }
 

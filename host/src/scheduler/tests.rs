@@ -138,6 +138,12 @@ impl Harness {
 
     /// The harness with room for `max_instances` calls at once in the runtime.
     async fn with(max_instances: u32) -> Self {
+        Self::build(max_instances, SchedulerConfig::default().max_concurrent).await
+    }
+
+    /// The harness with `max_instances` in the runtime and a scheduler that runs at most
+    /// `max_concurrent` calls at once.
+    async fn build(max_instances: u32, max_concurrent: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("docket.db"))
             .await
@@ -197,6 +203,7 @@ impl Harness {
             SchedulerConfig {
                 owner: "unit-host".into(),
                 lease: LEASE,
+                max_concurrent,
                 ..SchedulerConfig::default()
             },
             Arc::new(tokio::sync::Notify::new()),
@@ -759,7 +766,8 @@ async fn a_starter_hands_out_only_free_slots_and_none_once_the_host_stops() {
     let h = Harness::new().await;
     let starter = h.scheduler.starter();
     let now = h.clock.now_ms();
-    let all: Vec<_> = (0..SchedulerConfig::default().max_concurrent)
+    let held = SchedulerConfig::default().max_concurrent * super::HELD_PER_CALL;
+    let all: Vec<_> = (0..held)
         .map(|_| starter.reserve(now).expect("a free slot"))
         .collect();
     assert!(starter.reserve(now).is_none(), "every slot is reserved");
@@ -776,4 +784,62 @@ async fn a_starter_hands_out_only_free_slots_and_none_once_the_host_stops() {
         starter.reserve(now).is_none(),
         "a stopping host starts nothing"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_claims_no_more_steps_than_it_has_calls_free() {
+    let h = Harness::build(RuntimeConfig::default().max_instances, 1).await;
+    // The provider takes a second to answer the first delivery.
+    h.sim
+        .sim()
+        .set_faults(json!({"slow_next": 1, "slow_ms": 1000}))
+        .unwrap();
+    let first = h.submit("held-1").await;
+    let second = h.submit("held-2").await;
+    let claim = || async {
+        h.scheduler
+            .clone()
+            .claim_tick(h.clock.now_ms())
+            .await
+            .unwrap()
+    };
+    // One call at a time: one step is claimed, and while its call runs no other is (a step
+    // waiting for a call would hold a lease and memory for nothing).
+    assert_eq!(claim().await, 1);
+    wait::until("the first request", Duration::from_secs(20), || async {
+        match h.sim.sim().world().len() {
+            1 => Ok(()),
+            n => Err(format!("{n} deliveries")),
+        }
+    })
+    .await;
+    assert_eq!(claim().await, 0);
+    let waiting = if h.deliver_state(&first).await == StepState::Ready {
+        &first
+    } else {
+        &second
+    };
+    assert_eq!(h.deliver_state(waiting).await, StepState::Ready);
+    // Once the call ends, the other step is claimed and both deliveries succeed.
+    wait::until(
+        "the second step to be claimed",
+        Duration::from_secs(20),
+        || async {
+            match claim().await {
+                1 => Ok(()),
+                n => Err(format!("{n} claimed")),
+            }
+        },
+    )
+    .await;
+    for id in [&first, &second] {
+        wait::until("the delivery to end", Duration::from_secs(20), || async {
+            match h.deliver_state(id).await {
+                StepState::Succeeded => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    assert_eq!(h.sim.sim().world().len(), 2);
 }
