@@ -6,6 +6,7 @@ use crate::host_process::{Contract, HostOptions, HostProcess, document, free_por
 use crate::wait;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,8 +26,10 @@ impl Browser {
                  Debian's chromium and chromium-driver",
             );
         let port = free_port();
+        // Its own process group, so that the browser it starts goes with it (see `Drop`).
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -127,7 +130,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // chromedriver and the Chromium it started, even when a test failed before closing
+        // its session: a browser left behind would load the machine for the tests after it.
+        let group = i32::try_from(self.driver.id()).expect("a pid");
+        // SAFETY: `kill` takes plain integers; a negative pid names the process group.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
         let _ = self.driver.wait();
     }
 }
@@ -528,4 +535,5 @@ async fn an_operator_withdraws_a_completed_delivery_in_a_browser() {
     let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
     assert_eq!(wf["state"], "cancelled", "{wf:#}");
     assert_eq!(deliver(&wf)["state"], "compensated");
+    let _ = browser.client.clone().close().await;
 }
