@@ -280,25 +280,24 @@ impl Destination {
             // certificate: a second DNS answer cannot route around the grant.
             return send_https(request, self.addr, &self.name, &self.options).await;
         }
+        // The connection goes to the address just checked; `Host` names the host.
+        if let Some(authority) = request.uri().authority().map(|a| a.to_string())
+            && !request.headers().contains_key(http::header::HOST)
         {
-            // Connect to the address just checked; the Host header still names the host.
-            let mut parts = request.uri().clone().into_parts();
-            parts.authority = Some(
-                self.addr
-                    .to_string()
-                    .parse()
-                    .map_err(|_| HttpError::HttpRequestUriInvalid)?,
-            );
-            *request.uri_mut() =
-                http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            let value = http::HeaderValue::from_str(&authority)
+                .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            request.headers_mut().insert(http::header::HOST, value);
         }
-        use http_body_util::BodyExt;
-        let (response, io) =
-            wasmtime_wasi_http::default_send_request(request, Some(self.options)).await?;
-        Ok((
-            response.map(BodyExt::boxed_unsync),
-            Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-        ))
+        let connect = self.options.connect_timeout.unwrap_or(MAX_CONNECT_TIMEOUT);
+        // Origin form on the wire, as for a direct request to the server.
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse()
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        *request.uri_mut() = target;
+        super::keepalive::send(self.addr, request, &self.options, connect).await
     }
 }
 

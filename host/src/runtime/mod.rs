@@ -12,6 +12,7 @@ mod bindings;
 mod cache;
 mod call;
 mod egress;
+mod keepalive;
 mod load;
 mod pipe;
 mod state;

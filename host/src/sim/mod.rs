@@ -134,6 +134,8 @@ struct Shared {
     fault_endpoint: bool,
     clock: Clock,
     world: Mutex<World>,
+    /// Connections accepted so far (a client that keeps connections alive opens few).
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for ProviderSim {
@@ -162,6 +164,7 @@ impl ProviderSim {
                 fault_endpoint: config.fault_endpoint,
                 clock,
                 world: Mutex::new(world),
+                connections: Default::default(),
             }),
         }
     }
@@ -201,6 +204,13 @@ impl ProviderSim {
             sim: self,
             task,
         })
+    }
+
+    /// How many connections the simulator has accepted.
+    pub fn connections(&self) -> u64 {
+        self.shared
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every delivery ever created, in creation order, with its current status.

@@ -63,12 +63,17 @@ pub(crate) async fn serve(sim: ProviderSim, listener: TcpListener) -> io::Result
         faults = ?sim.faults(),
         "provider simulator listening"
     );
+    let router_sim = sim.clone();
     let router = router(sim);
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    router_sim
+                        .shared
+                        .connections
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     connections.spawn(serve_connection(stream, peer, router.clone()));
                 }
                 // Accept errors (a reset before accept, too many open files) concern one

@@ -344,3 +344,36 @@ async fn the_lying_variant_never_sends_the_key_header() {
     // Without the Idempotency-Key header the provider cannot deduplicate.
     assert_eq!(f.deliveries(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_to_one_provider_reuse_a_kept_alive_connection_and_a_broken_one_is_not_reused() {
+    let f = fixture("http-delivery").await;
+    for n in 0..5 {
+        f.invoke(&format!("kept-{n}"), &document("a@example.com"))
+            .await
+            .unwrap();
+    }
+    // Five calls, each in its own instance, one after the other: one connection.
+    assert_eq!(
+        f.sim.sim().connections(),
+        1,
+        "connections for 5 sequential calls"
+    );
+    // A connection the provider broke after committing is not used again: the lost answer
+    // is outcome unknown, and the next request goes out once, on a new connection.
+    f.faults(json!({"lose_next": 1}));
+    let err = f
+        .invoke("kept-lost", &document("a@example.com"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EffectError::OutcomeUnknown { .. }), "{err:?}");
+    f.invoke("kept-after", &document("a@example.com"))
+        .await
+        .unwrap();
+    assert_eq!(
+        f.deliveries(),
+        7,
+        "every request created exactly one delivery"
+    );
+    assert_eq!(f.sim.sim().connections(), 2);
+}
