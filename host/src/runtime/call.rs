@@ -107,6 +107,7 @@ impl Runtime {
             limits.timeout,
             self.inner.config.resolver.clone(),
             self.inner.config.tap.clone(),
+            self.inner.connections.clone(),
         );
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);

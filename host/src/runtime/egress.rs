@@ -123,6 +123,7 @@ pub(super) struct Egress {
     denials: Arc<Mutex<Vec<String>>>,
     label: Arc<str>,
     tap: Option<Arc<dyn EgressTap>>,
+    connections: Arc<super::keepalive::Pool>,
 }
 
 impl Egress {
@@ -133,8 +134,10 @@ impl Egress {
         resolver: Resolver,
         redactor: crate::capabilities::Redactor,
         tap: Option<Arc<dyn EgressTap>>,
+        connections: Arc<super::keepalive::Pool>,
     ) -> Self {
         Self {
+            connections,
             grant,
             resolver,
             redactor,
@@ -218,6 +221,7 @@ impl WasiHttpHooks for Egress {
         let redactor = self.redactor.clone();
         let allow_private = self.grant.allows_private();
         let tap = self.tap.clone();
+        let connections = self.connections.clone();
         Box::new(async move {
             let bare = host
                 .trim_start_matches('[')
@@ -251,6 +255,7 @@ impl WasiHttpHooks for Egress {
                 addr,
                 name: bare,
                 options,
+                connections,
             };
             match tap {
                 None => destination.send(request).await,
@@ -266,6 +271,7 @@ struct Destination {
     addr: SocketAddr,
     name: String,
     options: RequestOptions,
+    connections: Arc<super::keepalive::Pool>,
 }
 
 type Sent = (
@@ -297,7 +303,14 @@ impl Destination {
             .parse()
             .map_err(|_| HttpError::HttpRequestUriInvalid)?;
         *request.uri_mut() = target;
-        super::keepalive::send(self.addr, request, &self.options, connect).await
+        super::keepalive::send(
+            &self.connections,
+            self.addr,
+            request,
+            &self.options,
+            connect,
+        )
+        .await
     }
 }
 

@@ -13,7 +13,8 @@ use hyper::client::conn::http1::SendRequest;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
@@ -30,18 +31,47 @@ const MOST_IDLE: usize = 256;
 
 type Sender = SendRequest<WasiBody>;
 
-/// Idle connections by address, newest last.
+/// A runtime's idle connections by address, newest last. Connections idle for [`IDLE`] are
+/// closed by a sweeper task that runs while any are kept.
 #[derive(Default)]
-struct Pool {
+pub(super) struct Pool {
     idle: Mutex<HashMap<SocketAddr, Vec<(Sender, Instant)>>>,
-}
-
-fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(Pool::default)
+    sweeping: AtomicBool,
 }
 
 impl Pool {
+    /// Closes the connections idle for too long; answers how many are still kept.
+    fn sweep(&self) -> usize {
+        let mut idle = self.idle.lock().unwrap();
+        idle.retain(|_, list| {
+            list.retain(|(s, since)| since.elapsed() < IDLE && !s.is_closed());
+            !list.is_empty()
+        });
+        idle.values().map(Vec::len).sum()
+    }
+
+    /// Starts the sweeper unless it runs; it ends once nothing is kept (or the pool is gone).
+    fn start_sweeping(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE / 2).await;
+                let Some(pool) = pool.upgrade() else { return };
+                if pool.sweep() > 0 {
+                    continue;
+                }
+                pool.sweeping.store(false, Ordering::Release);
+                // A connection kept after the sweep found none did not start a sweeper.
+                if pool.sweep() == 0 || pool.sweeping.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        });
+    }
+
     /// The newest idle connection to `addr` that is still open, if any.
     fn take(&self, addr: SocketAddr) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap();
@@ -54,16 +84,20 @@ impl Pool {
         None
     }
 
-    fn put(&self, addr: SocketAddr, sender: Sender) {
+    fn put(self: &Arc<Self>, addr: SocketAddr, sender: Sender) {
         if sender.is_closed() {
             return;
         }
-        let mut idle = self.idle.lock().unwrap();
-        let list = idle.entry(addr).or_default();
-        list.retain(|(s, since)| since.elapsed() < IDLE && !s.is_closed());
-        if list.len() < MOST_IDLE {
+        {
+            let mut idle = self.idle.lock().unwrap();
+            let list = idle.entry(addr).or_default();
+            list.retain(|(s, since)| since.elapsed() < IDLE && !s.is_closed());
+            if list.len() >= MOST_IDLE {
+                return;
+            }
             list.push((sender, Instant::now()));
         }
+        self.start_sweeping();
     }
 }
 
@@ -77,6 +111,7 @@ pub(super) type Sent = (
 /// Sends `request` (its target in origin form) to exactly `addr` over HTTP/1.1, on an idle
 /// connection to `addr` when there is one, else on a new one kept afterwards.
 pub(super) async fn send(
+    pool: &Arc<Pool>,
     addr: SocketAddr,
     mut request: http::Request<WasiBody>,
     options: &RequestOptions,
@@ -87,7 +122,7 @@ pub(super) async fn send(
         .between_bytes_timeout
         .unwrap_or(first_byte)
         .max(Duration::from_nanos(1));
-    while let Some(mut sender) = pool().take(addr) {
+    while let Some(mut sender) = pool.take(addr) {
         // A connection is ready again once it has read the end of its last response; one
         // that closes meanwhile is passed over.
         match tokio::time::timeout(READY, sender.ready()).await {
@@ -96,7 +131,7 @@ pub(super) async fn send(
         }
         match tokio::time::timeout(first_byte, sender.try_send_request(request)).await {
             Err(_) => return Err(HttpError::ConnectionReadTimeout),
-            Ok(Ok(response)) => return Ok(answer(addr, sender, response, between_bytes)),
+            Ok(Ok(response)) => return Ok(answer(pool, addr, sender, response, between_bytes)),
             Ok(Err(mut failed)) => match failed.take_message() {
                 // Not sent: the connection was closing. Try the next one.
                 Some(unsent) => request = unsent,
@@ -124,10 +159,11 @@ pub(super) async fn send(
     let response = tokio::time::timeout(first_byte, sender.send_request(request))
         .await
         .map_err(|_| HttpError::ConnectionReadTimeout)??;
-    Ok(answer(addr, sender, response, between_bytes))
+    Ok(answer(pool, addr, sender, response, between_bytes))
 }
 
 fn answer(
+    pool: &Arc<Pool>,
     addr: SocketAddr,
     sender: Sender,
     response: http::Response<Incoming>,
@@ -140,7 +176,7 @@ fn answer(
         ResponseBody {
             incoming,
             timeout,
-            back: Some((addr, sender)),
+            back: Some((pool.clone(), addr, sender)),
         }
         .boxed_unsync()
     });
@@ -155,7 +191,7 @@ fn answer(
 struct ResponseBody {
     incoming: Incoming,
     timeout: tokio::time::Interval,
-    back: Option<(SocketAddr, Sender)>,
+    back: Option<(Arc<Pool>, SocketAddr, Sender)>,
 }
 
 impl Body for ResponseBody {
@@ -168,8 +204,8 @@ impl Body for ResponseBody {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match Pin::new(&mut self.incoming).poll_frame(cx) {
             Poll::Ready(None) => {
-                if let Some((addr, sender)) = self.back.take() {
-                    pool().put(addr, sender);
+                if let Some((pool, addr, sender)) = self.back.take() {
+                    pool.put(addr, sender);
                 }
                 Poll::Ready(None)
             }
@@ -185,9 +221,9 @@ impl Body for ResponseBody {
                 self.timeout.reset();
                 // A reader may stop at the last frame without asking for the end.
                 if self.incoming.is_end_stream()
-                    && let Some((addr, sender)) = self.back.take()
+                    && let Some((pool, addr, sender)) = self.back.take()
                 {
-                    pool().put(addr, sender);
+                    pool.put(addr, sender);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

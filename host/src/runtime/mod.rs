@@ -95,6 +95,8 @@ struct Inner {
     /// core nor the pool's instances from the attempts.
     compiles: tokio::sync::Semaphore,
     stop_ticker: Arc<AtomicBool>,
+    /// Plugins' kept-alive outbound connections.
+    connections: Arc<keepalive::Pool>,
 }
 
 impl Drop for Inner {
@@ -164,6 +166,7 @@ impl Runtime {
                 disk,
                 loaded: Mutex::default(),
                 compiles: tokio::sync::Semaphore::new(MAX_COMPILES),
+                connections: Arc::default(),
                 prepared: Mutex::default(),
                 stop_ticker: stop,
             }),

@@ -156,6 +156,7 @@ impl HostState {
         call_timeout: std::time::Duration,
         resolver: super::Resolver,
         tap: Option<Arc<dyn super::EgressTap>>,
+        connections: Arc<super::keepalive::Pool>,
     ) -> Self {
         let stdout = CappedPipe::new(PIPE_CAPACITY);
         let stderr = CappedPipe::new(PIPE_CAPACITY);
@@ -182,6 +183,7 @@ impl HostState {
                 resolver,
                 redactor.clone(),
                 tap,
+                connections,
             ),
             limits: Limits {
                 memory_cap,

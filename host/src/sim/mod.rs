@@ -136,6 +136,8 @@ struct Shared {
     world: Mutex<World>,
     /// Connections accepted so far (a client that keeps connections alive opens few).
     connections: std::sync::atomic::AtomicU64,
+    /// Connections open now.
+    open: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for ProviderSim {
@@ -165,6 +167,7 @@ impl ProviderSim {
                 clock,
                 world: Mutex::new(world),
                 connections: Default::default(),
+                open: Default::default(),
             }),
         }
     }
@@ -211,6 +214,11 @@ impl ProviderSim {
         self.shared
             .connections
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many connections are open now.
+    pub fn open_connections(&self) -> u64 {
+        self.shared.open.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every delivery ever created, in creation order, with its current status.

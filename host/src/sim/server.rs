@@ -10,6 +10,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -70,11 +71,14 @@ pub(crate) async fn serve(sim: ProviderSim, listener: TcpListener) -> io::Result
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    router_sim
-                        .shared
-                        .connections
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    connections.spawn(serve_connection(stream, peer, router.clone()));
+                    let shared = router_sim.shared.clone();
+                    shared.connections.fetch_add(1, Ordering::Relaxed);
+                    shared.open.fetch_add(1, Ordering::Relaxed);
+                    let router = router.clone();
+                    connections.spawn(async move {
+                        serve_connection(stream, peer, router).await;
+                        shared.open.fetch_sub(1, Ordering::Relaxed);
+                    });
                 }
                 // Accept errors (a reset before accept, too many open files) concern one
                 // connection or are transient; pause briefly instead of spinning or giving up.

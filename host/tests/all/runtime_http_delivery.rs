@@ -376,4 +376,17 @@ async fn calls_to_one_provider_reuse_a_kept_alive_connection_and_a_broken_one_is
         "every request created exactly one delivery"
     );
     assert_eq!(f.sim.sim().connections(), 2);
+    // A connection left idle is closed after a few seconds, not kept open for ever.
+    assert_eq!(f.sim.sim().open_connections(), 1);
+    crate::wait::until(
+        "the idle connection to close",
+        Duration::from_secs(15),
+        || async {
+            match f.sim.sim().open_connections() {
+                0 => Ok(()),
+                n => Err(format!("{n} open")),
+            }
+        },
+    )
+    .await;
 }
