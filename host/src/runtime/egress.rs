@@ -281,28 +281,13 @@ type Sent = (
 
 impl Destination {
     async fn send(&self, mut request: http::Request<WasiBody>) -> Result<Sent, HttpError> {
+        to_origin_form(&mut request)?;
         if self.scheme == Scheme::Https {
             // Connect to the address just checked, with the granted name for the
             // certificate: a second DNS answer cannot route around the grant.
             return send_https(request, self.addr, &self.name, &self.options).await;
         }
-        // The connection goes to the address just checked; `Host` names the host.
-        if let Some(authority) = request.uri().authority().map(|a| a.to_string())
-            && !request.headers().contains_key(http::header::HOST)
-        {
-            let value = http::HeaderValue::from_str(&authority)
-                .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-            request.headers_mut().insert(http::header::HOST, value);
-        }
         let connect = self.options.connect_timeout.unwrap_or(MAX_CONNECT_TIMEOUT);
-        // Origin form on the wire, as for a direct request to the server.
-        let target = request
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .parse()
-            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        *request.uri_mut() = target;
         super::keepalive::send(
             &self.connections,
             self.addr,
@@ -312,6 +297,26 @@ impl Destination {
         )
         .await
     }
+}
+
+/// HTTP/1.1 on a connection of our own to the checked address: the target in origin form,
+/// the requested host in `Host`.
+fn to_origin_form(request: &mut http::Request<WasiBody>) -> Result<(), HttpError> {
+    if let Some(authority) = request.uri().authority().map(|a| a.to_string())
+        && !request.headers().contains_key(http::header::HOST)
+    {
+        let value = http::HeaderValue::from_str(&authority)
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        request.headers_mut().insert(http::header::HOST, value);
+    }
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    *request.uri_mut() = target;
+    Ok(())
 }
 
 fn whole_body(bytes: bytes::Bytes) -> WasiBody {
@@ -425,22 +430,6 @@ async fn send_https(
     HttpError,
 > {
     use http_body_util::BodyExt;
-    let mut request = request;
-    // HTTP/1.1 on a connection of our own: origin-form target, the name in `Host`.
-    if let Some(authority) = request.uri().authority().map(|a| a.to_string())
-        && !request.headers().contains_key(http::header::HOST)
-    {
-        let value = http::HeaderValue::from_str(&authority)
-            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        request.headers_mut().insert(http::header::HOST, value);
-    }
-    let target = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .parse()
-        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    *request.uri_mut() = target;
     let connect_timeout = options.connect_timeout.unwrap_or(MAX_CONNECT_TIMEOUT);
     let tcp = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr))
         .await

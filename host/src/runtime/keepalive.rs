@@ -31,6 +31,11 @@ const MOST_IDLE: usize = 256;
 
 type Sender = SendRequest<WasiBody>;
 
+/// Whether an idle connection is worth keeping: open, and not idle for too long.
+fn kept((sender, since): &(Sender, Instant)) -> bool {
+    since.elapsed() < IDLE && !sender.is_closed()
+}
+
 /// A runtime's idle connections by address, newest last. Connections idle for [`IDLE`] are
 /// closed by a sweeper task that runs while any are kept.
 #[derive(Default)]
@@ -44,7 +49,7 @@ impl Pool {
     fn sweep(&self) -> usize {
         let mut idle = self.idle.lock().unwrap();
         idle.retain(|_, list| {
-            list.retain(|(s, since)| since.elapsed() < IDLE && !s.is_closed());
+            list.retain(kept);
             !list.is_empty()
         });
         idle.values().map(Vec::len).sum()
@@ -76,9 +81,9 @@ impl Pool {
     fn take(&self, addr: SocketAddr) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap();
         let list = idle.get_mut(&addr)?;
-        while let Some((sender, since)) = list.pop() {
-            if since.elapsed() < IDLE && !sender.is_closed() {
-                return Some(sender);
+        while let Some(entry) = list.pop() {
+            if kept(&entry) {
+                return Some(entry.0);
             }
         }
         None
@@ -91,7 +96,7 @@ impl Pool {
         {
             let mut idle = self.idle.lock().unwrap();
             let list = idle.entry(addr).or_default();
-            list.retain(|(s, since)| since.elapsed() < IDLE && !s.is_closed());
+            list.retain(kept);
             if list.len() >= MOST_IDLE {
                 return;
             }
