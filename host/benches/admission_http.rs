@@ -117,7 +117,9 @@ fn main() {
             server_cpu.as_secs_f64() / elapsed.as_secs_f64()
         );
 
-        // Replays of a known key (one client, sequential).
+        // Replays of a known key (one client, sequential), on a new connection: the
+        // host closes one left idle as long as the run above.
+        let mut warm = Conn::open(&addr).await;
         let mut replay = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();

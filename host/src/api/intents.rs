@@ -11,7 +11,9 @@ use super::{ContextStore, Ctx};
 use crate::clock::Clock;
 use crate::intake::IntakeRefusal;
 use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
-use crate::store::{AdmitOutcome, AdmitRequest, KeyScope, NewWorkflow, WorkflowRecord};
+use crate::store::{
+    AdmitOutcome, AdmitRequest, KeyRecord, KeyScope, NewWorkflow, StoreError, WorkflowRecord,
+};
 use crate::view::IntentView;
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -325,28 +327,80 @@ pub(super) async fn submit<S: ContextStore>(
         key,
     };
     let now = ctx.clock.now_ms();
-    // A known key answers from a read, without queueing behind the writer.
-    if let Some(known) = ctx.store.lookup_key(&scope, now).await? {
-        if known.input_digest != canonical.digest {
-            ctx.metrics.intent("conflict");
-            return Err(conflict(&scope, &known.workflow_id));
-        }
-        let record = ctx
-            .store
-            .workflow(&known.workflow_id)
-            .await?
-            .ok_or_else(|| {
-                ApiError::internal(format!(
-                    "key points at missing workflow {}",
-                    known.workflow_id
-                ))
-            })?;
-        ctx.metrics.intent("replayed");
-        return intent_response(StatusCode::OK, &record, true);
+    // A known key answers from a read, without queueing behind the writer — where the
+    // store's admission does not find it as cheaply itself.
+    if ctx.store.key_read_first()
+        && let Some(known) = ctx.store.lookup_key(&scope, now).await?
+    {
+        return answer_known(&ctx, &scope, known, &canonical).await;
     }
-    // The key is free: check the definition and the input, then look the key up again and
-    // create the intent in one transaction (a concurrent submission may have won meanwhile).
-    let mut new = new_workflow(&ctx, &scope, &input, &canonical, now).await??;
+    // The key is free (or unread): check the definition and the input, then create the
+    // intent in one transaction (a concurrent submission may have won the key meanwhile).
+    for _ in 0..OUTDATED_TRIES {
+        let new = match new_workflow(&ctx, &scope, &input, &canonical, now).await? {
+            Ok(new) => new,
+            Err(refusal) => {
+                // A known key answers even when a new intent would be refused.
+                if !ctx.store.key_read_first()
+                    && let Some(known) = ctx.store.lookup_key(&scope, now).await?
+                {
+                    return answer_known(&ctx, &scope, known, &canonical).await;
+                }
+                return Err(refusal);
+            }
+        };
+        match admit_new(&ctx, &scope, &headers, &canonical, now, new).await? {
+            Some(response) => return response,
+            // Another host deployed a newer version: build the intent again on it.
+            None => ctx.deployments.forget_newest(&scope.workflow),
+        }
+    }
+    Err(StoreError::safe(format!(
+        "the definition `{}` kept being redeployed while this intent was admitted; nothing \
+         was created, retry",
+        scope.workflow
+    ))
+    .into())
+}
+
+/// How often a submission is built again because its definition version was outdated.
+const OUTDATED_TRIES: usize = 4;
+
+/// The answer for a key already known: a replay, or a conflict when the input differs.
+async fn answer_known<S: ContextStore>(
+    ctx: &Ctx<S>,
+    scope: &KeyScope,
+    known: KeyRecord,
+    canonical: &CanonicalInput,
+) -> ApiResult<Response> {
+    if known.input_digest != canonical.digest {
+        ctx.metrics.intent("conflict");
+        return Err(conflict(scope, &known.workflow_id));
+    }
+    let record = ctx
+        .store
+        .workflow(&known.workflow_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::internal(format!(
+                "key points at missing workflow {}",
+                known.workflow_id
+            ))
+        })?;
+    ctx.metrics.intent("replayed");
+    intent_response(StatusCode::OK, &record, true)
+}
+
+/// Admits `new` under `scope` and answers the client; `None` when the store found the
+/// intent's definition version outdated and wrote nothing.
+async fn admit_new<S: ContextStore>(
+    ctx: &Ctx<S>,
+    scope: &KeyScope,
+    headers: &HeaderMap,
+    canonical: &CanonicalInput,
+    now: Millis,
+    mut new: NewWorkflow,
+) -> ApiResult<Option<ApiResult<Response>>> {
     // The workflow's trace: the admission's span, a child of the client's `traceparent`
     // when it sent a valid one; every attempt's span will be the admission's child.
     let client_trace = headers
@@ -366,7 +420,7 @@ pub(super) async fn submit<S: ContextStore>(
     let first_steps = new.steps.iter().filter(|s| s.depends_on.is_empty()).count();
     let request = AdmitRequest {
         scope: scope.clone(),
-        input: canonical,
+        input: canonical.clone(),
         now,
         create: Some(new),
     };
@@ -380,7 +434,7 @@ pub(super) async fn submit<S: ContextStore>(
         }
     };
     let (outcome, claimed) = tracing::Instrument::instrument(admitted, admission).await?;
-    match outcome {
+    Ok(Some(match outcome {
         AdmitOutcome::Created(record) => {
             let started = match (slot, claimed) {
                 (Some(slot), Some(claimed)) => {
@@ -402,12 +456,13 @@ pub(super) async fn submit<S: ContextStore>(
         }
         AdmitOutcome::Conflict { workflow_id } => {
             ctx.metrics.intent("conflict");
-            Err(conflict(&scope, &workflow_id))
+            Err(conflict(scope, &workflow_id))
         }
         AdmitOutcome::KeyFree => Err(ApiError::internal(
             "the store created nothing although an intent was given",
         )),
-    }
+        AdmitOutcome::Outdated => return Ok(None),
+    }))
 }
 
 /// The intent to create for a free key, or why none may be created (`404`: no such

@@ -9,8 +9,10 @@ use crate::access::Principal;
 use crate::clock::Clock;
 use crate::context::{Context, ContextStore};
 use crate::intake::{IntakeRefusal, new_workflow};
-use crate::intent::{WorkflowId, canonicalize};
-use crate::store::{ActionAnswer, ActionScope, AdmitOutcome, AdmitRequest, KeyScope, StoreError};
+use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
+use crate::store::{
+    ActionAnswer, ActionScope, AdmitOutcome, AdmitRequest, KeyScope, StoreError, WorkflowRecord,
+};
 use crate::view::{CancellationView, IntentView};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -97,44 +99,7 @@ pub async fn replace<S: ContextStore>(
     let (created, record) = match &original.replaced_by {
         // At most one replacement: another request answers with it.
         Some(existing) => (false, existing_workflow(ctx, existing).await?),
-        None => {
-            let new = new_workflow(
-                ctx,
-                &derived,
-                &order.input,
-                &canonical,
-                now,
-                Some(original.workflow_id.clone()),
-            )
-            .await?
-            .map_err(|r| match r {
-                IntakeRefusal::UnknownDefinition(m) => DeskError::NotFound(m),
-                IntakeRefusal::InvalidInput { message, details } => {
-                    DeskError::InvalidInput { message, details }
-                }
-            })?;
-            let request = AdmitRequest {
-                scope: derived,
-                input: canonical,
-                now,
-                create: Some(new),
-            };
-            match ctx.store.admit(request).await? {
-                AdmitOutcome::Created(record) => {
-                    ctx.wake.notify_one();
-                    (true, record)
-                }
-                AdmitOutcome::Replayed(record) => (false, record),
-                AdmitOutcome::Conflict { workflow_id } => {
-                    (false, existing_workflow(ctx, &workflow_id).await?)
-                }
-                AdmitOutcome::KeyFree => {
-                    return Err(DeskError::Internal(
-                        "the store created nothing although an intent was given".into(),
-                    ));
-                }
-            }
-        }
+        None => admit_replacement(ctx, &original, &order.input, derived, canonical, now).await?,
     };
     let cancellation = if order.cancel_original {
         let cancel_order = CancelOrder::new(Some(&order.reason), false)
@@ -200,4 +165,68 @@ fn stored(text: &str) -> Result<Replacement, DeskError> {
         workflow_id: WorkflowId(body["workflow_id"].as_str().unwrap_or_default().to_string()),
         body,
     })
+}
+
+/// How often a replacement is built again because its definition version was outdated.
+const OUTDATED_TRIES: usize = 4;
+
+/// Admits the replacement of `original` under the derived key `scope`; answers whether it
+/// was created here and the replacement's record.
+async fn admit_replacement<S: ContextStore>(
+    ctx: &Context<S>,
+    original: &WorkflowRecord,
+    input: &Value,
+    scope: KeyScope,
+    canonical: CanonicalInput,
+    now: Millis,
+) -> Result<(bool, WorkflowRecord), DeskError> {
+    for _ in 0..OUTDATED_TRIES {
+        let new = new_workflow(
+            ctx,
+            &scope,
+            input,
+            &canonical,
+            now,
+            Some(original.workflow_id.clone()),
+        )
+        .await?
+        .map_err(|r| match r {
+            IntakeRefusal::UnknownDefinition(m) => DeskError::NotFound(m),
+            IntakeRefusal::InvalidInput { message, details } => {
+                DeskError::InvalidInput { message, details }
+            }
+        })?;
+        let request = AdmitRequest {
+            scope: scope.clone(),
+            input: canonical.clone(),
+            now,
+            create: Some(new),
+        };
+        return Ok(match ctx.store.admit(request).await? {
+            AdmitOutcome::Created(record) => {
+                ctx.wake.notify_one();
+                (true, record)
+            }
+            AdmitOutcome::Replayed(record) => (false, record),
+            AdmitOutcome::Conflict { workflow_id } => {
+                (false, existing_workflow(ctx, &workflow_id).await?)
+            }
+            AdmitOutcome::KeyFree => {
+                return Err(DeskError::Internal(
+                    "the store created nothing although an intent was given".into(),
+                ));
+            }
+            // Another host deployed a newer version: build the replacement again on it.
+            AdmitOutcome::Outdated => {
+                ctx.deployments.forget_newest(&scope.workflow);
+                continue;
+            }
+        });
+    }
+    Err(StoreError::safe(format!(
+        "the definition `{}` kept being redeployed while the replacement was admitted; \
+         nothing was created, retry",
+        scope.workflow
+    ))
+    .into())
 }

@@ -35,6 +35,12 @@ pub enum DeployError {
 pub struct Deployments<S> {
     store: S,
     cache: Mutex<HashMap<(String, u32), Arc<DeployedDef>>>,
+    /// The newest version seen per name, answered from memory: an admission built on a
+    /// version since superseded is refused by the store ([`AdmitOutcome::Outdated`]), and
+    /// its caller then calls [`Self::forget_newest`].
+    ///
+    /// [`AdmitOutcome::Outdated`]: crate::store::AdmitOutcome::Outdated
+    newest: Mutex<HashMap<String, Arc<DeployedDef>>>,
 }
 
 impl<S: DefinitionStore> Deployments<S> {
@@ -42,6 +48,7 @@ impl<S: DefinitionStore> Deployments<S> {
         Self {
             store,
             cache: Mutex::default(),
+            newest: Mutex::default(),
         }
     }
 
@@ -65,6 +72,7 @@ impl<S: DefinitionStore> Deployments<S> {
             })
             .await?;
         let deployed = self.remember(def, file_name)?;
+        self.forget_newest(deployed.def.name.as_str());
         Ok((deployed, outcome))
     }
 
@@ -101,20 +109,40 @@ impl<S: DefinitionStore> Deployments<S> {
         Ok(all)
     }
 
-    /// The newest deployed version of `name` — what a new intent runs.
+    /// The newest deployed version of `name` — what a new intent runs: the one last read,
+    /// until an admission finds it outdated.
     pub async fn latest(&self, name: &str) -> Result<Option<Arc<DeployedDef>>, DeployError> {
+        if let Some(found) = self.newest.lock().unwrap().get(name) {
+            return Ok(Some(found.clone()));
+        }
         let Some(stored) = self.store.latest_definition(name).await? else {
             return Ok(None);
         };
-        if let Some(found) = self
+        let cached = self
             .cache
             .lock()
             .unwrap()
             .get(&(stored.name.clone(), stored.version))
+            .cloned();
+        let found = match cached {
+            Some(found) => found,
+            None => self.parse_stored(stored)?,
+        };
+        let mut newest = self.newest.lock().unwrap();
+        // A concurrent read may have remembered a newer version meanwhile.
+        if newest
+            .get(name)
+            .is_none_or(|n| n.def.version < found.def.version)
         {
-            return Ok(Some(found.clone()));
+            newest.insert(name.to_string(), found.clone());
         }
-        self.parse_stored(stored).map(Some)
+        drop(newest);
+        Ok(Some(found))
+    }
+
+    /// Forgets the newest version remembered for `name`: the next [`Self::latest`] reads it.
+    pub fn forget_newest(&self, name: &str) {
+        self.newest.lock().unwrap().remove(name);
     }
 
     fn parse_stored(

@@ -276,6 +276,13 @@ pub trait SessionStore: Send + Sync {
 
 /// The API's writes: admitting intents.
 pub trait AdmissionStore: Send + Sync {
+    /// Whether a submission should read its key before it prepares a new intent: where
+    /// admissions queue behind one writer, a known key answers at once from a read; where
+    /// the admission itself finds a known key as cheaply, that read is one more round trip
+    /// per new intent (and is made only when a new intent would be refused).
+    fn key_read_first(&self) -> bool {
+        true
+    }
     /// The live (not expired) key in scope, if any.
     fn lookup_key(
         &self,
@@ -283,7 +290,9 @@ pub trait AdmissionStore: Send + Sync {
         now: Millis,
     ) -> impl Future<Output = StoreResult<Option<KeyRecord>>> + Send;
     /// Creates the workflow, its steps and its first events in one transaction — unless the
-    /// key became known meanwhile, which yields the replay or conflict answer instead.
+    /// key became known meanwhile, which yields the replay or conflict answer instead, or
+    /// the intent's definition version is no longer the newest deployed
+    /// ([`AdmitOutcome::Outdated`]).
     fn admit(
         &self,
         request: AdmitRequest,

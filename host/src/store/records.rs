@@ -206,6 +206,10 @@ pub enum AdmitOutcome {
     },
     /// The key is free and nothing was to be created.
     KeyFree,
+    /// The intent was built on a definition version that is no longer the newest (another
+    /// host or process deployed one since); nothing was written: build it again on the
+    /// newest.
+    Outdated,
 }
 
 /// A workflow as stored.

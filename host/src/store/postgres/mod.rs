@@ -142,6 +142,7 @@ pub struct PgStore {
     pool: PgPool,
     notifier: std::sync::Arc<Notifier>,
     finishes: batch::Finishes,
+    admissions: admission::Admissions,
 }
 
 impl PgStore {
@@ -172,10 +173,12 @@ impl PgStore {
             })?;
         let notifier = Notifier::start(pool.clone());
         let finishes = batch::Finishes::start(pool.clone());
+        let admissions = admission::Admissions::start(pool.clone());
         Ok(Self {
             pool,
             notifier,
             finishes,
+            admissions,
         })
     }
 

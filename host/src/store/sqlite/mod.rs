@@ -486,6 +486,16 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let Some(new) = &req.create else {
         return Ok(AdmitOutcome::KeyFree);
     };
+    // Built on a version since superseded (deployed by another process): built again.
+    let outdated: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM definitions WHERE name = ? AND version > ?)")?
+        .query_row(
+            params![&req.scope.workflow, i64::from(new.definition_version)],
+            |r| r.get(0),
+        )?;
+    if outdated {
+        return Ok(AdmitOutcome::Outdated);
+    }
     if existing.is_some() {
         // Past its retention: the key is free again.
         conn.prepare_cached(

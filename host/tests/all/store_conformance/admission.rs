@@ -181,6 +181,28 @@ pub async fn admission_creates_once_then_replays_or_conflicts<S: Store>(s: S) {
     assert_eq!(all, vec![created]);
 }
 
+/// An intent built on a version since superseded (deployed by another host or process) is
+/// refused with `Outdated` and writes nothing, not even its key.
+pub async fn an_intent_of_a_superseded_version_writes_nothing<S: Store>(s: S) {
+    s.deploy_definition(definition(1, "a")).await.unwrap();
+    s.deploy_definition(definition(2, "b")).await.unwrap();
+    let steps: &[(&str, &[&str])] = &[("only", &[])];
+    let old = admit(scope("alice", "k"), json!({"to": "ada"}), steps, T0);
+    assert_eq!(s.admit(old).await.unwrap(), AdmitOutcome::Outdated);
+    assert_eq!(s.lookup_key(&scope("alice", "k"), T0).await.unwrap(), None);
+    let all = s
+        .list_workflows(&WorkflowFilter {
+            limit: 10,
+            ..WorkflowFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(all.is_empty(), "{all:?}");
+    let mut current = admit(scope("alice", "k"), json!({"to": "ada"}), steps, T0);
+    current.create.as_mut().unwrap().definition_version = 2;
+    assert_eq!(create(&s, current).await.definition_version, 2);
+}
+
 pub async fn an_expired_key_is_free_again<S: Store>(s: S) {
     let steps: &[(&str, &[&str])] = &[("only", &[])];
     let old = create(&s, admit(scope("alice", "k"), json!({"v": 1}), steps, T0)).await;

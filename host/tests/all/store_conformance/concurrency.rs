@@ -4,7 +4,7 @@ use super::actions::{action_scope, request};
 use super::backends::Store;
 use super::fixtures::*;
 use docket::intent::{StepState, Trigger, WorkflowId, WorkflowState};
-use docket::store::{ActionOutcome, AdmitOutcome, StepChange, WorkflowFilter};
+use docket::store::{ActionOutcome, AdmitOutcome, StepChange, WorkflowFilter, WorkflowRecord};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -191,7 +191,7 @@ pub async fn concurrent_admissions_of_one_key_create_one_workflow<S: Store>(s: S
             AdmitOutcome::Created(_) => {}
             AdmitOutcome::Replayed(w) => assert_eq!(w, winner),
             AdmitOutcome::Conflict { workflow_id } => assert_eq!(workflow_id, &winner.workflow_id),
-            AdmitOutcome::KeyFree => panic!("nothing was refused"),
+            AdmitOutcome::KeyFree | AdmitOutcome::Outdated => panic!("nothing was refused"),
         }
     }
     let all = s
@@ -548,4 +548,66 @@ pub async fn a_finish_that_fails_in_a_batch_fails_alone<S: Store>(s: S) {
         assert_gapless(&s, id).await;
     }
     assert_eq!(completed, ids.len() - 1);
+}
+
+/// Many admissions at once (which a store may write together): each gets its own answer —
+/// one workflow per key, replays for the rest — and one the database refuses fails alone.
+pub async fn many_admissions_at_once_each_get_their_own_answer<S: Store>(s: S) {
+    let steps: &[(&str, &[&str])] = &[("a", &[]), ("b", &["a"])];
+    let mut tasks = Vec::new();
+    let keys = (0..40)
+        .map(|i| format!("own-{i}"))
+        .chain((0..8).map(|i| format!("shared-{}", i % 4)))
+        // PostgreSQL refuses a NUL in text; SQLite stores it.
+        .chain(["odd\0one".to_string()]);
+    for key in keys {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = admit(scope("alice", &key), json!({"to": "ada"}), steps, T0);
+            (key, s.admit(req).await)
+        }));
+    }
+    let mut created: Vec<(String, WorkflowRecord)> = Vec::new();
+    let mut replayed: Vec<(String, WorkflowRecord)> = Vec::new();
+    let mut odd_created = false;
+    for task in tasks {
+        match task.await.unwrap() {
+            (key, Ok(AdmitOutcome::Created(w))) => {
+                odd_created |= key.starts_with("odd");
+                created.push((key, w));
+            }
+            (key, Ok(AdmitOutcome::Replayed(w))) => replayed.push((key, w)),
+            (key, Err(e)) => assert!(key.starts_with("odd"), "{key}: {e}"),
+            (key, Ok(other)) => panic!("{key}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        created.len(),
+        40 + 4 + usize::from(odd_created),
+        "{created:?}"
+    );
+    assert_eq!(replayed.len(), 4);
+    for (key, w) in &replayed {
+        let winner = &created.iter().find(|(k, _)| k == key).unwrap().1;
+        assert_eq!(w, winner, "{key}");
+    }
+    for (key, w) in &created {
+        assert_eq!(w.idempotency_key, *key);
+        assert_eq!(s.steps(&w.workflow_id).await.unwrap().len(), 2, "{key}");
+        assert_eq!(assert_gapless(&s, &w.workflow_id).await, 2, "{key}");
+        let k = s
+            .lookup_key(&scope("alice", key), T0)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(k.workflow_id, w.workflow_id);
+    }
+    let all = s
+        .list_workflows(&WorkflowFilter {
+            limit: 100,
+            ..WorkflowFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), created.len());
 }
