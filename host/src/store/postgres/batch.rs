@@ -207,6 +207,12 @@ pub(crate) async fn finish_batch_tx(
         .iter()
         .map(Texts::of)
         .collect::<StoreResult<Vec<_>>>()?;
+    // Every statement below reaches its rows by key. Without statistics (autovacuum first
+    // analyzes a new database after a minute or more) the planner prefers scanning whole
+    // tables, and keeps to it as they grow: not for this transaction.
+    sqlx::query("SET LOCAL enable_seqscan = off")
+        .execute(&mut *conn)
+        .await?;
     let moved = fence(conn, reqs, &texts).await?;
     let done: Vec<usize> = (0..reqs.len()).filter(|&i| moved[i]).collect();
     if done.is_empty() {
@@ -283,6 +289,7 @@ pub(crate) async fn finish_batch_tx(
     }
     let mut state_of: HashMap<&str, WorkflowState> = HashMap::new();
     let mut ends = executor::Tallies::default();
+    let mut planned = Vec::new();
     for &i in &done {
         let wf = id(i);
         if state_of.contains_key(wf) {
@@ -293,9 +300,8 @@ pub(crate) async fn finish_batch_tx(
             .ok_or_else(|| StoreError::Corrupt(format!("workflow {wf} vanished")))?;
         let now = reqs[i].now;
         let rows = steps.get(wf).map_or(&[][..], Vec::as_slice);
-        let settles = course::may_settle(cancelled, rows.iter().map(|(_, s)| s))
-            || plan::state_change(state, cancelled, rows.iter().copied(), now).is_some();
-        let next = if settles {
+        let next = if course::may_settle(cancelled, rows.iter().map(|(_, s)| s)) {
+            // A course to settle (compensations, a cancellation) first: as alone.
             executor::recompute_state_tallying(
                 conn,
                 &reqs[i].fence.workflow_id,
@@ -305,11 +311,22 @@ pub(crate) async fn finish_batch_tx(
                 &mut ends,
             )
             .await?
+        } else if let Some(change) = plan::state_change(state, cancelled, rows.iter().copied(), now)
+        {
+            // Planned from the rows in hand; written with the others' below.
+            let next = change.next;
+            planned.push(executor::Planned {
+                id: &reqs[i].fence.workflow_id,
+                change,
+                now,
+            });
+            next
         } else {
             state
         };
         state_of.insert(wf, next);
     }
+    executor::apply_state_changes(conn, &planned, &mut ends).await?;
     ends.write(conn, shard).await?;
     for &i in &done {
         let r = &reqs[i];

@@ -164,6 +164,145 @@ pub(crate) async fn recompute_state_tallying(
     Ok(change.next)
 }
 
+/// A workflow's change of state, planned from its steps read under its lock.
+pub(crate) struct Planned<'a> {
+    pub id: &'a WorkflowId,
+    pub change: plan::StateChange,
+    pub now: Millis,
+}
+
+/// Writes the planned state changes of many locked workflows — what
+/// [`recompute_state_tallying`] writes for one: the state, the key's retention, the
+/// timeline's conclusion, the notification, the tallies — in two statements for all.
+pub(crate) async fn apply_state_changes(
+    conn: &mut PgConnection,
+    planned: &[Planned<'_>],
+    ends: &mut Tallies,
+) -> PgResult<()> {
+    if planned.is_empty() {
+        return Ok(());
+    }
+    let n = planned.len();
+    let (mut ids, mut states, mut ended, mut keys, mut ats) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut kinds, mut steps, mut attempts, mut texts, mut data) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for p in planned {
+        let (c, e) = (&p.change, &p.change.event);
+        ids.push(p.id.as_str());
+        states.push(c.next.as_str());
+        ended.push(c.ended_at);
+        keys.push(c.restart_key_retention);
+        ats.push(p.now as i64);
+        kinds.push(e.kind.as_str());
+        steps.push(e.step.as_deref());
+        attempts.push(e.attempt_id.as_deref());
+        texts.push(e.text.as_str());
+        data.push(e.data.to_string());
+    }
+    // The change's columns are all named `c_…`, so that `RETURNING` names the workflow's.
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH c AS (
+             SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BOOLEAN[],
+                 $5::BIGINT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[])
+             AS c(c_id, c_state, c_ended, c_key, c_at, c_kind, c_step, c_attempt, c_text, c_data)),
+         u AS (
+             UPDATE workflows w SET state = c.c_state, ended_at = c.c_ended,
+                 next_seq = w.next_seq + 1
+             FROM c WHERE w.workflow_id = c.c_id
+             RETURNING {}, key_retention_ms),
+         keys AS (
+             UPDATE intent_keys k SET expires_at = c.c_ended + u.key_retention_ms
+             FROM u JOIN c ON c.c_id = u.workflow_id
+             WHERE k.workflow_id = u.workflow_id AND c.c_key),
+         events AS (
+             INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+             SELECT u.workflow_id, u.next_seq - 1, c.c_at, c.c_kind, c.c_step, c.c_attempt,
+                 c.c_text, c.c_data
+             FROM u JOIN c ON c.c_id = u.workflow_id)
+         SELECT * FROM u",
+        rows::WORKFLOW_COLUMNS
+    )))
+    .persistent(false)
+    .bind(&ids)
+    .bind(&states)
+    .bind(&ended)
+    .bind(&keys)
+    .bind(&ats)
+    .bind(&kinds)
+    .bind(&steps)
+    .bind(&attempts)
+    .bind(&texts)
+    .bind(&data)
+    .fetch_all(&mut *conn)
+    .await?;
+    let by_id: HashMap<&str, &Planned> = planned.iter().map(|p| (p.id.as_str(), p)).collect();
+    let mut told = Vec::new();
+    for row in &rows {
+        let record = rows::workflow(row)?;
+        let p = by_id.get(record.workflow_id.as_str()).ok_or_else(|| {
+            StoreError::Corrupt(format!("{} changed state unplanned", record.workflow_id))
+        })?;
+        if let Some(event) = p.change.notify {
+            told.push(plan::notification(&record, event, p.now));
+        }
+        if p.change.next.is_ended() {
+            for (metric, bucket, value) in crate::metrics::tallies_of_end(
+                record.created_at,
+                p.now,
+                u64::from(record.attempts_used),
+            ) {
+                ends.add(
+                    metric.as_str(),
+                    record.workflow.clone(),
+                    p.change.next,
+                    bucket,
+                    value,
+                );
+            }
+        }
+    }
+    if rows.len() != n {
+        return Err(StoreError::Corrupt(format!(
+            "{} of {n} workflows changing state were found",
+            rows.len()
+        ))
+        .into());
+    }
+    if !told.is_empty() {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{} SELECT n, w, t, r, b, a, a
+             FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
+                 $6::BIGINT[]) AS x(n, w, t, r, b, a)",
+            plan::OUTBOX_INSERT
+        )))
+        .persistent(false)
+        .bind(told.iter().map(|t| t.id.as_str()).collect::<Vec<_>>())
+        .bind(
+            told.iter()
+                .map(|t| t.workflow_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(told.iter().map(|t| t.event).collect::<Vec<_>>())
+        .bind(told.iter().map(|t| t.revision).collect::<Vec<_>>())
+        .bind(told.iter().map(|t| t.body.as_str()).collect::<Vec<_>>())
+        .bind(told.iter().map(|t| t.at).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Rows each tally is spread over, so that concurrent ends rarely wait on one row's lock.
 pub(crate) const TALLY_SHARDS: u64 = 16;
 
