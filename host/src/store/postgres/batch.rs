@@ -207,12 +207,7 @@ pub(crate) async fn finish_batch_tx(
         .iter()
         .map(Texts::of)
         .collect::<StoreResult<Vec<_>>>()?;
-    // Every statement below reaches its rows by key. Without statistics (autovacuum first
-    // analyzes a new database after a minute or more) the planner prefers scanning whole
-    // tables, and keeps to it as they grow: not for this transaction.
-    sqlx::query("SET LOCAL enable_seqscan = off")
-        .execute(&mut *conn)
-        .await?;
+    executor::no_table_scans(conn).await?;
     let moved = fence(conn, reqs, &texts).await?;
     let done: Vec<usize> = (0..reqs.len()).filter(|&i| moved[i]).collect();
     if done.is_empty() {

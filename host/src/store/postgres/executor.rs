@@ -473,7 +473,19 @@ async fn settle_course(
     Ok(plan::settled(&steps, &settlement))
 }
 
+/// Every statement of a claim or a batch of finishes reaches its rows by key. Without
+/// statistics (autovacuum first analyzes a new database after a minute or more) the
+/// planner prefers scanning whole tables, and keeps to it as they grow: not for the rest
+/// of this transaction.
+pub(crate) async fn no_table_scans(conn: &mut PgConnection) -> PgResult<()> {
+    sqlx::query("SET LOCAL enable_seqscan = off")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 async fn claim_tx(conn: &mut PgConnection, req: &ClaimRequest) -> PgResult<Vec<Claimed>> {
+    no_table_scans(conn).await?;
     let expires = req.now + req.lease_ms;
     // SKIP LOCKED: a step another claimer is taking is left to it, without waiting.
     let rows = sqlx::query(
