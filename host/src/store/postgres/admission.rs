@@ -19,6 +19,7 @@
 //! its own, so only the one at fault fails. A batch whose answer was lost may have been
 //! committed: each of its intents hears so.
 
+use super::gather::Gather;
 use super::{Fail, PgResult, PgStore, plan, read, rows};
 use crate::intent::{Millis, StepState, WorkflowId};
 use crate::store::{
@@ -26,7 +27,7 @@ use crate::store::{
 };
 use sqlx::PgPool;
 use sqlx::postgres::PgConnection;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::{Arc, LazyLock};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -143,12 +144,10 @@ async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
     // What a batch may hold once: a key, a replaced workflow (hashed; a collision only
     // holds an intent over to the next batch).
     let hasher = std::hash::RandomState::new();
-    let mut held: VecDeque<Job> = VecDeque::new();
+    let mut gather = Gather::new(jobs);
     loop {
-        let mut batch: Vec<Job> = Vec::new();
         let mut once: HashSet<u64> = HashSet::new();
-        let mut later: VecDeque<Job> = VecDeque::new();
-        let mut take = |job: Job, batch: &mut Vec<Job>, later: &mut VecDeque<Job>| {
+        let fits = |job: &Job| {
             let s = &job.req.scope;
             let key = hasher.hash_one((0u8, &s.subject.0, &s.workflow, &s.key));
             let replaces = job
@@ -157,41 +156,16 @@ async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 .as_ref()
                 .and_then(|n| n.replaces.as_ref())
                 .map(|r| hasher.hash_one((1u8, r.as_str())));
-            let fits = batch.len() < MAX_BATCH
-                && !once.contains(&key)
-                && replaces.is_none_or(|r| !once.contains(&r));
+            let fits = !once.contains(&key) && replaces.is_none_or(|r| !once.contains(&r));
             if fits {
                 once.insert(key);
                 once.extend(replaces);
-                batch.push(job);
-            } else {
-                later.push_back(job);
             }
+            fits
         };
-        for job in held.drain(..) {
-            take(job, &mut batch, &mut later);
-        }
-        // A writer with nothing in hand waits for the next intent, holding the queue; one
-        // with held-over intents only adds what is there.
-        let jobs = if batch.is_empty() {
-            let mut jobs = jobs.lock().await;
-            match jobs.recv().await {
-                Some(job) => take(job, &mut batch, &mut later),
-                None => return,
-            }
-            Some(jobs)
-        } else {
-            jobs.try_lock().ok()
+        let Some(batch) = gather.next(MAX_BATCH, fits).await else {
+            return;
         };
-        if let Some(mut jobs) = jobs {
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => take(job, &mut batch, &mut later),
-                    Err(_) => break,
-                }
-            }
-        }
-        held = later;
         write_batch(&pool, batch).await;
     }
 }

@@ -23,6 +23,7 @@
 //! is reported to every finish of the batch: it may have committed.
 
 use super::executor::{self, PgQuery};
+use super::gather::Gather;
 use super::{PgResult, transaction};
 use crate::course;
 use crate::intent::{NewEvent, StepRole, StepState, WorkflowState};
@@ -31,7 +32,7 @@ use crate::store::rows::{Columns, parse};
 use crate::store::{FinishOutcome, FinishRequest, Retry, StepTransition, StoreError, StoreResult};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnection;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -85,45 +86,13 @@ impl Finishes {
 
 /// One writer: takes a batch (held-over finishes first), writes it, and again.
 async fn write(pool: PgPool, jobs: Arc<Mutex<mpsc::Receiver<Job>>>, shard: i32) {
-    let mut held: VecDeque<Job> = VecDeque::new();
+    let mut gather = Gather::new(jobs);
     loop {
-        let mut batch: Vec<Job> = Vec::new();
         let mut workflows: HashSet<String> = HashSet::new();
-        let mut later: VecDeque<Job> = VecDeque::new();
-        let mut take = |job: Job, batch: &mut Vec<Job>, later: &mut VecDeque<Job>| {
-            let id = job.req.fence.workflow_id.as_str();
-            if batch.len() < MAX_BATCH && !workflows.contains(id) {
-                workflows.insert(id.to_string());
-                batch.push(job);
-            } else {
-                later.push_back(job);
-            }
+        let fits = |job: &Job| workflows.insert(job.req.fence.workflow_id.as_str().to_string());
+        let Some(batch) = gather.next(MAX_BATCH, fits).await else {
+            return;
         };
-        for job in held.drain(..) {
-            take(job, &mut batch, &mut later);
-        }
-        // A writer with nothing in hand waits for the next finish, holding the queue; one
-        // with held-over finishes only adds what is there, and never waits for the queue
-        // (its holder may be waiting for a finish that waits on these).
-        let jobs = if batch.is_empty() {
-            let mut jobs = jobs.lock().await;
-            match jobs.recv().await {
-                Some(job) => take(job, &mut batch, &mut later),
-                None => return,
-            }
-            Some(jobs)
-        } else {
-            jobs.try_lock().ok()
-        };
-        if let Some(mut jobs) = jobs {
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => take(job, &mut batch, &mut later),
-                    Err(_) => break,
-                }
-            }
-        }
-        held = later;
         write_batch(&pool, batch, shard).await;
     }
 }

@@ -24,6 +24,7 @@ mod batch;
 mod budgets;
 mod course;
 mod executor;
+mod gather;
 mod metrics;
 mod notifications;
 mod policies;

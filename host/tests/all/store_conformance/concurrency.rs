@@ -602,12 +602,5 @@ pub async fn many_admissions_at_once_each_get_their_own_answer<S: Store>(s: S) {
             .unwrap();
         assert_eq!(k.workflow_id, w.workflow_id);
     }
-    let all = s
-        .list_workflows(&WorkflowFilter {
-            limit: 100,
-            ..WorkflowFilter::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(all.len(), created.len());
+    assert_eq!(first_workflows(&s, 100).await.len(), created.len());
 }

@@ -8,7 +8,7 @@ use docket::intent::{
 use docket::store::{
     AdmitOutcome, AdmitRequest, AttemptFacts, AttemptResult, CheckpointRequest, ClaimRequest,
     Claimed, FinishOutcome, FinishRequest, KeyScope, NewReceipt, NewStep, NewWorkflow,
-    StepTransition, WorkflowRecord,
+    StepTransition, WorkflowFilter, WorkflowRecord,
 };
 use serde_json::{Value, json};
 
@@ -239,4 +239,14 @@ pub fn retry(
         next_trigger,
         uncertain_since,
     }
+}
+
+/// The first `limit` workflows, newest first, unfiltered.
+pub async fn first_workflows<S: Store>(s: &S, limit: u32) -> Vec<WorkflowRecord> {
+    s.list_workflows(&WorkflowFilter {
+        limit,
+        ..WorkflowFilter::default()
+    })
+    .await
+    .unwrap()
 }
