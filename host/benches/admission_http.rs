@@ -10,6 +10,8 @@
 
 #[path = "support/http.rs"]
 mod http;
+#[path = "support/pg.rs"]
+mod pg;
 
 use http::{Conn, Host, cpu_time, pct};
 use std::path::Path;
@@ -17,17 +19,13 @@ use std::time::Instant;
 
 const CLIENTS: usize = 64;
 
-/// Creates (or, with `drop`, drops) the bench database `name` through `admin`.
+/// Runs `sql` (creating or dropping the bench's database) through `admin`.
 fn pg_admin(admin: &str, sql: String) {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
-        .block_on(async {
-            use sqlx::{Connection, Executor};
-            let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
-            conn.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
-        });
+        .block_on(pg::admin(admin, &sql));
 }
 
 fn main() {

@@ -10,6 +10,9 @@
 //! (LISTEN/NOTIFY), as separate hosts would; they share one process and its compiled
 //! components.
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use docket::capabilities::{HostPolicy, SecretSource};
 use docket::clock::{Clock, SystemClock};
 use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, WorkflowState, canonicalize};
@@ -251,11 +254,8 @@ fn main() {
                 for s in &stores {
                     s.close().await;
                 }
-                conn.execute(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE {name} WITH (FORCE)"
-                )))
-                .await
-                .unwrap();
+                drop(conn);
+                pg::admin(&admin, &format!("DROP DATABASE {name} WITH (FORCE)")).await;
             }
         }
     });

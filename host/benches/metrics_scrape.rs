@@ -7,6 +7,9 @@
 //! 1,000,000 ended workflows on SQLite). With a PostgreSQL URL (a role that may create
 //! databases) the stores are fresh databases there, dropped afterwards.
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -218,11 +221,7 @@ fn main() {
     println!("  ratio (full / empty)               {:.2}×", loaded / base);
     if let Some(admin) = &postgres {
         for sql in [drop_empty, drop_full].into_iter().flatten() {
-            block_on(async {
-                use sqlx::{Connection, Executor};
-                let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
-                conn.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
-            });
+            block_on(pg::admin(admin, &sql));
         }
     }
 }
