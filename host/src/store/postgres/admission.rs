@@ -316,8 +316,7 @@ fn create_all_sql(replaced: &str, on_conflict: &str) -> String {
 /// Writes the intents of `reqs` (each with something to create, at most one per key) in
 /// one statement, taking over expired keys if `reuse`; answers what became of each.
 async fn create_all(pool: &PgPool, reqs: &[AdmitRequest], reuse: bool) -> PgResult<Vec<Written>> {
-    let n = reqs.len();
-    let mut intents = Intents::with_capacity(n);
+    let mut intents = Intents::default();
     let (mut steps, mut deps, mut events) = (Steps::default(), Deps::default(), Events::default());
     for req in reqs {
         let new = req
@@ -460,31 +459,6 @@ struct Intents<'r> {
     told_events: Vec<&'static str>,
     told_revisions: Vec<i64>,
     told_bodies: Vec<String>,
-}
-
-impl Intents<'_> {
-    fn with_capacity(n: usize) -> Self {
-        Self {
-            subjects: Vec::with_capacity(n),
-            workflows: Vec::with_capacity(n),
-            keys: Vec::with_capacity(n),
-            ids: Vec::with_capacity(n),
-            digests: Vec::with_capacity(n),
-            versions: Vec::with_capacity(n),
-            inputs: Vec::with_capacity(n),
-            nows: Vec::with_capacity(n),
-            deadlines: Vec::with_capacity(n),
-            retentions: Vec::with_capacity(n),
-            next_seqs: Vec::with_capacity(n),
-            replaces: Vec::with_capacity(n),
-            policies: Vec::with_capacity(n),
-            traces: Vec::with_capacity(n),
-            told_ids: Vec::with_capacity(n),
-            told_events: Vec::with_capacity(n),
-            told_revisions: Vec::with_capacity(n),
-            told_bodies: Vec::with_capacity(n),
-        }
-    }
 }
 
 #[derive(Default)]
