@@ -1,6 +1,6 @@
 //! The scheduler's writes: claims, renewals, checkpoints and finishes, all fenced.
 
-use super::{SqliteStore, append_events};
+use super::{MultiRow, SqliteStore, append_events};
 use crate::course;
 use crate::intent::{
     AttemptId, AttemptOutcome, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState,
@@ -153,21 +153,45 @@ pub(crate) fn recompute_state(
     let Some(change) = plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
     };
-    conn.prepare_cached("UPDATE workflows SET state = ?, ended_at = ? WHERE workflow_id = ?")?
-        .execute(params![change.next.as_str(), change.ended_at, id.as_str()])?;
+    // One statement moves the state, numbers the change's timeline entry and hands back
+    // the record the notification and the tallies are made of.
+    let (record, retention, seq) = conn
+        .prepare_cached(&format!(
+            "UPDATE workflows SET state = ?1, ended_at = ?2, next_seq = next_seq + 1
+             WHERE workflow_id = ?3
+             RETURNING {}, key_retention_ms, next_seq - 1 AS event_seq",
+            rows::WORKFLOW_COLUMNS
+        ))?
+        .query_row(
+            params![change.next.as_str(), change.ended_at, id.as_str()],
+            |r| {
+                Ok((
+                    rows::workflow(r),
+                    r.get::<_, i64>("key_retention_ms")?,
+                    r.get::<_, i64>("event_seq")?,
+                ))
+            },
+        )?;
+    let record = record?;
     if change.restart_key_retention {
-        conn.prepare_cached(
-            "UPDATE intent_keys SET expires_at = ?1 + (SELECT key_retention_ms FROM workflows WHERE workflow_id = ?2)
-             WHERE workflow_id = ?2",
-        )?
-        .execute(params![change.ended_at, id.as_str()])?;
+        conn.prepare_cached("UPDATE intent_keys SET expires_at = ?1 WHERE workflow_id = ?2")?
+            .execute(params![
+                change.ended_at.map(|end| end + retention),
+                id.as_str()
+            ])?;
     }
-    append_events(conn, id, now, std::slice::from_ref(&change.event))?;
+    super::insert_events(
+        conn,
+        id,
+        seq as u64,
+        now,
+        std::slice::from_ref(&change.event),
+    )?;
     if let Some(event) = change.notify {
-        outbox(conn, id, event, now)?;
+        outbox_for(conn, &record, event, now)?;
     }
     if change.next.is_ended() {
-        tally_end(conn, id, change.next, now)?;
+        tally_end(conn, &record, change.next, now)?;
     }
     Ok(change.next)
 }
@@ -267,32 +291,28 @@ fn judge_late(conn: &Connection, late: &LateEvidence) -> StoreResult<()> {
 /// Adds an ended workflow to the metrics' tallies (see [`crate::metrics`]).
 fn tally_end(
     conn: &Connection,
-    id: &WorkflowId,
+    record: &crate::store::WorkflowRecord,
     state: WorkflowState,
     now: Millis,
 ) -> StoreResult<()> {
-    let (workflow, created_at, attempts): (String, i64, i64) = conn
-        .prepare_cached(
-            "SELECT workflow, created_at, attempts_used FROM workflows WHERE workflow_id = ?",
-        )?
-        .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let mut upsert = conn.prepare_cached(
+    let [(m1, b1, v1), (m2, b2, v2)] =
+        crate::metrics::tallies_of_end(record.created_at, now, u64::from(record.attempts_used));
+    conn.prepare_cached(
         "INSERT INTO outcome_tallies (metric, workflow, state, bucket, shard, n, total)
-         VALUES (?1, ?2, ?3, ?4, 0, 1, ?5)
+         VALUES (?1, ?3, ?4, ?2, 0, 1, ?5), (?6, ?3, ?4, ?7, 0, 1, ?8)
          ON CONFLICT (metric, workflow, state, bucket, shard)
          DO UPDATE SET n = n + 1, total = total + excluded.total",
-    )?;
-    for (metric, bucket, value) in
-        crate::metrics::tallies_of_end(created_at as Millis, now, attempts as u64)
-    {
-        upsert.execute(params![
-            metric.as_str(),
-            workflow,
-            state.as_str(),
-            bucket,
-            value as i64
-        ])?;
-    }
+    )?
+    .execute(params![
+        m1.as_str(),
+        b1,
+        &record.workflow,
+        state.as_str(),
+        v1 as i64,
+        m2.as_str(),
+        b2,
+        v2 as i64
+    ])?;
     Ok(())
 }
 
@@ -492,14 +512,21 @@ fn start_attempts(
                    external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
                    budget_added, next_seq - 1 AS first_seq, input, trace_parent",
     )?;
-    let mut attempt = conn.prepare_cached(
-        "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
-             checkpoint, outcome, started_at) VALUES (?, ?, ?, ?, ?, ?, 1, 'in_progress', ?)",
-    )?;
-    let mut event = conn.prepare_cached(
-        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
-         VALUES (?, ?, ?, 'action', ?, ?, ?, 'null')",
-    )?;
+    static ATTEMPTS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+        MultiRow::new(
+            "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
+                 checkpoint, outcome, started_at) VALUES",
+            9,
+        )
+    });
+    static STARTED: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+        MultiRow::new(
+            "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES",
+            8,
+        )
+    });
+    // Each attempt's row and its timeline entry, written together after the loop.
+    let mut started: Vec<(i64, i64, String)> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
         let (wf, seq, input, trace_parent) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
@@ -556,27 +583,45 @@ fn start_attempts(
             },
             sent_identity,
         };
-        attempt.execute(params![
-            c.attempt_id.as_str(),
-            c.fence.workflow_id.as_str(),
-            &c.fence.step,
+        started.push((
             c.attempt_number as i64,
-            c.trigger.as_str(),
-            &req.owner,
-            req.now as i64,
-        ])?;
-        event.execute(params![
-            c.fence.workflow_id.as_str(),
             seq,
-            req.now as i64,
-            &c.fence.step,
-            c.attempt_id.as_str(),
             format!(
                 "Attempt {} started ({}) by {}",
                 c.attempt_number, c.trigger, req.owner
             ),
-        ])?;
+        ));
     }
+    let (now, one, in_progress, action, null) =
+        (req.now as i64, 1i64, "in_progress", "action", "null");
+    let triggers: Vec<&str> = claimed.iter().map(|c| c.trigger.as_str()).collect();
+    let mut attempts: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(9 * claimed.len());
+    let mut events: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(8 * claimed.len());
+    for ((c, (number, seq, text)), trigger) in claimed.iter().zip(&started).zip(&triggers) {
+        attempts.extend([
+            &c.attempt_id.0 as &dyn rusqlite::ToSql,
+            &c.fence.workflow_id.0,
+            &c.fence.step,
+            number,
+            trigger,
+            &req.owner,
+            &one,
+            &in_progress,
+            &now,
+        ]);
+        events.extend([
+            &c.fence.workflow_id.0 as &dyn rusqlite::ToSql,
+            seq,
+            &now,
+            &action,
+            &c.fence.step,
+            &c.attempt_id.0,
+            text,
+            &null,
+        ]);
+    }
+    ATTEMPTS.insert(conn, &attempts)?;
+    STARTED.insert(conn, &events)?;
     Ok(claimed)
 }
 
@@ -790,33 +835,27 @@ pub(crate) fn release_dependents(
 }
 
 /// [`release_dependents`] after `step` succeeded: only the steps that run after it can
-/// have become ready, so only they are looked at (a workflow's other steps are not read).
+/// have become ready, so only they are looked at (a workflow's other steps are not read),
+/// in one statement.
 fn release_dependents_of(
     conn: &Connection,
     id: &WorkflowId,
     step: &str,
     now: Millis,
 ) -> StoreResult<Vec<String>> {
-    let dependents: Vec<String> = conn
-        .prepare_cached("SELECT step FROM step_deps WHERE workflow_id = ? AND depends_on = ?")?
-        .query_map(params![id.as_str(), step], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    if dependents.is_empty() {
-        return Ok(dependents);
-    }
     let mut release = conn.prepare_cached(
         "UPDATE steps SET state = 'ready', ready_at = ?1
-         WHERE workflow_id = ?2 AND step = ?3 AND state = 'pending' AND NOT EXISTS (
+         WHERE workflow_id = ?2 AND state = 'pending'
+           AND step IN (SELECT step FROM step_deps WHERE workflow_id = ?2 AND depends_on = ?3)
+           AND NOT EXISTS (
              SELECT 1 FROM step_deps d JOIN steps s2
                ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
-             WHERE d.workflow_id = ?2 AND d.step = ?3 AND s2.state != 'succeeded')",
+             WHERE d.workflow_id = ?2 AND d.step = steps.step AND s2.state != 'succeeded')
+         RETURNING step",
     )?;
-    let mut released = Vec::new();
-    for dependent in dependents {
-        if release.execute(params![now as i64, id.as_str(), &dependent])? > 0 {
-            released.push(dependent);
-        }
-    }
+    let released = release
+        .query_map(params![now as i64, id.as_str(), step], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     Ok(released)
 }
 

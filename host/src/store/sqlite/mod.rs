@@ -140,7 +140,7 @@ pub(crate) fn append_events(
     insert_events(conn, workflow_id, first as u64, now, events)
 }
 
-/// Inserts events numbered from `first`.
+/// Inserts events numbered from `first`, in one statement.
 pub(crate) fn insert_events(
     conn: &Connection,
     workflow_id: &WorkflowId,
@@ -148,23 +148,65 @@ pub(crate) fn insert_events(
     now: Millis,
     events: &[NewEvent],
 ) -> StoreResult<()> {
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )?;
+    static INSERT: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+        MultiRow::new(
+            "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES",
+            8,
+        )
+    });
+    let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
+    let seqs: Vec<i64> = (0..events.len())
+        .map(|i| (first + i as u64) as i64)
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let (id, at) = (workflow_id.as_str(), now as i64);
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(8 * events.len());
     for (i, e) in events.iter().enumerate() {
-        insert.execute(params![
-            workflow_id.as_str(),
-            (first + i as u64) as i64,
-            now as i64,
-            e.kind.as_str(),
-            e.step.as_deref(),
-            e.attempt_id.as_deref(),
+        values.extend([
+            &id as &dyn rusqlite::ToSql,
+            &seqs[i],
+            &at,
+            &kinds[i],
+            &e.step,
+            &e.attempt_id,
             &e.text,
-            e.data.to_string(),
-        ])?;
+            &data[i],
+        ]);
     }
-    Ok(())
+    INSERT.insert(conn, &values)
+}
+
+/// A multi-row `INSERT … VALUES (?, ?), (?, ?)`: rows go in chunks of up to
+/// [`MultiRow::CHUNK`], one statement each, whose texts are made once — a few statements
+/// serve every write (the writer keeps each prepared).
+pub(crate) struct MultiRow {
+    width: usize,
+    texts: Vec<String>,
+}
+
+impl MultiRow {
+    const CHUNK: usize = 16;
+
+    pub(crate) fn new(head: &'static str, width: usize) -> Self {
+        let row = format!("({})", vec!["?"; width].join(", "));
+        let texts = (1..=Self::CHUNK)
+            .map(|n| format!("{head} {}", vec![row.as_str(); n].join(", ")))
+            .collect();
+        Self { width, texts }
+    }
+
+    /// Inserts the rows whose values, row after row, are `values`.
+    pub(crate) fn insert(
+        &self,
+        conn: &Connection,
+        values: &[&dyn rusqlite::ToSql],
+    ) -> StoreResult<()> {
+        for chunk in values.chunks(self.width * Self::CHUNK) {
+            conn.prepare_cached(&self.texts[chunk.len() / self.width - 1])?
+                .execute(chunk)?;
+        }
+        Ok(())
+    }
 }
 
 impl DefinitionStore for SqliteStore {
@@ -469,6 +511,64 @@ impl AdmissionStore for SqliteStore {
     }
 }
 
+/// The rows of a new workflow's steps and their dependencies, one statement each.
+fn insert_steps(
+    conn: &Connection,
+    new: &crate::store::NewWorkflow,
+    now: Millis,
+) -> StoreResult<()> {
+    static STEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+        MultiRow::new(
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads) VALUES",
+            7,
+        )
+    });
+    static DEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+        MultiRow::new(
+            "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES",
+            3,
+        )
+    });
+    let id = new.workflow_id.as_str();
+    let now = now as i64;
+    let mut columns = Vec::with_capacity(new.steps.len());
+    for step in &new.steps {
+        let ready = step.depends_on.is_empty();
+        let state = if ready {
+            StepState::Ready
+        } else {
+            StepState::Pending
+        };
+        columns.push((
+            state.as_str(),
+            ready.then_some(now),
+            step.role.as_str(),
+            rows::triggers_text(&step.compensate_on),
+            plan::reads_text(step.reads.as_deref())?,
+        ));
+    }
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(7 * new.steps.len());
+    for (step, (state, ready_at, role, triggers, reads)) in new.steps.iter().zip(&columns) {
+        values.extend([
+            &id as &dyn rusqlite::ToSql,
+            &step.id,
+            state,
+            ready_at,
+            role,
+            triggers,
+            reads,
+        ]);
+    }
+    STEPS.insert(conn, &values)?;
+    let mut deps: Vec<&dyn rusqlite::ToSql> = Vec::new();
+    for step in &new.steps {
+        for d in &step.depends_on {
+            deps.extend([&id as &dyn rusqlite::ToSql, &step.id, d]);
+        }
+    }
+    DEPS.insert(conn, &deps)
+}
+
 fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let existing = key_in_scope(conn, &req.scope)?;
     if let Some(k) = plan::live(existing.clone(), req.now) {
@@ -547,37 +647,7 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         id,
         &req.input.digest
     ])?;
-    {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        for step in &new.steps {
-            let ready = step.depends_on.is_empty();
-            let state = if ready {
-                StepState::Ready
-            } else {
-                StepState::Pending
-            };
-            insert.execute(params![
-                id,
-                &step.id,
-                state.as_str(),
-                ready.then_some(req.now as i64),
-                step.role.as_str(),
-                rows::triggers_text(&step.compensate_on),
-                plan::reads_text(step.reads.as_deref())?,
-            ])?;
-        }
-        let mut dep = conn.prepare_cached(
-            "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES (?, ?, ?)",
-        )?;
-        for step in &new.steps {
-            for d in &step.depends_on {
-                dep.execute(params![id, &step.id, d])?;
-            }
-        }
-    }
+    insert_steps(conn, new, req.now)?;
     if !new.events.is_empty() {
         insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
     }
