@@ -201,6 +201,13 @@ impl MultiRow {
         conn: &Connection,
         values: &[&dyn rusqlite::ToSql],
     ) -> StoreResult<()> {
+        if !values.len().is_multiple_of(self.width) {
+            return Err(StoreError::never(format!(
+                "{} values do not make rows of {}",
+                values.len(),
+                self.width
+            )));
+        }
         for chunk in values.chunks(self.width * Self::CHUNK) {
             conn.prepare_cached(&self.texts[chunk.len() / self.width - 1])?
                 .execute(chunk)?;
@@ -654,4 +661,45 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let created = plan::created(&req, new);
     executor::outbox_for(conn, &created, crate::notify::EventType::Recorded, req.now)?;
     Ok(AdmitOutcome::Created(created))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_row_inserts_write_every_row_in_order_in_chunks() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER, s TEXT)")
+            .unwrap();
+        let insert = MultiRow::new("INSERT INTO t (n, s) VALUES", 2);
+        // 40 rows: two full chunks and a part.
+        let rows: Vec<(i64, String)> = (0..40).map(|n| (n, format!("row {n}"))).collect();
+        let values: Vec<&dyn rusqlite::ToSql> = rows
+            .iter()
+            .flat_map(|(n, s)| [n as &dyn rusqlite::ToSql, s])
+            .collect();
+        insert.insert(&conn, &values).unwrap();
+        let read: Vec<(i64, String)> = conn
+            .prepare("SELECT n, s FROM t ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(read, rows);
+        // Nothing to write writes nothing; a partial row is refused before anything runs.
+        insert.insert(&conn, &[]).unwrap();
+        let refused = insert.insert(&conn, &values[..3]).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("3 values do not make rows of 2"),
+            "{refused}"
+        );
+        let count: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count, 40);
+    }
 }
