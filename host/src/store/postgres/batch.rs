@@ -518,8 +518,7 @@ async fn counters_and_timeline(
     let mut order: Vec<&str> = Vec::new();
     let mut sums: HashMap<&str, [i64; 4]> = HashMap::new();
     let (mut e_wf, mut e_i, mut e_at) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut kinds, mut steps, mut attempts, mut texts, mut data) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut columns = executor::EventColumns::default();
     for &i in done {
         let r = &reqs[i];
         let wf = r.fence.workflow_id.as_str();
@@ -535,15 +534,11 @@ async fn counters_and_timeline(
             e_wf.push(wf);
             e_i.push(sum[3]);
             e_at.push(r.now as i64);
-            kinds.push(e.kind.as_str());
-            steps.push(e.step.as_deref());
-            attempts.push(e.attempt_id.as_deref());
-            texts.push(e.text.as_str());
-            data.push(e.data.to_string());
+            columns.push(e);
         }
     }
     let column = |k: usize| order.iter().map(|wf| sums[wf][k]).collect::<Vec<i64>>();
-    sqlx::query(
+    let query = sqlx::query(
         "WITH d AS (
              SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::BIGINT[],
                  $5::BIGINT[]) AS d(id, runtime, uncharged, reserve, n)),
@@ -569,14 +564,8 @@ async fn counters_and_timeline(
     .bind(column(3))
     .bind(e_wf)
     .bind(e_i)
-    .bind(e_at)
-    .bind(kinds)
-    .bind(steps)
-    .bind(attempts)
-    .bind(texts)
-    .bind(data)
-    .execute(&mut *conn)
-    .await?;
+    .bind(e_at);
+    columns.bind(query).execute(&mut *conn).await?;
     Ok(())
 }
 

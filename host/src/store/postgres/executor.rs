@@ -73,6 +73,39 @@ const APPLY_FACTS: &str = "UPDATE attempts SET checkpoint = GREATEST(checkpoint,
      log = COALESCE($10, log), result = COALESCE($11, result), policy = COALESCE($12, policy)
      WHERE attempt_id = $13";
 
+/// Timeline entries as one array per column, bound in the order `kind, step, attempt_id,
+/// text, data` (a batch statement's `UNNEST`).
+#[derive(Default)]
+pub(super) struct EventColumns<'a> {
+    kinds: Vec<&'static str>,
+    steps: Vec<Option<&'a str>>,
+    attempts: Vec<Option<&'a str>>,
+    texts: Vec<&'a str>,
+    data: Vec<String>,
+}
+
+impl<'a> EventColumns<'a> {
+    pub(super) fn push(&mut self, e: &'a NewEvent) {
+        self.kinds.push(e.kind.as_str());
+        self.steps.push(e.step.as_deref());
+        self.attempts.push(e.attempt_id.as_deref());
+        self.texts.push(e.text.as_str());
+        self.data.push(e.data.to_string());
+    }
+
+    pub(super) fn bind<'q>(self, query: PgQuery<'q>) -> PgQuery<'q>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(self.kinds)
+            .bind(self.steps)
+            .bind(self.attempts)
+            .bind(self.texts)
+            .bind(self.data)
+    }
+}
+
 pub(super) type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// Binds `$1`–`$13` of [`APPLY_FACTS`].
@@ -190,13 +223,7 @@ pub(crate) async fn apply_state_changes(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut kinds, mut steps, mut attempts, mut texts, mut data) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+    let mut events = EventColumns::default();
     for p in planned {
         let (c, e) = (&p.change, &p.change.event);
         ids.push(p.id.as_str());
@@ -204,14 +231,10 @@ pub(crate) async fn apply_state_changes(
         ended.push(c.ended_at);
         keys.push(c.restart_key_retention);
         ats.push(p.now as i64);
-        kinds.push(e.kind.as_str());
-        steps.push(e.step.as_deref());
-        attempts.push(e.attempt_id.as_deref());
-        texts.push(e.text.as_str());
-        data.push(e.data.to_string());
+        events.push(e);
     }
     // The change's columns are all named `c_…`, so that `RETURNING` names the workflow's.
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH c AS (
              SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BOOLEAN[],
                  $5::BIGINT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[])
@@ -238,14 +261,8 @@ pub(crate) async fn apply_state_changes(
     .bind(&states)
     .bind(&ended)
     .bind(&keys)
-    .bind(&ats)
-    .bind(&kinds)
-    .bind(&steps)
-    .bind(&attempts)
-    .bind(&texts)
-    .bind(&data)
-    .fetch_all(&mut *conn)
-    .await?;
+    .bind(&ats);
+    let rows = events.bind(query).fetch_all(&mut *conn).await?;
     let by_id: HashMap<&str, &Planned> = planned.iter().map(|p| (p.id.as_str(), p)).collect();
     let mut told = Vec::new();
     for row in &rows {

@@ -519,12 +519,6 @@ fn start_attempts(
             9,
         )
     });
-    static STARTED: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
-        MultiRow::new(
-            "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES",
-            8,
-        )
-    });
     // Each attempt's row and its timeline entry, written together after the loop.
     let mut started: Vec<(i64, i64, String)> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
@@ -621,7 +615,7 @@ fn start_attempts(
         ]);
     }
     ATTEMPTS.insert(conn, &attempts)?;
-    STARTED.insert(conn, &events)?;
+    super::TIMELINE.insert(conn, &events)?;
     Ok(claimed)
 }
 

@@ -140,6 +140,15 @@ pub(crate) fn append_events(
     insert_events(conn, workflow_id, first as u64, now, events)
 }
 
+/// A workflow's timeline entries, each row `workflow_id, seq, at, kind, step, attempt_id,
+/// text, data`.
+pub(crate) static TIMELINE: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
+    MultiRow::new(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES",
+        8,
+    )
+});
+
 /// Inserts events numbered from `first`, in one statement.
 pub(crate) fn insert_events(
     conn: &Connection,
@@ -148,12 +157,6 @@ pub(crate) fn insert_events(
     now: Millis,
     events: &[NewEvent],
 ) -> StoreResult<()> {
-    static INSERT: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
-        MultiRow::new(
-            "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data) VALUES",
-            8,
-        )
-    });
     let data: Vec<String> = events.iter().map(|e| e.data.to_string()).collect();
     let seqs: Vec<i64> = (0..events.len())
         .map(|i| (first + i as u64) as i64)
@@ -173,7 +176,7 @@ pub(crate) fn insert_events(
             &data[i],
         ]);
     }
-    INSERT.insert(conn, &values)
+    TIMELINE.insert(conn, &values)
 }
 
 /// A multi-row `INSERT … VALUES (?, ?), (?, ?)`: rows go in chunks of up to
