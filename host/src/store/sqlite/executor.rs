@@ -155,23 +155,24 @@ pub(crate) fn recompute_state(
     };
     // One statement moves the state, numbers the change's timeline entry and hands back
     // the record the notification and the tallies are made of.
+    conn.prepare_cached(
+        "UPDATE workflows SET state = ?1, ended_at = ?2, next_seq = next_seq + 1
+         WHERE workflow_id = ?3",
+    )?
+    .execute(params![change.next.as_str(), change.ended_at, id.as_str()])?;
     let (record, retention, seq) = conn
         .prepare_cached(&format!(
-            "UPDATE workflows SET state = ?1, ended_at = ?2, next_seq = next_seq + 1
-             WHERE workflow_id = ?3
-             RETURNING {}, key_retention_ms, next_seq - 1 AS event_seq",
+            "SELECT {}, key_retention_ms, next_seq - 1 AS event_seq
+             FROM workflows WHERE workflow_id = ?1",
             rows::WORKFLOW_COLUMNS
         ))?
-        .query_row(
-            params![change.next.as_str(), change.ended_at, id.as_str()],
-            |r| {
-                Ok((
-                    rows::workflow(r),
-                    r.get::<_, i64>("key_retention_ms")?,
-                    r.get::<_, i64>("event_seq")?,
-                ))
-            },
-        )?;
+        .query_row([id.as_str()], |r| {
+            Ok((
+                rows::workflow(r),
+                r.get::<_, i64>("key_retention_ms")?,
+                r.get::<_, i64>("event_seq")?,
+            ))
+        })?;
     let record = record?;
     if change.restart_key_retention {
         conn.prepare_cached("UPDATE intent_keys SET expires_at = ?1 WHERE workflow_id = ?2")?
@@ -425,29 +426,21 @@ struct ClaimedWorkflow {
     budget_added: crate::budget::Amounts,
 }
 
-/// What a claim's lease update returns of each step it took.
-const CLAIMED_COLUMNS: &str = "RETURNING workflow_id, step, attempts, next_trigger, \
-    uncertain_since, lease_token, policy_exception, reads";
+/// What a claim reads of each step it takes, with the new lease's token. The lease is
+/// then written by rowid: a read and a one-row update cost less than an `UPDATE …
+/// RETURNING`, whose returned rows SQLite gathers in a temporary table each time.
+const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS attempts, \
+    next_trigger, uncertain_since, lower(hex(randomblob(16))) AS lease_token, \
+    policy_exception, reads FROM steps";
 
 /// Claims up to `req.limit` ready steps, the longest-waiting first.
 fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
-    let expires = req.now + req.lease_ms;
     let mut stmt = conn.prepare_cached(&format!(
-        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
-             lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
-         WHERE rowid IN (
-             SELECT rowid FROM steps
-             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?3
-             ORDER BY ready_at LIMIT ?4)
-         {CLAIMED_COLUMNS}"
+        "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1
+         ORDER BY ready_at LIMIT ?2"
     ))?;
-    let rows = stmt.query(params![
-        &req.owner,
-        expires as i64,
-        req.now as i64,
-        req.limit as i64
-    ])?;
-    let (claimed, reads) = claimed_rows(rows, req.now, expires)?;
+    let rows = stmt.query(params![req.now as i64, req.limit as i64])?;
+    let (claimed, reads) = lease(conn, req, rows)?;
     start_attempts(conn, req, claimed, reads)
 }
 
@@ -459,37 +452,43 @@ pub(crate) fn claim_step(
     workflow: &WorkflowId,
     step: &str,
 ) -> StoreResult<Option<Claimed>> {
-    let expires = req.now + req.lease_ms;
     let mut stmt = conn.prepare_cached(&format!(
-        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
-             lease_token = lower(hex(randomblob(16))), lease_expires_at = ?2, note = NULL
-         WHERE workflow_id = ?3 AND step = ?4 AND state = 'ready' AND ready_at <= ?5
-         {CLAIMED_COLUMNS}"
+        "{CLAIM_SELECT} WHERE workflow_id = ?1 AND step = ?2 AND state = 'ready' AND ready_at <= ?3"
     ))?;
-    let rows = stmt.query(params![
-        &req.owner,
-        expires as i64,
-        workflow.as_str(),
-        step,
-        req.now as i64
-    ])?;
-    let (claimed, reads) = claimed_rows(rows, req.now, expires)?;
+    let rows = stmt.query(params![workflow.as_str(), step, req.now as i64])?;
+    let (claimed, reads) = lease(conn, req, rows)?;
     Ok(start_attempts(conn, req, claimed, reads)?.pop())
 }
 
 /// The receipts a step reads (`None`: all of them).
 type Reads = Option<Vec<String>>;
 
-/// The steps a lease update returned, and the receipts each reads.
-fn claimed_rows(
+/// Leases each step the claim read, and gathers the receipts each reads.
+fn lease(
+    conn: &Connection,
+    req: &ClaimRequest,
     mut rows: rusqlite::Rows<'_>,
-    now: Millis,
-    expires: Millis,
 ) -> StoreResult<(Vec<Claimed>, Vec<Reads>)> {
-    let (mut claimed, mut reads) = (Vec::new(), Vec::new());
+    let expires = req.now + req.lease_ms;
+    let mut update = conn.prepare_cached(
+        "UPDATE steps SET state = 'running', attempts = attempts + 1, lease_owner = ?1,
+             lease_token = ?2, lease_expires_at = ?3, note = NULL
+         WHERE rowid = ?4",
+    )?;
+    let (mut claimed, mut reads, mut rowids) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(r) = rows.next()? {
-        claimed.push(rows::claimed(r, now, expires)?);
+        claimed.push(rows::claimed(r, req.now, expires)?);
         reads.push(plan::reads_list(r.opt_text("reads")?.as_deref())?);
+        rowids.push(r.get::<_, i64>("rowid")?);
+    }
+    // Written once the read is done: an update must not move rows under its cursor.
+    for (c, rowid) in claimed.iter().zip(rowids) {
+        update.execute(params![
+            &req.owner,
+            &c.fence.lease_token,
+            expires as i64,
+            rowid
+        ])?;
     }
     Ok((claimed, reads))
 }
@@ -505,12 +504,17 @@ fn start_attempts(
         return Ok(claimed);
     }
     // One attempt and one timeline entry per claim; the workflow counts both.
+    // Read, then counted (as they would be after): cheaper than `UPDATE … RETURNING`.
     let mut budget = conn.prepare_cached(
+        "SELECT workflow, subject, definition_version, deadline_at,
+                attempts_used + 1 AS attempts_used, external_calls_used, runtime_used_ms,
+                cost_used, recovery_queries_used, budget_added, next_seq AS first_seq, input,
+                trace_parent
+         FROM workflows WHERE workflow_id = ?1",
+    )?;
+    let mut count = conn.prepare_cached(
         "UPDATE workflows SET attempts_used = attempts_used + 1, next_seq = next_seq + 1
-         WHERE workflow_id = ?1
-         RETURNING workflow, subject, definition_version, deadline_at, attempts_used,
-                   external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
-                   budget_added, next_seq - 1 AS first_seq, input, trace_parent",
+         WHERE workflow_id = ?1",
     )?;
     static ATTEMPTS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
         MultiRow::new(
@@ -545,6 +549,7 @@ fn start_attempts(
                 r.opt_text("trace_parent")?,
             )
         };
+        count.execute([c.fence.workflow_id.as_str()])?;
         c.trace_parent = trace_parent;
         c.workflow = wf.workflow;
         c.subject = crate::intent::Subject(wf.subject);
@@ -754,21 +759,20 @@ fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOut
     }
     events.extend(NewEvent::released(&released));
     let (first, current, cancel_on): (i64, String, Option<String>) = conn
-        .prepare_cached(
-            "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2,
-                 attempts_used = attempts_used - ?4, recovery_queries_used = recovery_queries_used + ?5
-             WHERE workflow_id = ?3 RETURNING next_seq - ?2, state, cancel_on",
-        )?
-        .query_row(
-            params![
-                req.runtime_ms as i64,
-                events.len() as i64,
-                id,
-                plan::uncharged(req.charge),
-                plan::from_reserve(req.charge)
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
+        .prepare_cached("SELECT next_seq, state, cancel_on FROM workflows WHERE workflow_id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    conn.prepare_cached(
+        "UPDATE workflows SET runtime_used_ms = runtime_used_ms + ?1, next_seq = next_seq + ?2,
+             attempts_used = attempts_used - ?4, recovery_queries_used = recovery_queries_used + ?5
+         WHERE workflow_id = ?3",
+    )?
+    .execute(params![
+        req.runtime_ms as i64,
+        events.len() as i64,
+        id,
+        plan::uncharged(req.charge),
+        plan::from_reserve(req.charge)
+    ])?;
     if !events.is_empty() {
         super::insert_events(conn, &fence.workflow_id, first as u64, now, &events)?;
     }
@@ -830,26 +834,31 @@ pub(crate) fn release_dependents(
 
 /// [`release_dependents`] after `step` succeeded: only the steps that run after it can
 /// have become ready, so only they are looked at (a workflow's other steps are not read),
-/// in one statement.
+/// each by its key. One-row updates without `RETURNING`: SQLite gathers an `IN` list and
+/// returned rows in temporary tables, which cost more than the update itself.
 fn release_dependents_of(
     conn: &Connection,
     id: &WorkflowId,
     step: &str,
     now: Millis,
 ) -> StoreResult<Vec<String>> {
+    let after: Vec<String> = conn
+        .prepare_cached("SELECT step FROM step_deps WHERE workflow_id = ?1 AND depends_on = ?2")?
+        .query_map(params![id.as_str(), step], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     let mut release = conn.prepare_cached(
         "UPDATE steps SET state = 'ready', ready_at = ?1
-         WHERE workflow_id = ?2 AND state = 'pending'
-           AND step IN (SELECT step FROM step_deps WHERE workflow_id = ?2 AND depends_on = ?3)
-           AND NOT EXISTS (
+         WHERE workflow_id = ?2 AND step = ?3 AND state = 'pending' AND NOT EXISTS (
              SELECT 1 FROM step_deps d JOIN steps s2
                ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
-             WHERE d.workflow_id = ?2 AND d.step = steps.step AND s2.state != 'succeeded')
-         RETURNING step",
+             WHERE d.workflow_id = ?2 AND d.step = ?3 AND s2.state != 'succeeded')",
     )?;
-    let released = release
-        .query_map(params![now as i64, id.as_str(), step], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let mut released = Vec::new();
+    for next in after {
+        if release.execute(params![now as i64, id.as_str(), &next])? == 1 {
+            released.push(next);
+        }
+    }
     Ok(released)
 }
 
