@@ -316,28 +316,51 @@ pub(crate) fn notification(
     now: Millis,
 ) -> NewNotification {
     let id = crate::intent::NotificationId::new(now);
-    let body = serde_json::json!({
-        "id": id,
-        "type": event.as_str(),
-        "workflow_id": record.workflow_id,
-        "revision": record.revision,
-        "occurred_at": crate::intent::rfc3339(now),
-        "workflow": {
-            "workflow_id": record.workflow_id,
-            "workflow": record.workflow,
-            "definition_version": record.definition_version,
-            "subject": record.subject.0,
-            "state": record.state.as_str(),
-            "created_at": crate::intent::rfc3339(record.created_at),
-            "ended_at": record.ended_at.map(crate::intent::rfc3339),
+    // Written straight from borrowed fields (keys in the order a JSON object sorts them,
+    // as the body has always been written): no tree of values on the writer's path.
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        id: &'a str,
+        occurred_at: String,
+        revision: u64,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        workflow: Summary<'a>,
+        workflow_id: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct Summary<'a> {
+        created_at: String,
+        definition_version: u32,
+        ended_at: Option<String>,
+        state: &'a str,
+        subject: &'a str,
+        workflow: &'a str,
+        workflow_id: &'a str,
+    }
+    let body = serde_json::to_string(&Body {
+        id: &id.0,
+        occurred_at: crate::intent::rfc3339(now),
+        revision: record.revision,
+        kind: event.as_str(),
+        workflow: Summary {
+            created_at: crate::intent::rfc3339(record.created_at),
+            definition_version: record.definition_version,
+            ended_at: record.ended_at.map(crate::intent::rfc3339),
+            state: record.state.as_str(),
+            subject: &record.subject.0,
+            workflow: &record.workflow,
+            workflow_id: &record.workflow_id.0,
         },
-    });
+        workflow_id: &record.workflow_id.0,
+    })
+    .expect("a notification body serializes");
     NewNotification {
         id: id.0,
         workflow_id: record.workflow_id.0.clone(),
         event: event.as_str(),
         revision: record.revision as i64,
-        body: body.to_string(),
+        body,
         at: now as i64,
     }
 }
@@ -788,6 +811,57 @@ pub(crate) fn contradiction(standing: &str, late: &str) -> super::Blocked {
 mod tests {
     use super::*;
     use StepState::*;
+
+    /// The body's bytes are what receivers verify the signature over: keys sorted, as a
+    /// JSON object has always written them, and an open end as `null`.
+    #[test]
+    fn a_notification_body_is_written_with_sorted_keys() {
+        let new = NewWorkflow {
+            workflow_id: crate::intent::WorkflowId("wf_1".into()),
+            definition_version: 2,
+            steps: Vec::new(),
+            deadline_at: 9_000,
+            key_retention_ms: 1_000,
+            replaces: None,
+            policy_version: 0,
+            trace_parent: None,
+            events: vec![NewEvent::workflow(
+                crate::intent::EventKind::Observation,
+                "x",
+            )],
+        };
+        let req = AdmitRequest {
+            scope: crate::store::KeyScope {
+                subject: crate::intent::Subject("team".into()),
+                workflow: "delivery".into(),
+                key: "k".into(),
+            },
+            input: crate::intent::canonicalize(&serde_json::json!({})).unwrap(),
+            now: 1_000,
+            create: None,
+        };
+        let mut record = created(&req, &new);
+        let n = notification(&record, crate::notify::EventType::Recorded, 2_000);
+        assert_eq!(
+            n.body,
+            format!(
+                "{{\"id\":\"{}\",\"occurred_at\":\"1970-01-01T00:00:02.000Z\",\"revision\":1,\
+                 \"type\":\"workflow.recorded\",\"workflow\":{{\"created_at\":\"1970-01-01T00:00:01.000Z\",\
+                 \"definition_version\":2,\"ended_at\":null,\"state\":\"running\",\"subject\":\"team\",\
+                 \"workflow\":\"delivery\",\"workflow_id\":\"wf_1\"}},\"workflow_id\":\"wf_1\"}}",
+                n.id
+            )
+        );
+        record.state = WorkflowState::Completed;
+        record.ended_at = Some(3_000);
+        let n = notification(&record, crate::notify::EventType::Completed, 3_000);
+        assert!(
+            n.body
+                .contains("\"ended_at\":\"1970-01-01T00:00:03.000Z\",\"state\":\"completed\""),
+            "{}",
+            n.body
+        );
+    }
 
     fn rows(states: &[StepState]) -> Vec<(Option<StepRole>, StepState)> {
         states
