@@ -132,11 +132,12 @@ pub(crate) fn append_events(
     let Ok(count @ 1..) = i64::try_from(events.len()) else {
         return Ok(());
     };
+    // Read, then counted: an `UPDATE … RETURNING` gathers its row in a temporary table.
     let first: i64 = conn
-        .prepare_cached(
-            "UPDATE workflows SET next_seq = next_seq + ?1 WHERE workflow_id = ?2 RETURNING next_seq - ?1",
-        )?
-        .query_row(params![count, workflow_id.as_str()], |r| r.get(0))?;
+        .prepare_cached("SELECT next_seq FROM workflows WHERE workflow_id = ?1")?
+        .query_row([workflow_id.as_str()], |r| r.get(0))?;
+    conn.prepare_cached("UPDATE workflows SET next_seq = next_seq + ?1 WHERE workflow_id = ?2")?
+        .execute(params![count, workflow_id.as_str()])?;
     insert_events(conn, workflow_id, first as u64, now, events)
 }
 
