@@ -153,8 +153,8 @@ pub(crate) fn recompute_state(
     let Some(change) = plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
     };
-    // One statement moves the state, numbers the change's timeline entry and hands back
-    // the record the notification and the tallies are made of.
+    // The state moves and the change's timeline entry is numbered; the record the
+    // notification and the tallies are made of is then read back.
     conn.prepare_cached(
         "UPDATE workflows SET state = ?1, ended_at = ?2, next_seq = next_seq + 1
          WHERE workflow_id = ?3",
@@ -819,23 +819,17 @@ pub(crate) fn release_dependents(
     id: &WorkflowId,
     now: Millis,
 ) -> StoreResult<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE steps SET state = 'ready', ready_at = ?1
-         WHERE workflow_id = ?2 AND state = 'pending' AND NOT EXISTS (
-             SELECT 1 FROM step_deps d JOIN steps s2
-               ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
-             WHERE d.workflow_id = steps.workflow_id AND d.step = steps.step
-               AND s2.state != 'succeeded')
-         RETURNING step",
-    )?;
-    let rows = stmt.query_map(params![now as i64, id.as_str()], |r| r.get::<_, String>(0))?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    let pending: Vec<String> = conn
+        .prepare_cached(
+            "SELECT step FROM steps WHERE workflow_id = ?1 AND state = 'pending' ORDER BY step",
+        )?
+        .query_map([id.as_str()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    release_ready(conn, id, pending, now)
 }
 
 /// [`release_dependents`] after `step` succeeded: only the steps that run after it can
-/// have become ready, so only they are looked at (a workflow's other steps are not read),
-/// each by its key. One-row updates without `RETURNING`: SQLite gathers an `IN` list and
-/// returned rows in temporary tables, which cost more than the update itself.
+/// have become ready, so only they are looked at (a workflow's other steps are not read).
 fn release_dependents_of(
     conn: &Connection,
     id: &WorkflowId,
@@ -843,9 +837,24 @@ fn release_dependents_of(
     now: Millis,
 ) -> StoreResult<Vec<String>> {
     let after: Vec<String> = conn
-        .prepare_cached("SELECT step FROM step_deps WHERE workflow_id = ?1 AND depends_on = ?2")?
+        .prepare_cached(
+            "SELECT step FROM step_deps WHERE workflow_id = ?1 AND depends_on = ?2 ORDER BY step",
+        )?
         .query_map(params![id.as_str(), step], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
+    release_ready(conn, id, after, now)
+}
+
+/// Makes ready each of `steps` that is pending and whose dependencies have all succeeded;
+/// returns those it released, in order. One-row updates by key without `RETURNING`: SQLite
+/// gathers an `IN` list and returned rows in temporary tables, which cost more than the
+/// update itself.
+fn release_ready(
+    conn: &Connection,
+    id: &WorkflowId,
+    steps: Vec<String>,
+    now: Millis,
+) -> StoreResult<Vec<String>> {
     let mut release = conn.prepare_cached(
         "UPDATE steps SET state = 'ready', ready_at = ?1
          WHERE workflow_id = ?2 AND step = ?3 AND state = 'pending' AND NOT EXISTS (
@@ -853,10 +862,10 @@ fn release_dependents_of(
                ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
              WHERE d.workflow_id = ?2 AND d.step = ?3 AND s2.state != 'succeeded')",
     )?;
-    let mut released = Vec::new();
-    for next in after {
-        if release.execute(params![now as i64, id.as_str(), &next])? == 1 {
-            released.push(next);
+    let mut released = Vec::with_capacity(steps.len());
+    for step in steps {
+        if release.execute(params![now as i64, id.as_str(), &step])? == 1 {
+            released.push(step);
         }
     }
     Ok(released)
