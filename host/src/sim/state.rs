@@ -153,6 +153,10 @@ struct KeyEntry {
 #[derive(Debug)]
 pub(crate) struct World {
     records: Vec<Record>,
+    /// The positions in `records` of each client reference's deliveries, in creation order:
+    /// a lookup reads only its own, as a provider's index would (a scan of every delivery
+    /// made the simulator, not the host, the cost of a recovery that queries thousands).
+    by_reference: HashMap<String, Vec<usize>>,
     keys: HashMap<String, KeyEntry>,
     faults: FaultState,
     key_retention: Duration,
@@ -162,6 +166,7 @@ impl World {
     pub fn new(faults: Faults, key_retention: Duration) -> Self {
         Self {
             records: Vec::new(),
+            by_reference: HashMap::new(),
             keys: HashMap::new(),
             faults: FaultState::new(faults),
             key_retention,
@@ -277,6 +282,10 @@ impl World {
             client_reference: delivery.client_reference.clone(),
             status: delivery.status,
         };
+        self.by_reference
+            .entry(delivery.client_reference.clone())
+            .or_default()
+            .push(self.records.len());
         self.records.push(Record {
             delivery,
             visible_at,
@@ -291,9 +300,12 @@ impl World {
             return None;
         }
         let found = self
-            .records
-            .iter()
-            .filter(|r| r.delivery.client_reference == client_reference && r.visible_at <= now)
+            .by_reference
+            .get(client_reference)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.records[i])
+            .filter(|r| r.visible_at <= now)
             .map(|r| r.delivery.clone())
             .collect();
         Some(found)
@@ -304,7 +316,15 @@ impl World {
     /// cancel is applied before the answer, so a lost answer hides an effect that happened.
     pub fn cancel(&mut self, id: &str, now: SystemTime) -> CancelDecision {
         let unavailable = self.faults.take_unavailable_cancel();
-        let Some(record) = self.records.iter_mut().find(|r| r.delivery.id == id) else {
+        // Ids are `dlv_<position + 1>` (see `append`).
+        let position = id
+            .strip_prefix("dlv_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1));
+        let Some(record) = position
+            .and_then(|i| self.records.get_mut(i))
+            .filter(|r| r.delivery.id == id)
+        else {
             let outcome = if unavailable {
                 CancelOutcome::Unavailable
             } else {

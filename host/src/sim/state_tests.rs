@@ -164,6 +164,32 @@ fn lookup_respects_visibility_and_query_switch() {
     assert_eq!(w.lookup("r", at(300)), None);
 }
 
+#[test]
+fn a_lookup_finds_each_reference_s_deliveries_in_creation_order_among_many() {
+    let mut w = world(Faults::default());
+    for i in 0..1_000 {
+        post(&mut w, None, &body(&format!("r{}", i % 10), "a@b"), at(0));
+    }
+    let found = w.lookup("r3", at(0)).unwrap();
+    assert_eq!(found.len(), 100);
+    assert!(found.iter().all(|d| d.client_reference == "r3"));
+    let ids: Vec<usize> = found
+        .iter()
+        .map(|d| d.id.trim_start_matches("dlv_").parse().unwrap())
+        .collect();
+    assert_eq!(ids, (0..100).map(|n| n * 10 + 4).collect::<Vec<_>>());
+    assert_eq!(w.lookup("r10", at(0)), Some(vec![]));
+    // A cancel finds its delivery by id; ids that name none are unknown.
+    assert_eq!(cancelled(w.cancel("dlv_504", at(1))).client_reference, "r3");
+    for unknown in ["dlv_0", "dlv_1001", "dlv_x", "504", "dlv_-1"] {
+        assert_eq!(
+            w.cancel(unknown, at(2)).outcome,
+            CancelOutcome::UnknownDelivery,
+            "{unknown}"
+        );
+    }
+}
+
 fn cancelled(decision: CancelDecision) -> Delivery {
     match decision.outcome {
         CancelOutcome::Cancelled(delivery) => delivery,
