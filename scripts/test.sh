@@ -27,6 +27,11 @@ apt_install() {
     sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
 }
 
+step "A C toolchain (SQLite and jemalloc are compiled from source)"
+if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+    apt_install gcc make
+fi
+
 step "PostgreSQL (the store conformance suite runs against it)"
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
     apt_install postgresql
