@@ -338,10 +338,15 @@ where
         }
         while !stop.is_cancelled() {
             let now = self.clock.now_ms();
-            if let Err(e) = self.recovery_tick(now).await {
+            // Recovery and claims share the writer's commits rather than waiting for each
+            // other: a sweep's decisions are claimed by the next tick's claim, which the
+            // wake-up the sweep gives makes come at once.
+            let (recovered, claimed) =
+                tokio::join!(self.recovery_tick(now), self.clone().claim_tick(now));
+            if let Err(e) = recovered {
                 tracing::error!("recovery tick failed: {e}");
             }
-            let claimed = match self.clone().claim_tick(now).await {
+            let claimed = match claimed {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::error!("claim tick failed: {e}");

@@ -131,16 +131,7 @@ where
         now: crate::intent::Millis,
         limit: u32,
     ) -> StoreResult<Vec<super::ExpiredLease>> {
-        let statement = format!(
-            "SELECT {}
-             FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
-             LEFT JOIN attempts a
-               ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
-             {}",
-            rows::EXPIRED_LEASE_COLUMNS,
-            sql.expired_leases
-        );
-        let found = sqlx::query::<Self>(sqlx::AssertSqlSafe(statement))
+        let found = sqlx::query::<Self>(sqlx::AssertSqlSafe(expired_leases_sql(sql)))
             .bind(now as i64)
             .bind(limit as i64)
             .fetch_all(pool)
@@ -148,6 +139,19 @@ where
             .map_err(StoreError::from)?;
         found.iter().map(rows::expired_lease).collect()
     }
+}
+
+/// The statement of [`SharedReads::expired_leases`]: binds `now`, then the limit.
+pub(crate) fn expired_leases_sql(sql: &ReadSql) -> String {
+    format!(
+        "SELECT {}
+         FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
+         LEFT JOIN attempts a
+           ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
+         {}",
+        rows::EXPIRED_LEASE_COLUMNS,
+        sql.expired_leases
+    )
 }
 
 impl SharedReads for sqlx::Sqlite {}

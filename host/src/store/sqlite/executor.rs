@@ -976,8 +976,16 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
-        use crate::store::reads::SharedReads;
-        SharedReads::expired_leases(&self.read, &super::read::SQL, now, limit).await
+        // Inline, on a point-read connection: one indexed range of at most a sweep's leases.
+        // Handed to the pool's connection thread, each sweep waited for that thread to get a
+        // core behind the attempts it recovers — the longest part of a restart's sweep.
+        let statement = crate::store::reads::expired_leases_sql(&super::read::SQL);
+        self.points.with(|conn| {
+            let mut stmt = conn.prepare_cached(&statement)?;
+            super::each_row(&mut stmt, params![now as i64, i64::from(limit)], |r| {
+                rows::expired_lease(r)
+            })
+        })
     }
 
     async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {
