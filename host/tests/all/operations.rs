@@ -796,3 +796,28 @@ async fn one_workflow_is_one_trace_with_each_attempt_a_span(db: Option<String>) 
         "{triggers:?}"
     );
 }
+
+/// The binary allocates with jemalloc, configured for a small machine in `host/src/main.rs`
+/// (two arenas, freed pages given back after a second): jemalloc's statistics, printed at
+/// exit when the environment asks, show those options in force.
+#[test]
+fn the_binary_allocates_with_jemalloc_and_its_built_in_options() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .arg("--version")
+        .env("MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for option in [
+        "opt.narenas: 2",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(printed.contains(option), "`{option}` not in:\n{printed}");
+    }
+}
