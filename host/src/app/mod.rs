@@ -241,10 +241,13 @@ impl App {
             sim,
             ..
         } = self;
+        // A task that returns because the stop was asked (before `run`, say, as the demo
+        // does) ended as told: only a task ending on its own is a failure.
         let died = tokio::select! {
-            _ = shutdown => None,
+            biased;
             _ = stop.cancelled() => None,
-            ended = tasks.next_end() => ended,
+            _ = shutdown => None,
+            ended = tasks.next_end() => ended.filter(|_| !stop.is_cancelled()),
         };
         // Readiness fails from here on, so a load balancer sends nothing new meanwhile.
         if let Some((task, how)) = &died {
