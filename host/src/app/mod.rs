@@ -244,9 +244,8 @@ impl App {
         // A task that returns because the stop was asked (before `run`, say, as the demo
         // does) ended as told: only a task ending on its own is a failure.
         let died = tokio::select! {
-            biased;
-            _ = stop.cancelled() => None,
             _ = shutdown => None,
+            _ = stop.cancelled() => None,
             ended = tasks.next_end() => ended.filter(|_| !stop.is_cancelled()),
         };
         // Readiness fails from here on, so a load balancer sends nothing new meanwhile.

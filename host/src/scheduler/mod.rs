@@ -338,9 +338,9 @@ where
         }
         while !stop.is_cancelled() {
             let now = self.clock.now_ms();
-            // Recovery and claims share the writer's commits rather than waiting for each
-            // other: a sweep's decisions are claimed by the next tick's claim, which the
-            // wake-up the sweep gives makes come at once.
+            // Recovery and claims run together and share the writer's commits. What a sweep
+            // makes ready is claimed by the next iteration, which the sweep's wake-up starts
+            // at once.
             let (recovered, claimed) =
                 tokio::join!(self.recovery_tick(now), self.clone().claim_tick(now));
             if let Err(e) = recovered {

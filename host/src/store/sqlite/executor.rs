@@ -979,9 +979,10 @@ impl ExecutorStore for SqliteStore {
         // Inline, on a point-read connection: one indexed range of at most a sweep's leases.
         // Handed to the pool's connection thread, each sweep waited for that thread to get a
         // core behind the attempts it recovers — the longest part of a restart's sweep.
-        let statement = crate::store::reads::expired_leases_sql(&super::read::SQL);
+        static STATEMENT: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::store::reads::expired_leases_sql(&super::read::SQL));
         self.points.with(|conn| {
-            let mut stmt = conn.prepare_cached(&statement)?;
+            let mut stmt = conn.prepare_cached(&STATEMENT)?;
             super::each_row(&mut stmt, params![now as i64, i64::from(limit)], |r| {
                 rows::expired_lease(r)
             })
