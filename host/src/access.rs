@@ -22,6 +22,14 @@ use std::sync::Arc;
 #[error("{0}")]
 pub struct AuthError(pub &'static str);
 
+/// A failed authentication as the caller is answered: refused (`401`), or refused and
+/// told to wait (`429`) after too many failures from its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthFailure {
+    Refused(AuthError),
+    Throttled(std::time::Duration),
+}
+
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,6 +144,8 @@ pub struct Auth {
     by_digest: Arc<std::sync::RwLock<Arc<HashMap<String, Principal>>>>,
     /// Failed authentications by client, shared by the API and the console.
     pub throttle: Throttle,
+    /// Which peers may name the client (the throttle's key).
+    pub proxies: Arc<ProxyTrust>,
 }
 
 impl fmt::Debug for Auth {
@@ -170,7 +180,32 @@ impl Auth {
                 digests.into_iter().collect(),
             ))),
             throttle: Throttle::default(),
+            proxies: Arc::default(),
         }
+    }
+
+    /// The same tokens, with `proxies` trusted to name the client.
+    pub fn trusting(mut self, proxies: ProxyTrust) -> Self {
+        self.proxies = Arc::new(proxies);
+        self
+    }
+
+    /// Authenticates a request from `peer`; a failure is counted against the real client
+    /// and, past the throttle's limit, answered with the wait instead.
+    pub fn authenticate_from(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Principal, AuthFailure> {
+        self.authenticate(headers).map_err(|e| {
+            let throttled = peer
+                .map(|peer| self.proxies.client_ip(peer, headers))
+                .and_then(|client| self.throttle.failed(client).err());
+            match throttled {
+                Some(wait) => AuthFailure::Throttled(wait),
+                None => AuthFailure::Refused(e),
+            }
+        })
     }
 
     fn tokens(&self) -> Arc<HashMap<String, Principal>> {
@@ -240,9 +275,81 @@ impl Auth {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub std::net::SocketAddr);
 
+/// Which peers are proxies whose word on the client's address is believed
+/// (`[server] trusted_proxies`, `client_ip_header`). With none, the client is the socket
+/// peer; a header from anyone else is ignored, since any client can write it.
+#[derive(Debug, Clone)]
+pub struct ProxyTrust {
+    proxies: Vec<ipnet::IpNet>,
+    header: http::HeaderName,
+}
+
+impl Default for ProxyTrust {
+    fn default() -> Self {
+        Self {
+            proxies: Vec::new(),
+            header: http::HeaderName::from_static("x-forwarded-for"),
+        }
+    }
+}
+
+impl ProxyTrust {
+    /// Proxies (addresses or CIDR ranges) whose `header` names the client.
+    pub fn new(proxies: Vec<ipnet::IpNet>, header: http::HeaderName) -> Self {
+        Self { proxies, header }
+    }
+
+    fn trusted(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.proxies.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The real client of a request from `peer`: the peer itself unless it is a trusted
+    /// proxy; then the right-most address of the header's list that is not a trusted proxy
+    /// (addresses left of it were written by the client and prove nothing).
+    pub fn client_ip(&self, peer: std::net::IpAddr, headers: &HeaderMap) -> std::net::IpAddr {
+        if !self.trusted(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        for value in headers.get_all(&self.header) {
+            let Ok(list) = value.to_str() else {
+                return peer;
+            };
+            for hop in list.split(',').rev() {
+                let Some(ip) = parse_hop(hop) else {
+                    return client;
+                };
+                client = ip;
+                if !self.trusted(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+}
+
+/// One hop of a forwarding header: `203.0.113.7`, `2001:db8::1`, `[2001:db8::1]:443` or
+/// `203.0.113.7:5000`.
+fn parse_hop(hop: &str) -> Option<std::net::IpAddr> {
+    let hop = hop.trim();
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Ok(addr) = hop.parse::<std::net::SocketAddr>() {
+        return Some(addr.ip());
+    }
+    hop.strip_prefix('[')
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|ip| ip.parse().ok())
+}
+
 /// Failed authentications per client address: after [`Throttle::MAX_FAILURES`] within
-/// [`Throttle::WINDOW`], the client is answered `429` until the window has passed, so a
-/// token cannot be guessed at the speed of the network.
+/// [`Throttle::WINDOW`], the client's further *failed* attempts are answered `429` until
+/// the window has passed. A valid token is always answered normally — a shared address
+/// (a proxy, a NAT) must not let one caller lock out the others; the tokens' entropy is
+/// the defence against guessing, this only slows a noisy guesser.
 #[derive(Clone, Default)]
 pub struct Throttle {
     failures: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, (std::time::Instant, u32)>>>,
@@ -251,29 +358,73 @@ pub struct Throttle {
 impl Throttle {
     pub const MAX_FAILURES: u32 = 10;
     pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Most clients remembered at once; past it, expired windows are dropped and, if none
+    /// has expired, a new client is not counted (it is never refused for want of room).
+    pub const MAX_CLIENTS: usize = 10_000;
 
-    /// `Err` with the wait if `client` failed too often lately.
-    pub fn check(&self, client: std::net::IpAddr) -> Result<(), std::time::Duration> {
-        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        match failures.get(&client) {
-            Some((since, n)) if *n >= Self::MAX_FAILURES && since.elapsed() < Self::WINDOW => {
-                Err(Self::WINDOW - since.elapsed())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Counts one failed authentication of `client`.
-    pub fn failed(&self, client: std::net::IpAddr) {
+    /// Counts one failed authentication of `client`; `Err` with the wait once it has failed
+    /// too often lately.
+    pub fn failed(&self, client: std::net::IpAddr) -> Result<(), std::time::Duration> {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        // Old windows go, so the map holds only recent clients.
-        failures.retain(|_, (since, _)| since.elapsed() < Self::WINDOW);
+        if !failures.contains_key(&client) && failures.len() >= Self::MAX_CLIENTS {
+            // Only when full: a failure costs a lookup, not a scan.
+            failures.retain(|_, (since, _)| since.elapsed() < Self::WINDOW);
+            if failures.len() >= Self::MAX_CLIENTS {
+                return Ok(());
+            }
+        }
         let entry = failures
             .entry(client)
             .or_insert_with(|| (std::time::Instant::now(), 0));
-        entry.1 += 1;
+        if entry.0.elapsed() >= Self::WINDOW {
+            *entry = (std::time::Instant::now(), 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+        if entry.1 > Self::MAX_FAILURES {
+            Err(Self::WINDOW.saturating_sub(entry.0.elapsed()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How many clients are remembered.
+    pub fn clients(&self) -> usize {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
+
+/// Roughly how many bits of entropy `token` can hold: its length times the bits of the
+/// alphabet its character classes span (lower case, upper case, digits, other). A guess at
+/// an upper bound, enough to refuse `password1` and `ops-token-1`.
+pub fn token_entropy_bits(token: &str) -> f64 {
+    let has = |f: fn(&char) -> bool| token.chars().any(|c| f(&c));
+    let mut alphabet = 0u32;
+    if has(char::is_ascii_lowercase) {
+        alphabet += 26;
+    }
+    if has(char::is_ascii_uppercase) {
+        alphabet += 26;
+    }
+    if has(char::is_ascii_digit) {
+        alphabet += 10;
+    }
+    if has(|c| !c.is_ascii_alphanumeric()) {
+        alphabet += 33;
+    }
+    let distinct = token
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    // A token of one repeated character holds no more than its distinct characters say.
+    let alphabet = alphabet.min(distinct.max(1) as u32 * 4).max(1);
+    token.chars().count() as f64 * f64::from(alphabet).log2()
+}
+
+/// The least entropy a configured token may have.
+pub const MIN_TOKEN_BITS: f64 = 128.0;
 
 /// Why a request is refused before anyone looks at its credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -492,13 +643,95 @@ mod tests {
     fn repeated_failures_from_one_client_are_throttled() {
         let t = Throttle::default();
         let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        for _ in 0..Throttle::MAX_FAILURES - 1 {
-            t.failed(a);
+        for _ in 0..Throttle::MAX_FAILURES {
+            assert_eq!(t.failed(a), Ok(()));
         }
-        assert_eq!(t.check(a), Ok(()));
-        t.failed(a);
-        assert!(t.check(a).is_err());
-        assert_eq!(t.check(b), Ok(()), "another client is not affected");
+        assert!(t.failed(a).is_err());
+        assert_eq!(t.failed(b), Ok(()), "another client is not affected");
+    }
+
+    /// Behind one address (a proxy, a NAT), a caller with a valid token is answered
+    /// normally however many failures others sent from there.
+    #[test]
+    fn a_valid_token_is_never_throttled() {
+        let auth = Auth::with_tokens([("s3cret".to_string(), alice())]);
+        let shared = Some("192.0.2.1".parse().unwrap());
+        for _ in 0..Throttle::MAX_FAILURES {
+            assert!(matches!(
+                auth.authenticate_from(&headers(Some("Bearer guess")), shared),
+                Err(AuthFailure::Refused(_))
+            ));
+        }
+        assert!(matches!(
+            auth.authenticate_from(&headers(Some("Bearer guess")), shared),
+            Err(AuthFailure::Throttled(_))
+        ));
+        assert_eq!(
+            auth.authenticate_from(&headers(Some("Bearer s3cret")), shared),
+            Ok(alice())
+        );
+    }
+
+    /// The map holds at most `MAX_CLIENTS`; a client past it is not counted (never refused
+    /// for want of room), and nothing is scanned while there is room.
+    #[test]
+    fn the_throttle_remembers_a_bounded_number_of_clients() {
+        let t = Throttle::default();
+        for i in 0..Throttle::MAX_CLIENTS as u32 + 50 {
+            let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            assert_eq!(t.failed(ip), Ok(()));
+        }
+        assert_eq!(t.clients(), Throttle::MAX_CLIENTS);
+    }
+
+    /// Only a trusted proxy's header names the client, read from the right past trusted
+    /// hops; anyone else's header is ignored.
+    #[test]
+    fn the_client_is_named_only_by_trusted_proxies() {
+        let trust = ProxyTrust::new(
+            vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            http::HeaderName::from_static("x-forwarded-for"),
+        );
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("1.2.3.4, 203.0.113.9, 10.1.1.1"),
+        );
+        let proxy: std::net::IpAddr = "10.0.0.5".parse().unwrap();
+        let stranger: std::net::IpAddr = "198.51.100.2".parse().unwrap();
+        assert_eq!(
+            trust.client_ip(proxy, &h),
+            "203.0.113.9".parse::<std::net::IpAddr>().unwrap()
+        );
+        assert_eq!(trust.client_ip(stranger, &h), stranger);
+        assert_eq!(trust.client_ip(proxy, &HeaderMap::new()), proxy);
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("[2001:db8::7]:443"),
+        );
+        assert_eq!(
+            trust.client_ip("::1".parse().unwrap(), &h),
+            "2001:db8::7".parse::<std::net::IpAddr>().unwrap()
+        );
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("not an address"),
+        );
+        assert_eq!(trust.client_ip(proxy, &h), proxy);
+    }
+
+    #[test]
+    fn token_entropy_refuses_short_or_repetitive_tokens() {
+        for weak in ["ops-token-0123456789", "password1", &"a".repeat(40)] {
+            assert!(token_entropy_bits(weak) < MIN_TOKEN_BITS, "{weak}");
+        }
+        for strong in [
+            "Zk3x9Qm2Lp7Vw4Rt8Ny6Hb",           // 22 base64 characters
+            "9f86d081884c7d659a2feaa0c55ad015", // 32 hex digits
+            "client-token-0123456789",
+        ] {
+            assert!(token_entropy_bits(strong) >= MIN_TOKEN_BITS, "{strong}");
+        }
     }
 
     #[test]

@@ -65,9 +65,26 @@ pub struct HostConfigToml {
     /// The host listens behind a proxy that terminates TLS: a non-loopback listener without
     /// `[tls]` is allowed, and console cookies are `Secure`.
     pub behind_tls_proxy: Option<bool>,
+    /// CA certificates (PEM) trusted for the host's own HTTPS requests (notifications)
+    /// besides the public web roots.
+    pub outbound_ca_file: Option<PathBuf>,
+    /// `[server]`: who may name the client of a request.
+    #[serde(default)]
+    pub server: ServerToml,
 }
 
-/// `[tls]`.
+/// `[server]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerToml {
+    /// Proxies (addresses or CIDR ranges, e.g. `"10.0.0.0/8"`) whose `client_ip_header`
+    /// names the real client; from anyone else that header is ignored.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// The header a trusted proxy names the client in (default `X-Forwarded-For`; its
+    /// right-most address that is not a trusted proxy is the client).
+    pub client_ip_header: Option<String>,
+}
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsToml {
@@ -139,8 +156,8 @@ impl std::fmt::Debug for TokenEntry {
     }
 }
 
-/// The shortest token a configuration may hold: a shorter one is guessable.
-pub const MIN_TOKEN_CHARS: usize = 16;
+/// The shortest token a configuration may hold: 22 base64 characters carry 128 bits.
+pub const MIN_TOKEN_CHARS: usize = 22;
 
 /// Where secret values come from. Not `Debug`: it may hold secret values.
 #[derive(Default, Deserialize)]
@@ -240,6 +257,10 @@ pub struct HostConfig {
     pub notification_retention: Duration,
     pub tls: Option<TlsToml>,
     pub behind_tls_proxy: bool,
+    /// Extra CA certificates for the host's own HTTPS requests.
+    pub outbound_ca_file: Option<PathBuf>,
+    /// Who may name a request's client (the failed-authentication throttle's key).
+    pub proxies: crate::access::ProxyTrust,
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub check_interval: Duration,
@@ -420,7 +441,14 @@ impl HostConfig {
             );
         }
         let limits = &raw.limits;
-        let memory_mib = within("memory_mib", limits.memory_mib.unwrap_or(128), 1, 16 * 1024)?;
+        // A call's budget holds the host's reserve for its resources (8 MiB) besides the
+        // guest's linear memory.
+        let memory_mib = within(
+            "memory_mib",
+            limits.memory_mib.unwrap_or(128),
+            16,
+            16 * 1024,
+        )?;
         let max_concurrent = within(
             "max_concurrent",
             limits
@@ -539,12 +567,52 @@ impl HostConfig {
             notification_retention,
             tls: raw.tls,
             behind_tls_proxy: raw.behind_tls_proxy.unwrap_or(false),
+            proxies: proxy_trust(&raw.server).map_err(&invalid)?,
+            outbound_ca_file: match raw.outbound_ca_file {
+                Some(path) => {
+                    // Read now: a bad file is a configuration error, not a failed webhook.
+                    crate::outbound::tls_config(Some(&path))
+                        .map_err(|e| invalid(format!("outbound_ca_file: {e}")))?;
+                    Some(path)
+                }
+                None => None,
+            },
             max_connections,
             header_read_timeout,
             check_interval,
             workflow_retention,
         })
     }
+}
+
+/// `[server]`'s trusted proxies and client header, checked.
+fn proxy_trust(raw: &ServerToml) -> Result<crate::access::ProxyTrust, String> {
+    let proxies = raw
+        .trusted_proxies
+        .iter()
+        .map(|p| {
+            let p = p.trim();
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!(
+                        "[server] trusted_proxies: `{p}` is neither an address nor a CIDR range (e.g. \"10.0.0.7\" or \"10.0.0.0/8\")"
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let header = raw.client_ip_header.as_deref().unwrap_or("x-forwarded-for");
+    let header = http::HeaderName::from_bytes(header.trim().as_bytes()).map_err(|_| {
+        format!(
+            "[server] client_ip_header: `{header}` is not a header name (e.g. \"X-Forwarded-For\")"
+        )
+    })?;
+    if raw.client_ip_header.is_some() && proxies.is_empty() {
+        return Err(
+            "[server] client_ip_header is set but trusted_proxies is empty: the header would be ignored; list the proxies that set it".into(),
+        );
+    }
+    Ok(crate::access::ProxyTrust::new(proxies, header))
 }
 
 /// The configured tokens as digests with their principals: each from exactly one source,
@@ -568,8 +636,14 @@ fn tokens(raw: &[TokenToml]) -> Result<Vec<TokenEntry>, String> {
             let token = token.trim();
             if token.chars().count() < MIN_TOKEN_CHARS {
                 return Err(format!(
-                    "{at}: the token {from} has {} characters; use at least {MIN_TOKEN_CHARS} random ones (e.g. `openssl rand -hex 32`)",
+                    "{at}: the token {from} has {} characters; use at least {MIN_TOKEN_CHARS} random ones, 128 bits or more (e.g. `openssl rand -hex 32`)",
                     token.chars().count()
+                ));
+            }
+            let bits = crate::access::token_entropy_bits(token);
+            if bits < crate::access::MIN_TOKEN_BITS {
+                return Err(format!(
+                    "{at}: the token {from} can hold at most about {bits:.0} bits of entropy (too few kinds of character, or too many repeated), under the 128 needed; use a random one (e.g. `openssl rand -hex 32`)"
                 ));
             }
             Ok(crate::intent::sha256_digest(token.as_bytes()))
@@ -704,7 +778,7 @@ mod tests {
             r#"
             db = "postgres://docket:hunter2-password@db.internal/docket"
             [[tokens]]
-            token = "tok-0123456789abcdef"
+            token = "tok-0123456789abcdefghij"
             subject = "alice"
             roles = ["operator", "deployer"]
             [secrets]
@@ -715,7 +789,7 @@ mod tests {
         let c = HostConfig::from_toml("docket.toml", raw).unwrap();
         let shown = format!("{c:?}");
         for hidden in [
-            "tok-0123456789abcdef",
+            "tok-0123456789abcdefghij",
             "very-secret-value",
             "hunter2-password",
             "sha256:",
@@ -737,10 +811,26 @@ mod tests {
         };
         let token = |body: &str| format!("[[tokens]]\nsubject = \"s\"\n{body}\n");
         for (text, expect) in [
-            (token("token = \"short\"\nrole = \"client\""), "at least 16"),
+            (token("token = \"short\"\nrole = \"client\""), "at least 22"),
+            (
+                token("token = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nrole = \"client\""),
+                "[[tokens]] #1 (subject \"s\"): the token in the file can hold at most about 64 bits",
+            ),
+            (
+                "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n".to_string(),
+                "`10.0.0.0/33` is neither an address nor a CIDR range",
+            ),
+            (
+                "[server]\nclient_ip_header = \"X-Real-IP\"\n".to_string(),
+                "trusted_proxies is empty",
+            ),
+            (
+                "outbound_ca_file = \"/nonexistent/ca.pem\"\n".to_string(),
+                "cannot read the CA file /nonexistent/ca.pem",
+            ),
             (token("role = \"client\""), "exactly one of"),
             (
-                token("token = \"0123456789abcdefgh\""),
+                token("token = \"0123456789abcdefghijklmnop\""),
                 "give the token a role",
             ),
             (
@@ -750,8 +840,8 @@ mod tests {
             (
                 format!(
                     "{}{}",
-                    token("token = \"0123456789abcdefgh\"\nrole = \"client\""),
-                    token("token = \"0123456789abcdefgh\"\nrole = \"operator\"")
+                    token("token = \"0123456789abcdefghijklmnop\"\nrole = \"client\""),
+                    token("token = \"0123456789abcdefghijklmnop\"\nrole = \"operator\"")
                 ),
                 "configured twice",
             ),
@@ -763,7 +853,7 @@ mod tests {
             let err = load(&text).unwrap_err();
             assert!(err.contains(expect), "{text}: {err}");
         }
-        let digest = crate::intent::sha256_digest(b"0123456789abcdefgh");
+        let digest = crate::intent::sha256_digest(b"0123456789abcdefghijklmnop");
         assert_eq!(
             load(&token(&format!(
                 "token_sha256 = {digest:?}\nrole = \"client\""
@@ -779,7 +869,7 @@ mod tests {
             r#"
             listen = "127.0.0.1:8080"
             [[tokens]]
-            token = "t1-0123456789abcdef"
+            token = "t1-0123456789abcdefghijk"
             subject = "alice"
             role = "client"
             [secrets]

@@ -13,6 +13,8 @@
 //!   [`metrics`] (this host's counters and the Prometheus text of a scrape) and [`health`]
 //!   (whether the supervised tasks run and the host is stopping) and [`check`] (the
 //!   invariants a workflow's records must keep).
+//! - [`outbound`]: the host's own HTTP client (notifications, the CLI): HTTPS through
+//!   rustls, an optional CA file, no redirects.
 //! - [`telemetry`]: where spans go (the log, and OTLP when asked for) and how a workflow's
 //!   trace travels with it.
 //! - [`store`]: durable state behind traits split by consumer, with two backends —
@@ -61,6 +63,7 @@ pub mod intent;
 pub mod metrics;
 pub mod notify;
 pub mod operator;
+pub mod outbound;
 pub mod policy;
 pub mod runtime;
 pub mod scheduler;

@@ -174,7 +174,7 @@ impl Default for Metrics {
         let traps = Family::<Labels<1>, Counter>::default();
         registry.register(
             "docket_plugin_traps",
-            "Plugin calls on this host that ended without a value, by kind (trap, memory_cap, timeout)",
+            "Plugin calls on this host that ended without a value, by kind (trap, memory_cap, host_resources, timeout, instantiate, capacity)",
             traps.clone(),
         );
         let notifications = Family::<Labels<1>, Counter>::default();
@@ -189,6 +189,17 @@ impl Default for Metrics {
             "Violations this host's last complete consistency check found, by invariant (absent before the first)",
             violations.clone(),
         );
+        // Series whose labels are known in advance start at zero, so `rate()` and alerts
+        // work before the first event.
+        for result in INTENT_RESULTS {
+            let _ = intents.get_or_create(&[("result", (*result).into())]);
+        }
+        for kind in TRAP_KINDS {
+            let _ = traps.get_or_create(&[("kind", (*kind).into())]);
+        }
+        for result in NOTIFICATION_RESULTS {
+            let _ = notifications.get_or_create(&[("result", (*result).into())]);
+        }
         Self {
             registry,
             violations,
@@ -200,6 +211,20 @@ impl Default for Metrics {
         }
     }
 }
+
+/// Every `result` of `docket_intents_total`.
+pub const INTENT_RESULTS: &[&str] = &["created", "replayed", "conflict"];
+/// Every `kind` of `docket_plugin_traps_total`.
+pub const TRAP_KINDS: &[&str] = &[
+    "trap",
+    "memory_cap",
+    "host_resources",
+    "timeout",
+    "instantiate",
+    "capacity",
+];
+/// Every `result` of `docket_notifications_total`.
+pub const NOTIFICATION_RESULTS: &[&str] = &["delivered", "retried", "suppressed", "failed"];
 
 impl Metrics {
     /// An admission answered: `created`, `replayed` or `conflict`.
@@ -225,7 +250,7 @@ impl Metrics {
         self.lease_expiries.inc_by(n);
     }
 
-    /// A plugin call ended without a value: `trap`, `memory_cap` or `timeout`.
+    /// A plugin call ended without a value: one of [`TRAP_KINDS`].
     pub fn trap(&self, kind: &'static str) {
         self.traps.get_or_create(&[("kind", kind.into())]).inc();
     }
@@ -419,6 +444,25 @@ mod tests {
         );
         assert_eq!(TallyMetric::OutcomeMs.bucket(100), 0);
         assert_eq!(TallyMetric::OutcomeMs.bucket(101), 1);
+    }
+
+    /// Known label values are exposed at zero before any event, so a `rate()` or an alert
+    /// on them has a series from the first scrape.
+    #[test]
+    fn known_series_start_at_zero() {
+        let text = Metrics::default().render(&Snapshot::default(), 0);
+        for result in INTENT_RESULTS {
+            let line = format!("docket_intents_total{{result=\"{result}\"}} 0");
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        for kind in TRAP_KINDS {
+            let line = format!("docket_plugin_traps_total{{kind=\"{kind}\"}} 0");
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        for result in NOTIFICATION_RESULTS {
+            let line = format!("docket_notifications_total{{result=\"{result}\"}} 0");
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
     }
 
     #[test]

@@ -10,7 +10,16 @@
 //!   error message, for the redaction tests;
 //! - `flood`: writes 100,000 log lines and 10 MiB to stdout, then succeeds;
 //! - `big-output`: returns a receipt whose output is 1 MiB;
+//! - `fields-bomb`: fills `wasi:http` fields with 8 KiB, then clones and changes clones in
+//!   a loop, holding every one: host memory, not guest memory;
+//! - `table-bomb`: holds ever more host resources (clock pollables);
+//! - `request-flood` (`"authority"`, `"path"`): starts 40 plain-HTTP requests without
+//!   waiting for any, then reports how many were answered and how many refused;
 //! - `ok`: behaves, so tests can check the host still serves calls.
+//!
+//! Built with feature `describe-bomb`, `describe()` itself probes the secret `api_token`
+//! (panicking if it is readable) and then builds `wasi:http` fields in a loop; with
+//! `describe-spin` it never returns.
 
 use std::hint::black_box;
 use std::io::Write as _;
@@ -34,6 +43,11 @@ struct Hostile;
 
 impl Adapter for Hostile {
     fn describe() -> Contract {
+        #[cfg(feature = "describe-bomb")]
+        describe_bomb();
+        #[cfg(feature = "describe-spin")]
+        spin();
+        #[allow(unreachable_code)]
         Contract::new("hostile", "1.0.0")
             .namespace("hostile")
             .secret("api_token")
@@ -54,6 +68,15 @@ impl Adapter for Hostile {
             "leak-secret" => return Err(leak_secret()?),
             "flood" => flood(),
             "big-output" => json!({ "mode": "big-output", "filler": "x".repeat(1 << 20) }),
+            "fields-bomb" => fields_bomb(),
+            "table-bomb" => table_bomb(),
+            "request-flood" => request_flood(
+                input
+                    .get("authority")
+                    .and_then(Value::as_str)
+                    .unwrap_or("127.0.0.1:80"),
+                input.get("path").and_then(Value::as_str).unwrap_or("/"),
+            ),
             "ok" => json!({ "mode": "ok", "attempt": request.attempt }),
             // What the sandbox says the time is (WASI's wall clock).
             "now" => json!({ "now_ms": now_ms() }),
@@ -62,7 +85,8 @@ impl Adapter for Hostile {
                     "unknown_mode",
                     format!(
                         "`do` is {other:?}; expected one of loop, alloc, panic, read-file, \
-                         env, socket, http, leak-secret, flood, big-output, ok, now"
+                         env, socket, http, leak-secret, flood, big-output, fields-bomb, \
+                         table-bomb, request-flood, ok, now"
                     ),
                 ));
             }
@@ -214,6 +238,90 @@ fn leak_secret() -> Result<EffectError, EffectError> {
         "leak",
         format!("the secret is {token}"),
     ))
+}
+
+/// Fills one `fields` map with 8 KiB of headers, then clones it and grows each clone (a
+/// deep copy on the host) forever, holding them all.
+fn fields_bomb() -> Value {
+    use wasip2::http::types::Fields;
+    let value = vec![b'v'; 1024];
+    let full = Fields::new();
+    for i in 0..8 {
+        let _ = full.append(&format!("x-bomb-{i}"), &value);
+    }
+    let mut held = vec![full];
+    loop {
+        let copy = held[held.len() - 1].clone();
+        let _ = copy.append("x-more", b"1");
+        let _ = copy.delete("x-more");
+        held.push(copy);
+        if held.len() == 10_000_000 {
+            return json!({ "mode": "fields-bomb", "held": held.len() });
+        }
+    }
+}
+
+/// Holds ever more host resources: each pollable is an entry of the host's table.
+fn table_bomb() -> Value {
+    let mut held = Vec::new();
+    loop {
+        held.push(wasip2::clocks::monotonic_clock::subscribe_duration(1 << 40));
+        if held.len() == 10_000_000 {
+            return json!({ "mode": "table-bomb", "held": held.len() });
+        }
+    }
+}
+
+/// Starts 40 requests to `http://{authority}{path}` at once, holding every answer, and
+/// counts the answered and the refused.
+fn request_flood(authority: &str, path: &str) -> Value {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::{ErrorCode, Fields, OutgoingRequest, Scheme};
+    let mut pending = Vec::new();
+    let mut refused_at_once = 0;
+    for _ in 0..40 {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_scheme(Some(&Scheme::Http));
+        let _ = request.set_authority(Some(authority));
+        let _ = request.set_path_with_query(Some(path));
+        match outgoing_handler::handle(request, None) {
+            Ok(future) => pending.push(future),
+            Err(_) => refused_at_once += 1,
+        }
+    }
+    let (mut answered, mut denied, mut failed) = (0, 0, 0);
+    let mut held = Vec::new();
+    for future in &pending {
+        future.subscribe().block();
+        match future.get() {
+            Some(Ok(Ok(response))) => {
+                answered += 1;
+                // Held, body and all: the request stays open.
+                held.push(response);
+            }
+            Some(Ok(Err(ErrorCode::HttpRequestDenied))) => denied += 1,
+            _ => failed += 1,
+        }
+    }
+    json!({
+        "mode": "request-flood",
+        "answered": answered,
+        "denied": denied + refused_at_once,
+        "failed": failed,
+    })
+}
+
+/// `describe()` gone hostile: a secret must not be readable, then `wasi:http` fields are
+/// built and cloned in a loop.
+#[cfg(feature = "describe-bomb")]
+fn describe_bomb() {
+    if let Ok(token) = secrets::get("api_token") {
+        panic!(
+            "describe() read the secret api_token ({} bytes)",
+            token.len()
+        );
+    }
+    fields_bomb();
 }
 
 docket_guest::export_adapter!(Hostile);

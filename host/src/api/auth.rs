@@ -3,7 +3,7 @@
 
 use super::Context;
 use super::error::{ApiError, ErrorCode};
-use crate::access::{Principal, Role};
+use crate::access::{AuthFailure, Principal, Role};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use std::sync::Arc;
@@ -20,29 +20,24 @@ impl<S: Send + Sync> FromRequestParts<Arc<Context<S>>> for Caller {
         parts: &mut Parts,
         ctx: &Arc<Context<S>>,
     ) -> Result<Self, Self::Rejection> {
-        let client = parts
+        let peer = parts
             .extensions
             .get::<axum::extract::ConnectInfo<crate::access::ClientAddr>>()
             .map(|c| c.0.0.ip());
-        if let Some(client) = client
-            && let Err(wait) = ctx.auth.throttle.check(client)
-        {
-            return Err(ApiError::new(
-                ErrorCode::TooManyRequests,
-                format!(
-                    "too many failed authentications from this client; try again in {} s with a valid token",
-                    wait.as_secs().max(1)
-                ),
-            ));
-        }
+        // Authentication first: a valid token is answered whatever others sent from the
+        // same address; only failures count, and only they are throttled.
         ctx.auth
-            .authenticate(&parts.headers)
+            .authenticate_from(&parts.headers, peer)
             .map(Caller)
-            .map_err(|e| {
-                if let Some(client) = client {
-                    ctx.auth.throttle.failed(client);
-                }
-                ApiError::new(ErrorCode::Unauthorized, e.0)
+            .map_err(|failure| match failure {
+                AuthFailure::Refused(e) => ApiError::new(ErrorCode::Unauthorized, e.0),
+                AuthFailure::Throttled(wait) => ApiError::new(
+                    ErrorCode::TooManyRequests,
+                    format!(
+                        "too many failed authentications from this client; try again in {} s with a valid token",
+                        wait.as_secs().max(1)
+                    ),
+                ),
             })
     }
 }

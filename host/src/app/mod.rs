@@ -562,6 +562,11 @@ where
             clock.clone(),
             owner.clone(),
             config.notification_retention,
+            crate::outbound::client(
+                config.outbound_ca_file.as_deref(),
+                Some(crate::scheduler::notifier::SEND_TIMEOUT),
+            )
+            .setup(|| "the notifications' HTTP client".into())?,
         );
         notifier.metrics = scheduler.metrics();
         let stop = stop.clone();
@@ -881,6 +886,7 @@ fn auth(config: &HostConfig) -> Auth {
             .iter()
             .map(|t| (t.digest.clone(), t.principal.clone())),
     )
+    .trusting(config.proxies.clone())
 }
 
 /// Deploys every `*.toml` in `dir`; a changed file under a deployed version stops the host.

@@ -123,8 +123,9 @@ pub struct InvokeArgs {
     /// Deadline of the call.
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
-    /// Memory cap of the instance, in MiB.
-    #[arg(long, default_value_t = 128)]
+    /// Memory cap of the call, in MiB (the plugin's memory and the host's 8 MiB reserve
+    /// for its resources).
+    #[arg(long, default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=16384))]
     memory_mib: usize,
 }
 

@@ -14,16 +14,33 @@ pub struct Server {
     /// API token (omit for a host without tokens).
     #[arg(long, env = "DOCKET_TOKEN")]
     pub token: Option<String>,
+    /// CA certificates (PEM) to trust for an `https://` server besides the public roots
+    /// (a host with its own certificate authority).
+    #[arg(long, env = "DOCKET_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+    #[arg(skip)]
+    client: std::sync::OnceLock<reqwest::Client>,
 }
 
 impl Server {
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> anyhow::Result<reqwest::RequestBuilder> {
+        let client = match self.client.get() {
+            Some(client) => client,
+            None => {
+                let built = crate::outbound::client(self.ca_file.as_deref(), None)?;
+                self.client.get_or_init(|| built)
+            }
+        };
         let url = format!("{}{}", self.server.trim_end_matches('/'), path);
-        let r = reqwest::Client::new().request(method, url);
-        match &self.token {
+        let r = client.request(method, url);
+        Ok(match &self.token {
             Some(t) => r.bearer_auth(t),
             None => r,
-        }
+        })
     }
 }
 
@@ -51,7 +68,7 @@ pub async fn submit(
     let input: serde_json::Value =
         serde_json::from_str(input).context("--input is not valid JSON")?;
     let response = server
-        .request(reqwest::Method::POST, "/v1/intents")
+        .request(reqwest::Method::POST, "/v1/intents")?
         .header("Idempotency-Key", key)
         .json(&serde_json::json!({"workflow": workflow, "input": input}))
         .send()
@@ -62,7 +79,7 @@ pub async fn submit(
 
 pub async fn status(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
     let response = server
-        .request(reqwest::Method::GET, &workflow_path(id)?)
+        .request(reqwest::Method::GET, &workflow_path(id)?)?
         .send()
         .await
         .with_context(|| format!("cannot reach {}", server.server))?;
@@ -89,7 +106,7 @@ pub async fn cancel(
         .request(
             reqwest::Method::POST,
             &format!("{}/cancel", workflow_path(id)?),
-        )
+        )?
         .header("Idempotency-Key", key)
         .json(&serde_json::json!({"reason": reason, "withdraw": withdraw}))
         .send()
@@ -112,7 +129,7 @@ pub async fn revise(
         .request(
             reqwest::Method::POST,
             &format!("{}/revisions", workflow_path(id)?),
-        )
+        )?
         .header("Idempotency-Key", key)
         .json(&serde_json::json!({"input": input, "reason": reason}))
         .send()
@@ -129,7 +146,7 @@ pub async fn timeline(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
             path.push_str(&format!("&cursor={c}"));
         }
         let response = server
-            .request(reqwest::Method::GET, &path)
+            .request(reqwest::Method::GET, &path)?
             .send()
             .await
             .with_context(|| format!("cannot reach {}", server.server))?;

@@ -164,32 +164,31 @@ struct SignInForm {
 async fn sign_in<S: ContextStore>(
     State(c): State<Shared<S>>,
     extensions: axum::http::Extensions,
+    request_headers: HeaderMap,
     Form(form): Form<SignInForm>,
 ) -> Response {
-    let client = extensions
+    let peer = extensions
         .get::<axum::extract::ConnectInfo<crate::access::ClientAddr>>()
         .map(|c| c.0.0.ip());
-    if let Some(client) = client
-        && c.ctx.auth.throttle.check(client).is_err()
-    {
-        return html(
-            StatusCode::TOO_MANY_REQUESTS,
-            pages::sign_in(
-                c.ctx.auth.is_open(),
-                Some("Too many failed sign-ins from here; wait a minute and try again."),
-            ),
-        );
-    }
-    let mut headers = HeaderMap::new();
+    // The request's own headers (a trusted proxy's word on the client among them), with
+    // the form's token as the credential.
+    let mut headers = request_headers;
+    headers.remove(header::AUTHORIZATION);
     if let Ok(v) = format!("Bearer {}", form.token.trim()).parse() {
         headers.insert(header::AUTHORIZATION, v);
     }
-    let principal = match c.ctx.auth.authenticate(&headers) {
+    let principal = match c.ctx.auth.authenticate_from(&headers, peer) {
         Ok(p) => p,
-        Err(_) => {
-            if let Some(client) = client {
-                c.ctx.auth.throttle.failed(client);
-            }
+        Err(crate::access::AuthFailure::Throttled(_)) => {
+            return html(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::sign_in(
+                    c.ctx.auth.is_open(),
+                    Some("Too many failed sign-ins from here; wait a minute and try again."),
+                ),
+            );
+        }
+        Err(crate::access::AuthFailure::Refused(_)) => {
             return html(
                 StatusCode::UNAUTHORIZED,
                 pages::sign_in(

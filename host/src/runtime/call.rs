@@ -41,9 +41,10 @@ pub enum CallFailure {
     /// The call outlasted its deadline and was stopped.
     #[error("the plugin did not finish within its {limit_ms} ms deadline and was stopped")]
     Timeout { limit_ms: u64 },
-    /// The plugin tried to grow its memory past the cap.
+    /// The plugin tried to grow its memory past the cap. Both figures count the host's
+    /// reserve for the call's resources besides the plugin's linear memory.
     #[error(
-        "the plugin tried to grow its memory to {requested_bytes} bytes, over the cap of {cap_bytes} bytes, and was stopped"
+        "the plugin tried to grow its memory so that the call would use {requested_bytes} bytes (its memory and the host's reserve for its resources), over the cap of {cap_bytes} bytes, and was stopped"
     )]
     MemoryCap {
         cap_bytes: usize,
@@ -55,6 +56,10 @@ pub enum CallFailure {
         message: String,
         panic: Option<String>,
     },
+    /// The plugin held more host resources (streams, `wasi:http` fields, requests) than a
+    /// call may, and was stopped.
+    #[error("the plugin held more host resources than a call may ({what}) and was stopped")]
+    HostResources { what: String },
     /// The component could not be instantiated for this call.
     #[error("the plugin could not be started: {message}")]
     Instantiate { message: String },
@@ -88,6 +93,9 @@ impl<T> CallReport<T> {
     }
 }
 
+/// Fuel of a call whose time alone is bounded (its deadline): in effect, no metering.
+const UNMETERED: u64 = u64::MAX;
+
 impl Runtime {
     /// Runs `f` against a fresh instance of `pre` under `grant`, `env` and `limits`.
     pub(super) async fn call<R>(
@@ -96,6 +104,22 @@ impl Runtime {
         grant: Arc<Grant>,
         env: CallEnv,
         limits: CallLimits,
+        f: impl AsyncFnOnce(&mut Store<HostState>, &PreKind) -> wasmtime::Result<R>,
+        redact: impl FnOnce(R, &Redactor) -> R,
+    ) -> CallReport<R> {
+        self.call_with_fuel(pre, grant, env, limits, UNMETERED, f, redact)
+            .await
+    }
+
+    /// [`Runtime::call`] with at most `fuel` units of guest work besides the deadline.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn call_with_fuel<R>(
+        &self,
+        pre: &PreKind,
+        grant: Arc<Grant>,
+        env: CallEnv,
+        limits: CallLimits,
+        fuel: u64,
         f: impl AsyncFnOnce(&mut Store<HostState>, &PreKind) -> wasmtime::Result<R>,
         redact: impl FnOnce(R, &Redactor) -> R,
     ) -> CallReport<R> {
@@ -113,6 +137,9 @@ impl Runtime {
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
+        store
+            .set_fuel(fuel)
+            .expect("the engine is configured to consume fuel");
 
         let result = tokio::time::timeout(limits.timeout, f(&mut store, pre)).await;
         store.data_mut().drain_pipes();
@@ -137,10 +164,20 @@ impl Runtime {
             });
         }
         let outcome = outcome.map_err(|f| redact_failure(f, &state.redactor));
+        let denials = state.denials();
+        if denials.count() > 0 {
+            // One line per call, however many requests the guest tried.
+            tracing::warn!(
+                call = %state.label(),
+                refused = denials.count(),
+                "outbound requests refused: {}",
+                denials.first().unwrap_or_default()
+            );
+        }
         CallReport {
             outcome,
             log: std::mem::take(&mut state.log),
-            denials: state.denials(),
+            denials: denials.into_reasons(),
             elapsed: started.elapsed(),
         }
     }
@@ -359,6 +396,28 @@ fn classify(error: &wasmtime::Error, state: &HostState) -> CallFailure {
         return CallFailure::Trap {
             message: trap.to_string(),
             panic: (!panic.is_empty()).then_some(panic),
+        };
+    }
+    if let Some(wasmtime::component::ResourceTableError::Full) =
+        error.downcast_ref::<wasmtime::component::ResourceTableError>()
+    {
+        return CallFailure::HostResources {
+            what: format!(
+                "more than {} streams, HTTP fields, requests and other resources at once",
+                super::state::MAX_TABLE_ENTRIES
+            ),
+        };
+    }
+    if let Some(
+        e @ (wasmtime_wasi_http::FieldMapError::TotalSizeTooBig
+        | wasmtime_wasi_http::FieldMapError::TooManyFields),
+    ) = error.downcast_ref::<wasmtime_wasi_http::FieldMapError>()
+    {
+        return CallFailure::HostResources {
+            what: format!(
+                "HTTP fields over {} bytes: {e}",
+                super::state::MAX_FIELDS_BYTES
+            ),
         };
     }
     if error.is::<wasmtime::PoolConcurrencyLimitError>() {

@@ -16,6 +16,52 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// Longest a plugin may wait to connect, whatever it asks for.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Most outbound requests one call may have open at once (sent, or answered with a body
+/// not yet dropped): each costs a socket, buffers and possibly a blocking name lookup.
+pub(super) const MAX_CONCURRENT_REQUESTS: usize = 8;
+
+/// Refusal reasons kept per call; later refusals are only counted.
+const MAX_DENIAL_REASONS: usize = 8;
+
+/// The refusals of one call: the first few reasons and a count of the rest, so a guest
+/// that asks in a loop costs bounded memory and one log line.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Denials {
+    reasons: Vec<String>,
+    more: usize,
+}
+
+impl Denials {
+    fn push(&mut self, reason: String) {
+        if self.reasons.len() < MAX_DENIAL_REASONS {
+            self.reasons.push(reason);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// The first reason, if any request was refused.
+    pub(super) fn first(&self) -> Option<&str> {
+        self.reasons.first().map(String::as_str)
+    }
+
+    /// How many requests were refused in all.
+    pub(super) fn count(&self) -> usize {
+        self.reasons.len() + self.more
+    }
+
+    /// The kept reasons, with a last line counting those not kept.
+    pub(super) fn into_reasons(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.reasons.push(format!(
+                "{} further refused requests are not listed",
+                self.more
+            ));
+        }
+        self.reasons
+    }
+}
+
 /// How a plugin's outbound host names become addresses.
 #[derive(Clone, Default)]
 pub enum Resolver {
@@ -119,8 +165,10 @@ pub(super) struct Egress {
     redactor: crate::capabilities::Redactor,
     /// The call's overall time limit; no single wait may be longer.
     call_timeout: Duration,
-    /// Human-readable reasons for every refused request, reported with the call.
-    denials: Arc<Mutex<Vec<String>>>,
+    /// Human-readable reasons for refused requests, reported with the call.
+    denials: Arc<Mutex<Denials>>,
+    /// Requests open at once ([`MAX_CONCURRENT_REQUESTS`]).
+    open_requests: Arc<tokio::sync::Semaphore>,
     label: Arc<str>,
     tap: Option<Arc<dyn EgressTap>>,
     connections: Arc<super::keepalive::Pool>,
@@ -143,18 +191,20 @@ impl Egress {
             redactor,
             call_timeout,
             denials: Arc::default(),
+            open_requests: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REQUESTS)),
             label,
             tap,
         }
     }
 
-    pub(super) fn denials(&self) -> Arc<Mutex<Vec<String>>> {
+    pub(super) fn denials(&self) -> Arc<Mutex<Denials>> {
         self.denials.clone()
     }
 
+    /// Records a refusal; the call's one summary line is logged when it ends.
     fn deny(&self, reason: String) -> HttpError {
         let reason = self.redactor.redact(&reason).into_owned();
-        tracing::warn!(call = %self.label, "outbound request denied: {reason}");
+        tracing::debug!(call = %self.label, "outbound request denied: {reason}");
         self.denials.lock().unwrap().push(reason);
         HttpError::HttpRequestDenied
     }
@@ -214,6 +264,15 @@ impl WasiHttpHooks for Egress {
             ));
             return Box::new(async move { Err(err) });
         }
+        // Taken before anything is resolved or opened, and held until the answer's body is
+        // dropped: a guest that fires requests without waiting holds at most this many.
+        let Ok(permit) = self.open_requests.clone().try_acquire_owned() else {
+            let err = self.deny(format!(
+                "request to {scheme:?}://{host}:{port} refused: the call already has \
+                 {MAX_CONCURRENT_REQUESTS} requests open"
+            ));
+            return Box::new(async move { Err(err) });
+        };
         let options = self.options(options);
         let denials = self.denials.clone();
         let label = self.label.clone();
@@ -242,7 +301,7 @@ impl WasiHttpHooks for Egress {
                     }
                     AddressDecision::Deny(reason) => {
                         let reason = redactor.redact(&reason).into_owned();
-                        tracing::warn!(call = %label, "outbound address refused: {reason}");
+                        tracing::debug!(call = %label, "outbound address refused: {reason}");
                         denials.lock().unwrap().push(reason);
                     }
                 }
@@ -257,12 +316,37 @@ impl WasiHttpHooks for Egress {
                 options,
                 connections,
             };
-            match tap {
+            let (response, io) = match tap {
                 None => destination.send(request).await,
                 Some(tap) => tapped(&destination, request, tap.as_ref()).await,
-            }
+            }?;
+            Ok((holding(response, permit), io))
         })
     }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        super::state::OUTGOING_CHUNK_BYTES
+    }
+}
+
+/// The response with `permit` held by its body: the request counts as open until the
+/// guest drops the body (or the whole response).
+fn holding(
+    response: http::Response<WasiBody>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> http::Response<WasiBody> {
+    use http_body_util::BodyExt;
+    response.map(|body| {
+        body.map_frame(move |frame| {
+            let _open = &permit;
+            frame
+        })
+        .boxed_unsync()
+    })
 }
 
 /// Where a checked request goes: exactly the address that was checked.

@@ -28,6 +28,9 @@ use wasmtime::component::{Component, HasSelf, Linker};
 
 /// How long `describe()` may take.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much guest work `describe()` may do, in fuel units (about one per instruction): a
+/// contract is a handful of strings, built in well under a million.
+const DESCRIBE_FUEL: u64 = 200_000_000;
 
 /// What a component is, with its declaration.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -367,16 +370,22 @@ impl Runtime {
         Ok(loaded)
     }
 
-    /// Calls `describe()` with every docket interface linked but nothing granted.
+    /// Calls `describe()` with nothing granted: `wasi:http` and `secrets` are deny-all
+    /// stubs, so a component that behaves at upload and turns hostile later still cannot
+    /// reach the network, a secret or the host's HTTP resources from here, at upload or at
+    /// any host's start. Fuel, the memory cap, the resource table's cap and a deadline bound
+    /// the rest.
     async fn describe(
         &self,
         component: &Component,
         world: World,
     ) -> Result<ComponentKind, LoadError> {
         let grant = Arc::new(Grant::none());
-        let linker = self.linker(&grant, true).map_err(|e| LoadError::Compile {
-            reason: format!("{e:#}"),
-        })?;
+        let linker = self
+            .describe_linker(component)
+            .map_err(|e| LoadError::Compile {
+                reason: format!("{e:#}"),
+            })?;
         let pre = linker
             .instantiate_pre(component)
             .map_err(|e| LoadError::Compile {
@@ -393,11 +402,12 @@ impl Runtime {
             timeout: DESCRIBE_TIMEOUT,
         };
         let report = self
-            .call(
+            .call_with_fuel(
                 &pre,
                 grant,
                 env,
                 limits,
+                DESCRIBE_FUEL,
                 async |store, pre| match pre {
                     PreKind::Adapter(pre) => {
                         let instance: Adapter = pre.instantiate_async(&mut *store).await?;
@@ -455,7 +465,7 @@ impl Runtime {
             return Ok(found.clone());
         }
         let grant = Arc::new(grant.clone());
-        let linker = self.linker(&grant, false).map_err(|e| LoadError::Compile {
+        let linker = self.linker(&grant).map_err(|e| LoadError::Compile {
             reason: format!("{e:#}"),
         })?;
         let pre = linker
@@ -505,21 +515,91 @@ impl Runtime {
     }
 
     /// A linker with the WASI baseline (empty context), docket's always-linked interfaces,
-    /// and — only if granted, or for `describe` — `wasi:http` and `secrets`.
-    fn linker(&self, grant: &Grant, everything: bool) -> wasmtime::Result<Linker<HostState>> {
+    /// and — only if granted — `wasi:http` and `secrets`.
+    fn linker(&self, grant: &Grant) -> wasmtime::Result<Linker<HostState>> {
+        let mut linker = self.baseline_linker()?;
+        if grant.allows_secrets() {
+            secrets::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        }
+        if grant.allows_http() {
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        }
+        Ok(linker)
+    }
+
+    /// The WASI baseline and docket's always-linked interfaces.
+    fn baseline_linker(&self) -> wasmtime::Result<Linker<HostState>> {
         let mut linker = Linker::new(&self.inner.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         clock::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         settings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
-        if everything || grant.allows_secrets() {
-            secrets::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
-        }
-        if everything || grant.allows_http() {
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        Ok(linker)
+    }
+
+    /// The linker of `describe()`: the baseline, `secrets` answering every name with
+    /// `not-granted`, and every other import — `wasi:http` — a function that traps. Every
+    /// import is linked, so no adapter is refused for what it imports.
+    fn describe_linker(&self, component: &Component) -> wasmtime::Result<Linker<HostState>> {
+        use wasmtime::component::ResourceType;
+        use wasmtime::component::types::ComponentItem;
+        let engine = &self.inner.engine;
+        let mut linker = self.baseline_linker()?;
+        secrets::add_to_linker::<HostState, NoSecrets>(&mut linker, |_| NoSecrets)?;
+        // Imports come in dependency order: a resource an interface only `use`s from an
+        // earlier one (a `pollable`, an `input-stream`) is already known and is not
+        // defined again; the interface's own resources get an inert host type.
+        let mut known: Vec<ResourceType> = Vec::new();
+        for (name, import) in component.component_type().imports(engine) {
+            let ComponentItem::ComponentInstance(instance_type) = import.ty else {
+                continue;
+            };
+            let stubbed = name.starts_with("wasi:http/");
+            let mut instance = stubbed.then(|| linker.instance(name)).transpose()?;
+            for (export, item) in instance_type.exports(engine) {
+                match item.ty {
+                    ComponentItem::Resource(resource) if !known.contains(&resource) => {
+                        known.push(resource);
+                        if let Some(instance) = instance.as_mut() {
+                            instance.resource(
+                                export,
+                                ResourceType::host::<DescribeStub>(),
+                                |_, _| Ok(()),
+                            )?;
+                        }
+                    }
+                    ComponentItem::ComponentFunc(_) => {
+                        if let Some(instance) = instance.as_mut() {
+                            let what = format!("{name}#{export}");
+                            instance.func_new(export, move |_, _, _, _| {
+                                Err(wasmtime::format_err!(
+                                    "`{what}` is not available in `describe()`: a contract is declared, not fetched"
+                                ))
+                            })?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
         Ok(linker)
+    }
+}
+
+/// The host type of `wasi:http`'s resources during `describe()`: none is ever created.
+struct DescribeStub;
+
+/// `secrets` during `describe()`: no name is granted.
+struct NoSecrets;
+
+impl wasmtime::component::HasData for NoSecrets {
+    type Data<'a> = NoSecrets;
+}
+
+impl secrets::Host for NoSecrets {
+    fn get(&mut self, name: String) -> Result<String, secrets::SecretError> {
+        Err(secrets::SecretError::NotGranted(name))
     }
 }
 

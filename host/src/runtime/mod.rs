@@ -132,6 +132,9 @@ impl Runtime {
             .table_keep_resident(64 << 10);
         let mut wasm = Config::new();
         wasm.epoch_interruption(true)
+            // Metered only where a call sets a budget (`describe()`); every other call is
+            // bounded by its deadline and given all the fuel there is.
+            .consume_fuel(true)
             .wasm_component_model(true)
             // Reserve only what the cap allows, so the pool's address space stays modest.
             .memory_reservation(config.memory_cap_bytes as u64)

@@ -22,6 +22,27 @@ const MAX_LOG_LINE: usize = 4096;
 /// Capacity of the captured stdout and stderr, each.
 pub(super) const PIPE_CAPACITY: usize = 64 * 1024;
 
+/// Most host resources (streams, pollables, `wasi:http` fields, requests, bodies) one call
+/// may hold at once. wasmtime's default is a million: a guest in a loop could pin host
+/// memory without growing its own. An HTTP exchange needs about a dozen, most dropped
+/// as it goes.
+pub(super) const MAX_TABLE_ENTRIES: usize = 256;
+/// Most bytes one `wasi:http` `fields` map may hold, by wasmtime's accounting (names and
+/// values plus their in-memory headers; proxies allow about 8 KiB on the wire).
+pub(super) const MAX_FIELDS_BYTES: usize = 16 * 1024;
+/// Bytes of an outgoing body the host buffers per chunk (one chunk plus one in flight).
+pub(super) const OUTGOING_CHUNK_BYTES: usize = 16 * 1024;
+/// The most host memory one table entry can hold: a `fields` map, or an outgoing body's
+/// two buffered chunks, whichever is larger.
+const MAX_ENTRY_BYTES: usize = if MAX_FIELDS_BYTES > 2 * OUTGOING_CHUNK_BYTES {
+    MAX_FIELDS_BYTES
+} else {
+    2 * OUTGOING_CHUNK_BYTES
+};
+/// Host memory reserved for a call's resources, counted in its memory budget: the guest's
+/// linear memory may grow only to the budget less this.
+pub const HOST_RESERVED_BYTES: usize = MAX_TABLE_ENTRIES * MAX_ENTRY_BYTES;
+
 /// Severity of a plugin log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,9 +89,10 @@ pub struct CallEnv {
 /// A memory limiter that remembers why it refused to grow.
 #[derive(Debug)]
 pub(super) struct Limits {
-    /// The most linear memory one call may have, summed over all its memories.
+    /// The call's memory budget: its linear memories, summed, plus the host's reserve for
+    /// its resources ([`HOST_RESERVED_BYTES`]).
     pub(super) memory_cap: usize,
-    /// Linear memory granted so far, summed over the call's memories.
+    /// Budget taken so far: the host's reserve, then linear memory as it is granted.
     pub(super) used: usize,
     /// The size a refused grow asked for.
     pub(super) refused: Option<usize>,
@@ -172,10 +194,14 @@ impl HostState {
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
         let redactor = env.secrets.redactor_for(grant.secrets());
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_TABLE_ENTRIES);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(MAX_FIELDS_BYTES);
         Self {
             wasi,
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
+            table,
+            http,
             egress: Egress::new(
                 grant.clone(),
                 call_timeout,
@@ -187,7 +213,7 @@ impl HostState {
             ),
             limits: Limits {
                 memory_cap,
-                used: 0,
+                used: HOST_RESERVED_BYTES,
                 refused: None,
             },
             identity: None,
@@ -201,7 +227,12 @@ impl HostState {
         }
     }
 
-    pub(super) fn denials(&self) -> Vec<String> {
+    /// The call's label for host logs.
+    pub(super) fn label(&self) -> &str {
+        &self.env.label
+    }
+
+    pub(super) fn denials(&self) -> super::egress::Denials {
         self.egress.denials().lock().unwrap().clone()
     }
 

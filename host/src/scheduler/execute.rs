@@ -906,6 +906,10 @@ impl<S> Scheduler<S> {
                 self.metrics.trap("trap");
                 AttemptOutcome::Trapped
             }
+            CallFailure::HostResources { .. } => {
+                self.metrics.trap("host_resources");
+                AttemptOutcome::Trapped
+            }
             CallFailure::Instantiate { .. } => {
                 self.metrics.trap("instantiate");
                 AttemptOutcome::Interrupted

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 /// How long a claimed row is this host's: longer than its sends may take.
 const LEASE: Duration = Duration::from_secs(60);
 /// The longest one endpoint may take to answer.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Rows claimed per round.
 const BATCH: u32 = 64;
 /// How often finished rows past their retention are pruned, and how many per batch (a
@@ -45,22 +45,22 @@ impl<S> Notifier<S>
 where
     S: NotificationStore + ReadStore + Clone + 'static,
 {
+    /// A notifier sending through `client` (see [`crate::outbound::client`]: HTTPS, no
+    /// redirects); each request is bounded by its own timeout besides.
     pub fn new(
         store: S,
         endpoints: Vec<Endpoint>,
         clock: Arc<dyn Clock>,
         owner: String,
         retention: Duration,
+        client: reqwest::Client,
     ) -> Self {
         Self {
             store,
             endpoints: Arc::new(endpoints),
             clock,
             owner,
-            client: reqwest::Client::builder()
-                .timeout(SEND_TIMEOUT)
-                .build()
-                .expect("a default HTTP client"),
+            client,
             retention,
             poll: Duration::from_millis(200),
             metrics: Arc::default(),

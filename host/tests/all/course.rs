@@ -21,7 +21,7 @@ token = "stranger-token-0123456789"
 subject = "team-b"
 role = "client"
 [[tokens]]
-token = "ops-token-0123456789"
+token = "ops-token-0123456789abcd"
 subject = "alice"
 role = "operator"
 "#;
@@ -158,7 +158,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
             &host,
             &path,
             "c-2",
-            Some("ops-token-0123456789"),
+            Some("ops-token-0123456789abcd"),
             json!({"reason": "asked by phone"})
         ),
     );
@@ -187,7 +187,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     } else {
         (
             "c-2",
-            "ops-token-0123456789",
+            "ops-token-0123456789abcd",
             json!({"reason": "asked by phone"}),
         )
     };
@@ -198,7 +198,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
         &host,
         &path,
         "c-3",
-        Some("ops-token-0123456789"),
+        Some("ops-token-0123456789abcd"),
         reason.clone(),
     )
     .await;
@@ -219,7 +219,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     let (_, wf) = get(
         &host,
         &format!("/v1/workflows/{id}"),
-        Some("ops-token-0123456789"),
+        Some("ops-token-0123456789abcd"),
     )
     .await;
     assert_eq!(wf["state"], "cancelled", "{wf:#}");
@@ -242,7 +242,7 @@ async fn a_cancellation_before_any_effect_ends_every_step_once(db: Option<String
     let (_, page) = get(
         &host,
         &format!("/v1/workflows/{id}/timeline?limit=500"),
-        Some("ops-token-0123456789"),
+        Some("ops-token-0123456789abcd"),
     )
     .await;
     let timeline = page.to_string();

@@ -268,7 +268,7 @@ token = "client-b-token-0123456789"
 subject = "team-b"
 role = "client"
 [[tokens]]
-token = "ops-token-0123456789"
+token = "ops-token-0123456789abcd"
 subject = "alice"
 role = "operator"
 "#
@@ -294,7 +294,7 @@ role = "operator"
         || async {
             let r = reqwest::Client::new()
                 .get(format!("{}/v1/workflows/{id}", host.url))
-                .bearer_auth("ops-token-0123456789")
+                .bearer_auth("ops-token-0123456789abcd")
                 .send()
                 .await
                 .unwrap();
@@ -342,7 +342,7 @@ role = "operator"
         "resolve",
         "a-1",
         abandon.clone(),
-        Some("ops-token-0123456789"),
+        Some("ops-token-0123456789abcd"),
     )
     .await;
     assert_eq!(status, 200, "{body:#}");
@@ -350,7 +350,7 @@ role = "operator"
     assert!(body["receipt"].is_null());
     let r = reqwest::Client::new()
         .get(format!("{}/v1/workflows/{id}", host.url))
-        .bearer_auth("ops-token-0123456789")
+        .bearer_auth("ops-token-0123456789abcd")
         .send()
         .await
         .unwrap();
@@ -362,7 +362,7 @@ role = "operator"
             "{}/v1/workflows/{id}/steps/deliver/escalate",
             host.url
         ))
-        .bearer_auth("ops-token-0123456789")
+        .bearer_auth("ops-token-0123456789abcd")
         .json(&json!({"note": "x"}))
         .send()
         .await

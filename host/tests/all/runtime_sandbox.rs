@@ -493,3 +493,181 @@ async fn fetch(
     )
     .await
 }
+
+/// A plugin that clones and grows `wasi:http` fields in a loop — host memory, not its own —
+/// is stopped at the resource table's cap; each map was held to its size limit on the way.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fields_bomb_ends_at_the_host_resource_cap() {
+    let s = sandbox().await;
+    let report = call(&s, json!({"do": "fields-bomb"}), Duration::from_secs(20)).await;
+    match report.outcome {
+        Err(CallFailure::HostResources { what }) => {
+            assert!(what.contains("more than 256"), "{what}")
+        }
+        other => panic!("expected the host resource cap, got {other:?}"),
+    }
+    still_serves(&s).await;
+}
+
+/// A plugin that holds ever more host resources (pollables) is stopped at the table's cap,
+/// not after a million entries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_bomb_ends_at_the_host_resource_cap() {
+    let s = sandbox().await;
+    let started = std::time::Instant::now();
+    let report = call(&s, json!({"do": "table-bomb"}), Duration::from_secs(20)).await;
+    assert!(
+        matches!(report.outcome, Err(CallFailure::HostResources { .. })),
+        "{:?}",
+        report.outcome
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    still_serves(&s).await;
+}
+
+/// A plugin that fires 40 requests without waiting gets at most 8 open at once; the rest
+/// are refused, and the call reports the first few reasons and a count, not 32 lines.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_flood_holds_at_most_eight_requests_open() {
+    let s = sandbox().await;
+    let authority = s.granted.addr().to_string();
+    let report = call(
+        &s,
+        json!({"do": "request-flood", "authority": authority, "path": "/v1/_world"}),
+        Duration::from_secs(20),
+    )
+    .await;
+    let denials = report.denials.clone();
+    let out = output(report);
+    assert_eq!(out["answered"], 8, "{out}");
+    assert_eq!(out["denied"], 32, "{out}");
+    assert_eq!(denials.len(), 9, "{denials:?}");
+    assert!(denials[0].contains("8 requests open"), "{}", denials[0]);
+    assert_eq!(denials[8], "24 further refused requests are not listed");
+    still_serves(&s).await;
+}
+
+/// A component whose `describe()` turns hostile is refused at load: `secrets` answers
+/// `not-granted` and `wasi:http` traps, so it neither reads a secret nor pins host memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_describe_is_refused_at_load() {
+    let rt = runtime();
+    let err = match rt
+        .load_file(docket::guests::HOSTILE_DESCRIBE_BOMB.as_ref())
+        .await
+    {
+        Ok(_) => panic!("a hostile describe() was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("`describe()` failed"), "{err}");
+    assert!(!err.contains("read the secret"), "{err}");
+    // The same runtime loads a well-behaved component afterwards.
+    load(&rt, "hostile").await;
+}
+
+/// A `describe()` that never returns runs out of fuel well before its 5 s deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spinning_describe_runs_out_of_fuel() {
+    let rt = runtime();
+    let started = std::time::Instant::now();
+    let err = match rt
+        .load_file(docket::guests::HOSTILE_DESCRIBE_SPIN.as_ref())
+        .await
+    {
+        Ok(_) => panic!("a spinning describe() was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("fuel"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// The peak resident memory of this process, in bytes (`VmHWM`).
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/self/status");
+    kib * 1024
+}
+
+/// The most the host's resident memory may reach while every host-memory bomb runs: the
+/// test binary's own footprint with a runtime, and the calls' bounded reserves.
+const HOST_RSS_BOUND: u64 = 200 << 20;
+
+/// Every way a plugin could pin host memory outside its linear memory — fields, the
+/// resource table, open requests, a hostile `describe()` — run in a process of their own
+/// (so no other test's memory counts), several calls at once: each call ends on its own,
+/// and the process's peak resident memory stays under [`HOST_RSS_BOUND`].
+#[test]
+fn host_memory_bombs_stay_within_a_stated_bound() {
+    const CHILD: &str = "DOCKET_TEST_HOST_MEMORY_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "runtime_sandbox::host_memory_bombs_stay_within_a_stated_bound",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "the child failed:\n{text}");
+        assert!(text.contains("peak resident memory"), "{text}");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let s = Arc::new(sandbox().await);
+            let authority = s.granted.addr().to_string();
+            let mut tasks = Vec::new();
+            for round in 0..4 {
+                for mode in ["fields-bomb", "table-bomb", "request-flood"] {
+                    let s = s.clone();
+                    let input = json!({"do": mode, "authority": authority, "path": "/v1/_world"});
+                    tasks.push(tokio::spawn(async move {
+                        (
+                            mode,
+                            round,
+                            call(&s, input, Duration::from_secs(30)).await.outcome,
+                        )
+                    }));
+                }
+            }
+            for task in tasks {
+                let (mode, round, outcome) = task.await.unwrap();
+                match (mode, outcome) {
+                    ("request-flood", Ok(Ok(_))) => {}
+                    (_, Err(CallFailure::HostResources { .. })) if mode != "request-flood" => {}
+                    (mode, other) => panic!("{mode} (round {round}) ended with {other:?}"),
+                }
+            }
+            for _ in 0..4 {
+                assert!(
+                    s.rt.load_file(docket::guests::HOSTILE_DESCRIBE_BOMB.as_ref())
+                        .await
+                        .is_err()
+                );
+            }
+            still_serves(&s).await;
+        });
+    let peak = peak_rss();
+    println!("peak resident memory: {} MiB", peak >> 20);
+    assert!(
+        peak < HOST_RSS_BOUND,
+        "peak resident memory {} MiB over the bound of {} MiB",
+        peak >> 20,
+        HOST_RSS_BOUND >> 20
+    );
+}
