@@ -84,11 +84,15 @@ pub struct Limits {
 impl Limits {
     pub fn of(budget: &Budget, added: &Amounts) -> Self {
         Self {
-            attempts: u64::from(budget.max_attempts) + added.attempts,
-            runtime_ms: budget.max_runtime.as_millis() as u64 + added.runtime_ms,
-            external_calls: u64::from(budget.max_external_calls) + added.external_calls,
-            cost: budget.max_cost.map(|c| u64::from(c) + added.cost),
-            recovery_queries: u64::from(budget.recovery_queries) + added.recovery_queries,
+            attempts: u64::from(budget.max_attempts).saturating_add(added.attempts),
+            runtime_ms: (budget.max_runtime.as_millis() as u64).saturating_add(added.runtime_ms),
+            external_calls: u64::from(budget.max_external_calls)
+                .saturating_add(added.external_calls),
+            cost: budget
+                .max_cost
+                .map(|c| u64::from(c).saturating_add(added.cost)),
+            recovery_queries: u64::from(budget.recovery_queries)
+                .saturating_add(added.recovery_queries),
         }
     }
 

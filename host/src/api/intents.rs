@@ -114,7 +114,17 @@ pub(super) fn key_from_headers(headers: &HeaderMap) -> ApiResult<String> {
             "the request has more than one `Idempotency-Key` header; send exactly one",
         ));
     }
-    parse_idempotency_key(value.as_bytes()).map_err(|m| ApiError::new(ErrorCode::InvalidKey, m))
+    let key = parse_idempotency_key(value.as_bytes())
+        .map_err(|m| ApiError::new(ErrorCode::InvalidKey, m))?;
+    if let Some(prefix) = crate::intent::reserved_key_prefix(&key) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidKey,
+            format!(
+                "keys starting with `{prefix}` are reserved for the host's own requests; choose another key"
+            ),
+        ));
+    }
+    Ok(key)
 }
 
 /// Reads the body, refusing more than `limit` bytes with `413`.

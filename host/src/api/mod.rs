@@ -200,6 +200,12 @@ pub fn metrics_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz::<S>))
         .fallback(no_route)
+        // The same `Host` check as the API's: an open host's metrics answer only to
+        // loopback names, so a page that rebinds its DNS name here reads nothing.
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            guard::<S>,
+        ))
         .with_state(ctx)
 }
 

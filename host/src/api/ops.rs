@@ -27,7 +27,12 @@ pub(super) async fn readyz<S: ContextStore>(State(ctx): State<Ctx<S>>) -> Respon
     let mut reasons = ctx.health.problems();
     let store = match tokio::time::timeout(STORE_CHECK, ctx.store.ping()).await {
         Ok(Ok(())) => "ok".to_string(),
-        Ok(Err(e)) => format!("the store does not answer: {e}"),
+        Ok(Err(e)) => {
+            // The driver's text (addresses, users, database names) is for the host's log,
+            // not for whoever can reach an unauthenticated health check.
+            tracing::warn!("readiness check: the store does not answer: {e}");
+            "the store does not answer; the host's log says why".to_string()
+        }
         Err(_) => format!(
             "the store does not answer: no reply within {} s",
             STORE_CHECK.as_secs()

@@ -162,6 +162,14 @@ impl App {
                 "refusing to listen on {listen} without API tokens: anyone could act as an operator; configure [[tokens]] in docket.toml or listen on 127.0.0.1"
             )));
         }
+        if config.tokens.is_empty()
+            && let Some(metrics) = config.metrics_listen
+            && !metrics.ip().is_loopback()
+        {
+            return Err(AppError::Refused(format!(
+                "refusing to serve metrics on {metrics} without API tokens: an open host's listeners stay on loopback; configure [[tokens]] in docket.toml or set metrics_listen to 127.0.0.1"
+            )));
+        }
         if options.test_controls && !listen.ip().is_loopback() {
             return Err(AppError::Refused(format!(
                 "--test-controls is refused unless the host listens on loopback (it was {listen})"

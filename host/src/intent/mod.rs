@@ -24,6 +24,18 @@ use serde::{Deserialize, Serialize};
 /// Milliseconds since the Unix epoch, UTC: the unit of every stored time.
 pub type Millis = u64;
 
+/// Key prefixes the host derives keys of its own under (a replacement's admission and
+/// the cancellation of its original): a client's key may not start with one, so no caller
+/// can claim the key of an operator's action before the operator does.
+pub const RESERVED_KEY_PREFIXES: &[&str] = &["replacement:", "docket:"];
+
+/// The reserved prefix `key` starts with, if any (case-insensitively).
+pub fn reserved_key_prefix(key: &str) -> Option<&'static str> {
+    RESERVED_KEY_PREFIXES.iter().copied().find(|p| {
+        key.len() >= p.len() && key.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+    })
+}
+
 /// Who made a request, from the token that authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Subject(pub String);

@@ -24,6 +24,10 @@ pub const AMOUNTS: [&str; 5] = [
     "recovery_queries",
 ];
 
+/// The most one extension may add to any one amount: enough for any real correction
+/// (a billion attempts, or eleven days of runtime), far from overflowing a stored total.
+pub const MAX_EXTENSION: u64 = 1_000_000_000;
+
 /// An extension's body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtendOrder {
@@ -57,7 +61,16 @@ impl ExtendOrder {
                     });
                 }
             };
-            *slot += n;
+            *slot = slot.saturating_add(n);
+            if *slot > MAX_EXTENSION {
+                return Err(InvalidOrder {
+                    field: "add",
+                    message: format!(
+                        "`add.{key}` adds {}, over the most one extension may add ({MAX_EXTENSION}); add less, or several times with a reason each",
+                        *slot
+                    ),
+                });
+            }
         }
         if amounts.is_empty() {
             return Err(InvalidOrder {
@@ -155,6 +168,35 @@ mod tests {
         );
         let why = ExtendOrder::new([("attempts", 1)], None).unwrap_err();
         assert_eq!(why.field, "reason");
+    }
+
+    /// Amounts past the cap — or a key named twice to add up past it, or `u64::MAX` — are
+    /// refused, never wrapped; the limits in force saturate whatever was stored.
+    #[test]
+    fn an_extension_never_overflows() {
+        for add in [
+            vec![("attempts", MAX_EXTENSION + 1)],
+            vec![("cost", u64::MAX)],
+            vec![("runtime_ms", MAX_EXTENSION), ("runtime_ms", MAX_EXTENSION)],
+            vec![("attempts", u64::MAX), ("attempts", u64::MAX)],
+        ] {
+            let err = ExtendOrder::new(add.clone(), Some("x")).unwrap_err();
+            assert!(
+                err.message.contains("over the most one extension may add"),
+                "{add:?}: {}",
+                err.message
+            );
+        }
+        assert!(ExtendOrder::new([("attempts", MAX_EXTENSION)], Some("x")).is_ok());
+        let huge = Amounts {
+            attempts: u64::MAX,
+            runtime_ms: u64::MAX,
+            external_calls: u64::MAX,
+            cost: u64::MAX,
+            recovery_queries: u64::MAX,
+        };
+        let limits = crate::budget::Limits::of(&crate::workflow::Budget::default(), &huge);
+        assert_eq!(limits.attempts, u64::MAX);
     }
 
     #[test]

@@ -17,6 +17,10 @@ use crate::view::{CancellationView, IntentView};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
+/// The prefix of the key the host admits a replacement under (and cancels its original
+/// with): reserved, so no client can take it first (see [`crate::intent::RESERVED_KEY_PREFIXES`]).
+pub const REPLACEMENT_KEY_PREFIX: &str = crate::intent::RESERVED_KEY_PREFIXES[0];
+
 /// The action name a replacement's key is scoped by.
 pub const REPLACE: &str = "replace";
 
@@ -93,7 +97,7 @@ pub async fn replace<S: ContextStore>(
     let derived = KeyScope {
         subject: original.subject.clone(),
         workflow: original.workflow.clone(),
-        key: format!("replacement:{}", original.workflow_id),
+        key: format!("{REPLACEMENT_KEY_PREFIX}{}", original.workflow_id),
     };
     let now = ctx.clock.now_ms();
     let (created, record) = match &original.replaced_by {
@@ -104,7 +108,7 @@ pub async fn replace<S: ContextStore>(
     let cancellation = if order.cancel_original {
         let cancel_order = CancelOrder::new(Some(&order.reason), false)
             .map_err(|e| DeskError::Internal(e.message))?;
-        let key = format!("replacement:{}", original.workflow_id);
+        let key = format!("{REPLACEMENT_KEY_PREFIX}{}", original.workflow_id);
         Some(
             match cancel(ctx, caller, workflow_id, cancel_order, key).await {
                 Ok(CancelResult::Created(c) | CancelResult::Existing(c)) => {

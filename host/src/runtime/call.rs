@@ -484,6 +484,18 @@ pub(crate) fn cut_text(mut text: String) -> String {
     text
 }
 
+/// `text` cut to at most `max` bytes on a character boundary, marked when cut.
+pub(crate) fn cut_to(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// An effect's result: an oversized receipt says the effect was accepted but gives no
 /// usable evidence of it, so the outcome is unknown (recovery asks the provider again);
 /// texts are cut.
@@ -521,7 +533,8 @@ fn lookup_from_wit(l: wit::Lookup) -> Lookup {
                 wit::EffectStatus::InEffect => EffectStatus::InEffect,
                 wit::EffectStatus::Reversed => EffectStatus::Reversed,
             },
-            provider_status: found.provider_status,
+            // Written into timeline text: as bounded as any other guest text.
+            provider_status: cut_text(found.provider_status),
         },
         wit::Lookup::Absent => Lookup::Absent,
     }
@@ -569,4 +582,31 @@ fn redact_effect(
     red: &Redactor,
 ) -> Result<PluginReceipt, EffectError> {
     redact_effect_err(r.map(|receipt| redact_receipt(receipt, red)), red)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup's provider status is written into timeline text: a guest's megabyte is cut
+    /// like every other text it returns.
+    #[test]
+    fn a_lookups_provider_status_is_cut() {
+        let found = wit::Lookup::Found(wit::FoundEffect {
+            receipt: wit::Receipt {
+                external_reference: "ref".into(),
+                output: "{}".into(),
+            },
+            status: wit::EffectStatus::InEffect,
+            provider_status: "é".repeat(1 << 20),
+        });
+        let Lookup::Found {
+            provider_status, ..
+        } = lookup_from_wit(found)
+        else {
+            panic!("found stays found");
+        };
+        assert!(provider_status.len() <= MAX_TEXT_BYTES + '…'.len_utf8());
+        assert!(provider_status.ends_with('…'));
+    }
 }

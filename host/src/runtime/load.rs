@@ -262,13 +262,6 @@ impl Runtime {
             let component = Component::new(&engine_owned, &owned).map_err(|e| LoadError::Compile {
                 reason: format!("{e:#}"),
             });
-            // Compiling allocates tens of megabytes and frees them; glibc keeps freed memory
-            // in this thread's arena unless asked to return it.
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
-            unsafe {
-                libc::malloc_trim(0);
-            }
             let component = component?;
             if let Some(disk) = &disk {
                 disk.store(&key, &component);
@@ -430,7 +423,9 @@ impl Runtime {
                 |k, _| k,
             )
             .await;
-        report.outcome.map_err(LoadError::Describe)
+        let kind = report.outcome.map_err(LoadError::Describe)?;
+        check_contract_sizes(&kind)?;
+        Ok(kind)
     }
 
     /// Links `component` under `grant`, after checking that the grant covers every import
@@ -723,6 +718,62 @@ fn check_declared_needs(
     Ok(())
 }
 
+/// Longest name a component may declare, in bytes.
+const MAX_NAME_BYTES: usize = 128;
+/// Longest version, namespace, host or secret name, in bytes.
+const MAX_FIELD_BYTES: usize = 512;
+/// Most outbound hosts or secrets a contract may declare.
+const MAX_LIST_ITEMS: usize = 32;
+
+/// Refuses a declaration whose strings are too long to store or show: a contract is a
+/// handful of short strings, and what a guest returns reaches the database and every page.
+fn check_contract_sizes(kind: &ComponentKind) -> Result<(), LoadError> {
+    let (name, version, lists): (&str, &str, Vec<(&str, &[String])>) = match kind {
+        ComponentKind::Adapter { contract: c } => (
+            &c.name,
+            &c.version,
+            vec![
+                ("outbound host", &c.capabilities.outbound_hosts[..]),
+                ("secret", &c.capabilities.secrets[..]),
+                ("namespace", std::slice::from_ref(&c.idempotency.namespace)),
+            ],
+        ),
+        ComponentKind::Handler { contract: c } => (&c.name, &c.version, Vec::new()),
+    };
+    let refuse = |reason: String| LoadError::UnusableContract {
+        name: super::call::cut_to(name, MAX_NAME_BYTES),
+        version: super::call::cut_to(version, MAX_NAME_BYTES),
+        reason,
+    };
+    if name.len() > MAX_NAME_BYTES {
+        return Err(refuse(format!(
+            "its name has {} bytes, over the limit of {MAX_NAME_BYTES}",
+            name.len()
+        )));
+    }
+    if version.len() > MAX_FIELD_BYTES {
+        return Err(refuse(format!(
+            "its version has {} bytes, over the limit of {MAX_FIELD_BYTES}",
+            version.len()
+        )));
+    }
+    for (what, items) in lists {
+        if items.len() > MAX_LIST_ITEMS {
+            return Err(refuse(format!(
+                "it declares {} of kind {what}, over the limit of {MAX_LIST_ITEMS}",
+                items.len()
+            )));
+        }
+        if let Some(long) = items.iter().find(|i| i.len() > MAX_FIELD_BYTES) {
+            return Err(refuse(format!(
+                "a declared {what} has {} bytes, over the limit of {MAX_FIELD_BYTES}",
+                long.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn contract_from_wit(c: types::Contract) -> Contract {
     Contract {
         name: c.name,
@@ -743,5 +794,56 @@ fn contract_from_wit(c: types::Contract) -> Contract {
             outbound_hosts: c.capabilities.outbound_hosts,
             secrets: c.capabilities.secrets,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(name: &str, hosts: Vec<String>, secrets: Vec<String>) -> ComponentKind {
+        ComponentKind::Adapter {
+            contract: contract_from_wit(types::Contract {
+                name: name.into(),
+                version: "1.0.0".into(),
+                idempotency: types::Idempotency {
+                    supported: true,
+                    retention_seconds: 60,
+                    namespace: "ns".into(),
+                },
+                query: types::QuerySupport {
+                    supported: false,
+                    visibility_window_ms: 0,
+                },
+                compensation: types::CompensationSupport { supported: false },
+                capabilities: types::Capabilities {
+                    outbound_hosts: hosts,
+                    secrets,
+                },
+            }),
+        }
+    }
+
+    /// A contract's strings reach the database and every page: oversized ones refuse the
+    /// component at load, and the refusal itself quotes only a bounded name.
+    #[test]
+    fn oversized_contract_strings_are_refused() {
+        assert!(check_contract_sizes(&adapter("ok", vec![], vec![])).is_ok());
+        let long = "n".repeat(1 << 20);
+        for (kind, expect) in [
+            (adapter(&long, vec![], vec![]), "its name has 1048576 bytes"),
+            (
+                adapter("a", vec!["h".repeat(600)], vec![]),
+                "a declared outbound host has 600 bytes",
+            ),
+            (
+                adapter("a", vec![], vec!["s".into(); 33]),
+                "33 of kind secret",
+            ),
+        ] {
+            let err = check_contract_sizes(&kind).unwrap_err().to_string();
+            assert!(err.contains(expect), "{err}");
+            assert!(err.len() < 1024, "{} bytes", err.len());
+        }
     }
 }

@@ -607,11 +607,11 @@ pub(crate) fn added(
     add: &crate::budget::Amounts,
 ) -> crate::budget::Amounts {
     crate::budget::Amounts {
-        attempts: before.attempts + add.attempts,
-        runtime_ms: before.runtime_ms + add.runtime_ms,
-        external_calls: before.external_calls + add.external_calls,
-        cost: before.cost + add.cost,
-        recovery_queries: before.recovery_queries + add.recovery_queries,
+        attempts: before.attempts.saturating_add(add.attempts),
+        runtime_ms: before.runtime_ms.saturating_add(add.runtime_ms),
+        external_calls: before.external_calls.saturating_add(add.external_calls),
+        cost: before.cost.saturating_add(add.cost),
+        recovery_queries: before.recovery_queries.saturating_add(add.recovery_queries),
     }
 }
 

@@ -431,3 +431,118 @@ async fn three_postgres_hosts_deliver_each_notification_once() {
     drop(hosts);
     database.drop_now().await;
 }
+
+/// A receiver at `https://localhost:<port>/hook` with `cert` (answers 204), and the PEM file
+/// of its certificate for `outbound_ca_file`.
+async fn https_receiver(dir: &std::path::Path) -> (Receiver, std::path::PathBuf) {
+    use tokio_rustls::rustls;
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let pem = dir.join("receiver-ca.pem");
+    std::fs::write(&pem, cert.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let receiver = Receiver {
+        url: format!(
+            "https://localhost:{}/hook",
+            listener.local_addr().unwrap().port()
+        ),
+        got: Arc::default(),
+        failing: Arc::new(AtomicU32::new(0)),
+    };
+    let app = Router::new()
+        .route("/hook", post(receive))
+        .with_state(receiver.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (receiver, pem)
+}
+
+/// Webhooks over HTTPS: a receiver whose certificate the host trusts through
+/// `outbound_ca_file` gets every notification, signed; a receiver that redirects is never
+/// followed — the target of its redirect gets nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_go_over_https_and_never_follow_a_redirect() {
+    let dir = tempfile::tempdir().unwrap();
+    let (secure, ca) = https_receiver(dir.path()).await;
+    let target = Receiver::start(0).await;
+    let redirecting = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let to = target.url.clone();
+        let app = Router::new().route(
+            "/hook",
+            post(move || {
+                let to = to.clone();
+                async move {
+                    (
+                        StatusCode::TEMPORARY_REDIRECT,
+                        [(axum::http::header::LOCATION, to)],
+                    )
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    };
+    let host = HostProcess::start(HostOptions {
+        config: format!(
+            "outbound_ca_file = {:?}\n{}{}{}",
+            ca.display().to_string(),
+            secrets(),
+            endpoint(&secure.url, &[], ""),
+            endpoint(&redirecting, &["workflow.completed"], "")
+        ),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("document-delivery", "over-https", document("Over HTTPS"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    crate::wait::until(
+        "both notifications over HTTPS",
+        Duration::from_secs(30),
+        || async {
+            let got = secure.of(&id);
+            if got.len() == 2 {
+                Ok(got)
+            } else {
+                Err(format!("{got:#?}"))
+            }
+        },
+    )
+    .await;
+    for d in secure.of(&id) {
+        assert_eq!(d.verified, Ok(()), "{d:#?}");
+    }
+    // The redirect was answered with a retry schedule, never followed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(target.got().is_empty(), "{:#?}", target.got());
+}

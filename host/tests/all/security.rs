@@ -773,6 +773,46 @@ async fn the_host_serves_https_with_its_certificate() {
         cookie.contains("__Host-docket_console=") && cookie.contains("Secure"),
         "{cookie}"
     );
+    // The CLI speaks HTTPS to the host: with the host's CA it submits and reads; without
+    // it, the certificate is refused and nothing is sent.
+    let cli = |args: &[&str], ca: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_docket"));
+        command
+            .args(args)
+            .args(["--server", &format!("https://localhost:{port}")]);
+        if ca {
+            command.args(["--ca-file", cert_path.to_str().unwrap()]);
+        }
+        command.env_remove("DOCKET_CA_FILE").output().unwrap()
+    };
+    let input = r#"{"title": "Over HTTPS", "recipient": "reader@example.com", "body": "Hi"}"#;
+    let submit = [
+        "submit",
+        "--workflow",
+        "document-delivery",
+        "--key",
+        "cli-over-https",
+        "--input",
+        input,
+    ];
+    let refused = cli(&submit, false);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr).to_lowercase();
+    assert!(said.contains("cannot reach"), "{said}");
+    let out = cli(&submit, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = created["workflow_id"].as_str().unwrap();
+    let status = cli(&["status", id], true);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     // Plain HTTP on the TLS port gets no answer.
     let plain = reqwest::Client::new()
         .get(format!("http://127.0.0.1:{port}/v1/workflows"))
@@ -916,4 +956,36 @@ async fn sighup_rotates_secrets_and_allowances_for_the_next_attempts() {
     let deliver = &wf["steps"][2];
     assert_eq!(deliver["blocked"]["reason"], "missing_allowance", "{wf:#}");
     assert_eq!(host.world().await.len(), 1, "nothing more was sent");
+}
+
+/// An open host (no tokens) keeps its metrics listener on loopback too, and that listener
+/// answers only to loopback names, as the API does.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_hosts_metrics_listener_stays_on_loopback_names() {
+    let (status, log) = refused_start("metrics_listen = \"0.0.0.0:0\"\n");
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("refusing to serve metrics on 0.0.0.0:0"),
+        "{log}"
+    );
+
+    let port = crate::host_process::free_port();
+    let host = HostProcess::start(HostOptions {
+        config: format!("metrics_listen = \"127.0.0.1:{port}\"\n"),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let rebound = client
+        .get(&url)
+        .header("host", "rebound.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status().as_u16(), 421);
+    let own = client.get(&url).send().await.unwrap();
+    assert_eq!(own.status().as_u16(), 200);
+    drop(host);
 }

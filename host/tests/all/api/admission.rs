@@ -184,6 +184,25 @@ pub async fn malformed_requests_are_refused_in_the_documented_order() {
         host.post_raw(None, Some("a\tb"), "{").await.code(),
         "invalid_key"
     );
+    // The host's own key prefixes are reserved: a client cannot take the key of an
+    // operator's replacement before the operator does.
+    for reserved in [
+        "replacement:wf_0123",
+        "Replacement:wf_0123",
+        "docket:anything",
+    ] {
+        let refused = host.post_raw(None, Some(reserved), good.clone()).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::BAD_REQUEST, "invalid_key"),
+            "{reserved:?}"
+        );
+        assert!(
+            refused.message().contains("reserved"),
+            "{}",
+            refused.message()
+        );
+    }
     let longest = "k".repeat(255);
     assert_eq!(
         host.post_raw(None, Some(&longest), good.clone())
