@@ -30,6 +30,28 @@ pub enum AuthFailure {
     Throttled(std::time::Duration),
 }
 
+/// The role matrix: what each role may do, as the API enforces it and the README and
+/// `docs/roles.md` write it down. A token may hold several roles.
+pub const MATRIX: &[(&str, &[Role])] = &[
+    ("submit an intent, read it by key", &[Role::Client]),
+    (
+        "list and read workflows (a client only its own subject's)",
+        &[Role::Client, Role::Operator],
+    ),
+    (
+        "cancel, revise or replace a workflow (a client only its own)",
+        &[Role::Client, Role::Operator],
+    ),
+    (
+        "act on steps, extend budgets, read notifications and /metrics, use the console",
+        &[Role::Operator],
+    ),
+    (
+        "deploy, activate and roll back adapters; deploy policies",
+        &[Role::Deployer],
+    ),
+];
+
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -131,9 +153,10 @@ impl Principal {
         self.roles.has(role)
     }
 
-    /// Whether this caller may see a workflow owned by `owner`.
+    /// Whether this caller may see a workflow owned by `owner`: an operator any, a client
+    /// its own subject's ([`MATRIX`]).
     pub fn can_see(&self, owner: &Subject) -> bool {
-        self.has(Role::Operator) || &self.subject == owner
+        self.has(Role::Operator) || (self.has(Role::Client) && &self.subject == owner)
     }
 }
 
@@ -732,6 +755,16 @@ mod tests {
         ] {
             assert!(token_entropy_bits(strong) >= MIN_TOKEN_BITS, "{strong}");
         }
+    }
+
+    /// A deployer-only token sees no workflow, not even one of its own subject's: reading
+    /// workflows is a client's (its own) or an operator's.
+    #[test]
+    fn only_clients_and_operators_see_workflows() {
+        let deployer = Principal::new("alice", Role::Deployer);
+        assert!(!deployer.can_see(&Subject("alice".into())));
+        let operator = Principal::new("ops", Role::Operator);
+        assert!(operator.can_see(&Subject("alice".into())));
     }
 
     #[test]

@@ -64,7 +64,9 @@ impl From<DeskError> for ApiError {
     fn from(e: DeskError) -> Self {
         match e {
             DeskError::NotFound(message) => ApiError::not_found(message),
-            DeskError::Forbidden => ApiError::new(ErrorCode::Forbidden, e.to_string()),
+            DeskError::Forbidden | DeskError::NoWorkflowRole => {
+                ApiError::new(ErrorCode::Forbidden, e.to_string())
+            }
             DeskError::KeyConflict(ref scope) => {
                 let workflow_id = scope.workflow_id.clone();
                 ApiError::new(ErrorCode::KeyConflict, e.to_string())

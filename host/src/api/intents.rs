@@ -8,6 +8,7 @@
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::{ContextStore, Ctx};
+use crate::access::Role;
 use crate::clock::Clock;
 use crate::intake::IntakeRefusal;
 use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
@@ -321,6 +322,7 @@ pub(super) async fn submit<S: ContextStore>(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    super::auth::require(&caller, &[Role::Client], "submitting an intent")?;
     let key = key_from_headers(&headers)?;
     let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
     let Submission { workflow, input } = parse_submission(&bytes)?;
@@ -509,6 +511,7 @@ pub(super) async fn by_key<S: ContextStore>(
     key: Result<Path<String>, PathRejection>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> ApiResult<Json<IntentView>> {
+    super::auth::require(&caller, &[Role::Client], "reading an intent by its key")?;
     let Path(raw_key) = key.map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidKey,

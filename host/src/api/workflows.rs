@@ -45,6 +45,11 @@ pub(super) async fn visible<S: ContextStore>(
     caller: &Principal,
     id: &str,
 ) -> ApiResult<WorkflowRecord> {
+    super::auth::require(
+        caller,
+        &[Role::Client, Role::Operator],
+        "reading a workflow",
+    )?;
     let record = ctx.store.workflow(&WorkflowId(id.to_string())).await?;
     record.filter(|r| caller.can_see(&r.subject)).ok_or_else(|| {
         ApiError::not_found(format!(
@@ -240,6 +245,11 @@ pub(super) async fn list<S: ContextStore>(
     Caller(caller): Caller,
     query: Params,
 ) -> ApiResult<Json<Page<SummaryView>>> {
+    super::auth::require(
+        &caller,
+        &[Role::Client, Role::Operator],
+        "listing workflows",
+    )?;
     let params = params(query)?;
     let page = page_request(
         params.get("limit").map(String::as_str),

@@ -597,7 +597,7 @@ async fn act<S: ContextStore>(
 fn desk_error(e: DeskError) -> (StatusCode, String) {
     let status = match &e {
         DeskError::NotFound(_) => StatusCode::NOT_FOUND,
-        DeskError::Forbidden => StatusCode::FORBIDDEN,
+        DeskError::Forbidden | DeskError::NoWorkflowRole => StatusCode::FORBIDDEN,
         DeskError::KeyConflict(_) => StatusCode::CONFLICT,
         DeskError::InvalidInput { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         DeskError::Store(cause) => {

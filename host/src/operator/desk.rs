@@ -41,6 +41,11 @@ pub enum DeskError {
     /// The caller's role may not act on steps.
     #[error("acting on a step needs the operator role; ask an operator, or use an operator token")]
     Forbidden,
+    /// The caller holds neither role that may touch workflows (a deployer-only token).
+    #[error(
+        "changing a workflow's course needs the client role (for one's own) or the operator role; use such a token"
+    )]
+    NoWorkflowRole,
     /// The key was used for another order: use a new key.
     #[error(
         "Idempotency-Key `{}` was already used for `{}`{} with a different body; use a new key for a different request",
@@ -77,6 +82,9 @@ pub(super) async fn visible<S: ContextStore>(
     caller: &Principal,
     id: &str,
 ) -> Result<WorkflowRecord, DeskError> {
+    if !caller.has(Role::Client) && !caller.has(Role::Operator) {
+        return Err(DeskError::NoWorkflowRole);
+    }
     ctx.store
         .workflow(&WorkflowId(id.to_string()))
         .await?

@@ -326,6 +326,97 @@ async fn roles_separate_clients_operators_and_deployers() {
     assert_eq!(got, 200);
 }
 
+/// The role matrix over the workflow endpoints: submitting and reading by key need
+/// `client`; listing and reading need `client` (own) or `operator` (all); a deployer-only
+/// token touches no workflow (`403`, not an empty list), and an operator-only token submits
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_role_matrix_holds_for_workflows() {
+    let sim = docket::sim::ProviderSim::start(
+        docket::sim::SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        provider: Some(sim.base_url()),
+        config: ROLES.into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let bearer = |t: &str| format!("Bearer {t}-token-0123456789");
+    let (client, operator, deployer) = (bearer("client"), bearer("operator"), bearer("deployer"));
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    let intent = json!({"workflow": "document-delivery", "input": {"title": "Roles", "recipient": "r@example.com", "body": "b"}})
+        .to_string()
+        .into_bytes();
+    let submit = |who: &str, key: &'static str| {
+        let who = who.to_string();
+        let body = intent.clone();
+        let (host, post) = (&host, post.clone());
+        async move {
+            send(
+                host,
+                post,
+                "/v1/intents",
+                &[("authorization", who.as_str()), ("idempotency-key", key)],
+                Some(body),
+            )
+            .await
+        }
+    };
+    for who in [&operator, &deployer] {
+        let (got, body) = submit(who, "roles-1").await;
+        assert_eq!(got, 403, "{who}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("client"),
+            "{body}"
+        );
+    }
+    let (got, created) = submit(&client, "roles-1").await;
+    assert_eq!(got, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    for (path, who, expect) in [
+        ("/v1/workflows".to_string(), &deployer, 403),
+        (format!("/v1/workflows/{id}"), &deployer, 403),
+        (format!("/v1/workflows/{id}/timeline"), &deployer, 403),
+        (
+            "/v1/intents/roles-1?workflow=document-delivery".to_string(),
+            &deployer,
+            403,
+        ),
+        (
+            "/v1/intents/roles-1?workflow=document-delivery".to_string(),
+            &client,
+            200,
+        ),
+        ("/v1/workflows".to_string(), &client, 200),
+        (format!("/v1/workflows/{id}"), &client, 200),
+        ("/v1/workflows".to_string(), &operator, 200),
+        (format!("/v1/workflows/{id}"), &operator, 200),
+    ] {
+        let (got, body) = send(&host, get.clone(), &path, &[("authorization", who)], None).await;
+        assert_eq!(got, expect, "{who} {path}: {body}");
+    }
+    let (got, body) = send(
+        &host,
+        post.clone(),
+        &format!("/v1/workflows/{id}/cancel"),
+        &[
+            ("authorization", deployer.as_str()),
+            ("idempotency-key", "c-1"),
+        ],
+        Some(json!({"reason": "not mine"}).to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(got, 403, "{body}");
+}
+
 /// `docket serve` with `config`, expected to refuse to start: its exit status and log.
 fn refused_start(config: &str) -> (std::process::ExitStatus, String) {
     let dir = tempfile::tempdir().unwrap();
