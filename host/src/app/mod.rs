@@ -327,6 +327,9 @@ async fn embed_simulator(
         .unwrap_or_else(|| SimConfig::DEFAULT_TOKEN.to_string());
     let sim_config = SimConfig {
         fault_endpoint: options.test_controls,
+        // Loopback names only, always; its world readable without the token only to a
+        // test host (`--test-controls`), as its faults are.
+        guarded: true,
         ..SimConfig::new(token.clone())
     };
     let running = ProviderSim::with_clock(sim_config, sim_clock)

@@ -95,6 +95,11 @@ pub struct SimConfig {
     /// Whether `POST /v1/_faults` is served (a host's embedded simulator serves it only
     /// with `--test-controls`).
     pub fault_endpoint: bool,
+    /// The development simulator a host embeds: it answers only to loopback names (a page
+    /// that rebinds its DNS name to this machine reads nothing), and — unless its fault
+    /// endpoint is served (a test host) — `GET /v1/_world` needs the token like the
+    /// protocol's routes.
+    pub guarded: bool,
 }
 
 impl SimConfig {
@@ -111,6 +116,7 @@ impl SimConfig {
             faults: Faults::default(),
             key_retention: Self::DEFAULT_KEY_RETENTION,
             fault_endpoint: true,
+            guarded: false,
         }
     }
 }
@@ -132,6 +138,7 @@ pub struct ProviderSim {
 struct Shared {
     token: String,
     fault_endpoint: bool,
+    guarded: bool,
     clock: Clock,
     world: Mutex<World>,
     /// Connections accepted so far (a client that keeps connections alive opens few).
@@ -164,6 +171,7 @@ impl ProviderSim {
             shared: Arc::new(Shared {
                 token: config.token,
                 fault_endpoint: config.fault_endpoint,
+                guarded: config.guarded,
                 clock,
                 world: Mutex::new(world),
                 connections: Default::default(),

@@ -52,7 +52,30 @@ pub(crate) fn router(sim: ProviderSim) -> Router {
     if sim.shared.fault_endpoint {
         routes = routes.route("/v1/_faults", post(patch_faults));
     }
+    if sim.shared.guarded {
+        routes = routes.layer(axum::middleware::from_fn(loopback_names_only));
+    }
     routes.with_state(sim)
+}
+
+/// A guarded simulator answers only requests addressed to a loopback name.
+async fn loopback_names_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    if !crate::access::is_loopback_host(host) {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            Json(json!({"error": "misdirected", "message": "the development simulator answers only to loopback names"})),
+        )
+            .into_response();
+    }
+    next.run(request).await
 }
 
 /// Accepts connections until dropped; dropping also aborts every connection task.
@@ -310,9 +333,13 @@ async fn cancel(
     Ok(Json(json!({"id": cancelled.id, "status": cancelled.status})).into_response())
 }
 
-/// `GET /v1/_world`: the test hook, no token.
-async fn world(State(sim): State<ProviderSim>) -> Response {
-    Json(json!({"data": sim.world()})).into_response()
+/// `GET /v1/_world`: the test hook; a guarded (development) simulator wants the token,
+/// unless it is a test host's (its fault endpoint is served, `--test-controls`).
+async fn world(State(sim): State<ProviderSim>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if sim.shared.guarded && !sim.shared.fault_endpoint {
+        require_token(&sim, &headers)?;
+    }
+    Ok(Json(json!({"data": sim.world()})).into_response())
 }
 
 /// `POST /v1/_faults`: the test hook, no token.

@@ -507,6 +507,35 @@ async fn the_development_simulator_keeps_a_configured_secret_and_hides_its_fault
             .as_u16(),
         401
     );
+    // Its world is the provider's record, not a public page: the token is needed, and it
+    // answers only to loopback names.
+    let world = |token: Option<&str>, host_header: Option<&str>| {
+        let mut r = reqwest::Client::new().get(format!("{}/v1/_world", host.sim_url));
+        if let Some(t) = token {
+            r = r.bearer_auth(t.to_string());
+        }
+        if let Some(h) = host_header {
+            r = r.header("host", h.to_string());
+        }
+        r.send()
+    };
+    assert_eq!(world(None, None).await.unwrap().status().as_u16(), 401);
+    assert_eq!(
+        world(Some("my-own-provider-token"), None)
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        world(Some("my-own-provider-token"), Some("rebound.example"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        421
+    );
 }
 
 /// A step claimed on a host without the adapter's allowance (its definition was deployed

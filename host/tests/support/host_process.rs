@@ -490,6 +490,8 @@ impl HostProcess {
         let r: Value = self
             .client
             .get(format!("{}/v1/_world", self.sim_url))
+            // A development host's simulator wants its token (a test host's does not ask).
+            .bearer_auth(docket::sim::SimConfig::DEFAULT_TOKEN)
             .send()
             .await
             .unwrap()
