@@ -116,6 +116,41 @@ pub struct Context<S> {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The supervised tasks and the stop, for `GET /readyz`.
     pub health: Arc<crate::health::Health>,
+    /// Uploads being compiled, by deployer: one at a time each.
+    pub uploads: Arc<Uploads>,
+}
+
+/// The deployers whose upload is being compiled now. Compiling cannot be stopped partway,
+/// so one deployer holds at most one compile (and the runtime's two compile slots are
+/// never all one caller's).
+#[derive(Debug, Default)]
+pub struct Uploads(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// An upload under way; the deployer may start another once it is dropped.
+pub struct UploadSlot {
+    uploads: Arc<Uploads>,
+    subject: String,
+}
+
+impl Uploads {
+    /// A slot for `subject`, or `None` while another of its uploads compiles.
+    pub fn begin(self: &Arc<Self>, subject: &str) -> Option<UploadSlot> {
+        let mut busy = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        busy.insert(subject.to_string()).then(|| UploadSlot {
+            uploads: self.clone(),
+            subject: subject.to_string(),
+        })
+    }
+}
+
+impl Drop for UploadSlot {
+    fn drop(&mut self) {
+        self.uploads
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.subject);
+    }
 }
 
 impl<S> Context<S> {
@@ -136,6 +171,7 @@ impl<S> Context<S> {
             progress: Arc::default(),
             metrics: Arc::default(),
             health: Arc::default(),
+            uploads: Arc::default(),
         }
     }
 
@@ -172,5 +208,22 @@ impl<S: ContextStore> Context<S> {
                 _ = tokio::time::sleep(LONG_POLL_RECHECK) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod upload_tests {
+    use super::*;
+
+    /// One compile per deployer at a time; another deployer is not held up, and the slot
+    /// is free again once the first upload is answered.
+    #[test]
+    fn one_upload_per_deployer_compiles_at_a_time() {
+        let uploads = Arc::new(Uploads::default());
+        let first = uploads.begin("release-bot").expect("free");
+        assert!(uploads.begin("release-bot").is_none());
+        assert!(uploads.begin("other-bot").is_some());
+        drop(first);
+        assert!(uploads.begin("release-bot").is_some());
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Components are larger than intents: the upload limit of `POST /v1/adapters`.
-pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
 
 fn components<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
     ctx.components.as_ref().ok_or_else(|| {
@@ -103,6 +103,12 @@ pub(super) async fn deploy<S: ContextStore>(
     }
     let components = components(&ctx)?;
     let key = key_from_headers(&headers)?;
+    let Some(_compiling) = ctx.uploads.begin(&caller.subject.0) else {
+        return Err(ApiError::new(
+            ErrorCode::TooManyRequests,
+            "another upload of yours is being compiled; send this one when it has been answered",
+        ));
+    };
     let bytes = read_body(&headers, body, MAX_COMPONENT_BYTES).await?;
     let digest = crate::intent::sha256_digest(&bytes);
     let fresh = match keyed::lookup(&ctx, &caller, "deploy_component", key, digest.clone()).await? {
@@ -156,6 +162,15 @@ pub(super) async fn deploy<S: ContextStore>(
         "state": if deployed.active { "active" } else { "staged" },
         "declared": c.kind,
     });
+    // A staged version is not kept in memory for having been uploaded: the registry loads
+    // it from the database when it is activated or a step needs it (its compiled form
+    // stays on disk, so that is quick).
+    let (digest, label) = (c.digest.clone(), format!("{}@{}", c.name(), c.version()));
+    let staged = !deployed.active;
+    drop(deployed);
+    if staged && !already && components.runtime().unload_if_unused(&digest, 0) {
+        tracing::info!("{label} ({digest}) is staged: not kept loaded until it is needed");
+    }
     keyed::keep(&ctx, fresh, status, answer).await
 }
 

@@ -165,6 +165,10 @@ pub enum LoadError {
     #[error("the component is invalid: {reason}")]
     Compile { reason: String },
     #[error(
+        "the component is too large to compile: {reason}; split it or build it with optimisation (`--release`)"
+    )]
+    TooLarge { reason: String },
+    #[error(
         "the component was built against {built_for} (it imports `{import}`), but this host runs plugins built against docket:plugin@{expected}; rebuild it against `wit/docket.wit` (package docket:plugin@{expected}){hint}"
     )]
     ContractVersion {
@@ -237,6 +241,7 @@ impl Runtime {
             return Ok(found.clone());
         }
         check_header(bytes)?;
+        check_code_size(bytes)?;
         let engine = &self.inner.engine;
         // Reading and writing the compiled-component cache and compiling are blocking work:
         // keep them off the async workers.
@@ -294,9 +299,14 @@ impl Runtime {
     }
 
     /// Drops a component that was loaded only to be checked and then refused: from memory
-    /// and from the compiled-component cache.
+    /// (its linked forms too) and from the compiled-component cache.
     pub fn forget(&self, digest: &str) {
         self.inner.loaded.lock().unwrap().remove(digest);
+        self.inner
+            .prepared
+            .lock()
+            .unwrap()
+            .retain(|(d, _), _| d != digest);
         if let Some(disk) = &self.inner.disk {
             disk.remove(digest.trim_start_matches("sha256:"));
         }
@@ -647,6 +657,40 @@ fn check_contract_version(imports: &[String]) -> Result<(), LoadError> {
             expected: PLUGIN_PACKAGE_VERSION,
             hint,
         });
+    }
+    Ok(())
+}
+
+/// Most functions a component's core modules may define, summed.
+pub const MAX_FUNCTIONS: usize = 50_000;
+/// Longest body one function may have, in bytes.
+pub const MAX_FUNCTION_BYTES: usize = 1 << 20;
+
+/// Bounds what the compiler is given: Cranelift cannot be stopped partway, so a component
+/// with too many or too large functions is refused before compiling starts. A parse error
+/// here is left to the compiler, which says it better.
+fn check_code_size(bytes: &[u8]) -> Result<(), LoadError> {
+    let mut functions = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        let Ok(payload) = payload else {
+            return Ok(());
+        };
+        if let wasmparser::Payload::CodeSectionEntry(body) = payload {
+            functions += 1;
+            let size = body.range().len();
+            if size > MAX_FUNCTION_BYTES {
+                return Err(LoadError::TooLarge {
+                    reason: format!(
+                        "function {functions} has a body of {size} bytes, over the limit of {MAX_FUNCTION_BYTES}"
+                    ),
+                });
+            }
+            if functions > MAX_FUNCTIONS {
+                return Err(LoadError::TooLarge {
+                    reason: format!("it defines more than {MAX_FUNCTIONS} functions"),
+                });
+            }
+        }
     }
     Ok(())
 }

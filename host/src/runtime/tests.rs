@@ -200,3 +200,76 @@ fn the_bindings_version_is_the_wit_packages() {
     let package = format!("package docket:plugin@{};", super::PLUGIN_PACKAGE_VERSION);
     assert!(wit.lines().any(|l| l == package), "no `{package}` line");
 }
+
+/// `forget` leaves nothing of a component behind: neither its compiled form nor any form
+/// linked under a grant (a deployer could otherwise pin compiled code in memory).
+#[tokio::test]
+async fn forget_drops_the_linked_forms_too() {
+    let rt = cached_runtime(4);
+    let prepared = hostile(&rt).await;
+    let digest = prepared.component.digest.clone();
+    drop(prepared);
+    let linked = |rt: &Runtime| {
+        rt.inner
+            .prepared
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(d, _)| *d == digest)
+            .count()
+    };
+    assert_eq!(linked(&rt), 1);
+    rt.forget(&digest);
+    assert!(!rt.is_loaded(&digest));
+    assert_eq!(linked(&rt), 0);
+}
+
+/// What the compiler is given is bounded before it starts: a component with a function
+/// body over 1 MiB, or over 50,000 functions, is refused without compiling.
+#[tokio::test]
+async fn an_oversized_component_is_refused_before_compiling() {
+    use wasm_encoder::{
+        CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
+        TypeSection,
+    };
+    let component = |functions: u32, body_bytes: usize| {
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        let mut declared = FunctionSection::new();
+        let mut code = CodeSection::new();
+        for _ in 0..functions {
+            declared.function(0);
+            let mut f = Function::new([]);
+            for _ in 0..body_bytes {
+                f.instruction(&Instruction::Nop);
+            }
+            f.instruction(&Instruction::End);
+            code.function(&f);
+        }
+        let mut module = Module::new();
+        module.section(&types).section(&declared).section(&code);
+        let mut c = Component::new();
+        c.section(&ModuleSection(&module));
+        c.finish()
+    };
+    let rt = cached_runtime(4);
+    for (bytes, expect) in [
+        (
+            component(1, super::load::MAX_FUNCTION_BYTES + 1),
+            "has a body of",
+        ),
+        (
+            component(super::load::MAX_FUNCTIONS as u32 + 1, 1),
+            "more than 50000 functions",
+        ),
+    ] {
+        let err = match rt.load(&bytes).await {
+            Ok(_) => panic!("an oversized component was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("too large to compile") && err.contains(expect),
+            "{err}"
+        );
+    }
+}

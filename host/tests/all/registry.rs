@@ -106,6 +106,14 @@ async fn a_new_version_is_activated_and_rolled_back_under_load_without_a_failed_
         deployed["declared"]["contract"]["idempotency"]["namespace"],
         "reference-provider"
     );
+    // An upload does not pin the staged version's compiled code in the host's memory.
+    host.wait_for_log("http-delivery@2.0.0 (sha256:", Duration::from_secs(10))
+        .await;
+    host.wait_for_log(
+        "is staged: not kept loaded until it is needed",
+        Duration::from_secs(10),
+    )
+    .await;
     let (status, again) = request(
         reqwest::Method::POST,
         format!("{}/v1/adapters", host.url),
