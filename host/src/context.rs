@@ -193,8 +193,10 @@ impl<S: ContextStore> Context<S> {
         after: u64,
         wait: Duration,
     ) -> crate::store::StoreResult<Option<crate::store::WorkflowRecord>> {
-        // Subscribed before the first read, so a change between the read and the wait wakes it.
-        let mut signal = self.progress.subscribe();
+        // Subscribed before the first read, so a change between the read and the wait wakes
+        // it; to this workflow's moves only, so a thousand long-polls do not all wake on
+        // every step of every workflow.
+        let mut signal = self.progress.subscribe_workflow(&id.0);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let record = self.store.workflow(id).await?;

@@ -139,7 +139,7 @@ pub async fn extend_budget<S: ContextStore>(
     };
     // Freed steps are ready now: wake the scheduler and anyone waiting on the projection.
     ctx.wake.notify_one();
-    ctx.progress.advance();
+    ctx.progress.advance_workflow(workflow_id);
     serde_json::from_str(&text)
         .map_err(|e| DeskError::Store(StoreError::Corrupt(format!("stored budget: {e}"))))
 }

@@ -90,7 +90,7 @@ pub async fn cancel<S: ContextStore>(
     // Steps were cancelled and compensations may be ready: wake the scheduler and anyone
     // waiting on the projection.
     ctx.wake.notify_one();
-    ctx.progress.advance();
+    ctx.progress.advance_workflow(workflow_id);
     match answer {
         CancelAnswer::Created(c) => Ok(CancelResult::Created(c)),
         CancelAnswer::Existing(c) => Ok(CancelResult::Existing(c)),

@@ -200,7 +200,7 @@ pub async fn revise<S: ContextStore>(
         match ctx.store.revise(request).await? {
             ReviseAnswer::Applied(r) => {
                 ctx.wake.notify_one();
-                ctx.progress.advance();
+                ctx.progress.advance_workflow(workflow_id);
                 return Ok(ReviseResult::Applied(r));
             }
             ReviseAnswer::Refused(r) => return Ok(ReviseResult::Refused(r)),

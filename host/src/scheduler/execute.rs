@@ -229,7 +229,7 @@ where
             let next = self.next_claim(now);
             self.store.finish_and_claim(request, next).await
         };
-        self.progress.advance();
+        self.progress.advance_workflow(&claimed.fence.workflow_id.0);
         match finished {
             Ok((finished, next)) => {
                 self.metrics.attempt(
@@ -341,7 +341,7 @@ where
         if let Err(e) = self.store.late_evidence(evidence).await {
             tracing::error!(workflow = %claimed.fence.workflow_id, step = %claimed.fence.step, "recording the cancelled attempt failed: {e}");
         }
-        self.progress.advance();
+        self.progress.advance_workflow(&claimed.fence.workflow_id.0);
     }
 
     /// Everything between the claim and the finish. `None` when the attempt must not be
