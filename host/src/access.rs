@@ -322,6 +322,11 @@ impl ProxyTrust {
         Self { proxies, header }
     }
 
+    /// Whether `ip` is one of the trusted proxies.
+    pub fn is_trusted(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted(ip)
+    }
+
     fn trusted(&self, ip: std::net::IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.proxies.iter().any(|net| net.contains(&ip))

@@ -209,6 +209,12 @@ pub struct LimitsToml {
     pub max_connections: Option<usize>,
     /// Longest a client may take to send a request's headers (default 10 s).
     pub header_read_timeout: Option<String>,
+    /// Longest a client may take to send a request's body, from its headers on (default
+    /// 60 s).
+    pub body_read_timeout: Option<String>,
+    /// Most connections one client address holds at once (default a quarter of
+    /// `max_connections`); trusted proxies are not held to it.
+    pub max_connections_per_client: Option<usize>,
     /// Time between the host's own consistency checks (default 1 h).
     pub check_interval: Option<String>,
     /// How long an ended workflow is kept before it is purged (default 30 days; never
@@ -262,7 +268,9 @@ pub struct HostConfig {
     /// Who may name a request's client (the failed-authentication throttle's key).
     pub proxies: crate::access::ProxyTrust,
     pub max_connections: usize,
+    pub max_connections_per_client: usize,
     pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     pub check_interval: Duration,
     pub workflow_retention: Duration,
 }
@@ -490,6 +498,24 @@ impl HostConfig {
             1,
             1_000_000,
         )?;
+        let max_connections_per_client = within(
+            "max_connections_per_client",
+            limits
+                .max_connections_per_client
+                .unwrap_or((max_connections / 4).max(1)),
+            1,
+            max_connections,
+        )?;
+        let body_read_timeout = duration(
+            "body_read_timeout",
+            &limits.body_read_timeout,
+            Duration::from_secs(60),
+        )?;
+        at_least(
+            "body_read_timeout",
+            body_read_timeout,
+            Duration::from_millis(100),
+        )?;
         let header_read_timeout = duration(
             "header_read_timeout",
             &limits.header_read_timeout,
@@ -578,7 +604,9 @@ impl HostConfig {
                 None => None,
             },
             max_connections,
+            max_connections_per_client,
             header_read_timeout,
+            body_read_timeout,
             check_interval,
             workflow_retention,
         })

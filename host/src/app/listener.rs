@@ -1,7 +1,9 @@
 //! The API's listener and server loop: accepts connections up to a limit, speaks TLS when
 //! the host has a certificate, and serves HTTP/1.1 on each. A TLS handshake runs on its own
 //! task with a deadline, so a client that stalls in it holds one connection slot, never the
-//! accept loop; a client that does not send a request's headers in time is disconnected.
+//! accept loop; a client that does not send a request's headers in time is disconnected,
+//! one whose body does not arrive in time gets an error for it, and one address holds at
+//! most its share of the connections.
 
 use axum::extract::ConnectInfo;
 use hyper::{Request, body};
@@ -53,10 +55,59 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
     Ok(Arc::new(config))
 }
 
-/// One accepted connection, holding its slot until it closes.
+/// One accepted connection, holding its slots until it closes.
 pub struct Conn {
     stream: Stream,
     _slot: OwnedSemaphorePermit,
+    _peer: Option<PeerSlot>,
+}
+
+/// How many connections each client address holds now.
+type PeerCounts = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
+
+/// One of a client address's connections; its count goes down when this drops.
+struct PeerSlot {
+    counts: PeerCounts,
+    ip: std::net::IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, unless it holds `max` connections already.
+    fn take(counts: &PeerCounts, ip: std::net::IpAddr, max: usize) -> Option<Self> {
+        let mut all = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = all.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut all = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = all.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// What a listener holds its clients to.
+#[derive(Clone)]
+pub struct ConnLimits {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Connections one address holds at once (a trusted proxy is not held to it).
+    pub max_per_client: usize,
+    /// Whose connections carry many clients'.
+    pub proxies: Arc<crate::access::ProxyTrust>,
 }
 
 enum Stream {
@@ -74,10 +125,11 @@ pub struct Incoming {
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
-    max_connections: usize,
+    limits: ConnLimits,
 ) -> io::Result<Incoming> {
     let (tx, rx) = mpsc::channel(64);
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = PeerCounts::default();
     let acceptor = tls.map(TlsAcceptor::from);
     tokio::spawn(async move {
         loop {
@@ -94,11 +146,24 @@ pub fn incoming(
                 }
             };
             let _ = tcp.set_nodelay(true);
+            // A trusted proxy carries many clients' connections; anyone else gets a share.
+            let peer = if limits.proxies.is_trusted(addr.ip()) {
+                None
+            } else {
+                match PeerSlot::take(&peers, addr.ip().to_canonical(), limits.max_per_client) {
+                    Some(peer) => Some(peer),
+                    None => {
+                        tracing::debug!(%addr, "connection refused: this address holds its share of connections");
+                        continue;
+                    }
+                }
+            };
             match &acceptor {
                 None => {
                     let conn = Conn {
                         stream: Stream::Plain(tcp),
                         _slot: slot,
+                        _peer: peer,
                     };
                     if tx.send((conn, addr)).await.is_err() {
                         return;
@@ -112,6 +177,7 @@ pub fn incoming(
                                 let conn = Conn {
                                     stream: Stream::Tls(Box::new(tls)),
                                     _slot: slot,
+                                    _peer: peer,
                                 };
                                 let _ = tx.send((conn, addr)).await;
                             }
@@ -132,6 +198,7 @@ pub async fn serve(
     mut incoming: Incoming,
     router: axum::Router,
     header_read_timeout: Duration,
+    body_read_timeout: Duration,
     stop: CancellationToken,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -154,6 +221,9 @@ pub async fn serve(
             request
                 .extensions_mut()
                 .insert(ConnectInfo(crate::access::ClientAddr(addr)));
+            // The body has a deadline of its own from here: a client that sends headers
+            // and then a byte a minute frees its connection when the time is up.
+            let request = request.map(|body| Deadline::new(body, body_read_timeout));
             router.clone().oneshot(request)
         });
         let connection = graceful.watch(http.serve_connection(TokioIo::new(conn), service));
@@ -165,6 +235,55 @@ pub async fn serve(
     }
     drop(incoming);
     graceful.shutdown().await;
+}
+
+/// A request body that fails once its deadline passes before it has all arrived.
+pub struct Deadline {
+    inner: body::Incoming,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl Deadline {
+    fn new(inner: body::Incoming, limit: Duration) -> Self {
+        Self {
+            inner,
+            timer: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+/// Why a body stopped arriving.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s; send it faster, or in a smaller request", .0.as_secs())]
+pub struct BodyTimedOut(Duration);
+
+impl hyper::body::Body for Deadline {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.limit)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 impl AsyncRead for Conn {

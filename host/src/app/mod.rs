@@ -734,7 +734,12 @@ where
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let incoming = listener::incoming(listener, tls, config.max_connections)
+    let conn_limits = listener::ConnLimits {
+        max_connections: config.max_connections,
+        max_per_client: config.max_connections_per_client,
+        proxies: Arc::new(config.proxies.clone()),
+    };
+    let incoming = listener::incoming(listener, tls, conn_limits.clone())
         .setup(|| format!("listening on {listen}"))?;
     // The console shares the API's context and listener.
     let ctx = Arc::new(ctx);
@@ -746,12 +751,25 @@ where
             let bound = listener
                 .local_addr()
                 .setup(|| format!("reading the address bound for {at}"))?;
-            let incoming = listener::incoming(listener, None, 64)
+            let limits = listener::ConnLimits {
+                max_connections: 64,
+                max_per_client: 16,
+                ..conn_limits.clone()
+            };
+            let incoming = listener::incoming(listener, None, limits)
                 .setup(|| format!("listening for metrics on {at}"))?;
             let (router, stop) = (crate::api::metrics_router(ctx.clone()), stop.clone());
-            let header_read_timeout = config.header_read_timeout;
+            let (header_read_timeout, body_read_timeout) =
+                (config.header_read_timeout, config.body_read_timeout);
             tasks.spawn("metrics", async move {
-                listener::serve(incoming, router, header_read_timeout, stop).await;
+                listener::serve(
+                    incoming,
+                    router,
+                    header_read_timeout,
+                    body_read_timeout,
+                    stop,
+                )
+                .await;
                 Ok(())
             });
             tracing::info!("metrics are served on http://{bound}/metrics");
@@ -762,9 +780,17 @@ where
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
     {
         let stop = stop.clone();
-        let header_read_timeout = config.header_read_timeout;
+        let (header_read_timeout, body_read_timeout) =
+            (config.header_read_timeout, config.body_read_timeout);
         tasks.spawn("server", async move {
-            listener::serve(incoming, router, header_read_timeout, stop).await;
+            listener::serve(
+                incoming,
+                router,
+                header_read_timeout,
+                body_read_timeout,
+                stop,
+            )
+            .await;
             Ok(())
         });
     }

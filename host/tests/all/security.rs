@@ -1134,3 +1134,92 @@ async fn an_open_hosts_metrics_listener_stays_on_loopback_names() {
     assert_eq!(own.status().as_u16(), 200);
     drop(host);
 }
+
+/// A client that sends a request's headers and then trickles its body — at the console's
+/// sign-in, anonymous — gets its error once `[limits] body_read_timeout` has passed, and
+/// the one connection slot serves the next client.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_too_slow_to_arrive_frees_its_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = HostProcess::start(HostOptions {
+        config: "[limits]\nmax_connections = 1\nbody_read_timeout = \"1s\"\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let addr = host.url.trim_start_matches("http://").to_string();
+    for path in ["/console/sign-in", "/v1/intents"] {
+        let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        slow.write_all(
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: slow\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\ntoken="
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let started = std::time::Instant::now();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            slow.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(
+            read.is_ok(),
+            "{path}: the server kept a connection whose body never came"
+        );
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(8)
+                && !text.starts_with("HTTP/1.1 2"),
+            "{path}: {text}"
+        );
+    }
+    let r = reqwest::get(format!("{}/v1/workflows", host.url))
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+/// One address holds at most `[limits] max_connections_per_client` connections: a third is
+/// closed at once while two are held, and served once one of them closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_client_address_holds_at_most_its_share_of_connections() {
+    use tokio::io::AsyncReadExt;
+    let host = HostProcess::start(HostOptions {
+        config: "[limits]\nmax_connections = 8\nmax_connections_per_client = 2\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let addr = host.url.trim_start_matches("http://").to_string();
+    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), third.read(&mut buf))
+        .await
+        .expect("the third connection was neither closed nor served");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    drop(first);
+    crate::wait::until(
+        "a freed share to serve",
+        std::time::Duration::from_secs(5),
+        || async {
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap();
+            match client
+                .get(format!("{}/v1/workflows", host.url))
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
