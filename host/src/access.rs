@@ -501,9 +501,11 @@ pub fn check_request(
     method: &http::Method,
     headers: &HeaderMap,
 ) -> Result<(), RequestRefusal> {
+    // A `Host` that is not text names no loopback interface: it is refused like any
+    // other name, not passed as if absent.
     let host = headers
         .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
         .map(str::trim);
     if open && let Some(host) = host.filter(|h| !is_loopback_host(h)) {
         return Err(RequestRefusal::Misdirected(format!(

@@ -1,6 +1,7 @@
 //! Property-based fuzzing of every parser that reads text from outside the host: workflow
 //! definitions, policy documents, `docket.toml`, admission bodies and idempotency keys,
-//! canonical JSON, and the values guests return. Each property runs on random input and on
+//! canonical JSON, the values guests return, the `Host`/`Origin` checks, host rules and
+//! `host:port` forms, forwarding headers, pagination cursors and the console's forms. Each property runs on random input and on
 //! random mutations of real documents; a parser may refuse anything, but never panic, and
 //! its errors point inside the text. `PROPTEST_CASES` sets the run's length (CI runs the
 //! default; README records a long run); any failure proptest finds is kept under
@@ -168,5 +169,97 @@ proptest! {
         let cut = crate::runtime::cut_text(text.clone());
         prop_assert!(cut.len() <= crate::runtime::MAX_TEXT_BYTES + '…'.len_utf8());
         prop_assert!(text.starts_with(cut.trim_end_matches('…')));
+    }
+}
+
+/// A `Host`, `Origin` or forwarding header as browsers, proxies and attackers write them.
+fn header_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[ -~]{0,60}",
+        "(localhost|127\\.0\\.0\\.1|\\[::1\\]|rebound\\.example|[a-z]{1,8}\\.localhost)(:[0-9]{1,6})?\\.?",
+        "(https?|null|file)://[ -~]{0,30}",
+        "([0-9]{1,3}\\.){3}[0-9]{1,3}(:[0-9]{1,5})?(, ?([0-9]{1,3}\\.){3}[0-9]{1,3}){0,3}",
+        ".{0,40}",
+    ]
+}
+
+proptest! {
+    /// The browser checks never panic; a loopback `Host` always passes a read in open
+    /// mode, and a `Host` that is not loopback never does.
+    #[test]
+    fn host_and_origin_checks_never_panic(
+        host in header_text(),
+        origin in proptest::option::of(header_text()),
+        fetch_site in proptest::option::of("[ -~]{0,20}"),
+        post in any::<bool>(),
+    ) {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(&host) {
+            headers.insert(http::header::HOST, v);
+        }
+        if let Some(o) = origin.as_deref().and_then(|o| http::HeaderValue::from_str(o).ok()) {
+            headers.insert(http::header::ORIGIN, o);
+        }
+        if let Some(f) = fetch_site.as_deref().and_then(|f| http::HeaderValue::from_str(f).ok()) {
+            headers.insert("sec-fetch-site", f);
+        }
+        let method = if post { http::Method::POST } else { http::Method::GET };
+        let open = crate::access::check_request(true, &method, &headers);
+        let _ = crate::access::check_request(false, &method, &headers);
+        let loopback = crate::access::is_loopback_host(&host);
+        if !post && headers.contains_key(http::header::HOST) {
+            prop_assert_eq!(open.is_ok(), loopback, "{}", host);
+        }
+    }
+
+    /// Host rules and `host:port` hops parse or refuse, never panic; a rule prints as text
+    /// that parses back to the same rule.
+    #[test]
+    fn host_rules_and_hops_never_panic(text in header_text()) {
+        if let Ok(rule) = text.parse::<crate::capabilities::HostRule>() {
+            let again = rule.to_string().parse::<crate::capabilities::HostRule>();
+            prop_assert_eq!(again.as_ref().ok(), Some(&rule), "{}", text);
+        }
+        let trust = crate::access::ProxyTrust::new(
+            vec!["127.0.0.0/8".parse().unwrap()],
+            http::HeaderName::from_static("x-forwarded-for"),
+        );
+        let mut headers = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(&text) {
+            headers.insert("x-forwarded-for", v);
+        }
+        let _ = trust.client_ip("127.0.0.1".parse().unwrap(), &headers);
+    }
+
+    /// A cursor decodes or is refused, never panics; every cursor the API writes decodes
+    /// back to itself.
+    #[test]
+    fn cursors_never_panic_and_round_trip(
+        text in prop_oneof!["[0-9a-f]{0,80}", ".{0,80}"],
+        seq in 0u64..=i64::MAX as u64,
+        id in "wf_[0-9a-z]{1,30}",
+    ) {
+        use crate::api::pagination::Cursor;
+        let _ = Cursor::decode(&text);
+        for cursor in [
+            Cursor::Seq(seq),
+            Cursor::Notification(seq),
+            Cursor::Attempt(seq as u32),
+            Cursor::Workflow(seq, crate::intent::WorkflowId(id.clone())),
+        ] {
+            prop_assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
+        }
+    }
+
+    /// The console's forms decode and build their orders, or are refused, never panic.
+    #[test]
+    fn console_forms_never_panic(
+        body in prop_oneof![
+            ".{0,200}",
+            mutated("csrf=abc&key=k-1&reason=ordered+by+mistake&input=%7B%22title%22%3A1%7D&add_attempts=5&add_cost=&cancel_original=on"),
+            mutated("csrf=abc&key=k-2&outcome=succeeded&evidence=dashboard&reason=phone&external_reference=dlv_1&note=n"),
+        ],
+    ) {
+        crate::console::orders_from_form(body.as_bytes());
     }
 }

@@ -27,7 +27,7 @@ mod keyed;
 mod notifications;
 pub mod openapi;
 mod ops;
-mod pagination;
+pub(crate) mod pagination;
 mod policies;
 #[cfg(test)]
 mod tests;

@@ -63,6 +63,10 @@ pub enum HostRuleError {
         "outbound host `{0}` must name only scheme, host and port (no path, query, user or wildcard)"
     )]
     Extra(String),
+    #[error(
+        "outbound host `{0}` names no valid host: use a DNS name (letters, digits, `-`, `.`), an IPv4 address or a bracketed IPv6 address"
+    )]
+    BadHost(String),
 }
 
 impl HostRule {
@@ -129,6 +133,9 @@ impl FromStr for HostRule {
         if host.is_empty() {
             return Err(HostRuleError::EmptyHost(original));
         }
+        if !valid_host(host, rest.starts_with('[')) {
+            return Err(HostRuleError::BadHost(original));
+        }
         let port = match (port, scheme) {
             (Some(p), _) => match p.parse::<u16>() {
                 Ok(p) if p > 0 => p,
@@ -139,6 +146,20 @@ impl FromStr for HostRule {
         };
         Ok(HostRule::new(scheme, host, port))
     }
+}
+
+/// Whether `host` is a DNS name, an IPv4 address, or (bracketed or with colons) an IPv6
+/// address: what a URL's authority can name.
+fn valid_host(host: &str, bracketed: bool) -> bool {
+    if bracketed || host.contains(':') {
+        return host.parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    host.len() <= 253
+        && !host.starts_with(['.', '-'])
+        && !host.contains("..")
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
 /// Splits `host:port`, `[v6]:port`, `host` or `[v6]`.
@@ -373,6 +394,11 @@ mod tests {
             ("http://x:1/path", "no path"),
             ("*.example.com:443", "wildcard"),
             ("http://:80", "no host name"),
+            // Found by the fuzzer: garbage between the brackets and colons was a "host".
+            ("http://:]:", "names no valid host"),
+            ("http://[example.com]:80", "names no valid host"),
+            ("http://exa mple.com:80", "names no valid host"),
+            ("http://a..b:80", "names no valid host"),
         ] {
             let err = text.parse::<HostRule>().unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");

@@ -628,3 +628,31 @@ async fn adapters<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMa
         Err(e) => page_error(&who, e),
     }
 }
+
+/// Every console form decoded from `body` (as a browser would post it), and every order
+/// the console builds from one: for the fuzzer, which holds that none of this panics.
+#[cfg(test)]
+pub(crate) fn orders_from_form(body: &[u8]) {
+    use crate::operator::{CancelOrder, ExtendOrder, Order, ReplaceOrder, ReviseOrder};
+    let _ = serde_urlencoded::from_bytes::<SignInForm>(body);
+    if let Ok(form) = serde_urlencoded::from_bytes::<CourseForm>(body) {
+        let _ = CancelOrder::new(Some(&form.reason), false);
+        let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
+        let _ = ReviseOrder::new(input.clone(), Some(&form.reason));
+        let _ = ReplaceOrder::new(input, Some(&form.reason), form.cancel_original.is_some());
+        let _ = form
+            .amounts()
+            .and_then(|add| ExtendOrder::new(add, Some(&form.reason)).map_err(|e| e.message));
+    }
+    if let Ok(form) = serde_urlencoded::from_bytes::<ActionForm>(body) {
+        let _ = Order::resolve(
+            Some(&form.outcome),
+            Some(&form.evidence),
+            Some(&form.reason),
+            Some(&form.external_reference),
+        );
+        let _ = Order::escalate(Some(&form.note));
+        let _ = Order::compensate(Some(&form.reason));
+        let _ = Order::exception(Some(&form.reason), Some(&form.evidence));
+    }
+}
