@@ -47,6 +47,7 @@ mod host_e2e;
 mod host_postgres;
 #[path = "../support/host_process.rs"]
 mod host_process;
+mod hostile_soak;
 mod many_hosts;
 mod notifications;
 mod openapi_check;

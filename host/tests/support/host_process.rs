@@ -516,6 +516,11 @@ impl HostProcess {
         );
     }
 
+    /// The host process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
