@@ -197,10 +197,8 @@ subject = "bob"
 roles = ["operator", "deployer"]
 "#;
 
-/// Roles: the registry and policies are the deployer's to change, and operators' and
-/// deployers' to read; clients see neither. A keyed change answers a repeat as it did.
-#[tokio::test(flavor = "multi_thread")]
-async fn roles_separate_clients_operators_and_deployers() {
+/// A paused host with the [`ROLES`] tokens and a provider of the test's own.
+async fn roles_host() -> (docket::sim::RunningSim, HostProcess) {
     let sim = docket::sim::ProviderSim::start(
         docket::sim::SimConfig::new(PROVIDER_TOKEN),
         "127.0.0.1:0".parse().unwrap(),
@@ -214,6 +212,14 @@ async fn roles_separate_clients_operators_and_deployers() {
         ..HostOptions::default()
     })
     .await;
+    (sim, host)
+}
+
+/// Roles: the registry and policies are the deployer's to change, and operators' and
+/// deployers' to read; clients see neither. A keyed change answers a repeat as it did.
+#[tokio::test(flavor = "multi_thread")]
+async fn roles_separate_clients_operators_and_deployers() {
+    let (_sim, host) = roles_host().await;
     let bearer = |t: &str| format!("Bearer {t}-token-0123456789");
     let (client, operator, deployer) = (bearer("client"), bearer("operator"), bearer("deployer"));
     let both = "Bearer both-token-0123456789ab".to_string();
@@ -332,19 +338,7 @@ async fn roles_separate_clients_operators_and_deployers() {
 /// nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_role_matrix_holds_for_workflows() {
-    let sim = docket::sim::ProviderSim::start(
-        docket::sim::SimConfig::new(PROVIDER_TOKEN),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
-    let host = HostProcess::start(HostOptions {
-        provider: Some(sim.base_url()),
-        config: ROLES.into(),
-        pause_execution: true,
-        ..HostOptions::default()
-    })
-    .await;
+    let (_sim, host) = roles_host().await;
     let bearer = |t: &str| format!("Bearer {t}-token-0123456789");
     let (client, operator, deployer) = (bearer("client"), bearer("operator"), bearer("deployer"));
     let get = reqwest::Method::GET;
