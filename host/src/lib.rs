@@ -11,8 +11,9 @@
 //!   [`budget`] (limits as spent and extended, what an attempt may draw on) and [`notify`]
 //!   (which transitions are told, Standard Webhooks signatures, the retry schedule) and
 //!   [`metrics`] (this host's counters and the Prometheus text of a scrape) and [`health`]
-//!   (whether the supervised tasks run and the host is stopping) and [`check`] (the
-//!   invariants a workflow's records must keep).
+//!   (whether the supervised tasks run and the host is stopping).
+//! - [`check`]: the invariants a workflow's records must keep — the check itself pure, its
+//!   sweep reading the records through the store's traits.
 //! - [`outbound`]: the host's own HTTP client (notifications, the CLI): HTTPS through
 //!   rustls, an optional CA file, no redirects.
 //! - [`telemetry`]: where spans go (the log, and OTLP when asked for) and how a workflow's

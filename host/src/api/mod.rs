@@ -1,4 +1,6 @@
-//! The HTTP JSON API: admitting intents, reading workflows, and the test clock.
+//! The HTTP JSON API: admission, workflows and their changes of course, operator actions
+//! and budgets, the adapter registry and policies, notifications, health and metrics, and
+//! (for tests only) the clock.
 //!
 //! [`router`] builds the whole API from a [`Context`] without binding a socket, so
 //! tests and the CLI serve the same router. Handlers only parse, authorise and shape:

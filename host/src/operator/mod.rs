@@ -32,7 +32,7 @@ pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 
 use serde_json::{Value, json};
 
-/// The five actions.
+/// The six actions an operator takes on a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     Query,
