@@ -324,10 +324,6 @@ impl ProxyTrust {
 
     /// Whether `ip` is one of the trusted proxies.
     pub fn is_trusted(&self, ip: std::net::IpAddr) -> bool {
-        self.trusted(ip)
-    }
-
-    fn trusted(&self, ip: std::net::IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.proxies.iter().any(|net| net.contains(&ip))
     }
@@ -336,7 +332,7 @@ impl ProxyTrust {
     /// proxy; then the right-most address of the header's list that is not a trusted proxy
     /// (addresses left of it were written by the client and prove nothing).
     pub fn client_ip(&self, peer: std::net::IpAddr, headers: &HeaderMap) -> std::net::IpAddr {
-        if !self.trusted(peer) {
+        if !self.is_trusted(peer) {
             return peer;
         }
         let mut client = peer;
@@ -349,7 +345,7 @@ impl ProxyTrust {
                     return client;
                 };
                 client = ip;
-                if !self.trusted(ip) {
+                if !self.is_trusted(ip) {
                     return ip;
                 }
             }

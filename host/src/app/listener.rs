@@ -99,6 +99,13 @@ impl Drop for PeerSlot {
     }
 }
 
+/// How long a client may take over a request's headers, and then over its body.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    pub header: Duration,
+    pub body: Duration,
+}
+
 /// What a listener holds its clients to.
 #[derive(Clone)]
 pub struct ConnLimits {
@@ -197,10 +204,13 @@ pub fn incoming(
 pub async fn serve(
     mut incoming: Incoming,
     router: axum::Router,
-    header_read_timeout: Duration,
-    body_read_timeout: Duration,
+    deadlines: Deadlines,
     stop: CancellationToken,
 ) {
+    let Deadlines {
+        header: header_read_timeout,
+        body: body_read_timeout,
+    } = deadlines;
     let mut http = hyper::server::conn::http1::Builder::new();
     // Without a deadline on the headers, clients that open connections and send nothing
     // (or a byte at a time) would hold every slot.

@@ -739,6 +739,10 @@ where
         max_per_client: config.max_connections_per_client,
         proxies: Arc::new(config.proxies.clone()),
     };
+    let deadlines = listener::Deadlines {
+        header: config.header_read_timeout,
+        body: config.body_read_timeout,
+    };
     let incoming = listener::incoming(listener, tls, conn_limits.clone())
         .setup(|| format!("listening on {listen}"))?;
     // The console shares the API's context and listener.
@@ -759,17 +763,8 @@ where
             let incoming = listener::incoming(listener, None, limits)
                 .setup(|| format!("listening for metrics on {at}"))?;
             let (router, stop) = (crate::api::metrics_router(ctx.clone()), stop.clone());
-            let (header_read_timeout, body_read_timeout) =
-                (config.header_read_timeout, config.body_read_timeout);
             tasks.spawn("metrics", async move {
-                listener::serve(
-                    incoming,
-                    router,
-                    header_read_timeout,
-                    body_read_timeout,
-                    stop,
-                )
-                .await;
+                listener::serve(incoming, router, deadlines, stop).await;
                 Ok(())
             });
             tracing::info!("metrics are served on http://{bound}/metrics");
@@ -780,17 +775,8 @@ where
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
     {
         let stop = stop.clone();
-        let (header_read_timeout, body_read_timeout) =
-            (config.header_read_timeout, config.body_read_timeout);
         tasks.spawn("server", async move {
-            listener::serve(
-                incoming,
-                router,
-                header_read_timeout,
-                body_read_timeout,
-                stop,
-            )
-            .await;
+            listener::serve(incoming, router, deadlines, stop).await;
             Ok(())
         });
     }
