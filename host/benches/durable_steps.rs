@@ -14,10 +14,11 @@
 mod pg;
 
 use docket::capabilities::{HostPolicy, SecretSource};
+use docket::catalog::{Components, Deployments};
 use docket::clock::{Clock, SystemClock};
 use docket::intent::{EventKind, NewEvent, Subject, WorkflowId, WorkflowState, canonicalize};
 use docket::runtime::{Runtime, RuntimeConfig};
-use docket::scheduler::{Components, Deployments, Scheduler, SchedulerConfig};
+use docket::scheduler::{Scheduler, SchedulerConfig};
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
@@ -104,7 +105,7 @@ impl<T> Store for T where
 struct Bench<S> {
     store: S,
     clock: Arc<SystemClock>,
-    deployed: Arc<docket::scheduler::DeployedDef>,
+    deployed: Arc<docket::catalog::DeployedDef>,
     wake: Arc<Notify>,
 }
 

@@ -567,7 +567,7 @@ impl HostConfig {
                 .environment
                 .map(|e| e.trim().to_string())
                 .filter(|e| !e.is_empty())
-                .unwrap_or_else(|| crate::scheduler::DEFAULT_ENVIRONMENT.to_string()),
+                .unwrap_or_else(|| crate::catalog::DEFAULT_ENVIRONMENT.to_string()),
             tokens: tokens(&raw.tokens).map_err(&invalid)?,
             api_uploads: raw.api_uploads.unwrap_or(true),
             require_verified: raw.require_verified.unwrap_or(false),

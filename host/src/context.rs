@@ -3,8 +3,9 @@
 //! scheduler's signals. Both take an `Arc<Context>`; neither depends on the other.
 
 use crate::access::Auth;
+use crate::catalog::{Components, Deployments};
 use crate::clock::{Clock, SystemClock};
-use crate::scheduler::{Components, Deployments, Progress, Ticks};
+use crate::scheduler::{Progress, Ticks};
 use crate::store::{
     AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, NotificationStore,
     OperatorStore, PolicyStore, ReadStore, SessionStore,

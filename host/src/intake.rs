@@ -40,7 +40,7 @@ pub async fn new_workflow<S: ContextStore>(
                 scope.workflow.escape_debug()
             ))));
         }
-        Err(crate::scheduler::DeployError::Store(e)) => return Err(e),
+        Err(crate::catalog::DeployError::Store(e)) => return Err(e),
         Err(e) => {
             return Err(crate::store::StoreError::Corrupt(format!(
                 "the deployed definition `{}` cannot be read: {e}",

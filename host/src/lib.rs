@@ -25,6 +25,10 @@
 //! - [`runtime`]: the only module that touches wasmtime. Loads, checks and runs components
 //!   under an effective grant, a deadline and a memory cap, and returns typed outcomes; it
 //!   never touches the store.
+//! - [`catalog`]: what this host can run — the components loaded and how a step's
+//!   component is resolved and granted, the deployed definitions, the adapter registry's
+//!   operations and the policy in force; it reads the store and the runtime, never the
+//!   scheduler.
 //! - [`scheduler`]: claims ready steps under leases, runs them through the runtime,
 //!   records outcomes through the store, and recovers expired leases (resume from a stored
 //!   result, query, same-key retry, or review, as the adapter's contract allows); its
@@ -50,6 +54,7 @@ pub mod api;
 pub mod app;
 pub mod budget;
 pub mod capabilities;
+pub mod catalog;
 pub mod check;
 pub mod cli;
 pub mod clock;

@@ -5,7 +5,7 @@
 //! it. Failures inside the host (store, stored definitions) are logged here with their
 //! cause and answered with a generic message: internals never reach the client.
 
-use crate::scheduler::DeployError;
+use crate::catalog::DeployError;
 use crate::store::{Retry, StoreError};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};

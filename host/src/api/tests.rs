@@ -2,9 +2,9 @@
 //! must match what is known of its write.
 
 use super::router;
+use crate::catalog::Deployments;
 use crate::clock::{Clock, SystemClock};
 use crate::context::Context;
-use crate::scheduler::Deployments;
 use crate::store::sqlite::SqliteStore;
 use crate::workflow::{ComponentWorld, StaticEnv};
 use axum::body::Body;

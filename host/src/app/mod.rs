@@ -19,11 +19,12 @@ pub use supervisor::{Supervisor, TaskEnd};
 
 use crate::access::Auth;
 use crate::capabilities::{AdapterPolicy, HostRule};
+use crate::catalog::{Components, Deployments};
 use crate::clock::{Clock, SystemClock};
 use crate::config::HostConfig;
 use crate::context::{Context, ContextStore, Limits};
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::scheduler::{Components, Deployments, Scheduler, SchedulerConfig, Ticks};
+use crate::scheduler::{Scheduler, SchedulerConfig, Ticks};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
@@ -299,7 +300,7 @@ struct Parts<'a> {
 pub fn simulator_allowed(config: &HostConfig, listen: SocketAddr) -> bool {
     config.tokens.is_empty()
         && listen.ip().is_loopback()
-        && config.environment == crate::scheduler::DEFAULT_ENVIRONMENT
+        && config.environment == crate::catalog::DEFAULT_ENVIRONMENT
 }
 
 /// The embedded provider simulator stands in for a delivery service nobody configured, in
@@ -559,7 +560,8 @@ where
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(REGISTRY_POLL) => {}
                 }
-                crate::scheduler::registry_tick(&components, &store, &ticks, clock.now_ms()).await;
+                crate::catalog::catch_up(&components, &store, clock.now_ms()).await;
+                ticks.done(crate::scheduler::Tick::Registry);
             }
         });
     }

@@ -4,9 +4,9 @@
 
 use super::adapter::{cache_dir, read_component};
 use crate::app::is_postgres;
+use crate::catalog::Deployments;
+use crate::catalog::registry;
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::scheduler::Deployments;
-use crate::scheduler::registry;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ActiveTarget, ComponentStore, DefinitionStore};

@@ -1,9 +1,9 @@
 //! `docket workflow check`, `docket workflow deploy` and `docket workflow schema`.
 
 use crate::capabilities::HostPolicy;
+use crate::catalog::{Components, Deployments};
 use crate::config::HostConfig;
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::scheduler::{Components, Deployments};
 use crate::store::DefinitionStore;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;

@@ -2,10 +2,10 @@
 //! adapters. Reads go through the same store traits and projections as the API.
 
 use super::session::{Session, random_token};
+use crate::catalog::registry;
 use crate::context::{Context, ContextStore};
 use crate::contract::Contract;
 use crate::intent::{EventKind, StepState, WorkflowId, WorkflowState};
-use crate::scheduler::registry;
 use crate::store::{AttemptRecord, WorkflowFilter};
 use crate::view::{rfc3339, shorten_identity, workflow_view};
 use maud::{DOCTYPE, Markup, PreEscaped, html};

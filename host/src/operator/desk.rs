@@ -101,12 +101,12 @@ pub(super) async fn visible<S: ContextStore>(
 pub(super) async fn definition_of<S: ContextStore>(
     ctx: &Context<S>,
     record: &WorkflowRecord,
-) -> Result<Option<Arc<crate::scheduler::DeployedDef>>, DeskError> {
+) -> Result<Option<Arc<crate::catalog::DeployedDef>>, DeskError> {
     ctx.deployments
         .get(&record.workflow, record.definition_version)
         .await
         .map_err(|e| match e {
-            crate::scheduler::DeployError::Store(e) => DeskError::Store(e),
+            crate::catalog::DeployError::Store(e) => DeskError::Store(e),
             other => DeskError::Internal(other.to_string()),
         })
 }
@@ -115,7 +115,7 @@ pub(super) async fn definition_of<S: ContextStore>(
 pub(super) async fn required_definition<S: ContextStore>(
     ctx: &Context<S>,
     record: &WorkflowRecord,
-) -> Result<Arc<crate::scheduler::DeployedDef>, DeskError> {
+) -> Result<Arc<crate::catalog::DeployedDef>, DeskError> {
     definition_of(ctx, record).await?.ok_or_else(|| {
         DeskError::Internal(format!(
             "definition {} v{} of workflow {} is not deployed",

@@ -8,9 +8,10 @@
 
 mod adapter;
 
+use super::Scheduler;
 use super::recovery::{Uncertainty, Verdict, decide};
-use super::{DeployError, ResolveError, Scheduler};
 use crate::budget::{self, AttemptKind, Charge};
+use crate::catalog::{DeployError, ResolveError};
 use crate::contract::{
     CompensationRequest, Contract, EffectError, EffectRequest, EffectStatus, Lookup, PluginReceipt,
 };

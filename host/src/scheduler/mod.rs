@@ -2,31 +2,25 @@
 //! through the runtime, records outcomes, and recovers expired leases.
 //!
 //! The background loop is a thin spawn around two ticks over (store, now): [`Scheduler::claim_tick`]
-//! and [`Scheduler::recovery_tick`]; registry catch-up is a third ([`registry_tick`]). Tests
+//! and [`Scheduler::recovery_tick`]; registry catch-up is [`crate::catalog::catch_up`]. Tests
 //! drive the ticks with a controlled clock, and every completed tick is counted in
 //! [`Ticks`] so that a test can wait for the host to have looked.
 
-pub mod components;
-pub mod definitions;
 mod execute;
-mod governance;
 pub mod notifier;
 pub(crate) use execute::step_of;
-pub use governance::{DEFAULT_ENVIRONMENT, Governance};
 mod progress;
 pub mod recovery;
-pub mod registry;
 #[cfg(test)]
 mod tests;
 mod ticks;
 
-pub use components::{Components, ResolveError, SyncError};
-pub use definitions::{DeployError, DeployedDef, Deployments};
 pub use execute::short;
 pub use progress::Progress;
 pub use ticks::{Tick, TickCounts, Ticks};
 
 use crate::capabilities::SecretSource;
+use crate::catalog::{Components, DeployError, Deployments};
 use crate::clock::Clock;
 use crate::intent::{AttemptOutcome, EventKind, Millis, NewEvent, StepState, Trigger};
 use crate::store::{
@@ -129,48 +123,6 @@ pub fn failpoint_from_env() -> Option<Failpoint> {
         "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6, compensation-checkpoint-1 … 6 or scheduler-panic; ignored"
     );
     None
-}
-
-/// One catch-up with the adapter registry and the policy: activations and rollbacks made
-/// elsewhere (another host, `docket adapter activate`) and newer policy versions take
-/// effect here, and deadlines that draw near are told. A failure is logged and the next tick
-/// tries again.
-pub async fn registry_tick<
-    S: ComponentStore + crate::store::PolicyStore + crate::store::BudgetStore,
->(
-    components: &Components,
-    store: &S,
-    ticks: &Ticks,
-    now: Millis,
-) {
-    match components.sync(store).await {
-        Ok(changes) => {
-            for change in changes {
-                tracing::info!("registry: {change}");
-            }
-        }
-        Err(e) => tracing::warn!("catching up with the registry failed: {e}"),
-    }
-    // A newer policy version: steps an older one blocked are judged again.
-    match components.governance().refresh(store).await {
-        Ok(Some(version)) => {
-            tracing::info!("policy version {version} is in force");
-            match store.release_policy_blocks(version, now).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!("{n} steps blocked by an older policy are ready again"),
-                Err(e) => tracing::warn!("releasing steps an older policy blocked failed: {e}"),
-            }
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!("reading the policy in force failed: {e}"),
-    }
-    // Workflows waiting for a person as their deadline draws near are told about, once.
-    match store.warn_deadlines(now).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!("{n} workflows waiting for review are near their deadline"),
-        Err(e) => tracing::warn!("looking for deadlines that draw near failed: {e}"),
-    }
-    ticks.done(Tick::Registry);
 }
 
 /// Most expired leases one recovery tick decides.

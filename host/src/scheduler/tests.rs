@@ -2,8 +2,9 @@
 //! the built `http-delivery` component and the provider simulator on loopback: no
 //! background loop runs, so each test says exactly when the host looks.
 
-use super::{Components, Deployments, Scheduler, SchedulerConfig, Tick};
+use super::{Scheduler, SchedulerConfig, Tick};
 use crate::capabilities::{AdapterPolicy, HostPolicy, HostRule, SecretSource};
+use crate::catalog::{Components, Deployments};
 use crate::clock::{Clock, SystemClock};
 use crate::context::Context;
 use crate::intent::{StepState, WorkflowId};
@@ -481,7 +482,8 @@ async fn a_registry_tick_takes_up_an_activation_made_elsewhere() {
         Some(digest.clone())
     );
     let ticks = h.scheduler.ticks();
-    super::registry_tick(&h.components, &h.store, &ticks, h.clock.now_ms()).await;
+    crate::catalog::catch_up(&h.components, &h.store, h.clock.now_ms()).await;
+    ticks.done(Tick::Registry);
     assert_eq!(h.components.active_digest("http-delivery"), Some(digest));
     assert_eq!(ticks.get(Tick::Registry), 1);
 }

@@ -175,7 +175,7 @@ pub async fn another_host(dir: &std::path::Path, auth: docket::access::Auth) -> 
     let store = docket::store::sqlite::SqliteStore::open(&dir.join("docket.db"))
         .await
         .unwrap();
-    let deployments = std::sync::Arc::new(docket::scheduler::Deployments::new(store.clone()));
+    let deployments = std::sync::Arc::new(docket::catalog::Deployments::new(store.clone()));
     let mut ctx =
         docket::context::Context::new(store, deployments, docket::clock::SystemClock::new());
     ctx.test_controls = false;

@@ -635,7 +635,7 @@ const CUSTOM_SECTION: [u8; 6] = [0, 4, 3, b'f', b'o', b'o'];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn other_bytes_under_a_loaded_version_are_refused_and_never_run() {
-    let components = docket::scheduler::Components::new(
+    let components = docket::catalog::Components::new(
         crate::common::runtime(),
         docket::capabilities::HostPolicy::default(),
     );

@@ -6,13 +6,13 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
 use docket::api::shared_router;
+use docket::catalog::Deployments;
 use docket::clock::{Clock, SystemClock};
 use docket::context::Context;
 use docket::intent::{
     AttemptOutcome, EventKind, NewEvent, StepRole, StepState, Subject, Trigger, WorkflowId,
     canonicalize,
 };
-use docket::scheduler::Deployments;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
     AdmissionStore, AdmitRequest, AttemptFacts, ClaimRequest, ExecutorStore, FinishRequest,

@@ -3,10 +3,10 @@
 
 use docket::access::{Auth, Principal, Role};
 use docket::api::router;
+use docket::catalog::Deployments;
 use docket::clock::{Clock, SystemClock};
 use docket::context::{Context, ContextStore, Limits};
 use docket::intent::{AttemptOutcome, EvidenceKind, ReceiptId};
-use docket::scheduler::Deployments;
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{

@@ -60,7 +60,7 @@ pub struct Components {
     /// Stored digests that failed to load here: reported once, not tried at every sync.
     unloadable: Mutex<BTreeSet<String>>,
     /// The deployed policy in force, refreshed with the registry.
-    governance: super::Governance,
+    governance: super::governance::Governance,
 }
 
 impl Components {
@@ -68,7 +68,7 @@ impl Components {
         Self {
             runtime,
             policy: RwLock::new(Arc::new(policy)),
-            governance: super::Governance::default(),
+            governance: super::governance::Governance::default(),
             by_name: RwLock::new(BTreeMap::new()),
             active: RwLock::new(BTreeMap::new()),
             last_used: Mutex::new(HashMap::new()),
@@ -161,13 +161,13 @@ impl Components {
     }
 
     /// The deployed policy in force on this host, and its environment.
-    pub fn governance(&self) -> &super::Governance {
+    pub fn governance(&self) -> &super::governance::Governance {
         &self.governance
     }
 
     /// Judges in `environment` (the host config's `environment`).
     pub fn with_environment(mut self, environment: &str) -> Self {
-        self.governance = super::Governance::new(environment);
+        self.governance = super::governance::Governance::new(environment);
         self
     }
 
