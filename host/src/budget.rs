@@ -22,7 +22,21 @@ pub struct Amounts {
     pub recovery_queries: u64,
 }
 
+/// The `reason` of a step blocked because its workflow's budget is spent.
+pub const BLOCKED_REASON: &str = "budget_exhausted";
+
 impl Amounts {
+    /// These amounts with `add` added to each (saturating: an extension never wraps).
+    pub fn plus(&self, add: &Amounts) -> Amounts {
+        Amounts {
+            attempts: self.attempts.saturating_add(add.attempts),
+            runtime_ms: self.runtime_ms.saturating_add(add.runtime_ms),
+            external_calls: self.external_calls.saturating_add(add.external_calls),
+            cost: self.cost.saturating_add(add.cost),
+            recovery_queries: self.recovery_queries.saturating_add(add.recovery_queries),
+        }
+    }
+
     /// Whether nothing is in it.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
@@ -98,6 +112,18 @@ impl Limits {
 
     /// The limits `used` has reached: the next attempt of any kind they govern would be
     /// refused. A step blocked by a limit not in this list may run again.
+    /// The limits (by name) that still hold a step blocked after an extension: those
+    /// `used` exhausts, and the deadline, which no extension of amounts lifts.
+    pub fn still_exhausted(&self, used: &Amounts) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = self
+            .exhausted(used)
+            .into_iter()
+            .map(Limit::as_str)
+            .collect();
+        out.push(Limit::Deadline.as_str());
+        out
+    }
+
     pub fn exhausted(&self, used: &Amounts) -> Vec<Limit> {
         let mut out = Vec::new();
         if used.attempts >= self.attempts {

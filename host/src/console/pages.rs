@@ -933,7 +933,7 @@ pub async fn step<S: ContextStore>(
                         textarea #exception-evidence name="evidence" rows="2" required {}
                     }))
                 }
-                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == "budget_exhausted") {
+                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == crate::budget::BLOCKED_REASON) {
                     div.box {
                         "Blocked by the budget: " strong { (b.limit.as_deref().unwrap_or("budget")) } " — " (b.message)
                     }

@@ -582,7 +582,7 @@ where
         Ending {
             blocked: Some(crate::store::Blocked {
                 references: Vec::new(),
-                reason: "budget_exhausted".into(),
+                reason: crate::budget::BLOCKED_REASON.into(),
                 limit: Some(exhausted.limit.as_str().into()),
                 policy_version: None,
                 message: exhausted.message.clone(),

@@ -16,12 +16,16 @@
 //! (`rows` maps every driver's rows). A failure says whether repeating it is safe
 //! ([`Retry`]).
 
+mod actions;
+mod budgets;
+mod course;
 mod plan;
 pub mod postgres;
 mod reads;
 mod records;
 mod rows;
 pub mod sqlite;
+mod tx;
 
 pub use records::*;
 

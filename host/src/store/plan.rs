@@ -477,7 +477,52 @@ pub(crate) fn unknown_version(name: &str, digest: &str) -> StoreError {
 pub(crate) enum Param<'a> {
     Text(Option<&'a str>),
     Int(Option<i64>),
+    Flag(bool),
 }
+
+impl<'a> From<&'a str> for Param<'a> {
+    fn from(v: &'a str) -> Self {
+        Param::Text(Some(v))
+    }
+}
+
+impl<'a> From<&'a String> for Param<'a> {
+    fn from(v: &'a String) -> Self {
+        Param::Text(Some(v))
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Param<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        Param::Text(v)
+    }
+}
+
+impl From<i64> for Param<'_> {
+    fn from(v: i64) -> Self {
+        Param::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Param<'_> {
+    fn from(v: Option<i64>) -> Self {
+        Param::Int(v)
+    }
+}
+
+impl From<bool> for Param<'_> {
+    fn from(v: bool) -> Self {
+        Param::Flag(v)
+    }
+}
+
+/// Statement parameters, in order, each converted to a [`Param`].
+macro_rules! values {
+    ($($value:expr),* $(,)?) => {
+        [$($crate::store::plan::Param::from($value)),*]
+    };
+}
+pub(crate) use values;
 
 /// An attempt's stored result as JSON text.
 pub(crate) fn result_text(facts: &AttemptFacts) -> StoreResult<Option<String>> {
@@ -582,37 +627,6 @@ pub(crate) fn uncharged(charge: crate::budget::Charge) -> i64 {
 /// Recovery queries a finish draws from the reserve.
 pub(crate) fn from_reserve(charge: crate::budget::Charge) -> i64 {
     i64::from(charge == crate::budget::Charge::Reserve)
-}
-
-/// The limits a workflow is over after an extension, by key: a step blocked by any other
-/// limit may run again. The deadline is never extended here, so it always stays.
-pub(crate) fn still_exhausted(
-    base: &crate::workflow::Budget,
-    added: &crate::budget::Amounts,
-    used: &crate::budget::Amounts,
-) -> Vec<&'static str> {
-    let limits = crate::budget::Limits::of(base, added);
-    let mut out: Vec<&'static str> = limits
-        .exhausted(used)
-        .into_iter()
-        .map(crate::budget::Limit::as_str)
-        .collect();
-    out.push(crate::budget::Limit::Deadline.as_str());
-    out
-}
-
-/// The sum of two extensions.
-pub(crate) fn added(
-    before: &crate::budget::Amounts,
-    add: &crate::budget::Amounts,
-) -> crate::budget::Amounts {
-    crate::budget::Amounts {
-        attempts: before.attempts.saturating_add(add.attempts),
-        runtime_ms: before.runtime_ms.saturating_add(add.runtime_ms),
-        external_calls: before.external_calls.saturating_add(add.external_calls),
-        cost: before.cost.saturating_add(add.cost),
-        recovery_queries: before.recovery_queries.saturating_add(add.recovery_queries),
-    }
 }
 
 /// The timeline entry of an extension: who added what, why, and which steps it freed.

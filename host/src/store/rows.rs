@@ -225,14 +225,6 @@ pub(crate) fn course_step(r: &impl Columns) -> StoreResult<crate::course::Course
     })
 }
 
-/// The columns [`cancellation`] reads, for a `SELECT`.
-pub(crate) const CANCELLATION_COLUMNS: &str = "cancellation_id, workflow_id, requested_by, \
-     requested_at, reason, withdraw, outcome, message, consequences";
-
-/// The columns [`revision`] reads, for a `SELECT`.
-pub(crate) const REVISION_COLUMNS: &str = "workflow_id, input_revision, prior_digest, \
-     input_digest, author, reason, at, invalidated_steps, kept_receipts";
-
 pub(crate) fn revision(r: &impl Columns) -> StoreResult<super::RevisionRecord> {
     let list = |col: &str| -> StoreResult<Vec<String>> {
         serde_json::from_str(&r.text(col)?)

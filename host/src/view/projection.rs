@@ -518,7 +518,7 @@ fn course_line(
     if let Some((label, b)) = steps.iter().find_map(|s| {
         s.blocked
             .as_ref()
-            .filter(|b| s.state == StepState::Blocked && b.reason == "budget_exhausted")
+            .filter(|b| s.state == StepState::Blocked && b.reason == crate::budget::BLOCKED_REASON)
             .map(|b| (named(&s.step), b))
     }) {
         return format!(

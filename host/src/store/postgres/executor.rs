@@ -117,10 +117,11 @@ fn bind_facts<'q>(mut query: PgQuery<'q>, values: [plan::Param<'q>; 13]) -> PgQu
 }
 
 /// Binds one planned value.
-fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q> {
+pub(crate) fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q> {
     match value {
         plan::Param::Text(t) => query.bind(t),
         plan::Param::Int(i) => query.bind(i),
+        plan::Param::Flag(b) => query.bind(b),
     }
 }
 

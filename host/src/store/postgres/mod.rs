@@ -18,11 +18,8 @@
 //!
 //! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
 
-mod actions;
 mod admission;
 mod batch;
-mod budgets;
-mod course;
 mod executor;
 mod gather;
 mod metrics;
@@ -30,6 +27,7 @@ mod notifications;
 mod policies;
 mod read;
 mod sessions;
+mod tx;
 
 use super::plan;
 use super::rows;
@@ -45,7 +43,7 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use std::time::Duration;
 
 /// How often a transaction runs again after PostgreSQL aborted it to break a deadlock.
-const DEADLOCK_TRIES: usize = 8;
+pub(crate) const DEADLOCK_TRIES: usize = 8;
 
 /// A failure inside a transaction: a store error, or a database error kept whole so that
 /// a deadlock (or serialization failure) can be told apart and the transaction run again.
@@ -93,7 +91,7 @@ impl Fail {
 
     /// Whether PostgreSQL rolled the transaction back to resolve a conflict with another
     /// one (SQLSTATE 40P01 deadlock, 40001 serialization): running it again is safe.
-    fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         match self {
             Fail::Db(sqlx::Error::Database(e)) => {
                 matches!(e.code().as_deref(), Some("40P01") | Some("40001"))

@@ -809,6 +809,7 @@ impl rusqlite::ToSql for plan::Param<'_> {
         match self {
             plan::Param::Text(t) => t.to_sql(),
             plan::Param::Int(i) => i.to_sql(),
+            plan::Param::Flag(b) => b.to_sql(),
         }
     }
 }

@@ -6,9 +6,6 @@
 //! plain read connections (`points.rs`), longer reads on a small sqlx pool. sqlx also owns
 //! the migrations.
 
-mod actions;
-mod budgets;
-mod course;
 mod executor;
 mod metrics;
 mod notifications;
@@ -16,6 +13,7 @@ mod points;
 mod policies;
 mod read;
 mod sessions;
+mod tx;
 mod writer;
 
 pub use writer::Hold;

@@ -22,9 +22,12 @@ impl PointReads {
     }
 
     /// Runs `f` on an idle read connection (opening one if none is idle).
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let conn = match idle {
+        let mut conn = match idle {
             Some(conn) => conn,
             None => {
                 let conn = Connection::open_with_flags(
@@ -42,7 +45,7 @@ impl PointReads {
                 conn
             }
         };
-        let result = f(&conn);
+        let result = f(&mut conn);
         self.idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -93,7 +93,7 @@ impl PolicyStore for SqliteStore {
     }
 
     async fn latest_policy(&self) -> StoreResult<Option<StoredPolicy>> {
-        self.points.with(latest_tx)
+        self.points.with(|conn| latest_tx(conn))
     }
 
     async fn release_policy_blocks(&self, version: u32, now: Millis) -> StoreResult<u64> {

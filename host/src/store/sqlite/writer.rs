@@ -72,7 +72,7 @@ impl From<rusqlite::Error> for StoreError {
 
 trait Job: Send {
     /// Runs the job's statements; keeps its result until the commit is known.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, conn: &mut Connection) -> bool;
     /// Reports the result (or the commit's failure) to the caller.
     fn finish(self: Box<Self>, commit: StoreResult<()>);
 }
@@ -86,9 +86,9 @@ struct TypedJob<T, F> {
 impl<T, F> Job for TypedJob<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &mut Connection) -> bool {
         let Some(f) = self.f.take() else {
             self.result = Some(Err(StoreError::never("a write job ran twice")));
             return false;
@@ -224,7 +224,7 @@ impl Writer {
     fn job<T, F>(f: F) -> (Box<dyn Job>, oneshot::Receiver<StoreResult<T>>)
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
         let job = Box::new(TypedJob {
@@ -240,7 +240,7 @@ impl Writer {
     pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let (job, rx) = Self::job(f);
         if self.tx.send(job).await.is_err() {
@@ -254,7 +254,7 @@ impl Writer {
     pub(crate) async fn try_write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let (job, rx) = Self::job(f);
         match self.tx.try_send(job) {
@@ -340,7 +340,7 @@ pub(crate) fn alone() -> bool {
 }
 
 fn run_writer(
-    conn: Connection,
+    mut conn: Connection,
     mut rx: mpsc::Receiver<Box<dyn Job>>,
     lose_acks: Arc<AtomicU32>,
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
@@ -356,7 +356,7 @@ fn run_writer(
         }
         let t0 = std::time::Instant::now();
         BATCH_JOBS.with(|jobs| jobs.set(batch.len()));
-        let commit = run_batch(&conn, &mut batch);
+        let commit = run_batch(&mut conn, &mut batch);
         tracing::trace!(jobs = batch.len(), elapsed = ?t0.elapsed(), "write batch committed");
         if let Err(e) = &commit {
             tracing::error!("a write transaction of {} jobs failed: {e}", batch.len());
@@ -384,7 +384,7 @@ fn run_writer(
     }
 }
 
-fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<()> {
+fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<()> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     for job in batch.iter_mut() {
         let before = conn.total_changes();

@@ -1,0 +1,317 @@
+//! Operator actions, written once for every backend: the action's key (taken in the
+//! action's own transaction, its answer stored once known), the change guarded by the
+//! state the decision saw, the receipt and the timeline.
+
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
+
+use super::plan::{self, Param, values};
+use super::rows::{self, Columns};
+use super::tx::{Backend, Tx, Write};
+use super::{
+    ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
+    StepChange, StoreError, StoreResult,
+};
+use crate::intent::{AttemptId, Millis, NewEvent, WorkflowState};
+
+/// The statements of operator actions. Parameters, in order:
+/// - `find`: subject, workflow id, step, action, key;
+/// - `reserve` (does nothing when the key is taken): subject, workflow id, step, action,
+///   key, request digest, created at;
+/// - `remember` (does nothing when the key is taken): `reserve`'s, then refusal code,
+///   answer, refusal details;
+/// - `answer` (only an unanswered key): refusal code, answer, refusal details, then
+///   `find`'s;
+/// - `lock_workflow` (locks the row where the database can): workflow id;
+/// - `latest_attempt`: workflow id, step;
+/// - every step change: workflow id, step, the state the decision saw (and the step not
+///   leased), then its own values: `ready` ready at, trigger, whether the uncertainty is
+///   settled; `succeed` receipt id; `terminal` state, note; `escalate` the escalation;
+///   `exception` ready at, the grant; `compensating` none; `insert_compensation` (its own
+///   parameters) workflow id, compensation step id, ready at.
+pub(crate) struct Sql {
+    pub find: &'static str,
+    pub reserve: &'static str,
+    pub remember: &'static str,
+    pub answer: &'static str,
+    pub lock_workflow: &'static str,
+    pub latest_attempt: &'static str,
+    pub ready: &'static str,
+    pub succeed: &'static str,
+    pub terminal: &'static str,
+    pub escalate: &'static str,
+    pub exception: &'static str,
+    pub compensating: &'static str,
+    pub insert_compensation: &'static str,
+}
+
+fn scope_values(s: &ActionScope) -> [Param<'_>; 5] {
+    values![
+        s.subject.0.as_str(),
+        s.workflow_id.as_str(),
+        s.step.as_str(),
+        s.action.as_str(),
+        s.key.as_str()
+    ]
+}
+
+/// The action stored under `scope`'s key.
+pub(crate) async fn find<T: Tx>(
+    tx: &mut T,
+    scope: &ActionScope,
+) -> StoreResult<Option<ActionRecord>> {
+    let sql = tx.sql().actions.find;
+    tx.row(sql, &scope_values(scope), |r| rows::action_record(r))
+        .await
+}
+
+/// Takes `scope`'s key for a request, unless a racing twin holds it (the primary key
+/// decides; on PostgreSQL the twin waits for the first transaction and then finds the key
+/// taken). Whether this request took it.
+pub(crate) async fn reserve<T: Tx>(
+    tx: &mut T,
+    scope: &ActionScope,
+    request_digest: &str,
+    now: Millis,
+) -> StoreResult<bool> {
+    let [a, b, c, d, e] = scope_values(scope);
+    let sql = tx.sql().actions.reserve;
+    let taken = tx
+        .exec(
+            sql,
+            &[a, b, c, d, e, request_digest.into(), (now as i64).into()],
+        )
+        .await?;
+    Ok(taken == 1)
+}
+
+/// Takes `scope`'s key, or answers what it already holds: `Err(existing)` when another
+/// request (or this one, earlier) has it.
+pub(crate) async fn take<T: Tx>(
+    tx: &mut T,
+    scope: &ActionScope,
+    request_digest: &str,
+    now: Millis,
+) -> StoreResult<Result<(), ActionRecord>> {
+    if reserve(tx, scope, request_digest, now).await? {
+        return Ok(Ok(()));
+    }
+    let existing = find(tx, scope)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("an operator action's key vanished".into()))?;
+    Ok(Err(existing))
+}
+
+/// Stores the answer of the request that holds `scope`'s key.
+pub(crate) async fn store_answer<T: Tx>(
+    tx: &mut T,
+    scope: &ActionScope,
+    answer: &ActionAnswer,
+) -> StoreResult<()> {
+    let (refusal, text, details) = rows::answer_columns(answer);
+    let [a, b, c, d, e] = scope_values(scope);
+    let sql = tx.sql().actions.answer;
+    tx.exec(
+        sql,
+        &[
+            refusal.into(),
+            text.into(),
+            details.as_deref().into(),
+            a,
+            b,
+            c,
+            d,
+            e,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The workflow's state and whether it has a cancellation, its row locked where the
+/// database can: the lock orders a change of course against every step change.
+pub(crate) async fn lock_workflow<T: Tx>(
+    tx: &mut T,
+    id: &crate::intent::WorkflowId,
+) -> StoreResult<(WorkflowState, bool)> {
+    let sql = tx.sql().actions.lock_workflow;
+    tx.row(sql, &values![id.as_str()], |r| {
+        Ok((
+            r.parsed::<WorkflowState>("state")?,
+            r.opt_text("cancel_on")?.is_some(),
+        ))
+    })
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))
+}
+
+async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcome> {
+    if let Err(existing) = take(tx, &req.scope, &req.request_digest, req.now).await? {
+        return Ok(if existing.request_digest == req.request_digest {
+            ActionOutcome::Replayed(existing)
+        } else {
+            ActionOutcome::KeyConflict
+        });
+    }
+    let change = match &req.change {
+        Ok(change) => change,
+        Err(refusal) => {
+            store_answer(tx, &req.scope, &ActionAnswer::Refused(refusal.clone())).await?;
+            return Ok(ActionOutcome::Refused(refusal.clone()));
+        }
+    };
+    let id = &req.scope.workflow_id;
+    let step = req.scope.step.as_str();
+    let now = req.now as i64;
+    // Every change is guarded by the state the decision saw, and never touches a leased step.
+    let guard = values![id.as_str(), step, req.expected_state.as_str()];
+    let sql = &tx.sql().actions;
+    let grant;
+    let escalation;
+    let (statement, own): (&'static str, Vec<Param<'_>>) = match change {
+        StepChange::Ready {
+            trigger,
+            settle_uncertainty,
+        } => (
+            sql.ready,
+            values![now, trigger.as_str(), *settle_uncertainty].to_vec(),
+        ),
+        StepChange::Succeed(receipt) => {
+            (sql.succeed, values![receipt.receipt_id.as_str()].to_vec())
+        }
+        StepChange::Terminal { state, note } => (
+            sql.terminal,
+            values![state.as_str(), note.as_str()].to_vec(),
+        ),
+        StepChange::Escalate(value) => {
+            escalation = value.to_string();
+            (sql.escalate, values![&escalation].to_vec())
+        }
+        StepChange::Exception(g) => {
+            grant = plan::json_text(g)?;
+            (sql.exception, values![now, &grant].to_vec())
+        }
+        StepChange::Compensate { .. } => (sql.compensating, Vec::new()),
+    };
+    let insert_compensation = sql.insert_compensation;
+    let params: Vec<Param<'_>> = guard.iter().copied().chain(own).collect();
+    let moved = tx.exec(statement, &params).await?;
+    if moved == 0 {
+        store_answer(tx, &req.scope, &ActionAnswer::Refused(req.stale.clone())).await?;
+        return Ok(ActionOutcome::Refused(req.stale.clone()));
+    }
+    if let StepChange::Compensate { id: compensation } = change {
+        tx.exec(
+            insert_compensation,
+            &values![id.as_str(), compensation.as_str(), now],
+        )
+        .await?;
+    }
+    // From here on the transaction sees every committed step change of the workflow.
+    let (current, cancelled) = lock_workflow(tx, id).await?;
+    let mut events = req.events.clone();
+    if let StepChange::Succeed(r) = change {
+        let sql = tx.sql().actions.latest_attempt;
+        let latest = tx
+            .row(sql, &values![id.as_str(), step], |r| r.text("attempt_id"))
+            .await?
+            .map(AttemptId);
+        let output = r.output.to_string();
+        let values = plan::receipt_params(r, id, step, latest.as_ref(), &output, req.now);
+        tx.apply(Write::InsertReceipt(&values)).await?;
+        let released = tx
+            .apply(Write::ReleaseDependents {
+                workflow: id,
+                now: req.now,
+            })
+            .await?
+            .released()?;
+        events.extend(NewEvent::released(&released));
+    }
+    tx.apply(Write::AppendEvents {
+        workflow: id,
+        now: req.now,
+        events: &events,
+    })
+    .await?;
+    let workflow_state = tx
+        .apply(Write::SettleState {
+            workflow: id,
+            current,
+            cancelled,
+            now: req.now,
+        })
+        .await?
+        .state()?;
+    Ok(ActionOutcome::Applied { workflow_state })
+}
+
+async fn remember<T: Tx>(
+    tx: &mut T,
+    (scope, request_digest, answer, now): &(ActionScope, String, ActionAnswer, Millis),
+) -> StoreResult<ActionRecord> {
+    let (refusal, text, details) = rows::answer_columns(answer);
+    let [a, b, c, d, e] = scope_values(scope);
+    let sql = tx.sql().actions.remember;
+    let params = [
+        a,
+        b,
+        c,
+        d,
+        e,
+        request_digest.into(),
+        (*now as i64).into(),
+        refusal.into(),
+        text.into(),
+        details.as_deref().into(),
+    ];
+    tx.exec(sql, &params).await?;
+    find(tx, scope)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("a remembered key vanished".into()))
+}
+
+impl<B: Backend> OperatorStore for B {
+    async fn action(&self, scope: &ActionScope) -> StoreResult<Option<ActionRecord>> {
+        self.read(scope.clone(), |tx, scope| Box::pin(find(tx, scope)))
+            .await
+    }
+
+    async fn act(&self, request: ActionRequest) -> StoreResult<ActionOutcome> {
+        // A step made ready (query, retry) or dependents released: any host may take them.
+        let wakes = matches!(
+            request.change,
+            Ok(StepChange::Ready { .. } | StepChange::Succeed(_))
+        );
+        let outcome = self
+            .write(request, |tx, req| Box::pin(act(tx, req)))
+            .await?;
+        if wakes && matches!(outcome, ActionOutcome::Applied { .. }) {
+            self.poke();
+        }
+        Ok(outcome)
+    }
+
+    async fn answer(&self, scope: &ActionScope, applied: String) -> StoreResult<()> {
+        self.write(
+            (scope.clone(), ActionAnswer::Applied(applied)),
+            |tx, (scope, answer)| Box::pin(store_answer(tx, scope, answer)),
+        )
+        .await
+    }
+}
+
+/// [`super::CourseStore::remember`], written once.
+pub(crate) async fn remember_on<B: Backend>(
+    store: &B,
+    scope: ActionScope,
+    request_digest: String,
+    answer: ActionAnswer,
+    now: Millis,
+) -> StoreResult<ActionRecord> {
+    store
+        .write((scope, request_digest, answer, now), |tx, arg| {
+            Box::pin(remember(tx, arg))
+        })
+        .await
+}

@@ -1,0 +1,128 @@
+//! Budget extensions (the steps they free) and the deadline warnings of workflows that
+//! wait for a person, written once for every backend.
+
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
+
+use super::actions::{self, lock_workflow, store_answer};
+use super::plan::{self, values};
+use super::rows::{self, Columns};
+use super::tx::{Backend, Tx, Write};
+use super::{ActionAnswer, BudgetStore, ExtendAnswer, ExtendRequest, StoreError, StoreResult};
+use crate::budget::{BLOCKED_REASON, Limits};
+use crate::intent::{Millis, WorkflowId};
+
+/// The statements of budgets. Parameters, in order:
+/// - `workflow`: workflow id;
+/// - `set_added`: the added amounts (JSON), workflow id;
+/// - `blocked_by_budget`: workflow id, the blocked reason of an exhausted budget;
+/// - `release`: ready at, workflow id, step;
+/// - `warn_due` (marks and returns `workflow_id`, `deadline_at` of each workflow waiting
+///   for review whose deadline is a fifth of its span away): now.
+pub(crate) struct Sql {
+    pub workflow: &'static str,
+    pub set_added: &'static str,
+    pub blocked_by_budget: &'static str,
+    pub release: &'static str,
+    pub warn_due: &'static str,
+}
+
+async fn extend<T: Tx>(tx: &mut T, req: &ExtendRequest) -> StoreResult<ExtendAnswer> {
+    let s = &req.scope;
+    if let Err(existing) = actions::take(tx, s, &req.request_digest, req.now).await? {
+        return Ok(if existing.request_digest == req.request_digest {
+            ExtendAnswer::Replayed(existing)
+        } else {
+            ExtendAnswer::KeyConflict
+        });
+    }
+    let id = &s.workflow_id;
+    // The workflow row's lock orders this against every step change and every charge.
+    lock_workflow(tx, id).await?;
+    let sql = &tx.sql().budgets;
+    let (workflow, set_added, blocked, release) = (
+        sql.workflow,
+        sql.set_added,
+        sql.blocked_by_budget,
+        sql.release,
+    );
+    let record = tx
+        .row(workflow, &values![id.as_str()], |r| rows::workflow(r))
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
+    let added = record.budget_added.plus(&req.add);
+    tx.exec(set_added, &values![&plan::json_text(&added)?, id.as_str()])
+        .await?;
+    let used = record.budget_used();
+    let stays = Limits::of(&req.base, &added).still_exhausted(&used);
+    let blocked = tx
+        .rows(blocked, &values![id.as_str(), BLOCKED_REASON], |r| {
+            Ok((r.text("step")?, r.opt_text("lim")?.unwrap_or_default()))
+        })
+        .await?;
+    let released: Vec<String> = blocked
+        .into_iter()
+        .filter(|(_, limit)| !stays.contains(&limit.as_str()))
+        .map(|(step, _)| step)
+        .collect();
+    for step in &released {
+        tx.exec(
+            release,
+            &values![req.now as i64, id.as_str(), step.as_str()],
+        )
+        .await?;
+    }
+    let events = [plan::extension_event(req, &released)];
+    tx.apply(Write::AppendEvents {
+        workflow: id,
+        now: req.now,
+        events: &events,
+    })
+    .await?;
+    tx.apply(Write::SettleState {
+        workflow: id,
+        current: record.state,
+        cancelled: record.cancelled,
+        now: req.now,
+    })
+    .await?;
+    let answer = plan::extension_answer(&req.base, &added, &used)?;
+    store_answer(tx, s, &ActionAnswer::Applied(answer.clone())).await?;
+    Ok(ExtendAnswer::Applied(answer))
+}
+
+async fn warn<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<u64> {
+    let sql = tx.sql().budgets.warn_due;
+    let due = tx
+        .rows(sql, &values![*now as i64], |r| {
+            Ok((WorkflowId(r.text("workflow_id")?), r.uint("deadline_at")?))
+        })
+        .await?;
+    for (id, deadline_at) in &due {
+        let events = [plan::deadline_event(*deadline_at)];
+        tx.apply(Write::AppendEvents {
+            workflow: id,
+            now: *now,
+            events: &events,
+        })
+        .await?;
+        tx.apply(Write::Notify {
+            workflow: id,
+            event: crate::notify::EventType::DeadlineApproaching,
+            now: *now,
+        })
+        .await?;
+    }
+    Ok(due.len() as u64)
+}
+
+impl<B: Backend> BudgetStore for B {
+    async fn extend_budget(&self, request: ExtendRequest) -> StoreResult<ExtendAnswer> {
+        self.write(request, |tx, req| Box::pin(extend(tx, req)))
+            .await
+    }
+
+    async fn warn_deadlines(&self, now: Millis) -> StoreResult<u64> {
+        self.write(now, |tx, now| Box::pin(warn(tx, now))).await
+    }
+}

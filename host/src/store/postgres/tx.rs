@@ -1,0 +1,172 @@
+//! The shared transactions ([`crate::store::tx`]) on PostgreSQL: each runs in a database
+//! transaction, run again whole when PostgreSQL aborts it to break a deadlock or a
+//! serialization conflict.
+
+use super::{DEADLOCK_TRIES, Fail, PgStore};
+use crate::store::plan::Param;
+use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
+use crate::store::{StoreError, StoreResult, actions, budgets, course};
+use sqlx::postgres::{PgConnection, PgRow};
+
+/// PostgreSQL's statements.
+static STATEMENTS: Statements = Statements {
+    actions: actions::postgres::SQL,
+    budgets: budgets::postgres::SQL,
+    course: course::postgres::SQL,
+};
+
+/// An open transaction (or, for a read, a pooled connection).
+pub(crate) struct PgTx<'c> {
+    conn: &'c mut PgConnection,
+    /// A statement failed on a conflict PostgreSQL resolved by aborting the transaction:
+    /// running it again is safe.
+    conflict: bool,
+}
+
+impl PgTx<'_> {
+    fn failed(&mut self, f: Fail) -> StoreError {
+        self.conflict |= f.retryable();
+        f.into()
+    }
+
+    fn query<'q>(
+        sql: &'static str,
+        params: &'q [Param<'q>],
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for value in params {
+            query = super::executor::bind(query, *value);
+        }
+        query
+    }
+}
+
+impl Tx for PgTx<'_> {
+    type Row<'r> = PgRow;
+
+    fn sql(&self) -> &'static Statements {
+        &STATEMENTS
+    }
+
+    async fn rows<T: Send>(
+        &mut self,
+        sql: &'static str,
+        params: &[Param<'_>],
+        mut map: impl FnMut(&PgRow) -> StoreResult<T> + Send,
+    ) -> StoreResult<Vec<T>> {
+        let found = Self::query(sql, params).fetch_all(&mut *self.conn).await;
+        let found = found.map_err(|e| self.failed(Fail::Db(e)))?;
+        found.iter().map(&mut map).collect()
+    }
+
+    async fn exec(&mut self, sql: &'static str, params: &[Param<'_>]) -> StoreResult<u64> {
+        let done = Self::query(sql, params).execute(&mut *self.conn).await;
+        Ok(done.map_err(|e| self.failed(Fail::Db(e)))?.rows_affected())
+    }
+
+    async fn apply(&mut self, write: Write<'_>) -> StoreResult<Applied> {
+        let conn = &mut *self.conn;
+        let applied = match write {
+            Write::AppendEvents {
+                workflow,
+                now,
+                events,
+            } => super::append_events(conn, workflow, now, events)
+                .await
+                .map(|()| Applied::Done),
+            Write::InsertReceipt(values) => super::executor::insert_receipt(conn, values)
+                .await
+                .map(|()| Applied::Done),
+            Write::Notify {
+                workflow,
+                event,
+                now,
+            } => super::executor::outbox(conn, workflow, event, now)
+                .await
+                .map(|()| Applied::Done),
+            Write::ReleaseDependents { workflow, now } => {
+                super::executor::release_dependents(conn, workflow, now)
+                    .await
+                    .map(Applied::Released)
+            }
+            Write::SettleState {
+                workflow,
+                current,
+                cancelled,
+                now,
+            } => super::executor::recompute_state(conn, workflow, current, cancelled, now)
+                .await
+                .map(Applied::State),
+        };
+        applied.map_err(|f| self.failed(f))
+    }
+}
+
+impl Backend for PgStore {
+    type Tx<'t> = PgTx<'t>;
+
+    async fn write<A, R>(
+        &self,
+        arg: A,
+        body: for<'t, 'c> fn(&'t mut PgTx<'c>, &'t A) -> TxFuture<'t, R>,
+    ) -> StoreResult<R>
+    where
+        A: Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let run: Result<R, (StoreError, bool)> = async {
+                let mut db = self
+                    .pool
+                    .begin()
+                    .await
+                    .map_err(|e| (StoreError::from(e), false))?;
+                let mut tx = PgTx {
+                    conn: &mut db,
+                    conflict: false,
+                };
+                let value = body(&mut tx, &arg).await;
+                let conflict = tx.conflict;
+                let value = value.map_err(|e| (e, conflict))?;
+                db.commit().await.map_err(|e| {
+                    let f = Fail::commit(e);
+                    let retry = f.retryable();
+                    (StoreError::from(f), retry)
+                })?;
+                Ok(value)
+            }
+            .await;
+            match run {
+                Err((_, true)) if tries < DEADLOCK_TRIES => {
+                    tracing::debug!(
+                        "a transaction was aborted to break a deadlock; running it again"
+                    );
+                }
+                other => return other.map_err(|(e, _)| e),
+            }
+        }
+    }
+
+    async fn read<A, R>(
+        &self,
+        arg: A,
+        body: for<'t, 'c> fn(&'t mut PgTx<'c>, &'t A) -> TxFuture<'t, R>,
+    ) -> StoreResult<R>
+    where
+        A: Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = PgTx {
+            conn: &mut conn,
+            conflict: false,
+        };
+        body(&mut tx, &arg).await
+    }
+
+    fn poke(&self) {
+        self.notifier.poke();
+    }
+}

@@ -1,0 +1,123 @@
+//! The shared transactions ([`crate::store::tx`]) on SQLite: statements run on the writer
+//! thread inside its group commit (or on a point-read connection), so a transaction body
+//! never waits and is run to its end at once.
+
+use super::SqliteStore;
+use crate::store::plan::Param;
+use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
+use crate::store::{StoreResult, actions, budgets, course};
+use rusqlite::Connection;
+
+/// SQLite's statements.
+static STATEMENTS: Statements = Statements {
+    actions: actions::sqlite::SQL,
+    budgets: budgets::sqlite::SQL,
+    course: course::sqlite::SQL,
+};
+
+/// A write transaction on the writer's connection, or a read on a point-read connection.
+pub(crate) struct SqliteTx<'c> {
+    conn: &'c mut Connection,
+}
+
+impl Tx for SqliteTx<'_> {
+    type Row<'r> = rusqlite::Row<'r>;
+
+    fn sql(&self) -> &'static Statements {
+        &STATEMENTS
+    }
+
+    async fn rows<T: Send>(
+        &mut self,
+        sql: &'static str,
+        params: &[Param<'_>],
+        mut map: impl FnMut(&rusqlite::Row<'_>) -> StoreResult<T> + Send,
+    ) -> StoreResult<Vec<T>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        super::each_row(&mut stmt, rusqlite::params_from_iter(params), |r| map(r))
+    }
+
+    async fn exec(&mut self, sql: &'static str, params: &[Param<'_>]) -> StoreResult<u64> {
+        let changed = self
+            .conn
+            .prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(params))?;
+        Ok(changed as u64)
+    }
+
+    async fn apply(&mut self, write: Write<'_>) -> StoreResult<Applied> {
+        let conn = &*self.conn;
+        Ok(match write {
+            Write::AppendEvents {
+                workflow,
+                now,
+                events,
+            } => {
+                super::append_events(conn, workflow, now, events)?;
+                Applied::Done
+            }
+            Write::InsertReceipt(values) => {
+                super::executor::insert_receipt(conn, values)?;
+                Applied::Done
+            }
+            Write::Notify {
+                workflow,
+                event,
+                now,
+            } => {
+                super::executor::outbox(conn, workflow, event, now)?;
+                Applied::Done
+            }
+            Write::ReleaseDependents { workflow, now } => {
+                Applied::Released(super::executor::release_dependents(conn, workflow, now)?)
+            }
+            Write::SettleState {
+                workflow,
+                current,
+                cancelled,
+                now,
+            } => Applied::State(super::executor::recompute_state(
+                conn, workflow, current, cancelled, now,
+            )?),
+        })
+    }
+}
+
+impl Backend for SqliteStore {
+    type Tx<'t> = SqliteTx<'t>;
+
+    async fn write<A, R>(
+        &self,
+        arg: A,
+        body: for<'t, 'c> fn(&'t mut SqliteTx<'c>, &'t A) -> TxFuture<'t, R>,
+    ) -> StoreResult<R>
+    where
+        A: Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        self.writer
+            .write(move |conn| {
+                let mut tx = SqliteTx { conn };
+                run_now(body(&mut tx, &arg))
+            })
+            .await
+    }
+
+    async fn read<A, R>(
+        &self,
+        arg: A,
+        body: for<'t, 'c> fn(&'t mut SqliteTx<'c>, &'t A) -> TxFuture<'t, R>,
+    ) -> StoreResult<R>
+    where
+        A: Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        self.points.with(|conn| {
+            let mut tx = SqliteTx { conn };
+            run_now(body(&mut tx, &arg))
+        })
+    }
+
+    /// One host owns a SQLite database, and its scheduler is woken in-process.
+    fn poke(&self) {}
+}
