@@ -921,7 +921,7 @@ pub async fn step<S: ContextStore>(
                     label for="external_reference" { "Provider reference (optional)" }
                     input #external_reference type="text" name="external_reference";
                 }))
-                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == "policy_denied") {
+                @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == crate::policy::BLOCKED_REASON) {
                     div.box {
                         "Blocked under policy " strong { (b.policy_version.unwrap_or_default()) } ": " (b.message)
                         " (the workflow was recorded under policy " (record.policy_at_admission) ")"

@@ -214,7 +214,7 @@ pub async fn perform<S: ContextStore>(
             policy_block: step_record
                 .blocked
                 .as_ref()
-                .filter(|b| b.reason == "policy_denied")
+                .filter(|b| b.reason == crate::policy::BLOCKED_REASON)
                 .and_then(|b| b.policy_version),
         },
         now,

@@ -8,6 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The `reason` of a step blocked because the policy in force denied its effect.
+pub const BLOCKED_REASON: &str = "policy_denied";
+
 /// What an attempt asks to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -20,10 +20,12 @@ mod actions;
 mod budgets;
 mod course;
 mod plan;
+mod policies;
 pub mod postgres;
 mod reads;
 mod records;
 mod rows;
+mod sessions;
 pub mod sqlite;
 mod tx;
 

@@ -584,8 +584,6 @@ pub(crate) fn budget_added(text: Option<String>) -> StoreResult<crate::budget::A
 }
 
 /// The columns [`policy`] reads.
-pub(crate) const POLICY_COLUMNS: &str = "version, digest, document, author, deployed_at";
-
 pub(crate) fn policy(r: &impl Columns) -> StoreResult<crate::store::StoredPolicy> {
     Ok(crate::store::StoredPolicy {
         version: r.small::<u32>("version")?,

@@ -7,8 +7,11 @@
 //! database aborts it to break a deadlock — so the store's traits are implemented once,
 //! for every backend.
 //!
-//! The statements live beside each other by concept (`store/<concept>/{sqlite,postgres}.rs`),
-//! as values of one [`Statements`] table per backend.
+//! The statements live by concept (`store/<concept>/mod.rs`), written once in the form both
+//! databases run, with numbered placeholders (`$1`, `$2`, …); a backend's module beside them
+//! (`store/<concept>/{sqlite,postgres}.rs`) replaces only those it writes its own way. SQLite
+//! reads `$1` as a named placeholder (numbered by first appearance, not by its digits), so
+//! its transactions bind each value by name.
 
 use super::plan::Param;
 use super::rows::Columns;
@@ -23,6 +26,8 @@ pub(crate) struct Statements {
     pub actions: super::actions::Sql,
     pub budgets: super::budgets::Sql,
     pub course: super::course::Sql,
+    pub policies: super::policies::Sql,
+    pub sessions: super::sessions::Sql,
 }
 
 /// A write whose execution is the backend's own (a multi-row insert written per dialect,

@@ -530,7 +530,7 @@ fn course_line(
     if let Some((label, b)) = steps.iter().find_map(|s| {
         s.blocked
             .as_ref()
-            .filter(|b| s.state == StepState::Blocked && b.reason == "policy_denied")
+            .filter(|b| s.state == StepState::Blocked && b.reason == crate::policy::BLOCKED_REASON)
             .map(|b| (named(&s.step), b))
     }) {
         return format!(

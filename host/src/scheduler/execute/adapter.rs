@@ -81,7 +81,7 @@ where
             adapter: true,
             blocked: Some(crate::store::Blocked {
                 references: Vec::new(),
-                reason: "policy_denied".into(),
+                reason: crate::policy::BLOCKED_REASON.into(),
                 limit: None,
                 policy_version: Some(version),
                 message: reason,

@@ -24,9 +24,7 @@ mod executor;
 mod gather;
 mod metrics;
 mod notifications;
-mod policies;
 mod read;
-mod sessions;
 mod tx;
 
 use super::plan;

@@ -5,14 +5,16 @@
 use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
-use crate::store::{StoreError, StoreResult, actions, budgets, course};
+use crate::store::{StoreError, StoreResult, actions, budgets, course, policies, sessions};
 use sqlx::postgres::{PgConnection, PgRow};
 
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
     actions: actions::postgres::SQL,
-    budgets: budgets::postgres::SQL,
-    course: course::postgres::SQL,
+    budgets: budgets::SQL,
+    course: course::SQL,
+    policies: policies::SQL,
+    sessions: sessions::SQL,
 };
 
 /// An open transaction (or, for a read, a pooled connection).

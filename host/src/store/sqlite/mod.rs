@@ -10,9 +10,7 @@ mod executor;
 mod metrics;
 mod notifications;
 mod points;
-mod policies;
 mod read;
-mod sessions;
 mod tx;
 mod writer;
 

@@ -3,17 +3,49 @@
 //! never waits and is run to its end at once.
 
 use super::SqliteStore;
+use crate::store::StoreError;
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
-use crate::store::{StoreResult, actions, budgets, course};
+use crate::store::{StoreResult, actions, budgets, course, policies, sessions};
 use rusqlite::Connection;
 
 /// SQLite's statements.
 static STATEMENTS: Statements = Statements {
-    actions: actions::sqlite::SQL,
+    actions: actions::SQL,
     budgets: budgets::sqlite::SQL,
     course: course::sqlite::SQL,
+    policies: policies::sqlite::SQL,
+    sessions: sessions::SQL,
 };
+
+/// The names SQLite gives the numbered placeholders of the shared statements.
+const PLACEHOLDERS: [&str; 32] = [
+    "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12", "$13", "$14", "$15",
+    "$16", "$17", "$18", "$19", "$20", "$21", "$22", "$23", "$24", "$25", "$26", "$27", "$28",
+    "$29", "$30", "$31", "$32",
+];
+
+/// Binds `params` to `stmt`'s `$1`, `$2`, …, each by name: SQLite numbers named
+/// placeholders by first appearance, and `UPDATE … SET a = $4 WHERE b = $1` names `$4` first.
+/// Every placeholder is bound each time, so no value is left from the statement's last use.
+fn bind(stmt: &mut rusqlite::Statement<'_>, params: &[Param<'_>]) -> StoreResult<()> {
+    if stmt.parameter_count() != params.len() || params.len() > PLACEHOLDERS.len() {
+        return Err(StoreError::never(format!(
+            "a statement with {} placeholders was given {} values",
+            stmt.parameter_count(),
+            params.len()
+        )));
+    }
+    for (value, name) in params.iter().zip(PLACEHOLDERS) {
+        let Some(index) = stmt.parameter_index(name)? else {
+            return Err(StoreError::never(format!(
+                "a statement has no placeholder {name}"
+            )));
+        };
+        stmt.raw_bind_parameter(index, value)?;
+    }
+    Ok(())
+}
 
 /// A write transaction on the writer's connection, or a read on a point-read connection.
 pub(crate) struct SqliteTx<'c> {
@@ -34,15 +66,19 @@ impl Tx for SqliteTx<'_> {
         mut map: impl FnMut(&rusqlite::Row<'_>) -> StoreResult<T> + Send,
     ) -> StoreResult<Vec<T>> {
         let mut stmt = self.conn.prepare_cached(sql)?;
-        super::each_row(&mut stmt, rusqlite::params_from_iter(params), |r| map(r))
+        bind(&mut stmt, params)?;
+        let mut found = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(r) = found.next()? {
+            out.push(map(r)?);
+        }
+        Ok(out)
     }
 
     async fn exec(&mut self, sql: &'static str, params: &[Param<'_>]) -> StoreResult<u64> {
-        let changed = self
-            .conn
-            .prepare_cached(sql)?
-            .execute(rusqlite::params_from_iter(params))?;
-        Ok(changed as u64)
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        bind(&mut stmt, params)?;
+        Ok(stmt.raw_execute()? as u64)
     }
 
     async fn apply(&mut self, write: Write<'_>) -> StoreResult<Applied> {
