@@ -238,6 +238,12 @@ impl App {
         self.stop.clone()
     }
 
+    /// The names of the host's tasks still running (not yet returned): after a stop, what
+    /// has yet to see it.
+    pub fn unfinished_tasks(&self) -> Vec<&'static str> {
+        self.tasks.unfinished()
+    }
+
     /// Runs until `shutdown` completes (or the [`stopper`](Self::stopper) is cancelled),
     /// then drains; or until a task ends on its own, then stops the rest and returns
     /// [`AppError::TaskEnded`] naming it.

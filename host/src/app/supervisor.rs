@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::{Id, JoinSet};
+use tokio::task::{AbortHandle, Id, JoinSet};
 
 /// How a supervised task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,9 @@ impl std::fmt::Display for TaskEnd {
 pub struct Supervisor {
     set: JoinSet<Result<(), String>>,
     names: HashMap<Id, &'static str>,
+    /// Every task started, ended or not: whether each has returned is readable without
+    /// taking its end from the set (which [`Supervisor::next_end`] reports).
+    handles: Vec<(&'static str, AbortHandle)>,
     /// What readiness checks see of the tasks.
     health: Arc<Health>,
 }
@@ -49,6 +52,7 @@ impl Supervisor {
     {
         let handle = self.set.spawn(task);
         self.names.insert(handle.id(), name);
+        self.handles.push((name, handle));
         self.health.started(name);
     }
 
@@ -60,6 +64,19 @@ impl Supervisor {
     /// The names of the tasks still running.
     pub fn running(&self) -> Vec<&'static str> {
         let mut names: Vec<_> = self.names.values().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The names of the tasks that have not returned yet, whether or not an end was
+    /// reported: what a caller waits on to know every task has seen a stop.
+    pub fn unfinished(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self
+            .handles
+            .iter()
+            .filter(|(_, handle)| !handle.is_finished())
+            .map(|(name, _)| *name)
+            .collect();
         names.sort_unstable();
         names
     }

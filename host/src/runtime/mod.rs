@@ -180,4 +180,20 @@ impl Runtime {
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
     }
+
+    /// Instances of the pool alive now, calls' and `describe()`'s alike: a call holds one
+    /// from its instantiation until it ends, so this shows that calls have started (tests
+    /// wait on it instead of sleeping).
+    pub fn instances_in_use(&self) -> u64 {
+        self.inner
+            .engine
+            .pooling_allocator_metrics()
+            .map_or(0, |pool| pool.component_instances())
+    }
+
+    /// The most instances the pool holds at once: `max_instances` for calls, and one for
+    /// each `describe()` a compile permit lets run beside them.
+    pub fn instance_capacity(&self) -> u64 {
+        u64::from(self.inner.config.max_instances) + MAX_COMPILES as u64
+    }
 }

@@ -4,6 +4,7 @@ use super::{CallEnv, CallLimits, Runtime, RuntimeConfig};
 use crate::capabilities::{Grant, SecretSource};
 use crate::clock::ManualClock;
 use crate::contract::EffectRequest;
+use crate::wait;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +36,22 @@ async fn hostile(rt: &Runtime) -> Arc<super::Prepared> {
         &BTreeMap::new(),
     )
     .unwrap()
+}
+
+/// Waits until `n` of the pool's instances are in use: the calls driven beside this wait
+/// have started.
+async fn pool_in_use(rt: &Runtime, n: u64) {
+    wait::until(
+        "the calls to take their instances",
+        Duration::from_secs(20),
+        || async {
+            match rt.instances_in_use() {
+                used if used >= n => Ok(()),
+                used => Err(format!("{used} of {n} instances in use")),
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -97,8 +114,8 @@ async fn describing_an_upload_does_not_compete_with_calls_for_instances() {
     );
     let noop = crate::guests::path("noop").expect("the noop test plugin is built");
     let load = async {
-        // Let the call take its instance first.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The call takes its instance first.
+        pool_in_use(&rt, 1).await;
         rt.load_file(std::path::Path::new(noop)).await
     };
     tokio::select! {
@@ -141,7 +158,7 @@ async fn a_call_past_the_pools_room_fails_as_capacity_not_as_the_plugin() {
     };
     let ok = request("ok");
     let one_more = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        pool_in_use(&rt, rt.instance_capacity()).await;
         rt.invoke(&prepared, env(), limits(), &ok).await
     };
     tokio::select! {

@@ -630,7 +630,19 @@ async fn a_host_without_room_for_the_plugin_does_not_fail_the_step() {
             }
         });
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until(
+        "the spinning calls to fill the pool",
+        Duration::from_secs(20),
+        || async {
+            let (used, room) = (runtime.instances_in_use(), runtime.instance_capacity());
+            if used >= room {
+                Ok(())
+            } else {
+                Err(format!("{used} of {room} instances in use"))
+            }
+        },
+    )
+    .await;
 
     let now = h.clock.now_ms();
     assert_eq!(h.scheduler.clone().claim_tick(now).await.unwrap(), 1);

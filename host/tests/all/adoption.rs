@@ -145,14 +145,15 @@ fn simulator(args: &[&str]) -> (Served, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{args:?} did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::wait::until_blocking(
+        &format!("{args:?} to listen"),
+        Duration::from_secs(30),
+        || {
+            std::net::TcpStream::connect(&address)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    );
     (Served(child), format!("http://{address}"))
 }
 

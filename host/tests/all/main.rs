@@ -63,6 +63,7 @@ mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
 mod security;
+mod source_rules;
 mod store_conformance;
 mod supervision;
 #[path = "../support/wait.rs"]

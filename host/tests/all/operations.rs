@@ -847,7 +847,17 @@ async fn a_stop_asked_before_the_host_runs_is_an_orderly_shutdown() {
         let host = docket::app::App::build(&options, config).await.unwrap();
         host.stopper().cancel();
         // The tasks see the stop and return before the host is run.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        crate::wait::until(
+            "every task to return on the stop",
+            Duration::from_secs(30),
+            || async {
+                match host.unfinished_tasks() {
+                    running if running.is_empty() => Ok(()),
+                    running => Err(format!("still running: {running:?}")),
+                }
+            },
+        )
+        .await;
         tokio::time::timeout(Duration::from_secs(30), host.run(std::future::pending()))
             .await
             .expect("the host stops")

@@ -115,9 +115,48 @@ fn a_closed_stdout_does_not_stop_the_host() {
         Ok(answer)
     });
     assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
-    // Still serving after it wrote every banner line.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(child.try_wait().unwrap().is_none(), "the host exited");
-    let _ = child.kill();
-    let _ = child.wait();
+    // The banner is written between setting up the SIGTERM handler and running the host,
+    // and only a host that ran exits 0 on SIGTERM: that exit shows it wrote every banner
+    // line to the closed pipe and went on. The signal waits for the handler, or it would
+    // kill the process outright.
+    crate::wait::until_blocking(
+        "the host to handle SIGTERM",
+        Duration::from_secs(30),
+        || {
+            if let Some(exit) = child.try_wait().map_err(|e| e.to_string())? {
+                panic!("the host exited ({exit}) with its stdout closed");
+            }
+            catches_sigterm(child.id())
+        },
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill: {status}");
+    let exit = crate::wait::until_blocking("the host to exit", Duration::from_secs(60), || {
+        child
+            .try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "still running".to_string())
+    });
+    assert!(exit.success(), "the host stopped with {exit}");
+}
+
+/// `Ok` once process `pid` handles SIGTERM itself (its `SigCgt` mask in
+/// `/proc/<pid>/status` has the signal's bit), instead of dying of it.
+fn catches_sigterm(pid: u32) -> Result<(), String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("reading the status of {pid}: {e}"))?;
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .ok_or_else(|| format!("no SigCgt in:\n{status}"))?;
+    // Signal n is bit n - 1.
+    if caught & (1 << (libc::SIGTERM - 1)) != 0 {
+        Ok(())
+    } else {
+        Err(format!("SigCgt {caught:#x} has no SIGTERM"))
+    }
 }

@@ -499,12 +499,17 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let size = || std::fs::metadata(&path).unwrap().len();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while size() < 4 << 20 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(size() >= 4 << 20, "the database file has {} bytes", size());
+        crate::wait::until(
+            "the log copied into the database file",
+            Duration::from_secs(10),
+            || async {
+                match std::fs::metadata(&path).unwrap().len() {
+                    size if size >= 4 << 20 => Ok(()),
+                    size => Err(format!("the database file has {size} bytes")),
+                }
+            },
+        )
+        .await;
     }
 
     async fn writer_with_table(queue: usize) -> (tempfile::TempDir, Writer) {
