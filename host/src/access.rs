@@ -2,7 +2,7 @@
 //! API's requests and the console's sign-in).
 //!
 //! With tokens configured, a caller must present a known token. With none configured the
-//! host is open: every caller is subject `local` with role `operator`. Refusing to listen
+//! host is open: every caller is subject `local` holding every role. Refusing to listen
 //! on anything but loopback in that case is the composition root's job; [`Auth::is_open`]
 //! tells it.
 //!

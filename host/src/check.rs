@@ -1,6 +1,6 @@
 //! The consistency check: a workflow's stored projection rebuilt from its records, and the
-//! invariants its records must keep (API.md, "Operations"; DESIGN.md's invariants where
-//! records can show them). [`check`] is pure; [`records_of`] and [`sweep`] read the records
+//! invariants its records must keep (docs/architecture.md, "The invariants", where records
+//! can show them). [`check`] is pure; [`records_of`] and [`sweep`] read the records
 //! through the store's traits for `docket check` and the host's periodic run. A repair is
 //! the store's ([`crate::store::MetricsStore::rebuild_state`]).
 

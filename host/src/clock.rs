@@ -1,6 +1,7 @@
 //! The host's clock: one source of "now" for leases, backoff, deadlines and plugins.
 //!
-//! Nothing in docket reads the system time directly; it asks a [`Clock`], so tests can
+//! Nothing in the host reads the system time directly (only the CLI stamps its own
+//! records with it); it asks a [`Clock`], so tests can
 //! move time forward instead of sleeping.
 
 use std::sync::Arc;

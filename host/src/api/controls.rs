@@ -69,7 +69,7 @@ pub(super) async fn advance_clock<S: ContextStore>(
     Ok(Json(json!({"now": rfc3339(now), "now_ms": now})))
 }
 
-/// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N}`:
+/// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N, "retention": N}`:
 /// completed ticks, so a test can wait for the host to look before asserting an absence.
 pub(super) async fn ticks<S: ContextStore>(
     State(ctx): State<Ctx<S>>,

@@ -213,7 +213,7 @@ pub fn metrics_router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
 
 async fn no_route(uri: Uri) -> ApiError {
     ApiError::not_found(format!(
-        "there is nothing at `{}`; the API's paths start with `/v1/intents`, `/v1/workflows` or `/v1/adapters`",
+        "there is nothing at `{}`; the API's paths start with `/v1/intents`, `/v1/workflows`, `/v1/policies`, `/v1/adapters` or `/v1/notifications` (the whole list: `/v1/openapi.json`)",
         error::quote(uri.path())
     ))
 }

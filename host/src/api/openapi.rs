@@ -33,7 +33,7 @@ pub fn document() -> &'static Value {
     DOCUMENT.get_or_init(build)
 }
 
-/// Who may call an operation (API.md "Roles").
+/// Who may call an operation (docs/api.md, "Who is calling"; docs/roles.md).
 #[derive(Clone, Copy)]
 enum Who {
     Anyone,
@@ -49,7 +49,7 @@ impl Who {
         match self {
             Who::Anyone => "No token needed.",
             Who::Client => {
-                "Any role; a client sees only its own subject's intents and workflows (anything else is 404)."
+                "Role `client` (to read or change a workflow, `client` or `operator`); a client sees only its own subject's intents and workflows (anything else is 404)."
             }
             Who::Operator => "Role `operator`.",
             Who::OperatorOrDeployer => "Role `operator` or `deployer`.",
@@ -360,8 +360,8 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
                 "properties": {
                     "add": {
                         "type": "object",
-                        "additionalProperties": {"type": "integer", "minimum": 1},
-                        "description": "Amounts by limit: attempts, runtime_ms, external_calls, cost, recovery_queries."
+                        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1000000000},
+                        "description": "Amounts by limit: attempts, runtime_ms, external_calls, cost, recovery_queries; at least one positive, each at most 1e9."
                     },
                     "reason": {"type": "string", "minLength": 1}
                 }
@@ -469,7 +469,7 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             method: Method::GET,
             path: "/v1/notifications",
             id: "listNotifications",
-            summary: "Notifications, newest first",
+            summary: "Notifications, oldest first",
             who: Who::Operator,
             keyed: false,
             query: &[
@@ -700,7 +700,7 @@ fn build() -> Value {
         responses.insert(
             "default".into(),
             json!({
-                "description": "A refusal: the code says what the caller does next (API.md \"Conventions\").",
+                "description": "A refusal: the code says what the caller does next (docs/api.md, \"Errors\").",
                 "content": {"application/json": {"schema": named("Error")}}
             }),
         );

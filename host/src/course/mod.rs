@@ -104,7 +104,7 @@ impl CourseStep {
     }
 }
 
-/// What a cancellation does first, by what it finds (API.md, "Cancellation").
+/// What a cancellation does first, by what it finds (docs/api.md, "Cancellation").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CancelOutcome {

@@ -1,4 +1,5 @@
-//! Operator actions on a step — `query`, `retry`, `resolve`, `escalate` — as domain
+//! Operator actions on a step — `query`, `retry`, `resolve`, `escalate`, `compensate`,
+//! `exception` — as domain
 //! decisions, below every interface that offers them (the HTTP API and the console render
 //! the same [`ActionResult`]); and a workflow's cancellation, which its owner may ask for
 //! too ([`cancel`]); and the extension of a workflow's budget ([`extend_budget`]).

@@ -5,16 +5,24 @@
 //!
 //! The store is split by who uses it — [`DefinitionStore`] (deploys), [`AdmissionStore`]
 //! (the API's writes), [`ReadStore`] (projections), [`ExecutorStore`] (the scheduler),
-//! [`OperatorStore`] (operator actions), [`ComponentStore`] (component bytes and the
-//! registry), [`SessionStore`] (console sessions) — and both backends implement the same
-//! traits, so no caller knows which one it has. The store never reads a clock: every
-//! method that needs "now" takes it in its request. Every write after a claim is fenced by
-//! the lease token; a lost lease is [`StoreError::LeaseLost`], never a silent overwrite.
+//! [`OperatorStore`] (operator actions), [`CourseStore`] (cancellations and revisions),
+//! [`BudgetStore`] (extensions and deadline warnings), [`PolicyStore`] (policy versions),
+//! [`ComponentStore`] (component bytes and the registry), [`NotificationStore`] (the
+//! outbox), [`MetricsStore`] (tallies, sweeps, the consistency check's repair),
+//! [`RetentionStore`] (ended workflows past their retention) and [`SessionStore`] (console
+//! sessions) — and both backends implement the same traits, so no caller knows which one it
+//! has. The store never reads a clock: every method that needs "now" takes it in its
+//! request. Every write after a claim is fenced by the lease token; a lost lease is
+//! [`StoreError::LeaseLost`], never a silent overwrite.
 //!
-//! What a write does is decided once, in pure code (`plan`), and the reads whose statements
-//! differ only in dialect are written once over sqlx (`reads`); each backend only executes
-//! (`rows` maps every driver's rows). A failure says whether repeating it is safe
-//! ([`Retry`]).
+//! A transaction is written once, by concept (`actions`, `budgets`, `course`, `policies`,
+//! `sessions`, …), over [`tx::Tx`]: it reads facts, decides in pure code (the domain's
+//! modules and `plan`), and writes through statements kept beside it or typed writes each
+//! backend applies ([`tx::Write`]); the reads whose statements differ only in dialect are
+//! written once over sqlx (`reads`), and `rows` maps every driver's rows. What each backend
+//! still carries on its own is its connection set-up, its statements' dialect and the
+//! executor's hot path (docs/architecture.md, "The store"). A failure says whether
+//! repeating it is safe ([`Retry`]).
 
 mod actions;
 mod budgets;
@@ -49,7 +57,7 @@ pub enum StoreError {
     Cancelled { workflow_id: WorkflowId },
     /// The mapped input an attempt would send differs from the one the step's request was
     /// first recorded with (checkpoint 3): an adapter never sends another input under the
-    /// same identity (DESIGN.md invariant 5).
+    /// same identity (docs/architecture.md, invariant 3).
     #[error(
         "the input this attempt would send ({attempt}) differs from the one recorded for the step's request ({step}); another input is never sent under the same identity"
     )]

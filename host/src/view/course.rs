@@ -97,7 +97,7 @@ impl CancellationView {
 /// A change of course the caller may ask for now.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CourseActionView {
-    /// `cancel` or `withdraw`.
+    /// `cancel`, `withdraw`, `revise` or `replace`.
     pub action: &'static str,
     /// The words a person sees.
     pub label: &'static str,

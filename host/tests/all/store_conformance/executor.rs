@@ -662,7 +662,7 @@ pub async fn a_host_ends_only_its_own_leases<S: Store>(s: S) {
 }
 
 /// Checkpoint 3 keeps the first request's input digest and refuses another under the same
-/// identity (DESIGN.md invariant 5); a cancellation fences it.
+/// identity (docs/architecture.md, invariant 3); a cancellation fences it.
 pub async fn checkpoint_three_keeps_one_input_and_honours_a_cancellation<S: Store>(s: S) {
     let id = workflow(&s, "identity", &[("deliver", &[])], T0).await;
     let with_input = |digest: &str| {
