@@ -26,7 +26,9 @@
 
 mod actions;
 mod budgets;
+mod components;
 mod course;
+mod definitions;
 mod plan;
 mod policies;
 pub mod postgres;

@@ -379,105 +379,25 @@ pub(crate) struct NewNotification {
 pub(crate) const OUTBOX_INSERT: &str =
     "INSERT INTO outbox (id, workflow_id, type, revision, body, created_at, next_at)";
 
-/// What an activation or rollback does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ActivePlan {
-    /// Nothing changes: this digest stays active (since the given time).
-    Keep { digest: String, since: i64 },
-    /// This digest becomes active, recorded as `action` (`activated`, `rolled_back`).
-    Switch {
-        digest: String,
-        action: &'static str,
-    },
-}
-
-/// Decides a change of the active version from the one active now (`current`: digest and
-/// since) and, for a rollback, the one active before it.
-pub(crate) fn active_change(
-    change: &ActiveChange,
-    current: Option<&(String, i64)>,
-    before: Option<String>,
-) -> StoreResult<ActivePlan> {
-    let name = &change.name;
-    match (&change.target, current) {
-        (ActiveTarget::IfNone(_), Some((digest, since))) => Ok(ActivePlan::Keep {
-            digest: digest.clone(),
-            since: *since,
-        }),
-        (ActiveTarget::Digest(target), Some((digest, since))) if target == digest => {
-            Ok(ActivePlan::Keep {
-                digest: digest.clone(),
-                since: *since,
-            })
-        }
-        (ActiveTarget::IfNone(d) | ActiveTarget::Digest(d), _) => Ok(ActivePlan::Switch {
-            digest: d.clone(),
-            action: "activated",
-        }),
-        (ActiveTarget::Previous, None) => Err(StoreError::NotFound(format!(
-            "active version of `{name}` to roll back from"
-        ))),
-        (ActiveTarget::Previous, Some(_)) => match before {
-            Some(digest) => Ok(ActivePlan::Switch {
-                digest,
-                action: "rolled_back",
-            }),
-            None => Err(StoreError::NotFound(format!(
-                "earlier active version of `{name}` to roll back to"
-            ))),
-        },
-    }
-}
-
-/// The answer of an activation that kept the active version.
-pub(crate) fn kept(
-    name: &str,
-    version: Option<String>,
-    digest: String,
-    since: i64,
-) -> StoreResult<ActiveOutcome> {
-    Ok(ActiveOutcome {
-        active: ActiveComponent {
-            name: name.to_string(),
-            version: version.unwrap_or_default(),
-            digest,
-            since: super::rows::unsigned("since", since)?,
-        },
-        previous: None,
-        changed: false,
-    })
-}
-
-/// The answer of an activation that switched versions.
-pub(crate) fn switched(
-    change: &ActiveChange,
-    version: String,
-    digest: String,
-    current: Option<(String, i64)>,
-) -> ActiveOutcome {
-    ActiveOutcome {
-        active: ActiveComponent {
-            name: change.name.clone(),
-            version,
-            digest,
-            since: change.now,
-        },
-        previous: current.map(|(d, _)| d),
-        changed: true,
-    }
-}
-
-/// A version the registry is asked to activate but does not hold.
-pub(crate) fn unknown_version(name: &str, digest: &str) -> StoreError {
-    StoreError::NotFound(format!("deployed version of `{name}` with digest {digest}"))
-}
-
 /// A value for a statement parameter, as both drivers bind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Param<'a> {
     Text(Option<&'a str>),
     Int(Option<i64>),
     Flag(bool),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> From<&'a [u8]> for Param<'a> {
+    fn from(v: &'a [u8]) -> Self {
+        Param::Bytes(v)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Param<'a> {
+    fn from(v: &'a Vec<u8>) -> Self {
+        Param::Bytes(v)
+    }
 }
 
 impl<'a> From<&'a str> for Param<'a> {

@@ -22,6 +22,7 @@ pub(crate) trait Columns {
     fn int(&self, col: &str) -> StoreResult<i64>;
     fn opt_int(&self, col: &str) -> StoreResult<Option<i64>>;
     fn flag(&self, col: &str) -> StoreResult<bool>;
+    fn bytes(&self, col: &str) -> StoreResult<Vec<u8>>;
 
     /// A count or time stored as a signed integer, as the unsigned value it stands for; a
     /// negative one is [`StoreError::Corrupt`], never a wrapped huge number.
@@ -103,6 +104,9 @@ macro_rules! sqlx_columns {
             fn flag(&self, col: &str) -> StoreResult<bool> {
                 self.try_get(col).map_err(|e| corrupt(col, e))
             }
+            fn bytes(&self, col: &str) -> StoreResult<Vec<u8>> {
+                self.try_get(col).map_err(|e| corrupt(col, e))
+            }
         }
     };
 }
@@ -146,6 +150,9 @@ impl Columns for rusqlite::Row<'_> {
         get(self, col)
     }
     fn flag(&self, col: &str) -> StoreResult<bool> {
+        get(self, col)
+    }
+    fn bytes(&self, col: &str) -> StoreResult<Vec<u8>> {
         get(self, col)
     }
 }

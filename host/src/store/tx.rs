@@ -25,7 +25,9 @@ use std::task::{Context, Poll, Waker};
 pub(crate) struct Statements {
     pub actions: super::actions::Sql,
     pub budgets: super::budgets::Sql,
+    pub components: super::components::Sql,
     pub course: super::course::Sql,
+    pub definitions: super::definitions::Sql,
     pub policies: super::policies::Sql,
     pub sessions: super::sessions::Sql,
 }

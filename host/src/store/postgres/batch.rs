@@ -581,7 +581,7 @@ fn bind_columns<'q, const N: usize>(
                 rows.iter()
                     .map(|r| match r[c] {
                         Param::Int(v) => v,
-                        Param::Text(_) | Param::Flag(_) => None,
+                        Param::Text(_) | Param::Flag(_) | Param::Bytes(_) => None,
                     })
                     .collect::<Vec<_>>(),
             ),
@@ -589,7 +589,7 @@ fn bind_columns<'q, const N: usize>(
                 rows.iter()
                     .map(|r| match r[c] {
                         Param::Text(v) => v,
-                        Param::Int(_) | Param::Flag(_) => None,
+                        Param::Int(_) | Param::Flag(_) | Param::Bytes(_) => None,
                     })
                     .collect::<Vec<_>>(),
             ),

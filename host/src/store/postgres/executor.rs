@@ -122,6 +122,7 @@ pub(crate) fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q
         plan::Param::Text(t) => query.bind(t),
         plan::Param::Int(i) => query.bind(i),
         plan::Param::Flag(b) => query.bind(b),
+        plan::Param::Bytes(b) => query.bind(b),
     }
 }
 

@@ -5,14 +5,18 @@
 use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
-use crate::store::{StoreError, StoreResult, actions, budgets, course, policies, sessions};
+use crate::store::{
+    StoreError, StoreResult, actions, budgets, components, course, definitions, policies, sessions,
+};
 use sqlx::postgres::{PgConnection, PgRow};
 
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
     actions: actions::postgres::SQL,
     budgets: budgets::SQL,
+    components: components::SQL,
     course: course::SQL,
+    definitions: definitions::SQL,
     policies: policies::SQL,
     sessions: sessions::SQL,
 };

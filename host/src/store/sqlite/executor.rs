@@ -810,6 +810,7 @@ impl rusqlite::ToSql for plan::Param<'_> {
             plan::Param::Text(t) => t.to_sql(),
             plan::Param::Int(i) => i.to_sql(),
             plan::Param::Flag(b) => b.to_sql(),
+            plan::Param::Bytes(b) => b.to_sql(),
         }
     }
 }

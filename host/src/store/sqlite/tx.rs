@@ -6,14 +6,18 @@ use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
-use crate::store::{StoreResult, actions, budgets, course, policies, sessions};
+use crate::store::{
+    StoreResult, actions, budgets, components, course, definitions, policies, sessions,
+};
 use rusqlite::Connection;
 
 /// SQLite's statements.
 static STATEMENTS: Statements = Statements {
     actions: actions::SQL,
     budgets: budgets::sqlite::SQL,
+    components: components::sqlite::SQL,
     course: course::sqlite::SQL,
+    definitions: definitions::SQL,
     policies: policies::sqlite::SQL,
     sessions: sessions::SQL,
 };
