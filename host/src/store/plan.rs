@@ -4,8 +4,8 @@
 //! drift apart (they did: a revived workflow kept its end on one and not the other).
 
 use super::{
-    ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, AdmitRequest, AttemptFacts,
-    KeyRecord, NewReceipt, NewWorkflow, StepTransition, StoreError, StoreResult, WorkflowRecord,
+    AdmitRequest, AttemptFacts, KeyRecord, NewReceipt, NewWorkflow, StepTransition, StoreError,
+    StoreResult, WorkflowRecord,
 };
 use crate::course::{CourseStep, Settlement};
 use crate::intent::{
