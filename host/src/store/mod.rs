@@ -29,6 +29,7 @@ mod budgets;
 mod components;
 mod course;
 mod definitions;
+mod notifications;
 mod plan;
 mod policies;
 pub mod postgres;

@@ -602,10 +602,6 @@ pub(crate) fn policy(r: &impl Columns) -> StoreResult<crate::store::StoredPolicy
 }
 
 /// The columns [`notification`] reads.
-pub(crate) const NOTIFICATION_COLUMNS: &str =
-    "seq, id, workflow_id, type, revision, body, state, attempts,
-     created_at, next_at, delivered_to, last_error, finished_at";
-
 pub(crate) fn notification(r: &impl Columns) -> StoreResult<crate::store::NotificationRecord> {
     Ok(crate::store::NotificationRecord {
         seq: r.uint("seq")?,

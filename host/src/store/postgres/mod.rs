@@ -23,7 +23,6 @@ mod batch;
 mod executor;
 mod gather;
 mod metrics;
-mod notifications;
 mod read;
 mod tx;
 

@@ -8,7 +8,6 @@
 
 mod executor;
 mod metrics;
-mod notifications;
 mod points;
 mod read;
 mod tx;
