@@ -29,6 +29,7 @@ mod budgets;
 mod components;
 mod course;
 mod definitions;
+mod metrics;
 mod notifications;
 mod plan;
 mod policies;
@@ -563,21 +564,6 @@ pub trait RetentionStore: Send + Sync {
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<WorkflowId>>> + Send;
 }
-
-/// Tables holding a workflow's story, children first: what a purge deletes.
-pub(crate) const STORY_TABLES: [&str; 11] = [
-    "timeline",
-    "attempts",
-    "receipts",
-    "step_deps",
-    "steps",
-    "operator_actions",
-    "cancellations",
-    "revisions",
-    "outbox",
-    "intent_keys",
-    "workflows",
-];
 
 /// The notification outbox: rows written with their transitions, delivered once by one
 /// host at a time, listed for operators, pruned after a retention.

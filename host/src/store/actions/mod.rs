@@ -21,7 +21,7 @@ use crate::intent::{AttemptId, Millis, NewEvent, WorkflowState};
 ///   answer, refusal details;
 /// - `answer` (only an unanswered key): refusal code, answer, refusal details, then
 ///   `find`'s;
-/// - `lock_workflow` (locks the row where the database can): workflow id;
+/// - `lock_workflow` (locks the row where the database can), `workflow`: workflow id;
 /// - `latest_attempt`: workflow id, step;
 /// - every step change: workflow id, step, the state the decision saw (and the step not
 ///   leased), then its own values: `ready` ready at, trigger, whether the uncertainty is
@@ -34,6 +34,7 @@ pub(crate) struct Sql {
     pub remember: &'static str,
     pub answer: &'static str,
     pub lock_workflow: &'static str,
+    pub workflow: &'static str,
     pub latest_attempt: &'static str,
     pub ready: &'static str,
     pub succeed: &'static str,
@@ -60,6 +61,12 @@ pub(crate) const SQL: Sql = Sql {
                AND answer IS NULL",
     // SQLite has one writer, whose transaction already excludes every other.
     lock_workflow: "SELECT state, cancel_on FROM workflows WHERE workflow_id = $1",
+    workflow: "SELECT workflow_id, workflow, definition_version, subject, idempotency_key,
+                   input, input_digest, state, created_at, ended_at, deadline_at, attempts_used,
+                   external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
+                   budget_added, deadline_warned_at, next_seq, input_revision, replaces,
+                   replaced_by, cancel_on, policy_at_admission, policy_current
+               FROM workflows WHERE workflow_id = $1",
     latest_attempt: "SELECT attempt_id FROM attempts WHERE workflow_id = $1 AND step = $2
                      ORDER BY number DESC LIMIT 1",
     ready: "UPDATE steps SET state = 'ready', ready_at = $4, next_trigger = $5, note = NULL,
@@ -180,6 +187,17 @@ pub(crate) async fn lock_workflow<T: Tx>(
     })
     .await?
     .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))
+}
+
+/// The workflow's record, read in the caller's transaction.
+pub(crate) async fn workflow<T: Tx>(
+    tx: &mut T,
+    id: &crate::intent::WorkflowId,
+) -> StoreResult<super::WorkflowRecord> {
+    let sql = tx.sql().actions.workflow;
+    tx.row(sql, &values![id.as_str()], |r| rows::workflow(r))
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))
 }
 
 async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcome> {

@@ -5,21 +5,19 @@ pub(crate) mod sqlite;
 
 use super::actions::{self, lock_workflow, store_answer};
 use super::plan::{self, values};
-use super::rows::{self, Columns};
+use super::rows::Columns;
 use super::tx::{Backend, Tx, Write};
-use super::{ActionAnswer, BudgetStore, ExtendAnswer, ExtendRequest, StoreError, StoreResult};
+use super::{ActionAnswer, BudgetStore, ExtendAnswer, ExtendRequest, StoreResult};
 use crate::budget::{BLOCKED_REASON, Limits};
 use crate::intent::{Millis, WorkflowId};
 
 /// The statements of budgets. Parameters, in order:
-/// - `workflow`: workflow id;
 /// - `set_added`: the added amounts (JSON), workflow id;
 /// - `blocked_by_budget`: workflow id, the blocked reason of an exhausted budget;
 /// - `release`: ready at, workflow id, step;
 /// - `warn_due` (marks and returns `workflow_id`, `deadline_at` of each workflow waiting
 ///   for review whose deadline is a fifth of its span away): now.
 pub(crate) struct Sql {
-    pub workflow: &'static str,
     pub set_added: &'static str,
     pub blocked_by_budget: &'static str,
     pub release: &'static str,
@@ -29,12 +27,6 @@ pub(crate) struct Sql {
 /// The statements as both databases run them (see [`super::tx`] on placeholders); a
 /// backend's module beside this one replaces the few that backend writes its own way.
 pub(crate) const SQL: Sql = Sql {
-    workflow: "SELECT workflow_id, workflow, definition_version, subject, idempotency_key,
-                   input, input_digest, state, created_at, ended_at, deadline_at, attempts_used,
-                   external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
-                   budget_added, deadline_warned_at, next_seq, input_revision, replaces,
-                   replaced_by, cancel_on, policy_at_admission, policy_current
-               FROM workflows WHERE workflow_id = $1",
     set_added: "UPDATE workflows SET budget_added = $1 WHERE workflow_id = $2",
     blocked_by_budget: "SELECT step, (blocked::jsonb ->> 'limit') AS lim FROM steps
                         WHERE workflow_id = $1 AND state = 'blocked'
@@ -59,17 +51,9 @@ async fn extend<T: Tx>(tx: &mut T, req: &ExtendRequest) -> StoreResult<ExtendAns
     let id = &s.workflow_id;
     // The workflow row's lock orders this against every step change and every charge.
     lock_workflow(tx, id).await?;
+    let record = actions::workflow(tx, id).await?;
     let sql = &tx.sql().budgets;
-    let (workflow, set_added, blocked, release) = (
-        sql.workflow,
-        sql.set_added,
-        sql.blocked_by_budget,
-        sql.release,
-    );
-    let record = tx
-        .row(workflow, &values![id.as_str()], |r| rows::workflow(r))
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
+    let (set_added, blocked, release) = (sql.set_added, sql.blocked_by_budget, sql.release);
     let added = record.budget_added.plus(&req.add);
     tx.exec(set_added, &values![&plan::json_text(&added)?, id.as_str()])
         .await?;

@@ -22,7 +22,6 @@ mod admission;
 mod batch;
 mod executor;
 mod gather;
-mod metrics;
 mod read;
 mod tx;
 

@@ -7,7 +7,6 @@
 //! the migrations.
 
 mod executor;
-mod metrics;
 mod points;
 mod read;
 mod tx;

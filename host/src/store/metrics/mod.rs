@@ -1,0 +1,221 @@
+//! What health checks and metrics scrapes read, the consistency check's repair, and the
+//! purge of ended workflows past their retention, written once for every backend.
+
+pub(crate) mod postgres;
+
+use super::actions::{self, lock_workflow};
+use super::plan::values;
+use super::rows::Columns;
+use super::tx::{Backend, Tx, Write};
+use super::{MetricsStore, RetentionStore, StoreResult};
+use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
+use crate::metrics::{ReadyQueue, Snapshot, Tally};
+
+/// The statements of metrics and retention. Parameters, in order:
+/// - `ping`, `live`, `unknown`, `tallies`, `last_sweep`: none; `ready`: now;
+/// - `purgeable` (ended workflows past the retention, their key expired, no notification
+///   pending; locked where the database can, skipping those another host holds): ended
+///   before, now, limit;
+/// - `purge` (a workflow's story, children first): workflow id.
+pub(crate) struct Sql {
+    pub ping: &'static str,
+    pub live: &'static str,
+    pub unknown: &'static str,
+    pub ready: &'static str,
+    pub tallies: &'static str,
+    pub last_sweep: &'static str,
+    pub purgeable: &'static str,
+    pub purge: &'static [&'static str],
+}
+
+/// The statements as both databases run them (see [`super::tx`] on placeholders); a
+/// backend's module beside this one replaces the few that backend writes its own way.
+pub(crate) const SQL: Sql = Sql {
+    ping: "SELECT 1 AS one",
+    live: "SELECT state, COUNT(*) AS n FROM workflows
+           WHERE state IN ('running', 'needs_review') GROUP BY state ORDER BY state",
+    unknown: "SELECT COUNT(*) AS n, MIN(uncertain_since) AS since FROM steps
+              WHERE state = 'outcome_unknown'",
+    ready: "SELECT COALESCE(role, 'adapter') AS kind, COUNT(*) AS n, MIN(ready_at) AS oldest
+            FROM steps
+            WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $1
+            GROUP BY COALESCE(role, 'adapter')",
+    tallies: "SELECT metric, workflow, state, CAST(bucket AS BIGINT) AS bucket,
+                  CAST(SUM(n) AS BIGINT) AS n, CAST(SUM(total) AS BIGINT) AS total
+              FROM outcome_tallies GROUP BY metric, workflow, state, bucket",
+    last_sweep: "SELECT MAX(swept_before) AS at FROM recovery_sweeps",
+    purgeable: "SELECT workflow_id FROM workflows w
+                WHERE ended_at IS NOT NULL AND ended_at < $1
+                  AND state IN ('completed', 'failed', 'cancelled')
+                  AND NOT EXISTS (SELECT 1 FROM intent_keys k WHERE k.workflow_id = w.workflow_id
+                                    AND (k.expires_at IS NULL OR k.expires_at >= $2))
+                  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.workflow_id = w.workflow_id
+                                    AND o.state = 'pending')
+                ORDER BY ended_at LIMIT $3",
+    purge: &[
+        "DELETE FROM timeline WHERE workflow_id = $1",
+        "DELETE FROM attempts WHERE workflow_id = $1",
+        "DELETE FROM receipts WHERE workflow_id = $1",
+        "DELETE FROM step_deps WHERE workflow_id = $1",
+        "DELETE FROM steps WHERE workflow_id = $1",
+        "DELETE FROM operator_actions WHERE workflow_id = $1",
+        "DELETE FROM cancellations WHERE workflow_id = $1",
+        "DELETE FROM revisions WHERE workflow_id = $1",
+        "DELETE FROM outbox WHERE workflow_id = $1",
+        "DELETE FROM intent_keys WHERE workflow_id = $1",
+        "DELETE FROM workflows WHERE workflow_id = $1",
+    ],
+};
+
+async fn ping<T: Tx>(tx: &mut T, _: &()) -> StoreResult<()> {
+    let sql = tx.sql().metrics.ping;
+    tx.rows(sql, &[], |_| Ok(())).await?;
+    Ok(())
+}
+
+async fn snapshot<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<Snapshot> {
+    let sql = &tx.sql().metrics;
+    let (live, unknown, ready, tallies) = (sql.live, sql.unknown, sql.ready, sql.tallies);
+    let live_workflows = tx
+        .rows(live, &[], |r| Ok((r.text("state")?, r.uint("n")?)))
+        .await?;
+    let (outcome_unknown, outcome_unknown_since) = tx
+        .row(unknown, &[], |r| Ok((r.uint("n")?, r.opt_uint("since")?)))
+        .await?
+        .unwrap_or_default();
+    let ready = tx
+        .rows(ready, &values![*now as i64], |r| {
+            Ok(ReadyQueue {
+                kind: r.text("kind")?,
+                count: r.uint("n")?,
+                oldest_ready_at: r.uint("oldest")?,
+            })
+        })
+        .await?;
+    let tallies = tx
+        .rows(tallies, &[], |r| {
+            Ok(Tally::from_row(
+                &r.text("metric")?,
+                r.text("workflow")?,
+                r.text("state")?,
+                r.int("bucket")?,
+                r.int("n")?,
+                r.int("total")?,
+            ))
+        })
+        .await?;
+    Ok(Snapshot {
+        live_workflows,
+        outcome_unknown,
+        outcome_unknown_since,
+        ready,
+        tallies: tallies.into_iter().flatten().collect(),
+    })
+}
+
+async fn last_sweep<T: Tx>(tx: &mut T, _: &()) -> StoreResult<Option<Millis>> {
+    let sql = tx.sql().metrics.last_sweep;
+    Ok(tx.row(sql, &[], |r| r.opt_uint("at")).await?.flatten())
+}
+
+async fn rebuild<T: Tx>(
+    tx: &mut T,
+    (id, stored, by, now): &(WorkflowId, WorkflowState, String, Millis),
+) -> StoreResult<Option<WorkflowState>> {
+    // The workflow row's lock orders this against every step change.
+    lock_workflow(tx, id).await?;
+    let record = actions::workflow(tx, id).await?;
+    if record.state != *stored {
+        return Ok(None);
+    }
+    let events = [NewEvent::repaired(*stored, by)];
+    tx.apply(Write::AppendEvents {
+        workflow: id,
+        now: *now,
+        events: &events,
+    })
+    .await?;
+    let state = tx
+        .apply(Write::SettleState {
+            workflow: id,
+            current: record.state,
+            cancelled: record.cancelled,
+            now: *now,
+        })
+        .await?
+        .state()?;
+    Ok(Some(state))
+}
+
+async fn purgeable<T: Tx>(
+    tx: &mut T,
+    &(ended_before, now, limit): &(Millis, Millis, u32),
+) -> StoreResult<Vec<WorkflowId>> {
+    let sql = tx.sql().metrics.purgeable;
+    tx.rows(
+        sql,
+        &values![ended_before as i64, now as i64, i64::from(limit)],
+        |r| Ok(WorkflowId(r.text("workflow_id")?)),
+    )
+    .await
+}
+
+/// Deletes a batch of purgeable workflows, each judged again inside the write (one may have
+/// been revived since it was seen).
+async fn purge<T: Tx>(tx: &mut T, arg: &(Millis, Millis, u32)) -> StoreResult<Vec<WorkflowId>> {
+    let due = purgeable(tx, arg).await?;
+    let statements = tx.sql().metrics.purge;
+    for id in &due {
+        for statement in statements {
+            tx.exec(statement, &values![id.as_str()]).await?;
+        }
+    }
+    Ok(due)
+}
+
+impl<B: Backend> MetricsStore for B {
+    async fn ping(&self) -> StoreResult<()> {
+        self.read((), |tx, a| Box::pin(ping(tx, a))).await
+    }
+
+    async fn snapshot(&self, now: Millis) -> StoreResult<Snapshot> {
+        self.read(now, |tx, now| Box::pin(snapshot(tx, now))).await
+    }
+
+    async fn last_sweep(&self) -> StoreResult<Option<Millis>> {
+        self.read((), |tx, a| Box::pin(last_sweep(tx, a))).await
+    }
+
+    async fn rebuild_state(
+        &self,
+        id: &WorkflowId,
+        stored: WorkflowState,
+        by: &str,
+        now: Millis,
+    ) -> StoreResult<Option<WorkflowState>> {
+        self.write((id.clone(), stored, by.to_string(), now), |tx, a| {
+            Box::pin(rebuild(tx, a))
+        })
+        .await
+    }
+}
+
+impl<B: Backend> RetentionStore for B {
+    async fn purge_ended(
+        &self,
+        ended_before: Millis,
+        now: Millis,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowId>> {
+        let arg = (ended_before, now, limit);
+        // A read first: a retention tick with nothing to purge costs no write transaction.
+        if self
+            .read(arg, |tx, a| Box::pin(purgeable(tx, a)))
+            .await?
+            .is_empty()
+        {
+            return Ok(Vec::new());
+        }
+        self.write(arg, |tx, a| Box::pin(purge(tx, a))).await
+    }
+}
