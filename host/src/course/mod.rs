@@ -27,6 +27,13 @@ pub fn compensated_step(id: &str) -> Option<&str> {
     id.strip_suffix(COMPENSATION_SUFFIX)
 }
 
+/// Whether checkpoint `checkpoint` of step `step` starts a new effect that a cancellation
+/// must stop: checkpoint 3, the request leaving, of a step — never of a compensation, which
+/// reverses an effect and which no cancellation stops.
+pub fn fenced_by_cancellation(checkpoint: u8, step: &str) -> bool {
+    checkpoint == 3 && compensated_step(step).is_none()
+}
+
 /// The triggers a cancellation fires (a withdrawal too: the workflow no longer completes).
 pub const CANCELLATION_TRIGGERS: &[CompensationTrigger] = &[
     CompensationTrigger::WorkflowCancelled,

@@ -221,3 +221,16 @@ fn a_cancellation_is_refused_where_it_has_nothing_to_do() {
             .starts_with("Cancel requested; awaiting the outcome of <deliver>")
     );
 }
+
+#[test]
+fn a_cancellation_fences_only_a_steps_request_leaving() {
+    assert!(super::fenced_by_cancellation(3, "deliver"));
+    for checkpoint in [1, 2, 4, 5, 6] {
+        assert!(!super::fenced_by_cancellation(checkpoint, "deliver"));
+    }
+    // A compensation reverses an effect: no cancellation stops it.
+    assert!(!super::fenced_by_cancellation(
+        3,
+        &super::compensation_id("deliver")
+    ));
+}

@@ -414,7 +414,6 @@ const NOT_YET_SHARED: &[&str] = &[
     "checkpoint_tx",
     "claim_tx",
     "expired_leases",
-    "fenced_by_cancellation",
     "finish",
     "insert_receipt",
     "judge_late",

@@ -766,7 +766,9 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
         return Err(lease_lost(&req.fence).into());
     }
     note_policy(conn, &req.fence, &req.facts).await?;
-    if req.external_call.is_some() || fenced_by_cancellation(&req) {
+    if req.external_call.is_some()
+        || course::fenced_by_cancellation(req.checkpoint, &req.fence.step)
+    {
         // Locks the workflow row, so a cancellation commits either before (and fences this
         // checkpoint, the transaction rolled back) or after (and sees it).
         let cancel_on: Option<String> = sqlx::query_scalar(
@@ -779,7 +781,7 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
         .bind(i64::from(req.external_call.unwrap_or(0)))
         .fetch_one(&mut *conn)
         .await?;
-        if cancel_on.is_some() && fenced_by_cancellation(&req) {
+        if cancel_on.is_some() && course::fenced_by_cancellation(req.checkpoint, &req.fence.step) {
             return Err(StoreError::Cancelled {
                 workflow_id: req.fence.workflow_id.clone(),
             }
@@ -808,12 +810,6 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
         }
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
-}
-
-/// Whether this checkpoint starts a new effect that a cancellation must stop: checkpoint 3
-/// of a step (a compensation reverses an effect; a cancellation never stops it).
-fn fenced_by_cancellation(req: &CheckpointRequest) -> bool {
-    req.checkpoint == 3 && course::compensated_step(&req.fence.step).is_none()
 }
 
 async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {

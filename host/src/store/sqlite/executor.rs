@@ -626,7 +626,7 @@ fn start_attempts(
 
 fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
     check_fence(conn, &req.fence, None)?;
-    if fenced_by_cancellation(&req) {
+    if course::fenced_by_cancellation(req.checkpoint, &req.fence.step) {
         let cancel_on: Option<String> = conn
             .prepare_cached("SELECT cancel_on FROM workflows WHERE workflow_id = ?")?
             .query_row([req.fence.workflow_id.as_str()], |r| r.get(0))?;
@@ -689,12 +689,6 @@ fn checkpoint_tx(conn: &Connection, req: CheckpointRequest) -> StoreResult<()> {
         .execute(params![req.fence.workflow_id.as_str(), i64::from(cost)])?;
     }
     append_events(conn, &req.fence.workflow_id, req.now, &req.events)
-}
-
-/// Whether this checkpoint starts a new effect that a cancellation must stop: checkpoint 3
-/// of a step (a compensation reverses an effect; a cancellation never stops it).
-pub(crate) fn fenced_by_cancellation(req: &CheckpointRequest) -> bool {
-    req.checkpoint == 3 && course::compensated_step(&req.fence.step).is_none()
 }
 
 fn finish_tx(conn: &Connection, mut req: FinishRequest) -> StoreResult<FinishOutcome> {
