@@ -29,6 +29,7 @@ mod budgets;
 mod components;
 mod course;
 mod definitions;
+mod late;
 mod metrics;
 mod notifications;
 mod plan;

@@ -28,6 +28,7 @@ pub(crate) struct Statements {
     pub components: super::components::Sql,
     pub course: super::course::Sql,
     pub definitions: super::definitions::Sql,
+    pub late: super::late::Sql,
     pub metrics: super::metrics::Sql,
     pub notifications: super::notifications::Sql,
     pub policies: super::policies::Sql,

@@ -416,7 +416,6 @@ const NOT_YET_SHARED: &[&str] = &[
     "expired_leases",
     "finish",
     "insert_receipt",
-    "judge_late",
     "key_in_scope",
     "late_evidence",
     "lease_lost",

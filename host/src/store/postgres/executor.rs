@@ -2,11 +2,9 @@
 
 use super::{PgResult, PgStore, append_events, transaction};
 use crate::course;
-use crate::intent::{
-    AttemptOutcome, Millis, NewEvent, Receipt, StepRole, StepState, WorkflowId, WorkflowState,
-};
+use crate::intent::{Millis, NewEvent, Receipt, StepRole, StepState, WorkflowId, WorkflowState};
 use crate::store::plan;
-use crate::store::rows::{self, Columns, fits, parse};
+use crate::store::rows::{self, Columns, fits};
 use crate::store::{
     CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence, FinishOutcome,
     FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition, StoreError,
@@ -812,123 +810,6 @@ async fn checkpoint_tx(conn: &mut PgConnection, req: CheckpointRequest) -> PgRes
     append_events(conn, &req.fence.workflow_id, req.now, &req.events).await
 }
 
-async fn late_evidence_tx(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {
-    // The workflow row's lock first, as every step change takes it: the late result may
-    // move its step.
-    super::lock_workflow(conn, &late.workflow_id).await?;
-    sqlx::query(
-        "UPDATE attempts SET observation = COALESCE(observation, $1),
-             outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE($2, outcome) ELSE outcome END,
-             result = COALESCE(result, $3)
-         WHERE attempt_id = $4",
-    )
-    .bind(late.facts.observation.as_deref())
-    .bind(late.facts.outcome.map(AttemptOutcome::as_str))
-    .bind(plan::result_text(&late.facts)?)
-    .bind(late.attempt_id.as_str())
-    .execute(&mut *conn)
-    .await?;
-    append_events(conn, &late.workflow_id, late.now, &late.events).await?;
-    judge_late(conn, late).await
-}
-
-/// What a late result does to its step ([`plan::late_verdict`]): settles an unknown
-/// outcome with the provider's answer, or marks the step contradicted when it names
-/// another reference than the one the step stands on.
-async fn judge_late(conn: &mut PgConnection, late: &LateEvidence) -> PgResult<()> {
-    let id = &late.workflow_id;
-    let Some(step): Option<String> =
-        sqlx::query_scalar("SELECT step FROM attempts WHERE attempt_id = $1")
-            .bind(late.attempt_id.as_str())
-            .fetch_optional(&mut *conn)
-            .await?
-    else {
-        return Ok(());
-    };
-    let (state, role, uncertain, receipt_id, reference): (
-        String,
-        Option<String>,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-    ) = sqlx::query_as(
-        "SELECT s.state, s.role, s.uncertain_since, s.receipt_id, r.external_reference
-         FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id
-         WHERE s.workflow_id = $1 AND s.step = $2",
-    )
-    .bind(id.as_str())
-    .bind(&step)
-    .fetch_one(&mut *conn)
-    .await?;
-    let found = plan::LateStep {
-        state: parse(&state)?,
-        role: role.as_deref().map(parse).transpose()?,
-        uncertain: uncertain.is_some(),
-        receipt: receipt_id.map(|_| reference),
-    };
-    let now = late.now;
-    let events = match plan::late_verdict(&late.facts, &found) {
-        plan::LateVerdict::Kept => return Ok(()),
-        plan::LateVerdict::Settles(receipt) => {
-            let output = receipt.output.to_string();
-            insert_receipt(
-                conn,
-                &plan::receipt_params(&receipt, id, &step, Some(&late.attempt_id), &output, now),
-            )
-            .await?;
-            sqlx::query(
-                "UPDATE steps SET state = 'succeeded', ready_at = NULL, uncertain_since = NULL,
-                     receipt_id = $1, note = NULL, blocked = NULL
-                 WHERE workflow_id = $2 AND step = $3 AND state = $4",
-            )
-            .bind(receipt.receipt_id.as_str())
-            .bind(id.as_str())
-            .bind(&step)
-            .bind(&state)
-            .execute(&mut *conn)
-            .await?;
-            let released = release_dependents(conn, id, now).await?;
-            let mut events = vec![NewEvent::settled_late(
-                &step,
-                &late.attempt_id,
-                receipt.external_reference.as_deref().unwrap_or_default(),
-            )];
-            events.extend(NewEvent::released(&released));
-            events
-        }
-        plan::LateVerdict::Contradicts {
-            standing,
-            late: named,
-        } => {
-            let blocked = plan::contradiction(&standing, &named);
-            sqlx::query(
-                "UPDATE steps SET state = 'contradicted', blocked = $1, note = $2
-                 WHERE workflow_id = $3 AND step = $4",
-            )
-            .bind(plan::blocked_text(Some(&blocked))?)
-            .bind(&blocked.message)
-            .bind(id.as_str())
-            .bind(&step)
-            .execute(&mut *conn)
-            .await?;
-            vec![NewEvent::contradicted(
-                &step,
-                &late.attempt_id,
-                &standing,
-                &named,
-            )]
-        }
-    };
-    append_events(conn, id, now, &events).await?;
-    let (current, cancel_on): (String, Option<String>) =
-        sqlx::query_as("SELECT state, cancel_on FROM workflows WHERE workflow_id = $1")
-            .bind(id.as_str())
-            .fetch_one(&mut *conn)
-            .await?;
-    recompute_state(conn, id, parse(&current)?, cancel_on.is_some(), now).await?;
-    Ok(())
-}
-
 /// Records a receipt (see [`plan::receipt_params`]).
 pub(crate) async fn insert_receipt(
     conn: &mut PgConnection,
@@ -1011,7 +892,11 @@ impl ExecutorStore for PgStore {
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
-        transaction!(self.pool, |conn| late_evidence_tx(conn, &late))
+        use crate::store::tx::Backend;
+        self.write(late, |tx, late| {
+            Box::pin(crate::store::late::evidence(tx, late))
+        })
+        .await
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {

@@ -28,7 +28,7 @@ mod tx;
 use super::plan;
 use super::rows;
 use super::{StoreError, StoreResult};
-use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
+use crate::intent::{Millis, NewEvent, WorkflowId};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use std::time::Duration;
@@ -222,21 +222,6 @@ impl Notifier {
     pub(crate) fn poke(&self) {
         self.poke.notify_one();
     }
-}
-
-/// Locks the workflow row for the rest of the transaction and returns its state; later
-/// statements then see every step change committed before the lock was granted.
-pub(crate) async fn lock_workflow(
-    conn: &mut PgConnection,
-    id: &WorkflowId,
-) -> PgResult<(WorkflowState, bool)> {
-    let (state, cancel_on): (String, Option<String>) =
-        sqlx::query_as("SELECT state, cancel_on FROM workflows WHERE workflow_id = $1 FOR UPDATE")
-            .bind(id.as_str())
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-    Ok((rows::parse(&state)?, cancel_on.is_some()))
 }
 
 /// Appends events to a workflow's timeline, numbering them from its counter (which locks

@@ -6,7 +6,7 @@ use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
 use crate::store::{
-    StoreError, StoreResult, actions, budgets, components, course, definitions, metrics,
+    StoreError, StoreResult, actions, budgets, components, course, definitions, late, metrics,
     notifications, policies, sessions,
 };
 use sqlx::postgres::{PgConnection, PgRow};
@@ -18,6 +18,7 @@ static STATEMENTS: Statements = Statements {
     components: components::SQL,
     course: course::SQL,
     definitions: definitions::SQL,
+    late: late::SQL,
     metrics: metrics::postgres::SQL,
     notifications: notifications::postgres::SQL,
     policies: policies::SQL,

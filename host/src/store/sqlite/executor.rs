@@ -2,9 +2,7 @@
 
 use super::{MultiRow, SqliteStore, append_events};
 use crate::course;
-use crate::intent::{
-    AttemptId, AttemptOutcome, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState,
-};
+use crate::intent::{AttemptId, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState};
 use crate::store::plan;
 use crate::store::rows::{self, Columns, parse};
 use crate::store::{
@@ -195,98 +193,6 @@ pub(crate) fn recompute_state(
         tally_end(conn, &record, change.next, now)?;
     }
     Ok(change.next)
-}
-
-/// What a late result does to its step ([`plan::late_verdict`]): settles an unknown
-/// outcome with the provider's answer, or marks the step contradicted when it names
-/// another reference than the one the step stands on.
-fn judge_late(conn: &Connection, late: &LateEvidence) -> StoreResult<()> {
-    let id = &late.workflow_id;
-    let Some(step): Option<String> = conn
-        .prepare_cached("SELECT step FROM attempts WHERE attempt_id = ?")?
-        .query_row([late.attempt_id.as_str()], |r| r.get(0))
-        .optional()?
-    else {
-        return Ok(());
-    };
-    let (state, role, uncertain, receipt_id, reference): (
-        String,
-        Option<String>,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-    ) = conn
-        .prepare_cached(
-            "SELECT s.state, s.role, s.uncertain_since, s.receipt_id, r.external_reference
-             FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id
-             WHERE s.workflow_id = ? AND s.step = ?",
-        )?
-        .query_row([id.as_str(), step.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })?;
-    let found = plan::LateStep {
-        state: parse(&state)?,
-        role: role.as_deref().map(parse).transpose()?,
-        uncertain: uncertain.is_some(),
-        receipt: receipt_id.map(|_| reference),
-    };
-    let now = late.now;
-    let event = match plan::late_verdict(&late.facts, &found) {
-        plan::LateVerdict::Kept => return Ok(()),
-        plan::LateVerdict::Settles(receipt) => {
-            let output = receipt.output.to_string();
-            insert_receipt(
-                conn,
-                &plan::receipt_params(&receipt, id, &step, Some(&late.attempt_id), &output, now),
-            )?;
-            conn.prepare_cached(
-                "UPDATE steps SET state = 'succeeded', ready_at = NULL, uncertain_since = NULL,
-                     receipt_id = ?1, note = NULL, blocked = NULL
-                 WHERE workflow_id = ?2 AND step = ?3 AND state = ?4",
-            )?
-            .execute(params![
-                receipt.receipt_id.as_str(),
-                id.as_str(),
-                step,
-                state
-            ])?;
-            let released = release_dependents(conn, id, now)?;
-            let mut events = vec![NewEvent::settled_late(
-                &step,
-                &late.attempt_id,
-                receipt.external_reference.as_deref().unwrap_or_default(),
-            )];
-            events.extend(NewEvent::released(&released));
-            events
-        }
-        plan::LateVerdict::Contradicts {
-            standing,
-            late: named,
-        } => {
-            let blocked = plan::contradiction(&standing, &named);
-            conn.prepare_cached(
-                "UPDATE steps SET state = 'contradicted', blocked = ?1, note = ?2
-                 WHERE workflow_id = ?3 AND step = ?4",
-            )?
-            .execute(params![
-                plan::blocked_text(Some(&blocked))?,
-                blocked.message,
-                id.as_str(),
-                step
-            ])?;
-            vec![NewEvent::contradicted(
-                &step,
-                &late.attempt_id,
-                &standing,
-                &named,
-            )]
-        }
-    };
-    append_events(conn, id, now, &event)?;
-    let record = super::read::workflow_tx(conn, id)?
-        .ok_or_else(|| StoreError::NotFound(format!("workflow {id}")))?;
-    recompute_state(conn, id, record.state, record.cancelled, now)?;
-    Ok(())
 }
 
 /// Adds an ended workflow to the metrics' tallies (see [`crate::metrics`]).
@@ -936,25 +842,11 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
-        self.writer
-            .write(move |conn| {
-                let result = plan::result_text(&late.facts)?;
-                conn.prepare_cached(
-                    "UPDATE attempts SET observation = COALESCE(observation, ?1),
-                         outcome = CASE WHEN outcome = 'in_progress' THEN COALESCE(?2, outcome) ELSE outcome END,
-                         result = COALESCE(result, ?3)
-                     WHERE attempt_id = ?4",
-                )?
-                .execute(params![
-                    late.facts.observation.as_deref(),
-                    late.facts.outcome.map(AttemptOutcome::as_str),
-                    result,
-                    late.attempt_id.as_str(),
-                ])?;
-                append_events(conn, &late.workflow_id, late.now, &late.events)?;
-                judge_late(conn, &late)
-            })
-            .await
+        use crate::store::tx::Backend;
+        self.write(late, |tx, late| {
+            Box::pin(crate::store::late::evidence(tx, late))
+        })
+        .await
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {

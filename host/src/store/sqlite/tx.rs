@@ -7,7 +7,7 @@ use crate::store::StoreError;
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
 use crate::store::{
-    StoreResult, actions, budgets, components, course, definitions, metrics, notifications,
+    StoreResult, actions, budgets, components, course, definitions, late, metrics, notifications,
     policies, sessions,
 };
 use rusqlite::Connection;
@@ -19,6 +19,7 @@ static STATEMENTS: Statements = Statements {
     components: components::sqlite::SQL,
     course: course::sqlite::SQL,
     definitions: definitions::SQL,
+    late: late::SQL,
     metrics: metrics::SQL,
     notifications: notifications::SQL,
     policies: policies::sqlite::SQL,
