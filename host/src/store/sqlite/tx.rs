@@ -44,8 +44,15 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, params: &[Param<'_>]) -> StoreResult
             params.len()
         )));
     }
-    for (value, name) in params.iter().zip(PLACEHOLDERS) {
-        let Some(index) = stmt.parameter_index(name)? else {
+    for (i, (value, name)) in params.iter().zip(PLACEHOLDERS).enumerate() {
+        // Most statements name their placeholders in order: `$n` is then the n-th, and
+        // the lookup by name (a scan of the statement's names) is not needed.
+        let index = if stmt.parameter_name(i + 1) == Some(name) {
+            Some(i + 1)
+        } else {
+            stmt.parameter_index(name)?
+        };
+        let Some(index) = index else {
             return Err(StoreError::never(format!(
                 "a statement has no placeholder {name}"
             )));
