@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// The store capabilities the interfaces need.
+/// Every store role the interfaces use, together: what their routers are built over. Each
+/// operation and handler names only the roles it uses (`S: ReadStore + OperatorStore`, …).
 pub trait ContextStore:
     AdmissionStore
     + ReadStore
@@ -185,7 +186,7 @@ impl<S> Context<S> {
 /// host, or by writes that do not move the progress signal, are seen at the latest this late.
 const LONG_POLL_RECHECK: Duration = Duration::from_millis(200);
 
-impl<S: ContextStore> Context<S> {
+impl<S: crate::store::ReadStore> Context<S> {
     /// The workflow `id` as soon as its revision exceeds `after`, or as it stands when
     /// `wait` ends (`None` if it does not exist). What `?wait=&after=` long-polls share.
     pub async fn workflow_after(

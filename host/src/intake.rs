@@ -3,7 +3,7 @@
 //! Admission (`POST /v1/intents`) and a replacement (a corrected request linked to the
 //! workflow it replaces) both take an intent in this way.
 
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::intent::{CanonicalInput, EventKind, Millis, NewEvent, WorkflowId};
 use crate::store::{KeyScope, NewStep, NewWorkflow, StoreResult};
 use crate::workflow::WorkflowDef;
@@ -24,7 +24,7 @@ pub enum IntakeRefusal {
 }
 
 /// The intent to create for `scope` with `input`, or why none may be created.
-pub async fn new_workflow<S: ContextStore>(
+pub async fn new_workflow<S: crate::store::DefinitionStore>(
     ctx: &Context<S>,
     scope: &KeyScope,
     input: &Value,

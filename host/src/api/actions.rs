@@ -4,9 +4,9 @@
 //! path, the key and the body into a typed [`Order`], and renders the result: the step's
 //! projection (`200`), a refusal (`409 invalid_transition` with its message), or the error.
 
+use super::Ctx;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::intents::{key_from_headers, read_body};
-use super::{ContextStore, Ctx};
 use crate::api::auth::Caller;
 use crate::operator::{Action, ActionResult, DeskError, Order, Target, perform};
 use axum::body::Body;
@@ -82,7 +82,13 @@ impl From<DeskError> for ApiError {
 }
 
 /// `POST /v1/workflows/{id}/steps/{step}/{action}`.
-pub(super) async fn act<S: ContextStore>(
+pub(super) async fn act<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + 'static,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     ids: Result<Path<(String, String, String)>, PathRejection>,

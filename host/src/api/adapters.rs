@@ -2,11 +2,11 @@
 //! component, activate a version, roll back. The same operations as `docket adapter
 //! deploy|activate|rollback|list`; every change is recorded with its author.
 
+use super::Ctx;
 use super::auth::{Caller, require};
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::intents::{key_from_headers, read_body};
 use super::keyed;
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::catalog::Components;
 use crate::catalog::registry::{self, RegistryError};
@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// Components are larger than intents: the upload limit of `POST /v1/adapters`.
 pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
 
-fn components<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
+fn components<S>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
     ctx.components.as_ref().ok_or_else(|| {
         ApiError::new(
             ErrorCode::Unavailable,
@@ -35,7 +35,7 @@ fn components<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<&Arc<Components>> {
 
 /// `GET /v1/adapters`: every stored version by name, which one is active, the declared
 /// contracts, and the registry's latest changes.
-pub(super) async fn list<S: ContextStore>(
+pub(super) async fn list<S: crate::store::ComponentStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Json<Value>> {
@@ -88,7 +88,12 @@ pub(super) async fn list<S: ContextStore>(
 /// `POST /v1/adapters` with the component's bytes: checks it (it compiles, targets the
 /// adapter or handler world, declares a sane contract, runs in every current step that
 /// would choose it) and stores it as a staged version.
-pub(super) async fn deploy<S: ContextStore>(
+pub(super) async fn deploy<
+    S: crate::store::DefinitionStore
+        + crate::store::OperatorStore
+        + crate::store::CourseStore
+        + crate::store::ComponentStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     headers: HeaderMap,
@@ -176,7 +181,9 @@ pub(super) async fn deploy<S: ContextStore>(
 
 /// `POST /v1/adapters/{name}/activate` with `{"version": "2.0.0"}`, or
 /// `POST /v1/adapters/{name}/rollback`.
-pub(super) async fn change<S: ContextStore>(
+pub(super) async fn change<
+    S: crate::store::OperatorStore + crate::store::CourseStore + crate::store::ComponentStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     path: Result<Path<(String, String)>, PathRejection>,

@@ -1,11 +1,11 @@
 //! `POST /v1/workflows/{id}/budget`: an operator adds to a workflow's limits, recorded with
 //! its author and reason; the answer is the workflow's `budget` block afterwards.
 
+use super::Ctx;
 use super::auth::Caller;
 use super::course::{object, workflow_path};
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
-use super::{ContextStore, Ctx};
 use crate::budget::BudgetView;
 use crate::operator::{AMOUNTS, ExtendOrder, extend_budget};
 use axum::Json;
@@ -54,7 +54,9 @@ fn order(bytes: &[u8]) -> ApiResult<ExtendOrder> {
 }
 
 /// `POST /v1/workflows/{id}/budget`.
-pub(super) async fn extend<S: ContextStore>(
+pub(super) async fn extend<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::BudgetStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,

@@ -7,9 +7,9 @@
 //! idempotent and does not use an `Idempotency-Key`: it is a test instrument, not a
 //! business request.
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::clock::Clock;
 use crate::scheduler::TickCounts;
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 const SHAPE: &str = r#"send {"advance_ms": <milliseconds, a whole number ≥ 0>}"#;
 
 /// `POST /v1/_test/clock` `{"advance_ms": N}` → `{"now": "<RFC 3339>", "now_ms": N}`.
-pub(super) async fn advance_clock<S: ContextStore>(
+pub(super) async fn advance_clock<S>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     body: Bytes,
@@ -71,7 +71,7 @@ pub(super) async fn advance_clock<S: ContextStore>(
 
 /// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N, "retention": N}`:
 /// completed ticks, so a test can wait for the host to look before asserting an absence.
-pub(super) async fn ticks<S: ContextStore>(
+pub(super) async fn ticks<S>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Json<TickCounts>> {

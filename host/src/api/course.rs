@@ -8,10 +8,10 @@
 //! the replacement; a replacement `201` for the new workflow, `200` for the one there
 //! already is (a workflow has at most one).
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
-use super::{ContextStore, Ctx};
 use crate::intent::WorkflowId;
 use crate::operator::{
     CancelOrder, CancelResult, ReplaceOrder, ReviseOrder, ReviseResult, cancel, replace, revise,
@@ -76,7 +76,9 @@ fn order(bytes: &[u8]) -> ApiResult<CancelOrder> {
 }
 
 /// `POST /v1/workflows/{id}/cancel`.
-pub(super) async fn cancel_workflow<S: ContextStore>(
+pub(super) async fn cancel_workflow<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::CourseStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -101,7 +103,7 @@ pub(super) async fn cancel_workflow<S: ContextStore>(
 }
 
 /// `GET /v1/workflows/{id}/cancellation`: the cancellation and its progress.
-pub(super) async fn cancellation<S: ContextStore>(
+pub(super) async fn cancellation<S: crate::store::ReadStore + crate::store::CourseStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -146,7 +148,12 @@ fn text_field<'a>(
 }
 
 /// `POST /v1/workflows/{id}/revisions`.
-pub(super) async fn revise_workflow<S: ContextStore>(
+pub(super) async fn revise_workflow<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::OperatorStore
+        + crate::store::CourseStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -168,7 +175,7 @@ pub(super) async fn revise_workflow<S: ContextStore>(
 }
 
 /// `GET /v1/workflows/{id}/revisions`, oldest first.
-pub(super) async fn revisions<S: ContextStore>(
+pub(super) async fn revisions<S: crate::store::CourseStore + crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -187,7 +194,13 @@ pub(super) async fn revisions<S: ContextStore>(
 
 /// `POST /v1/workflows/{id}/replacement`: `201` with the new workflow, `200` with the one
 /// there already is.
-pub(super) async fn replace_workflow<S: ContextStore>(
+pub(super) async fn replace_workflow<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::OperatorStore
+        + crate::store::AdmissionStore
+        + crate::store::CourseStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,

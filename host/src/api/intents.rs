@@ -5,9 +5,9 @@
 //! and the commit itself re-checks the key inside its transaction, so concurrent
 //! submissions of one key yield one `201` and replays of it.
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::clock::Clock;
 use crate::intake::IntakeRefusal;
@@ -316,7 +316,9 @@ fn conflict(scope: &KeyScope, workflow_id: &WorkflowId) -> ApiError {
 }
 
 /// `POST /v1/intents`.
-pub(super) async fn submit<S: ContextStore>(
+pub(super) async fn submit<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::AdmissionStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     headers: HeaderMap,
@@ -379,7 +381,7 @@ pub(super) async fn submit<S: ContextStore>(
 const OUTDATED_TRIES: usize = 4;
 
 /// The answer for a key already known: a replay, or a conflict when the input differs.
-async fn answer_known<S: ContextStore>(
+async fn answer_known<S: crate::store::ReadStore>(
     ctx: &Ctx<S>,
     scope: &KeyScope,
     known: KeyRecord,
@@ -405,7 +407,7 @@ async fn answer_known<S: ContextStore>(
 
 /// Admits `new` under `scope` and answers the client; `None` when the store found the
 /// intent's definition version outdated and wrote nothing.
-async fn admit_new<S: ContextStore>(
+async fn admit_new<S: crate::store::AdmissionStore>(
     ctx: &Ctx<S>,
     scope: &KeyScope,
     headers: &HeaderMap,
@@ -479,7 +481,7 @@ async fn admit_new<S: ContextStore>(
 
 /// The intent to create for a free key, or why none may be created (`404`: no such
 /// definition, `422`: the input does not satisfy its schema).
-pub(super) async fn new_workflow<S: ContextStore>(
+pub(super) async fn new_workflow<S: crate::store::DefinitionStore>(
     ctx: &Ctx<S>,
     scope: &KeyScope,
     input: &Value,
@@ -505,7 +507,7 @@ impl From<IntakeRefusal> for ApiError {
 }
 
 /// `GET /v1/intents/{key}?workflow=<name>`: the caller's own intent under that key.
-pub(super) async fn by_key<S: ContextStore>(
+pub(super) async fn by_key<S: crate::store::AdmissionStore + crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     key: Result<Path<String>, PathRejection>,

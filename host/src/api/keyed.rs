@@ -3,8 +3,8 @@
 //! key and body get the stored answer, another body `409 key_conflict` — and only then does
 //! the request act; its answer is kept under the key.
 
+use super::Ctx;
 use super::error::{ApiError, ApiResult};
-use super::{ContextStore, Ctx};
 use crate::access::Principal;
 use crate::intent::WorkflowId;
 use crate::store::{ActionAnswer, ActionScope};
@@ -21,7 +21,7 @@ pub(super) struct Fresh {
 
 /// The stored answer for `key`, if it has one for this request; `Err` with `409` if the
 /// key was used for another request.
-pub(super) async fn lookup<S: ContextStore>(
+pub(super) async fn lookup<S: crate::store::OperatorStore>(
     ctx: &Ctx<S>,
     caller: &Principal,
     action: &str,
@@ -56,7 +56,7 @@ pub(super) async fn lookup<S: ContextStore>(
 
 /// Keeps `status` and `body` under the fresh key; answers with what the key holds (a
 /// request that raced this one under the same key may have stored first).
-pub(super) async fn keep<S: ContextStore>(
+pub(super) async fn keep<S: crate::store::CourseStore>(
     ctx: &Ctx<S>,
     fresh: Fresh,
     status: StatusCode,

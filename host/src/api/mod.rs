@@ -170,7 +170,7 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
 /// Refuses what a browser's ambient authority could send before anything else is looked
 /// at ([`crate::access::check_request`]): a rebound `Host` in open mode (`421`), a
 /// state-changing request from another site (`403`).
-async fn guard<S: ContextStore>(
+async fn guard<S>(
     axum::extract::State(ctx): axum::extract::State<Ctx<S>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,

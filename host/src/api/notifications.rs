@@ -1,11 +1,11 @@
 //! `GET /v1/notifications?workflow_id=&state=` (operators): the outbox, oldest first,
 //! with each notification's state and delivery attempts.
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::pagination::{Cursor, Page, page_request};
 use super::workflows::{Params, params};
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::intent::WorkflowId;
 use crate::store::NotificationFilter;
@@ -15,7 +15,7 @@ use axum::extract::State;
 
 const STATES: [&str; 4] = ["pending", "delivered", "suppressed", "failed"];
 
-pub(super) async fn list<S: ContextStore>(
+pub(super) async fn list<S: crate::store::NotificationStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     query: Params,

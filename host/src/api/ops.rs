@@ -2,9 +2,9 @@
 //! the supervised tasks run) and `GET /metrics` (Prometheus text; operators on the API's
 //! listener, anyone who reaches the metrics listener).
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode};
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use axum::Json;
 use axum::extract::State;
@@ -23,7 +23,7 @@ pub(super) async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-pub(super) async fn readyz<S: ContextStore>(State(ctx): State<Ctx<S>>) -> Response {
+pub(super) async fn readyz<S: crate::store::MetricsStore>(State(ctx): State<Ctx<S>>) -> Response {
     let mut reasons = ctx.health.problems();
     let store = match tokio::time::timeout(STORE_CHECK, ctx.store.ping()).await {
         Ok(Ok(())) => "ok".to_string(),
@@ -56,7 +56,7 @@ pub(super) async fn readyz<S: ContextStore>(State(ctx): State<Ctx<S>>) -> Respon
 }
 
 /// `GET /metrics` on the API's listener: operators only.
-pub(super) async fn metrics<S: ContextStore>(
+pub(super) async fn metrics<S: crate::store::MetricsStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Response> {
@@ -70,13 +70,13 @@ pub(super) async fn metrics<S: ContextStore>(
 }
 
 /// `GET /metrics` on the metrics listener, which only scrapers reach.
-pub(super) async fn open_metrics<S: ContextStore>(
+pub(super) async fn open_metrics<S: crate::store::MetricsStore>(
     State(ctx): State<Ctx<S>>,
 ) -> ApiResult<Response> {
     scrape(&ctx).await
 }
 
-async fn scrape<S: ContextStore>(ctx: &Ctx<S>) -> ApiResult<Response> {
+async fn scrape<S: crate::store::MetricsStore>(ctx: &Ctx<S>) -> ApiResult<Response> {
     let now = ctx.clock_now();
     let snapshot = ctx.store.snapshot(now).await.map_err(ApiError::from)?;
     let text = ctx.metrics.render(&snapshot, now);

@@ -2,11 +2,11 @@
 //! accepting host enforces it before it answers, every other host within a second) and
 //! `GET /v1/policies` lists the versions, newest first (operators and deployers).
 
+use super::Ctx;
 use super::auth::{Caller, require};
 use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
 use super::keyed;
-use super::{ContextStore, Ctx};
 use crate::access::Role;
 use crate::clock::Clock;
 use crate::intent::{canonicalize, sha256_digest};
@@ -30,7 +30,9 @@ fn summary(p: &StoredPolicy) -> Value {
 }
 
 /// `POST /v1/policies` with `{"document": "<TOML>"}`.
-pub(super) async fn deploy<S: ContextStore>(
+pub(super) async fn deploy<
+    S: crate::store::OperatorStore + crate::store::CourseStore + crate::store::PolicyStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     headers: HeaderMap,
@@ -96,7 +98,7 @@ pub(super) async fn deploy<S: ContextStore>(
 }
 
 /// `GET /v1/policies`, newest first, each with its document.
-pub(super) async fn list<S: ContextStore>(
+pub(super) async fn list<S: crate::store::PolicyStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
 ) -> ApiResult<Json<Value>> {

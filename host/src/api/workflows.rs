@@ -5,10 +5,10 @@
 //! definition version; if that can no longer be read, the projection is still served
 //! (labels fall back to step ids) and the problem is logged.
 
+use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use super::pagination::{Cursor, Page, page_request};
-use super::{ContextStore, Ctx};
 use crate::access::{Principal, Role};
 use crate::catalog::DeployedDef;
 use crate::intent::{WorkflowId, WorkflowState};
@@ -40,7 +40,7 @@ fn path<T>(path: Result<Path<T>, PathRejection>) -> ApiResult<T> {
 }
 
 /// The workflow `id` if the caller may see it.
-pub(super) async fn visible<S: ContextStore>(
+pub(super) async fn visible<S: crate::store::ReadStore>(
     ctx: &Ctx<S>,
     caller: &Principal,
     id: &str,
@@ -60,7 +60,7 @@ pub(super) async fn visible<S: ContextStore>(
 }
 
 /// The workflow's own definition version, or `None` (logged) if it cannot be read.
-async fn definition<S: ContextStore>(
+async fn definition<S: crate::store::DefinitionStore>(
     ctx: &Ctx<S>,
     record: &WorkflowRecord,
 ) -> Option<Arc<DeployedDef>> {
@@ -127,7 +127,7 @@ fn number_param(
 /// default the revision the caller's `If-None-Match` names, else the current one), or
 /// with the current projection when the wait ends. `If-None-Match` naming the current
 /// revision answers `304`.
-pub(super) async fn projection<S: ContextStore>(
+pub(super) async fn projection<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -166,7 +166,7 @@ pub(super) async fn projection<S: ContextStore>(
 }
 
 /// `GET /v1/workflows/{id}/timeline`, oldest first.
-pub(super) async fn timeline<S: ContextStore>(
+pub(super) async fn timeline<S: crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -195,7 +195,7 @@ pub(super) async fn timeline<S: ContextStore>(
 }
 
 /// `GET /v1/workflows/{id}/steps/{step}/attempts`, oldest first.
-pub(super) async fn attempts<S: ContextStore>(
+pub(super) async fn attempts<S: crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     ids: Result<Path<(String, String)>, PathRejection>,
@@ -240,7 +240,7 @@ pub(super) async fn attempts<S: ContextStore>(
 }
 
 /// `GET /v1/workflows?state=&workflow=&limit=&cursor=`, newest first.
-pub(super) async fn list<S: ContextStore>(
+pub(super) async fn list<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     query: Params,

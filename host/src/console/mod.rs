@@ -65,7 +65,7 @@ pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
 
 /// The API's request checks ([`crate::access::check_request`]) for the console's pages and
 /// forms — sign-in and sign-out included — answered as a page.
-async fn guard<S: ContextStore>(
+async fn guard<S>(
     State(c): State<Shared<S>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -115,7 +115,7 @@ fn html(status: StatusCode, page: Markup) -> Response {
 }
 
 /// The signed-in operator, or a redirect to the sign-in page.
-async fn signed_in<S: ContextStore>(
+async fn signed_in<S: crate::store::SessionStore>(
     console: &Console<S>,
     headers: &HeaderMap,
 ) -> Result<session::Session, Box<Response>> {
@@ -140,7 +140,7 @@ fn page_error(who: &session::Session, e: pages::PageError) -> Response {
 }
 
 /// The sign-in page with the reason, when sessions cannot be read or written.
-fn store_down<S: ContextStore>(ctx: &Context<S>, e: crate::store::StoreError) -> Response {
+fn store_down<S>(ctx: &Context<S>, e: crate::store::StoreError) -> Response {
     tracing::warn!("console sessions: {e}");
     html(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -151,7 +151,7 @@ fn store_down<S: ContextStore>(ctx: &Context<S>, e: crate::store::StoreError) ->
     )
 }
 
-async fn sign_in_page<S: ContextStore>(State(c): State<Shared<S>>) -> Response {
+async fn sign_in_page<S>(State(c): State<Shared<S>>) -> Response {
     html(StatusCode::OK, pages::sign_in(c.ctx.auth.is_open(), None))
 }
 
@@ -161,7 +161,7 @@ struct SignInForm {
     token: String,
 }
 
-async fn sign_in<S: ContextStore>(
+async fn sign_in<S: crate::store::SessionStore>(
     State(c): State<Shared<S>>,
     extensions: axum::http::Extensions,
     request_headers: HeaderMap,
@@ -224,7 +224,10 @@ async fn sign_in<S: ContextStore>(
     r
 }
 
-async fn sign_out<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
+async fn sign_out<S: crate::store::SessionStore>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(e) = session::end(&c.ctx.store, &headers, c.ctx.clock_now()).await {
         return store_down(&c.ctx, e);
     }
@@ -236,7 +239,7 @@ async fn sign_out<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMa
     r
 }
 
-async fn workflows<S: ContextStore>(
+async fn workflows<S: crate::store::SessionStore + crate::store::ReadStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
@@ -251,7 +254,13 @@ async fn workflows<S: ContextStore>(
     }
 }
 
-async fn workflow<S: ContextStore>(
+async fn workflow<
+    S: crate::store::DefinitionStore
+        + crate::store::CourseStore
+        + crate::store::SessionStore
+        + crate::store::NotificationStore
+        + crate::store::ReadStore,
+>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -341,7 +350,16 @@ impl CourseForm {
 
 /// `POST /console/workflows/{id}/course/{cancel|withdraw|revise|replace|budget}`: the same orders as the
 /// API's, answered with the workflow page and what became of the request.
-async fn change_course<S: ContextStore>(
+async fn change_course<
+    S: crate::store::DefinitionStore
+        + crate::store::SessionStore
+        + crate::store::OperatorStore
+        + crate::store::NotificationStore
+        + crate::store::AdmissionStore
+        + crate::store::CourseStore
+        + crate::store::BudgetStore
+        + crate::store::ReadStore,
+>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
@@ -466,7 +484,9 @@ async fn change_course<S: ContextStore>(
     }
 }
 
-async fn step<S: ContextStore>(
+async fn step<
+    S: crate::store::DefinitionStore + crate::store::SessionStore + crate::store::ReadStore,
+>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path((id, step)): Path<(String, String)>,
@@ -482,7 +502,7 @@ async fn step<S: ContextStore>(
     step_response(&c, &who, &id, &step, notice, None, StatusCode::OK).await
 }
 
-async fn step_response<S: ContextStore>(
+async fn step_response<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     c: &Console<S>,
     who: &session::Session,
     id: &str,
@@ -518,7 +538,14 @@ struct ActionForm {
     external_reference: String,
 }
 
-async fn act<S: ContextStore>(
+async fn act<
+    S: crate::store::DefinitionStore
+        + crate::store::SessionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + 'static,
+>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
     Path((id, step, action)): Path<(String, String, String)>,
@@ -618,7 +645,10 @@ fn desk_error(e: DeskError) -> (StatusCode, String) {
     (status, e.to_string())
 }
 
-async fn adapters<S: ContextStore>(State(c): State<Shared<S>>, headers: HeaderMap) -> Response {
+async fn adapters<S: crate::store::SessionStore + crate::store::ComponentStore>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+) -> Response {
     let who = match signed_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,

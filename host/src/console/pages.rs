@@ -3,7 +3,7 @@
 
 use super::session::{Session, random_token};
 use crate::catalog::registry;
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::contract::Contract;
 use crate::intent::{EventKind, StepState, WorkflowId, WorkflowState};
 use crate::store::{AttemptRecord, WorkflowFilter};
@@ -184,7 +184,7 @@ fn kind_badge(kind: EventKind) -> Markup {
 
 /// The workflows list: the needs-review queue first, then every workflow newest first,
 /// filtered by state, definition and age, paginated.
-pub async fn workflows<S: ContextStore>(
+pub async fn workflows<S: crate::store::ReadStore>(
     ctx: &Context<S>,
     who: &Session,
     q: &HashMap<String, String>,
@@ -345,7 +345,12 @@ fn attempt_rows(attempts: &[AttemptRecord]) -> Markup {
 /// One workflow: what it is for, where it stands in words, milestones, the next action a
 /// person must take, the timeline (latest events first page, observations, actions and
 /// conclusions told apart), and the attempts folded under technical details.
-pub async fn render_workflow_page<S: ContextStore>(
+pub async fn render_workflow_page<
+    S: crate::store::DefinitionStore
+        + crate::store::CourseStore
+        + crate::store::NotificationStore
+        + crate::store::ReadStore,
+>(
     ctx: &Context<S>,
     who: &Session,
     id: &str,
@@ -361,7 +366,12 @@ pub async fn render_workflow_page<S: ContextStore>(
 }
 
 /// The workflow page of `record`, with a notice or an error from a change just asked for.
-pub async fn workflow_page<S: ContextStore>(
+pub async fn workflow_page<
+    S: crate::store::DefinitionStore
+        + crate::store::NotificationStore
+        + crate::store::CourseStore
+        + crate::store::ReadStore,
+>(
     ctx: &Context<S>,
     who: &Session,
     record: crate::store::WorkflowRecord,
@@ -732,7 +742,7 @@ fn consequence(action: &str) -> &'static str {
 
 /// A stuck step: what docket intended to request, what evidence exists, which actions are
 /// safe now and what each would change. Every form carries a fresh idempotency key.
-pub async fn step<S: ContextStore>(
+pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     ctx: &Context<S>,
     who: &Session,
     id: &str,
@@ -961,7 +971,7 @@ pub async fn step<S: ContextStore>(
 }
 
 /// Adapters: versions, which one is active, declared contracts, the registry's history.
-pub async fn adapters<S: ContextStore>(
+pub async fn adapters<S: crate::store::ComponentStore>(
     ctx: &Context<S>,
     who: &Session,
 ) -> Result<Markup, PageError> {

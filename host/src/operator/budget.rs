@@ -6,7 +6,7 @@ use super::{DeskError, InvalidOrder, required};
 use crate::access::{Principal, Role};
 use crate::budget::{Amounts, BudgetView};
 use crate::clock::Clock;
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::intent::canonicalize;
 use crate::store::{ActionAnswer, ActionScope, ExtendAnswer, ExtendRequest, StoreError};
 use serde_json::{Value, json};
@@ -94,7 +94,9 @@ impl ExtendOrder {
 
 /// Adds `order` to the limits of workflow `workflow_id` for `caller` (an operator) under
 /// `key`; returns the workflow's `budget` block afterwards (the stored one on a replay).
-pub async fn extend_budget<S: ContextStore>(
+pub async fn extend_budget<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::BudgetStore,
+>(
     ctx: &Arc<Context<S>>,
     caller: &Principal,
     workflow_id: &str,

@@ -5,7 +5,7 @@
 use super::{DeskError, InvalidOrder, required};
 use crate::access::Principal;
 use crate::clock::Clock;
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::intent::{CancellationId, canonicalize};
 use crate::store::{
     ActionAnswer, ActionScope, CancelAnswer, CancelRequest, CancellationRecord, StoreError,
@@ -52,7 +52,9 @@ pub enum CancelResult {
 }
 
 /// Cancels the workflow `workflow_id` for `caller` (its owner or an operator) under `key`.
-pub async fn cancel<S: ContextStore>(
+pub async fn cancel<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::CourseStore,
+>(
     ctx: &Arc<Context<S>>,
     caller: &Principal,
     workflow_id: &str,

@@ -5,7 +5,7 @@
 use super::{Action, Order, Refusal, decide};
 use super::{History, Situation};
 use crate::access::{Principal, Role};
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::intent::{StepState, WorkflowId, canonicalize};
 use crate::store::{
     ActionAnswer, ActionOutcome, ActionRequest, ActionScope, StoreError, StoredRefusal,
@@ -77,7 +77,7 @@ pub struct Target {
 
 /// The workflow `id` if `caller` may see it; else the same `NotFound` as for one that does
 /// not exist.
-pub(super) async fn visible<S: ContextStore>(
+pub(super) async fn visible<S: crate::store::ReadStore>(
     ctx: &Context<S>,
     caller: &Principal,
     id: &str,
@@ -98,7 +98,7 @@ pub(super) async fn visible<S: ContextStore>(
 }
 
 /// The definition version `record` was admitted under, if it can be read.
-pub(super) async fn definition_of<S: ContextStore>(
+pub(super) async fn definition_of<S: crate::store::DefinitionStore>(
     ctx: &Context<S>,
     record: &WorkflowRecord,
 ) -> Result<Option<Arc<crate::catalog::DeployedDef>>, DeskError> {
@@ -112,7 +112,7 @@ pub(super) async fn definition_of<S: ContextStore>(
 }
 
 /// [`definition_of`], for an order that cannot be decided without it.
-pub(super) async fn required_definition<S: ContextStore>(
+pub(super) async fn required_definition<S: crate::store::DefinitionStore>(
     ctx: &Context<S>,
     record: &WorkflowRecord,
 ) -> Result<Arc<crate::catalog::DeployedDef>, DeskError> {
@@ -125,7 +125,13 @@ pub(super) async fn required_definition<S: ContextStore>(
 }
 
 /// Carries out `order` on the target step for `caller` under `key`.
-pub async fn perform<S: ContextStore>(
+pub async fn perform<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + 'static,
+>(
     ctx: &Arc<Context<S>>,
     caller: &Principal,
     target: Target,
@@ -271,7 +277,7 @@ fn stored(refusal: &Refusal) -> StoredRefusal {
 }
 
 /// The step's projection as the answer of an action.
-async fn step_view<S: ContextStore>(
+async fn step_view<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     ctx: &Context<S>,
     record: &WorkflowRecord,
     step: &str,
@@ -307,7 +313,7 @@ async fn next_sign(signs: &mut tokio::sync::watch::Receiver<u64>) {
 }
 
 /// Waits (bounded) until the step has left `ready`/`running` after the action.
-async fn settle<S: ContextStore>(
+async fn settle<S: crate::store::ReadStore>(
     ctx: &Context<S>,
     id: &WorkflowId,
     step: &str,
@@ -329,7 +335,9 @@ async fn settle<S: ContextStore>(
 
 /// The answer stored under a repeated key; if the first request is still acting, its answer
 /// once stored, or (after waiting) the step as it stands.
-async fn replay<S: ContextStore>(
+async fn replay<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::OperatorStore,
+>(
     ctx: &Context<S>,
     scope: &ActionScope,
     record: &WorkflowRecord,
@@ -350,7 +358,7 @@ async fn replay<S: ContextStore>(
 }
 
 /// Waits (bounded) for the answer of the same action running elsewhere.
-async fn stored_answer<S: ContextStore>(
+async fn stored_answer<S: crate::store::OperatorStore>(
     ctx: &Context<S>,
     scope: &ActionScope,
 ) -> Option<ActionAnswer> {

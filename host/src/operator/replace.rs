@@ -7,7 +7,7 @@
 use super::{CancelOrder, CancelResult, DeskError, InvalidOrder, cancel, required};
 use crate::access::Principal;
 use crate::clock::Clock;
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::intake::{IntakeRefusal, new_workflow};
 use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
 use crate::store::{
@@ -59,7 +59,13 @@ pub struct Replacement {
 }
 
 /// Replaces workflow `workflow_id` for `caller` (its owner or an operator) under `key`.
-pub async fn replace<S: ContextStore>(
+pub async fn replace<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::OperatorStore
+        + crate::store::AdmissionStore
+        + crate::store::CourseStore,
+>(
     ctx: &Arc<Context<S>>,
     caller: &Principal,
     workflow_id: &str,
@@ -147,7 +153,7 @@ pub async fn replace<S: ContextStore>(
     })
 }
 
-async fn existing_workflow<S: ContextStore>(
+async fn existing_workflow<S: crate::store::ReadStore>(
     ctx: &Context<S>,
     id: &WorkflowId,
 ) -> Result<crate::store::WorkflowRecord, DeskError> {
@@ -176,7 +182,9 @@ const OUTDATED_TRIES: usize = 4;
 
 /// Admits the replacement of `original` under the derived key `scope`; answers whether it
 /// was created here and the replacement's record.
-async fn admit_replacement<S: ContextStore>(
+async fn admit_replacement<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::AdmissionStore,
+>(
     ctx: &Context<S>,
     original: &WorkflowRecord,
     input: &Value,

@@ -7,7 +7,7 @@
 use super::{DeskError, InvalidOrder, required};
 use crate::access::Principal;
 use crate::clock::Clock;
-use crate::context::{Context, ContextStore};
+use crate::context::Context;
 use crate::course::{RevisionStep, plan_revision};
 use crate::intent::{WorkflowState, canonicalize};
 use crate::store::{
@@ -59,7 +59,12 @@ fn refused(code: &str, message: String, details: Vec<Value>) -> StoredRefusal {
 }
 
 /// Corrects the input of workflow `workflow_id` for `caller` under `key`.
-pub async fn revise<S: ContextStore>(
+pub async fn revise<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::OperatorStore
+        + crate::store::CourseStore,
+>(
     ctx: &Arc<Context<S>>,
     caller: &Principal,
     workflow_id: &str,
