@@ -30,6 +30,7 @@ mod components;
 mod course;
 mod definitions;
 mod late;
+mod leases;
 mod metrics;
 mod notifications;
 mod plan;

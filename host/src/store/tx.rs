@@ -29,6 +29,7 @@ pub(crate) struct Statements {
     pub course: super::course::Sql,
     pub definitions: super::definitions::Sql,
     pub late: super::late::Sql,
+    pub leases: super::leases::Sql,
     pub metrics: super::metrics::Sql,
     pub notifications: super::notifications::Sql,
     pub policies: super::policies::Sql,

@@ -3,8 +3,10 @@
 use super::{PgResult, PgStore, append_events, transaction};
 use crate::course;
 use crate::intent::{Millis, NewEvent, Receipt, StepRole, StepState, WorkflowId, WorkflowState};
+use crate::store::leases;
 use crate::store::plan;
 use crate::store::rows::{self, Columns, fits};
+use crate::store::tx::Backend;
 use crate::store::{
     CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence, FinishOutcome,
     FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition, StoreError,
@@ -859,21 +861,8 @@ impl ExecutorStore for PgStore {
     }
 
     async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
-        let done = sqlx::query(
-            "UPDATE steps SET lease_expires_at = $1
-             WHERE workflow_id = $2 AND step = $3 AND lease_token = $4 AND state = 'running'",
-        )
-        .bind((req.now + req.lease_ms) as i64)
-        .bind(req.fence.workflow_id.as_str())
-        .bind(&req.fence.step)
-        .bind(&req.fence.lease_token)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if done == 0 {
-            return Err(lease_lost(&req.fence));
-        }
-        Ok(())
+        self.write(req, |tx, req| Box::pin(leases::renew(tx, req)))
+            .await
     }
 
     async fn checkpoint(&self, req: CheckpointRequest) -> StoreResult<()> {
@@ -892,7 +881,6 @@ impl ExecutorStore for PgStore {
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
-        use crate::store::tx::Backend;
         self.write(late, |tx, late| {
             Box::pin(crate::store::late::evidence(tx, late))
         })
@@ -900,15 +888,11 @@ impl ExecutorStore for PgStore {
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE steps SET lease_expires_at = $1 - 1
-             WHERE state = 'running' AND lease_owner = $2 AND lease_expires_at >= $1",
-        )
-        .bind(now as i64)
-        .bind(owner)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let done = self
+            .write((owner.to_string(), now), |tx, a| {
+                Box::pin(leases::release(tx, a))
+            })
+            .await?;
         // The other hosts recover these at once rather than at their next poll; sent
         // directly, as a stopping host's notifier task may not get to run.
         if done > 0 {
@@ -921,32 +905,15 @@ impl ExecutorStore for PgStore {
     }
 
     async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO recovery_sweeps (owner, swept_before) VALUES ($1, $2)
-             ON CONFLICT (owner) DO UPDATE
-             SET swept_before = GREATEST(recovery_sweeps.swept_before, EXCLUDED.swept_before)",
-        )
-        .bind(owner)
-        .bind(before as i64)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.write((owner.to_string(), before), |tx, a| {
+            Box::pin(leases::record_sweep(tx, a))
+        })
+        .await
     }
 
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
-        // Two index range reads: the earliest retry time, the earliest lease expiry (a
-        // lease is expired once `now` passes it, hence + 1).
-        let due: Option<i64> = sqlx::query_scalar(
-            "SELECT LEAST(
-               (SELECT MIN(ready_at) FROM steps
-                 WHERE state IN ('ready', 'failed_retryable') AND ready_at > $1),
-               (SELECT MIN(lease_expires_at) + 1 FROM steps
-                 WHERE state = 'running' AND lease_expires_at >= $1))",
-        )
-        .bind(now as i64)
-        .fetch_one(&self.pool)
-        .await?;
-        due.map(|v| rows::unsigned("due", v)).transpose()
+        self.read(now, |tx, now| Box::pin(leases::next_due(tx, now)))
+            .await
     }
 
     async fn watch(&self, wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {

@@ -6,8 +6,8 @@ use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
 use crate::store::{
-    StoreError, StoreResult, actions, budgets, components, course, definitions, late, metrics,
-    notifications, policies, sessions,
+    StoreError, StoreResult, actions, budgets, components, course, definitions, late, leases,
+    metrics, notifications, policies, sessions,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
@@ -19,6 +19,7 @@ static STATEMENTS: Statements = Statements {
     course: course::SQL,
     definitions: definitions::SQL,
     late: late::SQL,
+    leases: leases::SQL,
     metrics: metrics::postgres::SQL,
     notifications: notifications::postgres::SQL,
     policies: policies::SQL,

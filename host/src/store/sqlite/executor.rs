@@ -3,8 +3,10 @@
 use super::{MultiRow, SqliteStore, append_events};
 use crate::course;
 use crate::intent::{AttemptId, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState};
+use crate::store::leases;
 use crate::store::plan;
 use crate::store::rows::{self, Columns, parse};
+use crate::store::tx::Backend;
 use crate::store::{
     AttemptFacts, CheckpointRequest, ClaimRequest, Claimed, ExecutorStore, ExpiredLease, Fence,
     FinishOutcome, FinishRequest, LateEvidence, RenewRequest, StepContext, StepTransition,
@@ -787,24 +789,7 @@ impl ExecutorStore for SqliteStore {
         if injected.is_ok() {
             return Err(StoreError::safe("database is locked (injected by a test)"));
         }
-        self.writer
-            .write(move |conn| {
-                let done = conn
-                    .prepare_cached(
-                        "UPDATE steps SET lease_expires_at = ?
-                         WHERE workflow_id = ? AND step = ? AND lease_token = ? AND state = 'running'",
-                    )?
-                    .execute(params![
-                        (req.now + req.lease_ms) as i64,
-                        req.fence.workflow_id.as_str(),
-                        &req.fence.step,
-                        &req.fence.lease_token
-                    ])?;
-                if done == 0 {
-                    return Err(lease_lost(&req.fence));
-                }
-                Ok(())
-            })
+        self.write(req, |tx, req| Box::pin(leases::renew(tx, req)))
             .await
     }
 
@@ -842,7 +827,6 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
-        use crate::store::tx::Backend;
         self.write(late, |tx, late| {
             Box::pin(crate::store::late::evidence(tx, late))
         })
@@ -850,17 +834,10 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn release_leases(&self, owner: &str, now: Millis) -> StoreResult<u64> {
-        let owner = owner.to_string();
-        self.writer
-            .write(move |conn| {
-                Ok(conn
-                    .prepare_cached(
-                        "UPDATE steps SET lease_expires_at = ?1 - 1
-                         WHERE state = 'running' AND lease_owner = ?2 AND lease_expires_at >= ?1",
-                    )?
-                    .execute(params![now as i64, owner])? as u64)
-            })
-            .await
+        self.write((owner.to_string(), now), |tx, a| {
+            Box::pin(leases::release(tx, a))
+        })
+        .await
     }
 
     async fn expired_leases(&self, now: Millis, limit: u32) -> StoreResult<Vec<ExpiredLease>> {
@@ -878,36 +855,15 @@ impl ExecutorStore for SqliteStore {
     }
 
     async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {
-        let owner = owner.to_string();
-        self.writer
-            .write(move |conn| {
-                conn.prepare_cached(
-                    "INSERT INTO recovery_sweeps (owner, swept_before) VALUES (?1, ?2)
-                     ON CONFLICT (owner) DO UPDATE
-                     SET swept_before = MAX(swept_before, excluded.swept_before)",
-                )?
-                .execute(params![owner, before as i64])?;
-                Ok(())
-            })
-            .await
+        self.write((owner.to_string(), before), |tx, a| {
+            Box::pin(leases::record_sweep(tx, a))
+        })
+        .await
     }
 
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
-        self.points.with(|conn| {
-            // Two index range reads: the earliest retry time, the earliest lease expiry
-            // (a lease is expired once `now` passes it, hence + 1).
-            let due: Option<i64> = conn
-                .prepare_cached(
-                    "SELECT MIN(t) FROM (
-                       SELECT MIN(ready_at) AS t FROM steps
-                        WHERE state IN ('ready', 'failed_retryable') AND ready_at > ?1
-                       UNION ALL
-                       SELECT MIN(lease_expires_at) + 1 FROM steps
-                        WHERE state = 'running' AND lease_expires_at >= ?1)",
-                )?
-                .query_row(params![now as i64], |r| r.get(0))?;
-            Ok(due.map(|t| t as Millis))
-        })
+        self.read(now, |tx, now| Box::pin(leases::next_due(tx, now)))
+            .await
     }
 
     async fn watch(&self, _wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {

@@ -7,8 +7,8 @@ use crate::store::StoreError;
 use crate::store::plan::Param;
 use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
 use crate::store::{
-    StoreResult, actions, budgets, components, course, definitions, late, metrics, notifications,
-    policies, sessions,
+    StoreResult, actions, budgets, components, course, definitions, late, leases, metrics,
+    notifications, policies, sessions,
 };
 use rusqlite::Connection;
 
@@ -20,6 +20,7 @@ static STATEMENTS: Statements = Statements {
     course: course::sqlite::SQL,
     definitions: definitions::SQL,
     late: late::SQL,
+    leases: leases::SQL,
     metrics: metrics::SQL,
     notifications: notifications::SQL,
     policies: policies::sqlite::SQL,
