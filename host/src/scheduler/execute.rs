@@ -926,7 +926,8 @@ impl<S> Scheduler<S> {
 
 /// " until …": when the provider forgets the key (the retention deadline), for the timeline.
 pub(crate) fn remembered_until(contract: &Contract, since: Millis) -> String {
-    crate::scheduler::recovery::retention_deadline(contract, since)
+    contract
+        .remembered_until(since)
         .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
         .unwrap_or_default()
 }

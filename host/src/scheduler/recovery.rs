@@ -6,7 +6,7 @@
 //! SAME key while the provider still remembers it (retention); otherwise a person decides.
 //! [`decide`] is pure, so the rules are tested without clocks or stores.
 
-use crate::contract::Contract;
+use crate::contract::{Contract, SameKeyRetry};
 use crate::intent::Millis;
 
 /// How long to wait before asking again inside the visibility window.
@@ -35,15 +35,6 @@ pub enum Verdict {
     Review { reason: String },
 }
 
-/// The retention deadline: after it the provider may have forgotten the key, so a same-key
-/// retry could duplicate the effect.
-pub fn retention_deadline(contract: &Contract, since: Millis) -> Option<Millis> {
-    contract
-        .idempotency
-        .supported
-        .then(|| since.saturating_add(contract.idempotency.retention_seconds.saturating_mul(1000)))
-}
-
 /// Chooses the next verb for an effect whose outcome is unknown.
 pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
     let window_end = u.since.saturating_add(contract.query.visibility_window_ms);
@@ -57,29 +48,26 @@ pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
             };
         }
     }
-    if let Some(deadline) = retention_deadline(contract, u.since) {
-        if u.now >= deadline {
-            return Verdict::Review {
-                reason: format!(
-                    "the provider no longer remembers the key (retention of {} s ended), so a retry could duplicate the effect",
-                    contract.idempotency.retention_seconds
-                ),
+    match contract.same_key_retry(u.since, u.now) {
+        SameKeyRetry::Safe { .. } if u.attempts_left => Verdict::RetrySameKey { at: u.now },
+        SameKeyRetry::Safe { .. } => Verdict::Review {
+            reason: "the step has used all its attempts and the outcome is still unknown".into(),
+        },
+        SameKeyRetry::Forgotten { .. } => Verdict::Review {
+            reason: format!(
+                "the provider no longer remembers the key (retention of {} s ended), so a retry could duplicate the effect",
+                contract.idempotency.retention_seconds
+            ),
+        },
+        SameKeyRetry::NotIdempotent => {
+            let why = if contract.query.supported {
+                "lookups found nothing after the visibility window, and the adapter does not declare idempotency, so a retry could duplicate the effect"
+            } else {
+                "the adapter declares neither lookups nor idempotency, so nothing can prove or safely repeat the effect"
             };
+            Verdict::Review { reason: why.into() }
         }
-        if !u.attempts_left {
-            return Verdict::Review {
-                reason: "the step has used all its attempts and the outcome is still unknown"
-                    .into(),
-            };
-        }
-        return Verdict::RetrySameKey { at: u.now };
     }
-    let why = if contract.query.supported {
-        "lookups found nothing after the visibility window, and the adapter does not declare idempotency, so a retry could duplicate the effect"
-    } else {
-        "the adapter declares neither lookups nor idempotency, so nothing can prove or safely repeat the effect"
-    };
-    Verdict::Review { reason: why.into() }
 }
 
 #[cfg(test)]
@@ -138,7 +126,6 @@ mod tests {
         let mut no_attempts = u(2_000, false);
         no_attempts.attempts_left = false;
         assert!(matches!(decide(&c, no_attempts), Verdict::Review { .. }));
-        assert_eq!(retention_deadline(&c, 1_000), Some(101_000));
     }
 
     #[test]
