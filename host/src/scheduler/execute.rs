@@ -9,7 +9,7 @@
 mod adapter;
 
 use super::Scheduler;
-use super::recovery::{Uncertainty, Verdict, decide};
+use super::recovery::{Cause, Conclusion, Told, Uncertainty, conclude, decide};
 use crate::budget::{self, AttemptKind, Charge};
 use crate::catalog::{DeployError, ResolveError};
 use crate::contract::{
@@ -922,14 +922,6 @@ impl<S> Scheduler<S> {
             CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,
         }
     }
-}
-
-/// " until …": when the provider forgets the key (the retention deadline), for the timeline.
-pub(crate) fn remembered_until(contract: &Contract, since: Millis) -> String {
-    contract
-        .remembered_until(since)
-        .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
-        .unwrap_or_default()
 }
 
 /// The first characters of a key: enough to recognise, not to reuse.

@@ -469,8 +469,8 @@ where
             // The effect may have happened: recover by the contract, evidence before action.
             Ok(Err(EffectError::OutcomeUnknown { .. })) | Err(_) => {
                 let since = claimed.uncertain_since.unwrap_or(now);
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                ending(t, note, vec![event], 5)
+                let c = self.uncertain(claimed, step, contract, since, false);
+                ending(c.transition, Some(c.note), vec![c.event], 5)
             }
         };
         // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
@@ -529,8 +529,13 @@ where
                         contract.name
                     ),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
-                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+                let c = self.uncertain(claimed, step, contract, since, true);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::LookupAbsent,
+                )
             }
             Ok(Ok(Lookup::Found {
                 receipt,
@@ -589,8 +594,13 @@ where
                         contract.name
                     ),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
-                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+                let c = self.uncertain(claimed, step, contract, since, true);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::LookupAbsent,
+                )
             }
             Ok(Err(e)) => {
                 let seen = NewEvent::step(
@@ -599,8 +609,13 @@ where
                     att,
                     format!("Lookup failed: {e}"),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                (t, note, vec![seen, event], AttemptOutcome::TransportFailed)
+                let c = self.uncertain(claimed, step, contract, since, false);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::TransportFailed,
+                )
             }
             Err(f) => {
                 let seen = NewEvent::step(
@@ -609,14 +624,20 @@ where
                     att,
                     format!("Lookup did not complete: {f}"),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                (t, note, vec![seen, event], self.failure_outcome(&f))
+                let c = self.uncertain(claimed, step, contract, since, false);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    self.failure_outcome(&f),
+                )
             }
         };
         Ending::settled(5, facts, outcome, transition, note, log, events)
     }
 
-    /// The step's next state when its effect's outcome is unknown.
+    /// The step's next state when its effect's outcome is unknown: the contract decides,
+    /// evidence before action.
     pub(crate) fn uncertain(
         &self,
         claimed: &Claimed,
@@ -624,67 +645,18 @@ where
         contract: &Contract,
         since: Millis,
         lookup_absent: bool,
-    ) -> (StepTransition, Option<String>, NewEvent) {
-        let now = self.clock.now_ms();
-        let verdict = decide(
-            contract,
-            Uncertainty {
-                since,
-                now,
-                lookup_absent,
-                attempts_left: step.retry.allows_another(claimed.attempt_number),
-            },
-        );
-        let id = step.id.as_str();
-        let att = Some(&claimed.attempt_id);
-        match verdict {
-            Verdict::Query { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::RecoveryQuery,
-                    uncertain_since: Some(since),
-                },
-                Some("outcome unknown; asking the provider by reference".into()),
-                NewEvent::step(
-                    EventKind::Action,
-                    id,
-                    att,
-                    format!(
-                        "Outcome unknown: query by the stable reference scheduled in {} ms",
-                        at.saturating_sub(now)
-                    ),
-                ),
-            ),
-            Verdict::RetrySameKey { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::Retry,
-                    uncertain_since: Some(since),
-                },
-                Some("outcome unknown; retrying with the same idempotency key".into()),
-                NewEvent::step(
-                    EventKind::Action,
-                    id,
-                    att,
-                    format!(
-                        "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
-                        remembered_until(contract, since)
-                    ),
-                ),
-            ),
-            Verdict::Review { reason } => (
-                StepTransition::Terminal(StepState::OutcomeUnknown),
-                Some(format!("outcome unknown: {reason}")),
-                NewEvent::step(
-                    EventKind::Conclusion,
-                    id,
-                    att,
-                    format!(
-                        "{}: outcome unknown — needs review, no automatic retry: {reason}",
-                        step.label
-                    ),
-                ),
-            ),
-        }
+    ) -> Conclusion {
+        let u = Uncertainty {
+            since,
+            now: self.clock.now_ms(),
+            lookup_absent,
+            attempts_left: step.retry.allows_another(claimed.attempt_number),
+        };
+        let told = Told {
+            step: step.id.as_str(),
+            attempt: Some(&claimed.attempt_id),
+            cause: Cause::Call { label: &step.label },
+        };
+        conclude(contract, u, decide(contract, u), told)
     }
 }
