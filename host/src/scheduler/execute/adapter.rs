@@ -463,7 +463,14 @@ where
                     }
                     _ => None,
                 };
-                let (t, event) = self.retry_or_fail(claimed, step, retry_after, e.to_string());
+                let (t, event) = retry_or_fail(
+                    claimed,
+                    step,
+                    retry_after,
+                    e.to_string(),
+                    now,
+                    rand::random(),
+                );
                 ending(t, Some(e.to_string()), vec![event], 5)
             }
             // The effect may have happened: recover by the contract, evidence before action.
