@@ -7,6 +7,7 @@
 //! release of dependents (6).
 
 mod adapter;
+mod preflight;
 #[cfg(test)]
 mod tests;
 

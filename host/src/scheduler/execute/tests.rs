@@ -1,5 +1,6 @@
 //! The attempt's pure decisions, with fixed times and samples: what a retryable failure
-//! does to the step (`retry_or_fail`).
+//! does to the step (`retry_or_fail`). The claim and the step built here serve the
+//! preflight's tests too.
 
 use super::*;
 use crate::intent::{AttemptId, Subject, WorkflowId};
