@@ -3,6 +3,7 @@
 //! These mirror the records of `wit/docket.wit` one to one, so the rest of the host never
 //! sees generated bindings. They serialise as `snake_case` JSON for the CLI and the API.
 
+use crate::intent::Millis;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -34,6 +35,37 @@ impl Contract {
         }
         Ok(())
     }
+
+    /// Until when the provider remembers the key of a request first sent at `since`: after
+    /// it, the provider may take the same key for a new request. `None` when the adapter
+    /// does not declare idempotency, so it remembers no key at all.
+    pub fn remembered_until(&self, since: Millis) -> Option<Millis> {
+        self.idempotency
+            .supported
+            .then(|| since.saturating_add(self.idempotency.retention_seconds.saturating_mul(1000)))
+    }
+
+    /// Whether repeating, at `now`, a request first sent at `since` under the same key is
+    /// safe: only while the provider still remembers the key can it not make a second
+    /// effect (invariant 4).
+    pub fn same_key_retry(&self, since: Millis, now: Millis) -> SameKeyRetry {
+        match self.remembered_until(since) {
+            None => SameKeyRetry::NotIdempotent,
+            Some(until) if now >= until => SameKeyRetry::Forgotten { at: until },
+            Some(until) => SameKeyRetry::Safe { until },
+        }
+    }
+}
+
+/// Whether a retry under the key of an earlier request can make a second effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameKeyRetry {
+    /// The provider deduplicates the key until `until`.
+    Safe { until: Millis },
+    /// The adapter does not declare idempotency: a retry would be a new request.
+    NotIdempotent,
+    /// The provider forgot the key at `at`: a retry could duplicate the effect.
+    Forgotten { at: Millis },
 }
 
 /// Why a declared contract is unusable; each message names the fix.
@@ -234,4 +266,54 @@ pub enum HandlerError {
     InvalidInput { message: String },
     #[error("failed: {message}")]
     Failed { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contract(idempotent: bool) -> Contract {
+        Contract {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            idempotency: IdempotencyClaim {
+                supported: idempotent,
+                retention_seconds: 100,
+                namespace: "ns".into(),
+            },
+            query: QueryClaim {
+                supported: false,
+                visibility_window_ms: 0,
+            },
+            compensation: CompensationClaim { supported: false },
+            capabilities: DeclaredCapabilities::default(),
+        }
+    }
+
+    #[test]
+    fn a_key_is_remembered_for_the_retention_after_the_first_request() {
+        assert_eq!(contract(true).remembered_until(1_000), Some(101_000));
+        assert_eq!(
+            contract(true).remembered_until(Millis::MAX),
+            Some(Millis::MAX)
+        );
+        assert_eq!(contract(false).remembered_until(1_000), None);
+    }
+
+    #[test]
+    fn a_same_key_retry_is_safe_only_before_the_key_is_forgotten() {
+        let c = contract(true);
+        assert_eq!(
+            c.same_key_retry(1_000, 100_999),
+            SameKeyRetry::Safe { until: 101_000 }
+        );
+        assert_eq!(
+            c.same_key_retry(1_000, 101_000),
+            SameKeyRetry::Forgotten { at: 101_000 }
+        );
+        assert_eq!(
+            contract(false).same_key_retry(1_000, 1_000),
+            SameKeyRetry::NotIdempotent
+        );
+    }
 }

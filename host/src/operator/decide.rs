@@ -3,11 +3,10 @@
 //! declares. No I/O: the caller gathers the [`Situation`], the store applies the [`Plan`].
 
 use super::{Action, Order, Resolution};
-use crate::contract::Contract;
+use crate::contract::{Contract, SameKeyRetry};
 use crate::intent::{
     AttemptId, EventKind, EvidenceKind, Millis, NewEvent, ReceiptId, StepState, Subject, Trigger,
 };
-use crate::scheduler::recovery::retention_deadline;
 use crate::store::{AttemptRecord, NewReceipt, StepChange};
 use serde_json::{Value, json};
 
@@ -237,20 +236,20 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
                     step: s.step.to_string(),
                     what: "a retry cannot be judged safe",
                 })?;
-                match retention_deadline(contract, sent_at) {
-                    None => {
+                match contract.same_key_retry(sent_at, s.now) {
+                    SameKeyRetry::NotIdempotent => {
                         return Err(Refusal::NotIdempotent {
                             step: s.step.to_string(),
                             adapter: contract.name.clone(),
                         });
                     }
-                    Some(deadline) if s.now >= deadline => {
+                    SameKeyRetry::Forgotten { at } => {
                         return Err(Refusal::KeyForgotten {
-                            forgotten_at: deadline,
+                            forgotten_at: at,
                             retention_seconds: contract.idempotency.retention_seconds,
                         });
                     }
-                    Some(_) => {}
+                    SameKeyRetry::Safe { .. } => {}
                 }
             }
             Ok(Plan {

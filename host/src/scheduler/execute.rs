@@ -7,9 +7,12 @@
 //! release of dependents (6).
 
 mod adapter;
+mod preflight;
+#[cfg(test)]
+mod tests;
 
 use super::Scheduler;
-use super::recovery::{Uncertainty, Verdict, decide};
+use super::recovery::{Cause, Conclusion, Told, Uncertainty, conclude, decide};
 use crate::budget::{self, AttemptKind, Charge};
 use crate::catalog::{DeployError, ResolveError};
 use crate::contract::{
@@ -647,53 +650,6 @@ where
         }
     }
 
-    /// A retry after backoff if the policy allows another attempt, else a terminal failure.
-    fn retry_or_fail(
-        &self,
-        claimed: &Claimed,
-        step: &StepDef,
-        retry_after: Option<Duration>,
-        why: String,
-    ) -> (StepTransition, NewEvent) {
-        let now = self.clock.now_ms();
-        let wait = step
-            .retry
-            .backoff(claimed.attempt_number, retry_after, rand::random::<f64>());
-        // A provider's retry-after is its number: a wait past the workflow's deadline
-        // means no retry in time, not an overflowing clock.
-        let ready_at = now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-        let why = if ready_at > claimed.deadline_at {
-            format!("{why}; the next attempt could not start before the workflow's deadline")
-        } else {
-            why
-        };
-        if step.retry.allows_another(claimed.attempt_number) && ready_at <= claimed.deadline_at {
-            let event = NewEvent::step(
-                EventKind::Action,
-                step.id.as_str(),
-                Some(&claimed.attempt_id),
-                format!("Retry scheduled in {} ms after: {why}", wait.as_millis()),
-            );
-            let transition = StepTransition::Retry {
-                ready_at,
-                next_trigger: Trigger::Retry,
-                uncertain_since: None,
-            };
-            (transition, event)
-        } else {
-            let event = NewEvent::step(
-                EventKind::Conclusion,
-                step.id.as_str(),
-                Some(&claimed.attempt_id),
-                format!(
-                    "{} failed after {} attempts: {why}",
-                    step.label, claimed.attempt_number
-                ),
-            );
-            (StepTransition::Terminal(StepState::FailedTerminal), event)
-        }
-    }
-
     async fn run_handler(
         &self,
         claimed: &Claimed,
@@ -748,12 +704,14 @@ where
                         .filter(|f| value.get(f.as_str()).is_none())
                         .collect();
                     let why = format!("the handler's output lacks declared fields {missing:?}");
-                    let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                    let (t, e) =
+                        retry_or_fail(claimed, step, None, why.clone(), now, rand::random());
                     (t, AttemptOutcome::Rejected, Some(why), vec![e])
                 }
                 Err(e) => {
                     let why = format!("the handler returned invalid JSON: {e}");
-                    let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                    let (t, e) =
+                        retry_or_fail(claimed, step, None, why.clone(), now, rand::random());
                     (t, AttemptOutcome::Rejected, Some(why), vec![e])
                 }
             },
@@ -772,7 +730,8 @@ where
                 )
             }
             Ok(Err(crate::contract::HandlerError::Failed { message })) => {
-                let (t, e) = self.retry_or_fail(claimed, step, None, message.clone());
+                let (t, e) =
+                    retry_or_fail(claimed, step, None, message.clone(), now, rand::random());
                 (t, AttemptOutcome::Rejected, Some(message), vec![e])
             }
             Err(failure @ CallFailure::Capacity { .. }) => {
@@ -781,7 +740,7 @@ where
             Err(failure) => {
                 let outcome = self.failure_outcome(&failure);
                 let why = failure.to_string();
-                let (t, e) = self.retry_or_fail(claimed, step, None, why.clone());
+                let (t, e) = retry_or_fail(claimed, step, None, why.clone(), now, rand::random());
                 (t, outcome, Some(why), vec![e])
             }
         };
@@ -859,6 +818,55 @@ where
     }
 }
 
+/// A retry after backoff if the step's retry policy allows another attempt that can start
+/// before the workflow's deadline, else a terminal failure. Pure: the caller supplies `now`
+/// and the backoff's `jitter_sample` (uniform in `0.0..=1.0`).
+fn retry_or_fail(
+    claimed: &Claimed,
+    step: &StepDef,
+    retry_after: Option<Duration>,
+    why: String,
+    now: Millis,
+    jitter_sample: f64,
+) -> (StepTransition, NewEvent) {
+    let wait = step
+        .retry
+        .backoff(claimed.attempt_number, retry_after, jitter_sample);
+    // A provider's retry-after is its number: a wait past the workflow's deadline
+    // means no retry in time, not an overflowing clock.
+    let ready_at = now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+    let why = if ready_at > claimed.deadline_at {
+        format!("{why}; the next attempt could not start before the workflow's deadline")
+    } else {
+        why
+    };
+    if step.retry.allows_another(claimed.attempt_number) && ready_at <= claimed.deadline_at {
+        let event = NewEvent::step(
+            EventKind::Action,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("Retry scheduled in {} ms after: {why}", wait.as_millis()),
+        );
+        let transition = StepTransition::Retry {
+            ready_at,
+            next_trigger: Trigger::Retry,
+            uncertain_since: None,
+        };
+        (transition, event)
+    } else {
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!(
+                "{} failed after {} attempts: {why}",
+                step.label, claimed.attempt_number
+            ),
+        );
+        (StepTransition::Terminal(StepState::FailedTerminal), event)
+    }
+}
+
 /// What the row `id` of a workflow of `def` runs: a step of the definition, or the
 /// compensation of one (`<step>.compensate`).
 pub(crate) fn step_of(def: &crate::workflow::WorkflowDef, id: &str) -> Option<StepDef> {
@@ -922,13 +930,6 @@ impl<S> Scheduler<S> {
             CallFailure::NotSupported { .. } => AttemptOutcome::Interrupted,
         }
     }
-}
-
-/// " until …": when the provider forgets the key (the retention deadline), for the timeline.
-pub(crate) fn remembered_until(contract: &Contract, since: Millis) -> String {
-    crate::scheduler::recovery::retention_deadline(contract, since)
-        .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
-        .unwrap_or_default()
 }
 
 /// The first characters of a key: enough to recognise, not to reuse.

@@ -27,7 +27,7 @@ use crate::store::{
     AttemptFacts, AttemptResult, ClaimRequest, ComponentStore, DefinitionStore, ExecutorStore,
     ExpiredLease, FinishRequest, StepTransition, StoreError,
 };
-use recovery::{Uncertainty, Verdict, decide};
+use recovery::{Uncertainty, decide};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
@@ -668,65 +668,20 @@ where
             Err(DeployError::Store(e)) => return Err(e),
             Err(_) => false,
         };
-        let since = lease.uncertain_since.unwrap_or(lease.attempt_started_at);
-        let verdict = decide(
-            &contract,
-            Uncertainty {
-                since,
-                now,
-                lookup_absent: false,
-                attempts_left,
+        let u = Uncertainty {
+            since: lease.uncertain_since.unwrap_or(lease.attempt_started_at),
+            now,
+            lookup_absent: false,
+            attempts_left,
+        };
+        let told = recovery::Told {
+            step,
+            attempt: att,
+            cause: recovery::Cause::LeaseExpired {
+                expired: &expired_text,
             },
-        );
-        Ok(match verdict {
-            Verdict::Query { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::RecoveryQuery,
-                    uncertain_since: Some(since),
-                },
-                "outcome unknown; asking the provider by reference".into(),
-                NewEvent::step(
-                    EventKind::Action,
-                    step,
-                    att,
-                    format!(
-                        "{expired_text}; the request may have been sent: query by the stable reference"
-                    ),
-                ),
-                AttemptOutcome::Interrupted,
-            ),
-            Verdict::RetrySameKey { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::Retry,
-                    uncertain_since: Some(since),
-                },
-                "outcome unknown; retrying with the same idempotency key".into(),
-                NewEvent::step(
-                    EventKind::Action,
-                    step,
-                    att,
-                    format!(
-                        "{expired_text}; the request may have been sent: retry with the same idempotency key{}",
-                        execute::remembered_until(&contract, since)
-                    ),
-                ),
-                AttemptOutcome::Interrupted,
-            ),
-            Verdict::Review { reason } => (
-                StepTransition::Terminal(StepState::OutcomeUnknown),
-                format!("outcome unknown: {reason}"),
-                NewEvent::step(
-                    EventKind::Conclusion,
-                    step,
-                    att,
-                    format!(
-                        "{expired_text}; outcome unknown — needs review, no automatic retry: {reason}"
-                    ),
-                ),
-                AttemptOutcome::Interrupted,
-            ),
-        })
+        };
+        let c = recovery::conclude(&contract, u, decide(&contract, u), told);
+        Ok((c.transition, c.note, c.event, AttemptOutcome::Interrupted))
     }
 }

@@ -4,10 +4,13 @@
 //! an empty lookup inside the visibility window is asked again later (one absence proves
 //! nothing); when lookups cannot settle it, an idempotent adapter is retried with the
 //! SAME key while the provider still remembers it (retention); otherwise a person decides.
-//! [`decide`] is pure, so the rules are tested without clocks or stores.
+//! [`decide`] is pure, so the rules are tested without clocks or stores; so is [`conclude`],
+//! which turns its verdict into what the step becomes and what the timeline says, the same
+//! for an attempt whose own call left the outcome unknown and for an expired lease.
 
-use crate::contract::Contract;
-use crate::intent::Millis;
+use crate::contract::{Contract, SameKeyRetry};
+use crate::intent::{AttemptId, EventKind, Millis, NewEvent, StepState, Trigger};
+use crate::store::StepTransition;
 
 /// How long to wait before asking again inside the visibility window.
 const REQUERY_DELAY_MS: u64 = 1_000;
@@ -35,15 +38,6 @@ pub enum Verdict {
     Review { reason: String },
 }
 
-/// The retention deadline: after it the provider may have forgotten the key, so a same-key
-/// retry could duplicate the effect.
-pub fn retention_deadline(contract: &Contract, since: Millis) -> Option<Millis> {
-    contract
-        .idempotency
-        .supported
-        .then(|| since.saturating_add(contract.idempotency.retention_seconds.saturating_mul(1000)))
-}
-
 /// Chooses the next verb for an effect whose outcome is unknown.
 pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
     let window_end = u.since.saturating_add(contract.query.visibility_window_ms);
@@ -57,29 +51,129 @@ pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
             };
         }
     }
-    if let Some(deadline) = retention_deadline(contract, u.since) {
-        if u.now >= deadline {
-            return Verdict::Review {
-                reason: format!(
-                    "the provider no longer remembers the key (retention of {} s ended), so a retry could duplicate the effect",
-                    contract.idempotency.retention_seconds
-                ),
+    match contract.same_key_retry(u.since, u.now) {
+        SameKeyRetry::Safe { .. } if u.attempts_left => Verdict::RetrySameKey { at: u.now },
+        SameKeyRetry::Safe { .. } => Verdict::Review {
+            reason: "the step has used all its attempts and the outcome is still unknown".into(),
+        },
+        SameKeyRetry::Forgotten { .. } => Verdict::Review {
+            reason: format!(
+                "the provider no longer remembers the key (retention of {} s ended), so a retry could duplicate the effect",
+                contract.idempotency.retention_seconds
+            ),
+        },
+        SameKeyRetry::NotIdempotent => {
+            let why = if contract.query.supported {
+                "lookups found nothing after the visibility window, and the adapter does not declare idempotency, so a retry could duplicate the effect"
+            } else {
+                "the adapter declares neither lookups nor idempotency, so nothing can prove or safely repeat the effect"
             };
+            Verdict::Review { reason: why.into() }
         }
-        if !u.attempts_left {
-            return Verdict::Review {
-                reason: "the step has used all its attempts and the outcome is still unknown"
-                    .into(),
-            };
-        }
-        return Verdict::RetrySameKey { at: u.now };
     }
-    let why = if contract.query.supported {
-        "lookups found nothing after the visibility window, and the adapter does not declare idempotency, so a retry could duplicate the effect"
-    } else {
-        "the adapter declares neither lookups nor idempotency, so nothing can prove or safely repeat the effect"
+}
+
+/// How the outcome became unknown: the timeline tells it.
+#[derive(Debug, Clone, Copy)]
+pub enum Cause<'a> {
+    /// The attempt's own call or lookup left it unknown; a conclusion names the step by
+    /// its `label`.
+    Call { label: &'a str },
+    /// The attempt's lease expired once its request may have been sent; `expired` says
+    /// whose lease, at which checkpoint.
+    LeaseExpired { expired: &'a str },
+}
+
+/// Whose uncertainty is concluded, and how it arose.
+#[derive(Debug, Clone, Copy)]
+pub struct Told<'a> {
+    pub step: &'a str,
+    pub attempt: Option<&'a AttemptId>,
+    pub cause: Cause<'a>,
+}
+
+/// What a verdict does to the step: its transition, the note kept on it, the timeline's
+/// entry. The attempt's outcome is not the verdict's: it is what the call observed, or
+/// `interrupted` for an expired lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conclusion {
+    pub transition: StepTransition,
+    pub note: String,
+    pub event: NewEvent,
+}
+
+/// Carries out `verdict`, chosen by [`decide`] from `u`: a query or a same-key retry makes
+/// the step ready again at the verdict's time, still uncertain since `u.since`; a review
+/// leaves it `outcome_unknown` for a person.
+pub fn conclude(
+    contract: &Contract,
+    u: Uncertainty,
+    verdict: Verdict,
+    told: Told<'_>,
+) -> Conclusion {
+    let retry = |ready_at: Millis, next_trigger: Trigger| StepTransition::Retry {
+        ready_at,
+        next_trigger,
+        uncertain_since: Some(u.since),
     };
-    Verdict::Review { reason: why.into() }
+    let (transition, note, kind, text) = match verdict {
+        Verdict::Query { at } => (
+            retry(at, Trigger::RecoveryQuery),
+            "outcome unknown; asking the provider by reference".to_string(),
+            EventKind::Action,
+            match told.cause {
+                Cause::Call { .. } => format!(
+                    "Outcome unknown: query by the stable reference scheduled in {} ms",
+                    at.saturating_sub(u.now)
+                ),
+                Cause::LeaseExpired { expired } => format!(
+                    "{expired}; the request may have been sent: query by the stable reference"
+                ),
+            },
+        ),
+        Verdict::RetrySameKey { at } => (
+            retry(at, Trigger::Retry),
+            "outcome unknown; retrying with the same idempotency key".to_string(),
+            EventKind::Action,
+            match told.cause {
+                Cause::Call { .. } => format!(
+                    "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
+                    remembered(contract, u.since)
+                ),
+                Cause::LeaseExpired { expired } => format!(
+                    "{expired}; the request may have been sent: retry with the same idempotency key{}",
+                    remembered(contract, u.since)
+                ),
+            },
+        ),
+        Verdict::Review { reason } => (
+            StepTransition::Terminal(StepState::OutcomeUnknown),
+            format!("outcome unknown: {reason}"),
+            EventKind::Conclusion,
+            match told.cause {
+                Cause::Call { label } => {
+                    format!("{label}: outcome unknown — needs review, no automatic retry: {reason}")
+                }
+                Cause::LeaseExpired { expired } => format!(
+                    "{expired}; outcome unknown — needs review, no automatic retry: {reason}"
+                ),
+            },
+        ),
+    };
+    Conclusion {
+        transition,
+        note,
+        event: NewEvent::step(kind, told.step, told.attempt, text),
+    }
+}
+
+/// "; it remembers the key until …" when the provider deduplicates: the timeline says how
+/// long a same-key retry stays safe.
+fn remembered(contract: &Contract, since: Millis) -> String {
+    contract
+        .remembered_until(since)
+        .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -138,7 +232,6 @@ mod tests {
         let mut no_attempts = u(2_000, false);
         no_attempts.attempts_left = false;
         assert!(matches!(decide(&c, no_attempts), Verdict::Review { .. }));
-        assert_eq!(retention_deadline(&c, 1_000), Some(101_000));
     }
 
     #[test]
@@ -157,5 +250,137 @@ mod tests {
             panic!("fire-and-forget must go to review")
         };
         assert!(reason.contains("neither"), "{reason}");
+    }
+
+    const ATTEMPT: &str = "att_1";
+
+    fn told(cause: Cause<'_>) -> Told<'_> {
+        Told {
+            step: "deliver",
+            attempt: None,
+            cause,
+        }
+    }
+
+    const CALL: Cause<'static> = Cause::Call { label: "Deliver" };
+    const EXPIRED: Cause<'static> = Cause::LeaseExpired {
+        expired: "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact)",
+    };
+
+    #[test]
+    fn a_query_makes_the_step_ready_at_its_time_still_uncertain() {
+        let c = contract(false, true);
+        for cause in [CALL, EXPIRED] {
+            let done = conclude(
+                &c,
+                u(2_000, true),
+                Verdict::Query { at: 3_000 },
+                told(cause),
+            );
+            assert_eq!(
+                done.transition,
+                StepTransition::Retry {
+                    ready_at: 3_000,
+                    next_trigger: Trigger::RecoveryQuery,
+                    uncertain_since: Some(1_000),
+                }
+            );
+            assert_eq!(
+                done.note,
+                "outcome unknown; asking the provider by reference"
+            );
+            assert_eq!(done.event.kind, EventKind::Action);
+            assert_eq!(done.event.step.as_deref(), Some("deliver"));
+        }
+        let call = conclude(&c, u(2_000, true), Verdict::Query { at: 3_000 }, told(CALL));
+        assert_eq!(
+            call.event.text,
+            "Outcome unknown: query by the stable reference scheduled in 1000 ms"
+        );
+        let expired = conclude(
+            &c,
+            u(2_000, true),
+            Verdict::Query { at: 3_000 },
+            told(EXPIRED),
+        );
+        assert_eq!(
+            expired.event.text,
+            "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact); the request may have been sent: query by the stable reference"
+        );
+    }
+
+    #[test]
+    fn a_same_key_retry_says_until_when_the_provider_remembers_the_key() {
+        let c = contract(true, false);
+        let attempt = AttemptId(ATTEMPT.into());
+        let call = Told {
+            attempt: Some(&attempt),
+            ..told(CALL)
+        };
+        let done = conclude(
+            &c,
+            u(2_000, false),
+            Verdict::RetrySameKey { at: 2_000 },
+            call,
+        );
+        assert_eq!(
+            done.transition,
+            StepTransition::Retry {
+                ready_at: 2_000,
+                next_trigger: Trigger::Retry,
+                uncertain_since: Some(1_000),
+            }
+        );
+        assert_eq!(
+            done.note,
+            "outcome unknown; retrying with the same idempotency key"
+        );
+        assert_eq!(done.event.kind, EventKind::Action);
+        assert_eq!(done.event.attempt_id.as_deref(), Some(ATTEMPT));
+        // Retention of 100 s from the first request at 1 s.
+        assert_eq!(
+            done.event.text,
+            "Outcome unknown: retry with the same idempotency key (the provider deduplicates it); it remembers the key until 1970-01-01T00:01:41.000Z"
+        );
+        let expired = conclude(
+            &c,
+            u(2_000, false),
+            Verdict::RetrySameKey { at: 2_000 },
+            told(EXPIRED),
+        );
+        assert_eq!(expired.transition, done.transition);
+        assert!(
+            expired.event.text.ends_with(
+                "; the request may have been sent: retry with the same idempotency key; it remembers the key until 1970-01-01T00:01:41.000Z"
+            ),
+            "{}",
+            expired.event.text
+        );
+    }
+
+    #[test]
+    fn a_review_leaves_the_step_outcome_unknown_with_the_reason() {
+        let c = contract(false, false);
+        let review = || Verdict::Review {
+            reason: "nothing can prove it".into(),
+        };
+        let call = conclude(&c, u(2_000, false), review(), told(CALL));
+        assert_eq!(
+            call.transition,
+            StepTransition::Terminal(StepState::OutcomeUnknown)
+        );
+        assert_eq!(call.note, "outcome unknown: nothing can prove it");
+        assert_eq!(call.event.kind, EventKind::Conclusion);
+        assert_eq!(
+            call.event.text,
+            "Deliver: outcome unknown — needs review, no automatic retry: nothing can prove it"
+        );
+        let expired = conclude(&c, u(2_000, false), review(), told(EXPIRED));
+        assert_eq!(expired.transition, call.transition);
+        assert_eq!(expired.note, call.note);
+        assert_eq!(
+            expired.event.text,
+            "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact); outcome unknown — needs review, no automatic retry: nothing can prove it"
+        );
     }
 }

@@ -1,7 +1,9 @@
-//! The adapter path of an attempt: checkpoints 2 to 5 around the call (invoke, or a
-//! recovery query by the stable reference), and what each typed result or uncertainty
-//! means for the step under the adapter's contract.
+//! The adapter path of an attempt: checkpoints 2 to 5 around the call (invoke, compensate,
+//! or a recovery query by the stable reference), in order around what [`preflight`]
+//! decided, and what each typed result or uncertainty means for the step under the
+//! adapter's contract.
 
+use super::preflight::{Call, Preflight, PreflightFacts, preflight};
 use super::*;
 
 /// Why an attempt stops at a checkpoint.
@@ -131,6 +133,37 @@ where
         }
     }
 
+    /// Checkpoint 3 found the step's request recorded with another input (`why`): nothing
+    /// is sent under the step's identity, and a person decides (invariant 3).
+    fn input_changed(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        prepared: &Prepared,
+        input: &crate::intent::CanonicalInput,
+        why: String,
+    ) -> Ending {
+        let event = NewEvent::step(
+            EventKind::Conclusion,
+            step.id.as_str(),
+            Some(&claimed.attempt_id),
+            format!("{} waits for review: {why}", step.label),
+        );
+        let facts = Self::facts(prepared, &input.digest);
+        Ending {
+            adapter: true,
+            ..Ending::stopped(
+                facts,
+                StepState::WaitingForReview,
+                AttemptOutcome::Interrupted,
+                why,
+                event,
+            )
+        }
+    }
+
+    /// The attempt's request, in order: what [`preflight`] decides from what was read,
+    /// checkpoint 2, the query or checkpoint 3 and the call (4), then its outcome (5).
     pub(super) async fn run_adapter(
         &self,
         claimed: &Claimed,
@@ -140,145 +173,74 @@ where
         // `None` for a compensation or a query, which no call budget refuses.
         limits: Option<crate::budget::Limits>,
     ) -> Option<Ending> {
-        let Some(contract) = prepared.component.contract().cloned() else {
-            // Definitions are checked against every registered version's world; a version
-            // of another world can only come from outside that check.
-            let reason = format!(
-                "`{}@{}` is a handler, and this is an adapter step; activate an adapter version",
-                prepared.component.name(),
-                prepared.component.version()
-            );
-            return Some(Ending::cannot_start(
-                claimed,
-                step,
-                StepState::Blocked,
-                reason,
-            ));
-        };
-        let key = external_idempotency_key(
-            &claimed.fence.workflow_id,
-            step.id.as_str(),
-            &contract.idempotency.namespace,
-        );
-        // The namespace rule: an uncertain request is recovered only under the identity it
-        // may have been sent with. A version with another namespace derives another key,
-        // which the provider would take for a new request: a person decides instead.
-        if let Some(sent) = claimed.context.sent_identity.as_deref()
-            && sent != key
-        {
-            return Some(self.namespace_changed(claimed, step, prepared, &contract, input, sent));
-        }
-        let querying = claimed.trigger == Trigger::RecoveryQuery;
-        if let Some(limits) = limits
-            && let Err(exhausted) =
-                crate::budget::admit_call(&limits, &claimed.budget_used(), step.cost)
-        {
-            return Some(self.budget_exceeded(claimed, exhausted));
-        }
-        // A compensation reverses the effect named by the original step's receipt, with an
-        // adapter version that declares it can.
-        let reverses = crate::course::compensated_step(&claimed.fence.step);
-        let original = match reverses {
-            None => None,
-            Some(of) => {
-                if !contract.compensation.supported {
-                    let reason = format!(
-                        "`{}@{}` does not declare compensation; activate a version that does, or resolve the compensation",
-                        contract.name, contract.version
-                    );
-                    return Some(Ending::cannot_start(
-                        claimed,
-                        step,
-                        StepState::Blocked,
-                        reason,
-                    ));
-                }
-                let Some(r) = claimed.context.receipts.iter().find(|r| r.step == of) else {
-                    let reason =
-                        format!("`{of}` has no receipt: there is no known effect to reverse");
-                    return Some(Ending::cannot_start(
-                        claimed,
-                        step,
-                        StepState::Blocked,
-                        reason,
-                    ));
+        let governance = self.components.governance();
+        let in_force = governance.in_force();
+        let decided = preflight(&PreflightFacts {
+            claimed,
+            step,
+            component: (prepared.component.name(), prepared.component.version()),
+            contract: prepared.component.contract(),
+            limits,
+            policy: &in_force,
+            environment: governance.environment(),
+        });
+        let (contract, key, call, policy) = match decided {
+            Preflight::Proceed {
+                contract,
+                key,
+                call,
+                policy,
+            } => (contract, key, call, policy),
+            Preflight::Block { reason } => {
+                return Some(Ending::cannot_start(
+                    claimed,
+                    step,
+                    StepState::Blocked,
+                    reason,
+                ));
+            }
+            Preflight::OverBudget(exhausted) => {
+                return Some(self.budget_exceeded(claimed, exhausted));
+            }
+            Preflight::NamespaceChanged { contract, sent } => {
+                return Some(
+                    self.namespace_changed(claimed, step, prepared, contract, input, sent),
+                );
+            }
+            Preflight::Denied { policy, reason } => {
+                let version = policy.version;
+                let facts = AttemptFacts {
+                    policy: Some(policy),
+                    ..Self::facts(prepared, &input.digest)
                 };
-                Some((of, r))
+                return Some(self.policy_denied(claimed, step, facts, version, reason));
             }
         };
-        let mut facts = Self::facts(prepared, &input.digest);
-        // The policy in force judges every attempt that may cause an effect (never a query);
-        // the decision is recorded with checkpoint 2, and a denial ends the attempt before 3.
-        if !querying {
-            let governance = self.components.governance();
-            let in_force = governance.in_force();
-            if in_force.version > 0 {
-                let decision = in_force.decide(&crate::policy::Facts {
-                    subject: &claimed.subject.0,
-                    workflow: &claimed.workflow,
-                    step: reverses.unwrap_or(&claimed.fence.step),
-                    adapter: &contract.name,
-                    namespace: &contract.idempotency.namespace,
-                    action: if original.is_some() {
-                        crate::policy::PolicyAction::Compensate
-                    } else {
-                        crate::policy::PolicyAction::Invoke
-                    },
-                    environment: governance.environment(),
-                });
-                // An operator's exception lets exactly this one denied attempt through.
-                let exception = (!decision.allowed)
-                    .then_some(claimed.policy_exception.as_ref())
-                    .flatten();
-                facts.policy = Some(crate::store::AttemptPolicy {
-                    version: in_force.version,
-                    decision: match (decision.allowed, exception) {
-                        (true, _) => crate::store::PolicyVerdict::Allow,
-                        (false, Some(_)) => crate::store::PolicyVerdict::Exception,
-                        (false, None) => crate::store::PolicyVerdict::Deny,
-                    },
-                    author: exception.map(|e| e.author.clone()),
-                });
-                if !decision.allowed && exception.is_none() {
-                    return Some(self.policy_denied(
-                        claimed,
-                        step,
-                        facts,
-                        in_force.version,
-                        decision.reason,
-                    ));
-                }
-            }
-        }
         // Checkpoint 2: state, policy and budget validated; what will run is recorded.
-        self.checkpoint(claimed, 2, facts.clone(), None, vec![])
+        let facts = AttemptFacts {
+            policy,
+            ..Self::facts(prepared, &input.digest)
+        };
+        self.checkpoint(claimed, 2, facts, None, vec![])
             .await
             .ok()?;
         let env = self.env(claimed, prepared.component.name());
         let limits = CallLimits {
             timeout: step.timeout,
         };
-        if querying {
-            facts.request_identity = Some(key.clone());
-            // A compensation is looked up by the original effect's reference: its status
-            // says whether it was reversed.
-            let reference = match original {
-                Some((of, _)) => external_idempotency_key(
-                    &claimed.fence.workflow_id,
-                    of,
-                    &contract.idempotency.namespace,
-                ),
-                None => key.clone(),
-            };
-            let report = self
-                .components
-                .runtime()
-                .query(prepared, env, limits, &reference)
-                .await;
-            return Some(self.after_query(claimed, step, prepared, &contract, input, report));
-        }
+        let original = match call {
+            Call::Query { reference } => {
+                let report = self
+                    .components
+                    .runtime()
+                    .query(prepared, env, limits, &reference)
+                    .await;
+                return Some(self.after_query(claimed, step, prepared, contract, input, report));
+            }
+            Call::Invoke => None,
+            Call::Compensate { original } => Some(original),
+        };
         // Checkpoint 3: from here on the effect may have happened.
-        facts.request_identity = Some(key.clone());
         let event = NewEvent::step(
             EventKind::Action,
             step.id.as_str(),
@@ -301,23 +263,7 @@ where
             Ok(()) => {}
             Err(Halt::Cancelled) => return Some(self.fenced(claimed, step, prepared, input)),
             Err(Halt::InputChanged(why)) => {
-                let event = NewEvent::step(
-                    EventKind::Conclusion,
-                    step.id.as_str(),
-                    Some(&claimed.attempt_id),
-                    format!("{} waits for review: {why}", step.label),
-                );
-                let facts = Self::facts(prepared, &input.digest);
-                return Some(Ending {
-                    adapter: true,
-                    ..Ending::stopped(
-                        facts,
-                        StepState::WaitingForReview,
-                        AttemptOutcome::Interrupted,
-                        why,
-                        event,
-                    )
-                });
+                return Some(self.input_changed(claimed, step, prepared, input, why));
             }
             Err(Halt::Gone) => return None,
         }
@@ -333,7 +279,7 @@ where
                     .invoke(prepared, env, limits, &request)
                     .await
             }
-            Some((_, receipt)) => {
+            Some(receipt) => {
                 let request = CompensationRequest {
                     idempotency_key: key,
                     input: input.text.clone(),
@@ -351,7 +297,7 @@ where
         };
         // Checkpoint 4 is the call itself: nothing is written before it returns.
         self.failpoint(4, claimed);
-        self.after_invoke(claimed, step, prepared, &contract, input, report)
+        self.after_invoke(claimed, step, prepared, contract, input, report)
             .await
     }
 
@@ -463,14 +409,21 @@ where
                     }
                     _ => None,
                 };
-                let (t, event) = self.retry_or_fail(claimed, step, retry_after, e.to_string());
+                let (t, event) = retry_or_fail(
+                    claimed,
+                    step,
+                    retry_after,
+                    e.to_string(),
+                    now,
+                    rand::random(),
+                );
                 ending(t, Some(e.to_string()), vec![event], 5)
             }
             // The effect may have happened: recover by the contract, evidence before action.
             Ok(Err(EffectError::OutcomeUnknown { .. })) | Err(_) => {
                 let since = claimed.uncertain_since.unwrap_or(now);
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                ending(t, note, vec![event], 5)
+                let c = self.uncertain(claimed, step, contract, since, false);
+                ending(c.transition, Some(c.note), vec![c.event], 5)
             }
         };
         // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
@@ -529,8 +482,13 @@ where
                         contract.name
                     ),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
-                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+                let c = self.uncertain(claimed, step, contract, since, true);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::LookupAbsent,
+                )
             }
             Ok(Ok(Lookup::Found {
                 receipt,
@@ -589,8 +547,13 @@ where
                         contract.name
                     ),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, true);
-                (t, note, vec![seen, event], AttemptOutcome::LookupAbsent)
+                let c = self.uncertain(claimed, step, contract, since, true);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::LookupAbsent,
+                )
             }
             Ok(Err(e)) => {
                 let seen = NewEvent::step(
@@ -599,8 +562,13 @@ where
                     att,
                     format!("Lookup failed: {e}"),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                (t, note, vec![seen, event], AttemptOutcome::TransportFailed)
+                let c = self.uncertain(claimed, step, contract, since, false);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::TransportFailed,
+                )
             }
             Err(f) => {
                 let seen = NewEvent::step(
@@ -609,14 +577,20 @@ where
                     att,
                     format!("Lookup did not complete: {f}"),
                 );
-                let (t, note, event) = self.uncertain(claimed, step, contract, since, false);
-                (t, note, vec![seen, event], self.failure_outcome(&f))
+                let c = self.uncertain(claimed, step, contract, since, false);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    self.failure_outcome(&f),
+                )
             }
         };
         Ending::settled(5, facts, outcome, transition, note, log, events)
     }
 
-    /// The step's next state when its effect's outcome is unknown.
+    /// The step's next state when its effect's outcome is unknown: the contract decides,
+    /// evidence before action.
     pub(crate) fn uncertain(
         &self,
         claimed: &Claimed,
@@ -624,67 +598,18 @@ where
         contract: &Contract,
         since: Millis,
         lookup_absent: bool,
-    ) -> (StepTransition, Option<String>, NewEvent) {
-        let now = self.clock.now_ms();
-        let verdict = decide(
-            contract,
-            Uncertainty {
-                since,
-                now,
-                lookup_absent,
-                attempts_left: step.retry.allows_another(claimed.attempt_number),
-            },
-        );
-        let id = step.id.as_str();
-        let att = Some(&claimed.attempt_id);
-        match verdict {
-            Verdict::Query { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::RecoveryQuery,
-                    uncertain_since: Some(since),
-                },
-                Some("outcome unknown; asking the provider by reference".into()),
-                NewEvent::step(
-                    EventKind::Action,
-                    id,
-                    att,
-                    format!(
-                        "Outcome unknown: query by the stable reference scheduled in {} ms",
-                        at.saturating_sub(now)
-                    ),
-                ),
-            ),
-            Verdict::RetrySameKey { at } => (
-                StepTransition::Retry {
-                    ready_at: at,
-                    next_trigger: Trigger::Retry,
-                    uncertain_since: Some(since),
-                },
-                Some("outcome unknown; retrying with the same idempotency key".into()),
-                NewEvent::step(
-                    EventKind::Action,
-                    id,
-                    att,
-                    format!(
-                        "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
-                        remembered_until(contract, since)
-                    ),
-                ),
-            ),
-            Verdict::Review { reason } => (
-                StepTransition::Terminal(StepState::OutcomeUnknown),
-                Some(format!("outcome unknown: {reason}")),
-                NewEvent::step(
-                    EventKind::Conclusion,
-                    id,
-                    att,
-                    format!(
-                        "{}: outcome unknown — needs review, no automatic retry: {reason}",
-                        step.label
-                    ),
-                ),
-            ),
-        }
+    ) -> Conclusion {
+        let u = Uncertainty {
+            since,
+            now: self.clock.now_ms(),
+            lookup_absent,
+            attempts_left: step.retry.allows_another(claimed.attempt_number),
+        };
+        let told = Told {
+            step: step.id.as_str(),
+            attempt: Some(&claimed.attempt_id),
+            cause: Cause::Call { label: &step.label },
+        };
+        conclude(contract, u, decide(contract, u), told)
     }
 }

@@ -1,0 +1,130 @@
+//! The attempt's pure decisions, with fixed times and samples: what a retryable failure
+//! does to the step (`retry_or_fail`). The claim and the step built here serve the
+//! preflight's tests too.
+
+use super::*;
+use crate::intent::{AttemptId, Subject, WorkflowId};
+use crate::workflow::{InputMapping, RequestedCapabilities, RetryPolicy, StepId};
+
+/// The claim of attempt `number` of step `deliver`, in a workflow due at `deadline_at`.
+pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
+    Claimed {
+        fence: crate::store::Fence {
+            workflow_id: WorkflowId("wf_1".into()),
+            step: "deliver".into(),
+            lease_token: "lease".into(),
+        },
+        attempt_id: AttemptId("att_1".into()),
+        attempt_number: number,
+        trigger: Trigger::Initial,
+        workflow: "document-delivery".into(),
+        subject: Subject("billing-service".into()),
+        definition_version: 1,
+        lease_expires_at: 0,
+        deadline_at,
+        attempts_used: number,
+        external_calls_used: 0,
+        runtime_used_ms: 0,
+        cost_used: 0,
+        recovery_queries_used: 0,
+        budget_added: crate::budget::Amounts::default(),
+        uncertain_since: None,
+        policy_exception: None,
+        trace_parent: None,
+        context: crate::store::StepContext::default(),
+    }
+}
+
+/// The adapter step `deliver` ("Deliver"), under the default retry policy: 5 attempts,
+/// 200 ms first, doubling, jitter 0.2.
+pub(super) fn step() -> StepDef {
+    StepDef {
+        id: StepId::new("deliver").unwrap(),
+        label: "Deliver".into(),
+        kind: StepKind::Adapter,
+        component: "http-delivery".into(),
+        version_req: semver::VersionReq::STAR,
+        after: Vec::new(),
+        input: InputMapping::default(),
+        outputs: Vec::new(),
+        retry: RetryPolicy::default(),
+        timeout: Duration::from_secs(1),
+        capabilities: RequestedCapabilities::default(),
+        milestone: None,
+        compensation: None,
+        cost: 1,
+    }
+}
+
+const NOW: Millis = 10_000;
+const FAR: Millis = 1_000_000;
+
+fn retry_at(ready_at: Millis) -> StepTransition {
+    StepTransition::Retry {
+        ready_at,
+        next_trigger: Trigger::Retry,
+        uncertain_since: None,
+    }
+}
+
+#[test]
+fn a_retryable_failure_is_retried_after_the_backoff_from_now() {
+    let (t, event) = retry_or_fail(&claimed(1, FAR), &step(), None, "boom".into(), NOW, 0.0);
+    assert_eq!(t, retry_at(NOW + 200));
+    assert_eq!(event.kind, EventKind::Action);
+    assert_eq!(event.step.as_deref(), Some("deliver"));
+    assert_eq!(event.attempt_id.as_deref(), Some("att_1"));
+    assert_eq!(event.text, "Retry scheduled in 200 ms after: boom");
+    // The sample shortens the wait by up to the jitter; the attempt number grows it.
+    let (t, _) = retry_or_fail(&claimed(1, FAR), &step(), None, "boom".into(), NOW, 1.0);
+    assert_eq!(t, retry_at(NOW + 160));
+    let (t, _) = retry_or_fail(&claimed(3, FAR), &step(), None, "boom".into(), NOW, 0.0);
+    assert_eq!(t, retry_at(NOW + 800));
+}
+
+#[test]
+fn a_providers_retry_after_is_a_floor() {
+    let after = Some(Duration::from_secs(5));
+    let (t, event) = retry_or_fail(&claimed(1, FAR), &step(), after, "slow".into(), NOW, 0.5);
+    assert_eq!(t, retry_at(NOW + 5_000));
+    assert_eq!(event.text, "Retry scheduled in 5000 ms after: slow");
+}
+
+#[test]
+fn the_last_attempt_fails_the_step_for_good() {
+    let (t, event) = retry_or_fail(&claimed(5, FAR), &step(), None, "boom".into(), NOW, 0.0);
+    assert_eq!(t, StepTransition::Terminal(StepState::FailedTerminal));
+    assert_eq!(event.kind, EventKind::Conclusion);
+    assert_eq!(event.text, "Deliver failed after 5 attempts: boom");
+}
+
+#[test]
+fn a_retry_that_could_not_start_before_the_deadline_fails_the_step() {
+    // Due exactly when the retry would start: still in time.
+    let (t, _) = retry_or_fail(
+        &claimed(1, NOW + 200),
+        &step(),
+        None,
+        "boom".into(),
+        NOW,
+        0.0,
+    );
+    assert_eq!(t, retry_at(NOW + 200));
+    let (t, event) = retry_or_fail(
+        &claimed(1, NOW + 199),
+        &step(),
+        None,
+        "boom".into(),
+        NOW,
+        0.0,
+    );
+    assert_eq!(t, StepTransition::Terminal(StepState::FailedTerminal));
+    assert_eq!(
+        event.text,
+        "Deliver failed after 1 attempts: boom; the next attempt could not start before the workflow's deadline"
+    );
+    // A provider's enormous retry-after is no retry in time, not an overflow.
+    let after = Some(Duration::from_millis(u64::MAX));
+    let (t, _) = retry_or_fail(&claimed(1, FAR), &step(), after, "later".into(), NOW, 0.0);
+    assert_eq!(t, StepTransition::Terminal(StepState::FailedTerminal));
+}
