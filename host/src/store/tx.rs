@@ -124,6 +124,34 @@ pub(crate) trait Tx: Send {
     /// Applies one of the writes each backend executes its own way.
     fn apply(&mut self, write: Write<'_>) -> impl Future<Output = StoreResult<Applied>> + Send;
 
+    /// Appends `events` to the workflow's timeline, then settles its course and moves its
+    /// state as its steps now say: how every change of a workflow's steps ends.
+    fn tell_and_settle(
+        &mut self,
+        workflow: &WorkflowId,
+        now: Millis,
+        events: &[NewEvent],
+        current: WorkflowState,
+        cancelled: bool,
+    ) -> impl Future<Output = StoreResult<WorkflowState>> + Send {
+        async move {
+            self.apply(Write::AppendEvents {
+                workflow,
+                now,
+                events,
+            })
+            .await?;
+            self.apply(Write::SettleState {
+                workflow,
+                current,
+                cancelled,
+                now,
+            })
+            .await?
+            .state()
+        }
+    }
+
     /// The first row `sql` returns, if any.
     fn row<T: Send>(
         &mut self,

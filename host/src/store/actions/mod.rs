@@ -283,21 +283,9 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
             .released()?;
         events.extend(NewEvent::released(&released));
     }
-    tx.apply(Write::AppendEvents {
-        workflow: id,
-        now: req.now,
-        events: &events,
-    })
-    .await?;
     let workflow_state = tx
-        .apply(Write::SettleState {
-            workflow: id,
-            current,
-            cancelled,
-            now: req.now,
-        })
-        .await?
-        .state()?;
+        .tell_and_settle(id, req.now, &events, current, cancelled)
+        .await?;
     Ok(ActionOutcome::Applied { workflow_state })
 }
 

@@ -77,19 +77,8 @@ async fn extend<T: Tx>(tx: &mut T, req: &ExtendRequest) -> StoreResult<ExtendAns
         .await?;
     }
     let events = [plan::extension_event(req, &released)];
-    tx.apply(Write::AppendEvents {
-        workflow: id,
-        now: req.now,
-        events: &events,
-    })
-    .await?;
-    tx.apply(Write::SettleState {
-        workflow: id,
-        current: record.state,
-        cancelled: record.cancelled,
-        now: req.now,
-    })
-    .await?;
+    tx.tell_and_settle(id, req.now, &events, record.state, record.cancelled)
+        .await?;
     let answer = plan::extension_answer(&req.base, &added, &used)?;
     store_answer(tx, s, &ActionAnswer::Applied(answer.clone())).await?;
     Ok(ExtendAnswer::Applied(answer))

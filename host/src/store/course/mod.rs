@@ -7,7 +7,7 @@ pub(crate) mod sqlite;
 use super::actions::{self, lock_workflow, store_answer};
 use super::plan::{self, values};
 use super::rows::{self, Columns};
-use super::tx::{Backend, Tx, Write};
+use super::tx::{Backend, Tx};
 use super::{
     ActionAnswer, ActionRecord, ActionScope, CancelAnswer, CancelRequest, CancellationRecord,
     CourseStore, ReviseAnswer, ReviseRequest, RevisionRecord, StoreResult,
@@ -156,19 +156,8 @@ async fn cancel<T: Tx>(tx: &mut T, req: &CancelRequest) -> StoreResult<CancelAns
     tx.exec(set_cancel_on, &values![triggers.as_deref(), id.as_str()])
         .await?;
     let events = [plan::cancellation_event(&record)];
-    tx.apply(Write::AppendEvents {
-        workflow: id,
-        now: req.now,
-        events: &events,
-    })
-    .await?;
-    tx.apply(Write::SettleState {
-        workflow: id,
-        current: state,
-        cancelled: true,
-        now: req.now,
-    })
-    .await?;
+    tx.tell_and_settle(id, req.now, &events, state, true)
+        .await?;
     let text = plan::cancel_answer_text(true, &record)?;
     store_answer(tx, s, &ActionAnswer::Applied(text)).await?;
     Ok(CancelAnswer::Created(record))
@@ -260,19 +249,8 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
         }
     }
     let events = [plan::revision_event(&record)];
-    tx.apply(Write::AppendEvents {
-        workflow: id,
-        now: req.now,
-        events: &events,
-    })
-    .await?;
-    tx.apply(Write::SettleState {
-        workflow: id,
-        current: state,
-        cancelled: false,
-        now: req.now,
-    })
-    .await?;
+    tx.tell_and_settle(id, req.now, &events, state, false)
+        .await?;
     store_answer(tx, s, &ActionAnswer::Applied(plan::json_text(&record)?)).await?;
     Ok(ReviseAnswer::Applied(record))
 }

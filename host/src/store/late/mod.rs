@@ -67,19 +67,8 @@ pub(crate) async fn evidence<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreRes
     let Some(events) = judge(tx, late).await? else {
         return Ok(());
     };
-    tx.apply(Write::AppendEvents {
-        workflow: &late.workflow_id,
-        now: late.now,
-        events: &events,
-    })
-    .await?;
-    tx.apply(Write::SettleState {
-        workflow: &late.workflow_id,
-        current,
-        cancelled,
-        now: late.now,
-    })
-    .await?;
+    tx.tell_and_settle(&late.workflow_id, late.now, &events, current, cancelled)
+        .await?;
     Ok(())
 }
 

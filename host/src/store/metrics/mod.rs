@@ -1,12 +1,29 @@
 //! What health checks and metrics scrapes read, the consistency check's repair, and the
 //! purge of ended workflows past their retention, written once for every backend.
 
+/// The purgeable workflows' statement, `$lock` the lock a backend takes on them.
+macro_rules! purgeable {
+    ($lock:literal) => {
+        concat!(
+            "SELECT workflow_id FROM workflows w
+                             WHERE ended_at IS NOT NULL AND ended_at < $1
+                               AND state IN ('completed', 'failed', 'cancelled')
+                               AND NOT EXISTS (SELECT 1 FROM intent_keys k WHERE k.workflow_id = w.workflow_id
+                                                 AND (k.expires_at IS NULL OR k.expires_at >= $2))
+                               AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.workflow_id = w.workflow_id
+                                                 AND o.state = 'pending')
+                             ORDER BY ended_at LIMIT $3",
+            $lock
+        )
+    };
+}
+
 pub(crate) mod postgres;
 
 use super::actions::{self, lock_workflow};
 use super::plan::values;
 use super::rows::Columns;
-use super::tx::{Backend, Tx, Write};
+use super::tx::{Backend, Tx};
 use super::{MetricsStore, RetentionStore, StoreResult};
 use crate::intent::{Millis, NewEvent, WorkflowId, WorkflowState};
 use crate::metrics::{ReadyQueue, Snapshot, Tally};
@@ -44,14 +61,7 @@ pub(crate) const SQL: Sql = Sql {
                   CAST(SUM(n) AS BIGINT) AS n, CAST(SUM(total) AS BIGINT) AS total
               FROM outcome_tallies GROUP BY metric, workflow, state, bucket",
     last_sweep: "SELECT MAX(swept_before) AS at FROM recovery_sweeps",
-    purgeable: "SELECT workflow_id FROM workflows w
-                WHERE ended_at IS NOT NULL AND ended_at < $1
-                  AND state IN ('completed', 'failed', 'cancelled')
-                  AND NOT EXISTS (SELECT 1 FROM intent_keys k WHERE k.workflow_id = w.workflow_id
-                                    AND (k.expires_at IS NULL OR k.expires_at >= $2))
-                  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.workflow_id = w.workflow_id
-                                    AND o.state = 'pending')
-                ORDER BY ended_at LIMIT $3",
+    purgeable: purgeable!(""),
     purge: &[
         "DELETE FROM timeline WHERE workflow_id = $1",
         "DELETE FROM attempts WHERE workflow_id = $1",
@@ -129,21 +139,9 @@ async fn rebuild<T: Tx>(
         return Ok(None);
     }
     let events = [NewEvent::repaired(*stored, by)];
-    tx.apply(Write::AppendEvents {
-        workflow: id,
-        now: *now,
-        events: &events,
-    })
-    .await?;
     let state = tx
-        .apply(Write::SettleState {
-            workflow: id,
-            current: record.state,
-            cancelled: record.cancelled,
-            now: *now,
-        })
-        .await?
-        .state()?;
+        .tell_and_settle(id, *now, &events, record.state, record.cancelled)
+        .await?;
     Ok(Some(state))
 }
 

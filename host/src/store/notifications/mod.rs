@@ -2,6 +2,40 @@
 //! (on PostgreSQL, by many hosts at once, each skipping the rows another holds), settled by
 //! their holder, listed, expired and pruned.
 
+/// The claim's statement, `$lock` the lock a backend takes on the rows.
+macro_rules! claim {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE outbox SET lease_owner = $1, lease_until = $2
+            WHERE seq IN (
+                SELECT seq FROM outbox
+                WHERE state = 'pending' AND next_at <= $3
+                  AND (lease_until IS NULL OR lease_until < $3)
+                ORDER BY next_at LIMIT $4",
+            $lock,
+            ")
+            RETURNING seq, id, workflow_id, type, revision, body, state, attempts,
+                created_at, next_at, delivered_to, last_error, finished_at"
+        )
+    };
+}
+
+/// The expiry's statement, `$lock` the lock a backend takes on the rows.
+macro_rules! expire {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE outbox SET state = 'failed', finished_at = $1, last_error = $2
+             WHERE seq IN (
+                 SELECT seq FROM outbox
+                 WHERE state = 'pending' AND created_at < $3
+                   AND (lease_until IS NULL OR lease_until < $1)
+                 LIMIT $4",
+            $lock,
+            ")"
+        )
+    };
+}
+
 pub(crate) mod postgres;
 
 use super::plan::values;
@@ -34,24 +68,12 @@ pub(crate) struct Sql {
 pub(crate) const SQL: Sql = Sql {
     due: "SELECT 1 AS due FROM outbox WHERE state = 'pending' AND next_at <= $1
             AND (lease_until IS NULL OR lease_until < $1) LIMIT 1",
-    claim: "UPDATE outbox SET lease_owner = $1, lease_until = $2
-            WHERE seq IN (
-                SELECT seq FROM outbox
-                WHERE state = 'pending' AND next_at <= $3
-                  AND (lease_until IS NULL OR lease_until < $3)
-                ORDER BY next_at LIMIT $4)
-            RETURNING seq, id, workflow_id, type, revision, body, state, attempts,
-                created_at, next_at, delivered_to, last_error, finished_at",
+    claim: claim!(""),
     settle: "UPDATE outbox SET state = $1, next_at = COALESCE($2, next_at),
                  delivered_to = COALESCE($3, delivered_to), last_error = $4, finished_at = $5,
                  attempts = attempts + $6, lease_owner = NULL, lease_until = NULL
              WHERE seq = $7 AND lease_owner = $8 AND state = 'pending'",
-    expire: "UPDATE outbox SET state = 'failed', finished_at = $1, last_error = $2
-             WHERE seq IN (
-                 SELECT seq FROM outbox
-                 WHERE state = 'pending' AND created_at < $3
-                   AND (lease_until IS NULL OR lease_until < $1)
-                 LIMIT $4)",
+    expire: expire!(""),
     list: "SELECT seq, id, workflow_id, type, revision, body, state, attempts,
                created_at, next_at, delivered_to, last_error, finished_at
            FROM outbox

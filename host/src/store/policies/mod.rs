@@ -6,7 +6,7 @@ pub(crate) mod sqlite;
 use super::actions::lock_workflow;
 use super::plan::values;
 use super::rows::{self, Columns};
-use super::tx::{Backend, Tx, Write};
+use super::tx::{Backend, Tx};
 use super::{NewPolicy, PolicyStore, StoreResult, StoredPolicy};
 use crate::intent::{AttemptId, EventKind, Millis, NewEvent, WorkflowId};
 use crate::policy::BLOCKED_REASON;
@@ -107,19 +107,8 @@ async fn release<T: Tx>(tx: &mut T, &(version, now): &(u32, Millis)) -> StoreRes
                 "Policy version {version} is in force: {step} is judged again by its next attempt"
             ),
         )];
-        tx.apply(Write::AppendEvents {
-            workflow: id,
-            now,
-            events: &events,
-        })
-        .await?;
-        tx.apply(Write::SettleState {
-            workflow: id,
-            current: state,
-            cancelled,
-            now,
-        })
-        .await?;
+        tx.tell_and_settle(id, now, &events, state, cancelled)
+            .await?;
     }
     Ok(blocked.len() as u64)
 }
