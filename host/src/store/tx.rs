@@ -166,6 +166,10 @@ pub(crate) trait Tx: Send {
 /// A transaction's body as a backend runs it: the shared code's `async fn`, boxed.
 pub(crate) type TxFuture<'t, R> = Pin<Box<dyn Future<Output = StoreResult<R>> + Send + 't>>;
 
+/// A transaction's body over backend `B`'s transactions, taking its argument `A`.
+pub(crate) type TxBody<B, A, R> =
+    for<'t, 'c> fn(&'t mut <B as Backend>::Tx<'c>, &'t A) -> TxFuture<'t, R>;
+
 /// A database that runs the shared transactions.
 pub(crate) trait Backend: Send + Sync {
     type Tx<'t>: Tx + 't;
@@ -176,7 +180,7 @@ pub(crate) trait Backend: Send + Sync {
     fn write<A, R>(
         &self,
         arg: A,
-        body: for<'t, 'c> fn(&'t mut Self::Tx<'c>, &'t A) -> TxFuture<'t, R>,
+        body: TxBody<Self, A, R>,
     ) -> impl Future<Output = StoreResult<R>> + Send
     where
         A: Send + Sync + 'static,
@@ -186,7 +190,7 @@ pub(crate) trait Backend: Send + Sync {
     fn read<A, R>(
         &self,
         arg: A,
-        body: for<'t, 'c> fn(&'t mut Self::Tx<'c>, &'t A) -> TxFuture<'t, R>,
+        body: TxBody<Self, A, R>,
     ) -> impl Future<Output = StoreResult<R>> + Send
     where
         A: Send + Sync + 'static,

@@ -4,7 +4,7 @@
 
 use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
-use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write};
+use crate::store::tx::{Applied, Backend, Statements, Tx, TxBody, Write};
 use crate::store::{
     StoreError, StoreResult, actions, budgets, components, course, definitions, late, leases,
     metrics, notifications, policies, sessions,
@@ -116,11 +116,7 @@ impl Tx for PgTx<'_> {
 impl Backend for PgStore {
     type Tx<'t> = PgTx<'t>;
 
-    async fn write<A, R>(
-        &self,
-        arg: A,
-        body: for<'t, 'c> fn(&'t mut PgTx<'c>, &'t A) -> TxFuture<'t, R>,
-    ) -> StoreResult<R>
+    async fn write<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
     where
         A: Send + Sync + 'static,
         R: Send + 'static,
@@ -160,11 +156,7 @@ impl Backend for PgStore {
         }
     }
 
-    async fn read<A, R>(
-        &self,
-        arg: A,
-        body: for<'t, 'c> fn(&'t mut PgTx<'c>, &'t A) -> TxFuture<'t, R>,
-    ) -> StoreResult<R>
+    async fn read<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
     where
         A: Send + Sync + 'static,
         R: Send + 'static,

@@ -5,7 +5,7 @@
 use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::plan::Param;
-use crate::store::tx::{Applied, Backend, Statements, Tx, TxFuture, Write, run_now};
+use crate::store::tx::{Applied, Backend, Statements, Tx, TxBody, Write, run_now};
 use crate::store::{
     StoreResult, actions, budgets, components, course, definitions, late, leases, metrics,
     notifications, policies, sessions,
@@ -138,11 +138,7 @@ impl Tx for SqliteTx<'_> {
 impl Backend for SqliteStore {
     type Tx<'t> = SqliteTx<'t>;
 
-    async fn write<A, R>(
-        &self,
-        arg: A,
-        body: for<'t, 'c> fn(&'t mut SqliteTx<'c>, &'t A) -> TxFuture<'t, R>,
-    ) -> StoreResult<R>
+    async fn write<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
     where
         A: Send + Sync + 'static,
         R: Send + 'static,
@@ -155,11 +151,7 @@ impl Backend for SqliteStore {
             .await
     }
 
-    async fn read<A, R>(
-        &self,
-        arg: A,
-        body: for<'t, 'c> fn(&'t mut SqliteTx<'c>, &'t A) -> TxFuture<'t, R>,
-    ) -> StoreResult<R>
+    async fn read<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
     where
         A: Send + Sync + 'static,
         R: Send + 'static,
