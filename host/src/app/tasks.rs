@@ -213,3 +213,6 @@ pub async fn retention_tick<S: RetentionStore>(
     }
     all
 }
+
+#[cfg(test)]
+mod tests;
