@@ -46,7 +46,8 @@
 //!   injection), used by tests, `docket serve` and adapter authors.
 //! - [`config`]: the operator's `docket.toml`, validated with errors that say how to fix it.
 //! - [`app`]: the composition root — builds a host from its configuration and runs its
-//!   parts as named, supervised tasks (a task that dies stops the host).
+//!   parts as named, supervised tasks (a task that dies stops the host); each periodic
+//!   round is a tick run every period ([`app::tasks`]).
 //! - [`cli`]: the clap commands; the only place `anyhow` is used.
 
 pub mod access;

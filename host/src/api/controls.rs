@@ -1,5 +1,5 @@
 //! Test controls: `POST /v1/_test/clock` moves the host's clock forward, and
-//! `GET /v1/_test/ticks` counts the scheduler's completed ticks.
+//! `GET /v1/_test/ticks` counts the host's completed ticks.
 //!
 //! The route exists only when the host runs with test controls (the router does not add
 //! it otherwise, so it answers `404`). Leases, backoff, key retention and deadlines all
@@ -69,8 +69,9 @@ pub(super) async fn advance_clock<S>(
     Ok(Json(json!({"now": rfc3339(now), "now_ms": now})))
 }
 
-/// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N, "retention": N}`:
-/// completed ticks, so a test can wait for the host to look before asserting an absence.
+/// `GET /v1/_test/ticks` → `{"claim": N, "recovery": N, "registry": N, "lease_renewal": N,
+/// "retention": N, "checker": N, "notifier": N}`: completed ticks, so a test can wait for the
+/// host to look before asserting an absence.
 pub(super) async fn ticks<S>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,

@@ -1,6 +1,8 @@
 //! The composition root: [`App::build`] assembles a host from its configuration — store,
 //! runtime, components, definitions, scheduler, API and console — and [`App::run`] runs it
-//! as a set of named, supervised tasks until it is told to stop.
+//! as a set of named, supervised tasks until it is told to stop. This file builds the parts
+//! and hands them over; what runs and how often is [`tasks`], SIGHUP is `reload`, the
+//! listeners are [`listener`].
 //!
 //! Supervision: every long-running part is a task of one [`Supervisor`]. The first task to
 //! end while the host should be running — by returning, failing or panicking — stops the
@@ -13,9 +15,12 @@
 //! grace), then the host ends its remaining leases so another host recovers them at once.
 
 pub mod listener;
+mod reload;
 mod supervisor;
+pub mod tasks;
 
 pub use supervisor::{Supervisor, TaskEnd};
+pub use tasks::REGISTRY_POLL;
 
 use crate::access::Auth;
 use crate::capabilities::{AdapterPolicy, HostRule};
@@ -24,6 +29,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::HostConfig;
 use crate::context::{Context, ContextStore, Limits};
 use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::notifier::Notifier;
 use crate::scheduler::{Scheduler, SchedulerConfig, Ticks};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
 use crate::store::postgres::PgStore;
@@ -31,6 +37,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{
     ActiveChange, ActiveTarget, ComponentStore, DefinitionStore, ExecutorStore, NewComponent,
 };
+use reload::Reload;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,11 +45,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-
-/// How often a host catches up with the registry: the bound within which every host picks
-/// up an activation or rollback made elsewhere (plus, for a version new to the host, the
-/// time to compile it once).
-pub const REGISTRY_POLL: Duration = Duration::from_secs(1);
 
 /// Where a host's database is when nothing says otherwise.
 pub const DEFAULT_DB: &str = ".docket/docket.db";
@@ -127,7 +129,7 @@ pub struct App {
     pub https: bool,
     /// The clock every part of the host reads; in-process callers (the demo) may move it.
     pub clock: Arc<SystemClock>,
-    /// Completed scheduler ticks (claim, recovery, registry, lease renewal).
+    /// Completed ticks (claim, recovery, lease renewal, and each periodic task's rounds).
     pub ticks: Arc<Ticks>,
     sim: Option<RunningSim>,
     tasks: Supervisor,
@@ -375,54 +377,6 @@ fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result
     Ok(())
 }
 
-/// How often the host looks for ended workflows past the retention.
-const RETENTION_POLL: Duration = Duration::from_secs(2);
-
-/// Most workflows one purge deletes (one write).
-const PURGE_BATCH: u32 = 100;
-
-/// The pause between two workflows of the host's own consistency check.
-const CHECK_PACE: Duration = Duration::from_millis(5);
-
-/// What a SIGHUP reloads, and from where.
-struct Reload {
-    path: PathBuf,
-    auth: Auth,
-    secrets: crate::capabilities::LiveSecrets,
-    components: Arc<Components>,
-    /// The embedded simulator's address and token, which a reload keeps pointing at.
-    sim: Option<(String, String)>,
-}
-
-impl Reload {
-    /// Reads the configuration again and puts its tokens, secrets and allowances in force;
-    /// a configuration that does not load, or that would switch between open mode and
-    /// tokens (which needs a restart), changes nothing.
-    fn apply(&self) -> Result<String, String> {
-        let mut config = HostConfig::load(Some(&self.path)).map_err(|e| e.to_string())?;
-        if config.tokens.is_empty() != self.auth.is_open() {
-            return Err(
-                "the reloaded configuration switches between open mode and tokens; restart the host for that"
-                    .into(),
-            );
-        }
-        if let Some((url, token)) = &self.sim
-            && !config.policy.adapters.contains_key("http-delivery")
-        {
-            point_at_simulator(&mut config, url, token).map_err(|e| e.to_string())?;
-        }
-        self.auth.replace(&auth(&config));
-        self.secrets.replace(config.secrets.clone());
-        self.components.set_policy(config.policy.clone());
-        Ok(format!(
-            "reloaded {}: {} tokens, the secrets and the allowances of {} adapters are in force",
-            self.path.display(),
-            config.tokens.len(),
-            config.policy.adapters.len()
-        ))
-    }
-}
-
 /// The host on a given store: components, definitions, scheduler and API, each started as
 /// a supervised task.
 async fn assemble<S>(parts: Parts<'_>, store: S, cache_dir: PathBuf) -> Result<App, AppError>
@@ -436,82 +390,13 @@ where
         clock,
         listen,
     } = parts;
-    let runtime = Runtime::new(RuntimeConfig {
-        memory_cap_bytes: config.memory_cap_bytes,
-        max_instances: (config.max_concurrent as u32 + 16).max(32),
-        cache_dir: Some(cache_dir),
-        ..RuntimeConfig::default()
-    })
-    .setup(|| "starting the WebAssembly runtime".into())?;
     let owner = config
         .host_id
         .clone()
         .unwrap_or_else(crate::scheduler::default_owner);
     tracing::info!("host identity (lease owner): {owner}");
-    let author = format!("host {owner}");
-    let mut components =
-        Components::new(runtime, config.policy.clone()).with_environment(&config.environment);
-    components.unload_idle = config.unload_idle;
-    load_components(&config, &components, &store, &clock, &author).await?;
-    // Before serving: run what the registry made active, not only what this host loaded.
-    for change in components
-        .sync(&store)
-        .await
-        .setup(|| "reading the adapter registry".into())?
-    {
-        tracing::info!("{change}");
-    }
-    // …and judge by the newest policy version from the first attempt on.
-    if let Some(version) = components
-        .governance()
-        .refresh(&store)
-        .await
-        .setup(|| "reading the policy in force".into())?
-    {
-        tracing::info!(
-            "policy version {version} is in force (environment `{}`)",
-            config.environment
-        );
-    }
-    let components = Arc::new(components);
-
-    let deployments = Arc::new(Deployments::new(store.clone()));
-    let shipped = config.examples
-        && !config.workflows_configured
-        && !tokio::fs::try_exists(&config.workflows)
-            .await
-            .unwrap_or(true);
-    if shipped {
-        // A copied or installed binary started anywhere still runs its own examples.
-        tracing::info!(
-            "no {}/ here: deploying the definitions shipped with docket",
-            config.workflows.display()
-        );
-        deploy_texts(
-            &deployments,
-            crate::guests::SHIPPED_WORKFLOWS
-                .iter()
-                .map(|(name, text)| (format!("shipped {name}"), text.to_string())),
-            components.as_ref(),
-            clock.now_ms(),
-        )
-        .await?;
-    } else {
-        deploy_dir(
-            &deployments,
-            &config.workflows,
-            components.as_ref(),
-            clock.now_ms(),
-        )
-        .await?;
-    }
-
-    // Failpoints are a test control: a stray variable must not crash a production host.
-    let failpoint = crate::scheduler::failpoint_from_env();
-    if failpoint.is_some() && !options.test_controls {
-        tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
-    }
-    let failpoint = failpoint.filter(|_| options.test_controls);
+    let components = catalog(&config, &store, &clock, cache_dir, &owner).await?;
+    let deployments = deploy(&config, &store, &components, &clock).await?;
     let wake = Arc::new(Notify::new());
     let scheduler = Scheduler::new(
         store.clone(),
@@ -524,197 +409,85 @@ where
             lease: config.lease,
             poll: config.idle_poll,
             max_concurrent: config.max_concurrent,
-            failpoint,
+            failpoint: failpoint(options),
             ..SchedulerConfig::default()
         },
         wake.clone(),
     );
-    let ticks = scheduler.ticks();
-    let stop = CancellationToken::new();
-    let mut tasks = Supervisor::default();
+    let (ticks, metrics) = (scheduler.ticks(), scheduler.metrics());
+    let mut tasks = Supervisor::new(CancellationToken::new(), ticks.clone());
 
-    if options.pause_execution {
-        tracing::warn!(
-            "step execution is paused (--pause-execution): intents are admitted but no step runs"
-        );
-        // A scheduler that ended at once would look dead to the supervisor.
-        let stop = stop.clone();
-        tasks.spawn("scheduler", async move {
-            stop.cancelled().await;
-            Ok(())
-        });
-    } else {
-        let (scheduler, stop) = (scheduler.clone(), stop.clone());
-        tasks.spawn("scheduler", async move {
-            scheduler.run(stop).await;
-            Ok(())
-        });
-    }
-    {
-        // Registry changes made elsewhere (another host, `docket adapter activate`) reach
-        // this host within REGISTRY_POLL.
-        let (components, store, ticks, stop, clock) = (
-            components.clone(),
-            store.clone(),
-            ticks.clone(),
-            stop.clone(),
-            clock.clone(),
-        );
-        tasks.spawn("registry", async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(REGISTRY_POLL) => {}
-                }
-                crate::catalog::catch_up(&components, &store, clock.now_ms()).await;
-                ticks.done(crate::scheduler::Tick::Registry);
-            }
-        });
-    }
+    tasks::scheduler(&mut tasks, scheduler.clone(), options.pause_execution);
+    tasks::registry(&mut tasks, components.clone(), store.clone(), clock.clone());
+    let notifier = notifier(&config, &store, &clock, owner, metrics.clone())?;
+    tasks::notifier(&mut tasks, notifier, clock.clone());
+    tasks::checker(
+        &mut tasks,
+        store.clone(),
+        metrics.clone(),
+        config.check_interval,
+    );
+    tasks::retention(
+        &mut tasks,
+        store.clone(),
+        clock.clone(),
+        config.workflow_retention,
+    );
 
-    {
-        // Notifications are delivered after their transitions commit, by every host: rows
-        // are claimed under a lease, so each goes out once.
-        let mut notifier = crate::scheduler::notifier::Notifier::new(
-            store.clone(),
-            config.notifications.clone(),
-            clock.clone(),
-            owner.clone(),
-            config.notification_retention,
-            crate::outbound::client(
-                config.outbound_ca_file.as_deref(),
-                Some(crate::scheduler::notifier::SEND_TIMEOUT),
-            )
-            .setup(|| "the notifications' HTTP client".into())?,
-        );
-        notifier.metrics = scheduler.metrics();
-        let stop = stop.clone();
-        tasks.spawn("notifier", async move {
-            notifier.run(stop).await;
-            Ok(())
-        });
-    }
-
-    {
-        // The host's own consistency check: a light walk over every workflow, each
-        // interval; what it finds is `docket_consistency_violations`.
-        let (store, metrics, stop) = (store.clone(), scheduler.metrics(), stop.clone());
-        let interval = config.check_interval;
-        tasks.spawn("checker", async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(interval) => {}
-                }
-                let mut found: std::collections::BTreeMap<&'static str, u64> =
-                    crate::check::Invariant::ALL
-                        .iter()
-                        .map(|i| (i.as_str(), 0))
-                        .collect();
-                let swept = crate::check::sweep(&store, CHECK_PACE, |_, violations| {
-                    for v in violations {
-                        *found.entry(v.invariant.as_str()).or_default() += 1;
-                    }
-                });
-                let checked = tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    checked = swept => checked,
-                };
-                match checked {
-                    Ok(n) => {
-                        let total: u64 = found.values().sum();
-                        if total > 0 {
-                            tracing::warn!(
-                                "the consistency check of {n} workflows found {total} violations; `docket check` lists them"
-                            );
-                        }
-                        metrics.violations(found);
-                    }
-                    Err(e) => tracing::warn!("the consistency check stopped: {e}"),
-                }
-            }
-        });
-    }
-
-    {
-        // Ended workflows go once past the retention (and their key's), a bounded batch
-        // per write, so the writer is never held long.
-        let (store, stop, clock, ticks) =
-            (store.clone(), stop.clone(), clock.clone(), ticks.clone());
-        let retention = config.workflow_retention.as_millis() as u64;
-        tasks.spawn("retention", async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(RETENTION_POLL) => {}
-                }
-                let now = clock.now_ms();
-                loop {
-                    match store
-                        .purge_ended(now.saturating_sub(retention), now, PURGE_BATCH)
-                        .await
-                    {
-                        Ok(purged) if purged.is_empty() => break,
-                        Ok(purged) => {
-                            tracing::info!(
-                                "purged {} ended workflows past the retention",
-                                purged.len()
-                            );
-                            tokio::task::yield_now().await;
-                        }
-                        Err(e) => {
-                            tracing::warn!("purging ended workflows failed: {e}");
-                            break;
-                        }
-                    }
-                }
-                ticks.done(crate::scheduler::Tick::Retention);
-            }
-        });
-    }
-
-    let mut ctx = Context::new(store, deployments, clock.clone());
-    ctx.metrics = scheduler.metrics();
-    ctx.health = tasks.health();
-    ctx.auth = auth(&config);
-    // Cookies only travel over TLS (here, or at a proxy in front).
-    ctx.secure_cookies = config.tls.is_some() || config.behind_tls_proxy;
+    let base = Context::new(store, deployments, clock.clone());
+    let health = tasks.health();
+    let ctx = context(
+        base,
+        &config,
+        options,
+        &scheduler,
+        &components,
+        wake,
+        health,
+    );
     if let Some(path) = options.config_path.clone() {
         // SIGHUP rotates tokens and secrets and changes allowances without a restart.
-        let reload = Reload {
-            path,
-            auth: ctx.auth.clone(),
-            secrets: scheduler.live_secrets(),
-            components: components.clone(),
-            sim: sim.as_ref().map(|s| {
-                let token = config
-                    .secrets
-                    .get("provider_token")
-                    .map(|t| t.expose().to_string())
-                    .unwrap_or_default();
-                (s.base_url(), token)
-            }),
-        };
-        let stop = stop.clone();
-        // Listened for before the host announces itself: a SIGHUP is never the default (a
-        // kill).
-        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .setup(|| "listening for SIGHUP".into())?;
-        tasks.spawn("reload", async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    _ = hangups.recv() => {}
-                }
-                match reload.apply() {
-                    Ok(done) => tracing::info!("{done}"),
-                    Err(e) => tracing::error!(
-                        "SIGHUP: the configuration was not reloaded, the one in force stays: {e}"
-                    ),
-                }
-            }
-        });
+        let secrets = scheduler.live_secrets();
+        let reload = Reload::new(path, &config, &ctx.auth, secrets, components, sim.as_ref());
+        reload::on_hangup(&mut tasks, reload)?;
     }
+    let served = serve(&mut tasks, Arc::new(ctx), &config, listen).await?;
+    let draining = scheduler.clone();
+    let drain: Drain =
+        Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
+    Ok(App {
+        addr: served.addr,
+        metrics_addr: served.metrics_addr,
+        https: served.https,
+        clock,
+        ticks,
+        sim,
+        stop: tasks.stopper(),
+        tasks,
+        drain,
+        grace: config.shutdown_grace,
+    })
+}
+
+/// What the API and the console share: the host's parts and the configured limits.
+fn context<S>(
+    base: Context<S>,
+    config: &HostConfig,
+    options: &Options,
+    scheduler: &Arc<Scheduler<S>>,
+    components: &Arc<Components>,
+    wake: Arc<Notify>,
+    health: Arc<crate::health::Health>,
+) -> Context<S>
+where
+    S: ContextStore + ExecutorStore,
+{
+    let mut ctx = base;
+    ctx.metrics = scheduler.metrics();
+    ctx.health = health;
+    ctx.auth = auth(config);
+    // Cookies only travel over TLS (here, or at a proxy in front).
+    ctx.secure_cookies = config.tls.is_some() || config.behind_tls_proxy;
     ctx.limits = Limits {
         max_body_bytes: config.max_body_bytes,
         key_retention: config.key_retention,
@@ -727,8 +500,136 @@ where
         ctx.starter = Some(scheduler.starter());
     }
     ctx.components = Some(components.clone());
-    ctx.ticks = ticks.clone();
+    ctx.ticks = scheduler.ticks();
     ctx.progress = scheduler.progress();
+    ctx
+}
+
+/// The runtime and the components this host can run: the ones it loads (stored for every
+/// host on the database), then what the registry made active and the policy in force.
+async fn catalog<S: ContextStore>(
+    config: &HostConfig,
+    store: &S,
+    clock: &Arc<SystemClock>,
+    cache_dir: PathBuf,
+    owner: &str,
+) -> Result<Arc<Components>, AppError> {
+    let runtime = Runtime::new(RuntimeConfig {
+        memory_cap_bytes: config.memory_cap_bytes,
+        max_instances: (config.max_concurrent as u32 + 16).max(32),
+        cache_dir: Some(cache_dir),
+        ..RuntimeConfig::default()
+    })
+    .setup(|| "starting the WebAssembly runtime".into())?;
+    let author = format!("host {owner}");
+    let mut components =
+        Components::new(runtime, config.policy.clone()).with_environment(&config.environment);
+    components.unload_idle = config.unload_idle;
+    load_components(config, &components, store, clock, &author).await?;
+    // Before serving: run what the registry made active, not only what this host loaded.
+    for change in components
+        .sync(store)
+        .await
+        .setup(|| "reading the adapter registry".into())?
+    {
+        tracing::info!("{change}");
+    }
+    // …and judge by the newest policy version from the first attempt on.
+    if let Some(version) = components
+        .governance()
+        .refresh(store)
+        .await
+        .setup(|| "reading the policy in force".into())?
+    {
+        tracing::info!(
+            "policy version {version} is in force (environment `{}`)",
+            config.environment
+        );
+    }
+    Ok(Arc::new(components))
+}
+
+/// Deploys the configured definitions, or, with none configured and no workflow directory
+/// here, the ones shipped with docket.
+async fn deploy<S: ContextStore>(
+    config: &HostConfig,
+    store: &S,
+    components: &Components,
+    clock: &Arc<SystemClock>,
+) -> Result<Arc<Deployments<S>>, AppError> {
+    let deployments = Arc::new(Deployments::new(store.clone()));
+    let shipped = config.examples
+        && !config.workflows_configured
+        && !tokio::fs::try_exists(&config.workflows)
+            .await
+            .unwrap_or(true);
+    if shipped {
+        // A copied or installed binary started anywhere still runs its own examples.
+        tracing::info!(
+            "no {}/ here: deploying the definitions shipped with docket",
+            config.workflows.display()
+        );
+        let texts = crate::guests::SHIPPED_WORKFLOWS
+            .iter()
+            .map(|(name, text)| (format!("shipped {name}"), text.to_string()));
+        deploy_texts(&deployments, texts, components, clock.now_ms()).await?;
+    } else {
+        deploy_dir(&deployments, &config.workflows, components, clock.now_ms()).await?;
+    }
+    Ok(deployments)
+}
+
+/// The failpoint to honour: a test control, so a stray variable never crashes a production
+/// host.
+fn failpoint(options: &Options) -> Option<crate::scheduler::Failpoint> {
+    let failpoint = crate::scheduler::failpoint_from_env();
+    if failpoint.is_some() && !options.test_controls {
+        tracing::warn!("DOCKET_FAILPOINT is ignored: failpoints need --test-controls");
+    }
+    failpoint.filter(|_| options.test_controls)
+}
+
+/// The outbox's deliverer, sending to the configured endpoints through the host's own
+/// HTTP client.
+fn notifier<S: ContextStore>(
+    config: &HostConfig,
+    store: &S,
+    clock: &Arc<SystemClock>,
+    owner: String,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> Result<Notifier<S>, AppError> {
+    let client = crate::outbound::client(
+        config.outbound_ca_file.as_deref(),
+        Some(crate::scheduler::notifier::SEND_TIMEOUT),
+    )
+    .setup(|| "the notifications' HTTP client".into())?;
+    let mut notifier = Notifier::new(
+        store.clone(),
+        config.notifications.clone(),
+        clock.clone(),
+        owner,
+        config.notification_retention,
+        client,
+    );
+    notifier.metrics = metrics;
+    Ok(notifier)
+}
+
+/// Where the host answers, once its listeners are bound.
+struct Served {
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    https: bool,
+}
+
+/// Binds the API's listener (the console shares it) and the metrics listener, if one is
+/// configured, and serves each as a task.
+async fn serve<S: ContextStore>(
+    tasks: &mut Supervisor,
+    ctx: Arc<Context<S>>,
+    config: &HostConfig,
+    listen: SocketAddr,
+) -> Result<Served, AppError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .setup(|| format!("cannot listen on {listen}"))?;
@@ -753,8 +654,6 @@ where
     };
     let incoming = listener::incoming(listener, tls, conn_limits.clone())
         .setup(|| format!("listening on {listen}"))?;
-    // The console shares the API's context and listener.
-    let ctx = Arc::new(ctx);
     let metrics_addr = match config.metrics_listen {
         Some(at) => {
             let listener = tokio::net::TcpListener::bind(at)
@@ -766,43 +665,24 @@ where
             let limits = listener::ConnLimits {
                 max_connections: 64,
                 max_per_client: 16,
-                ..conn_limits.clone()
+                ..conn_limits
             };
             let incoming = listener::incoming(listener, None, limits)
                 .setup(|| format!("listening for metrics on {at}"))?;
-            let (router, stop) = (crate::api::metrics_router(ctx.clone()), stop.clone());
-            tasks.spawn("metrics", async move {
-                listener::serve(incoming, router, deadlines, stop).await;
-                Ok(())
-            });
+            let router = crate::api::metrics_router(ctx.clone());
+            tasks::server(tasks, "metrics", incoming, router, deadlines);
             tracing::info!("metrics are served on http://{bound}/metrics");
             Some(bound)
         }
         None => None,
     };
     let router = crate::console::router(ctx.clone()).merge(crate::api::shared_router(ctx));
-    {
-        let stop = stop.clone();
-        tasks.spawn("server", async move {
-            listener::serve(incoming, router, deadlines, stop).await;
-            Ok(())
-        });
-    }
+    tasks::server(tasks, "server", incoming, router, deadlines);
     tracing::info!("docket is serving on {scheme}://{addr}");
-    let draining = scheduler.clone();
-    let drain: Drain =
-        Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));
-    Ok(App {
+    Ok(Served {
         addr,
         metrics_addr,
         https: scheme == "https",
-        clock,
-        ticks,
-        sim,
-        tasks,
-        stop,
-        drain,
-        grace: config.shutdown_grace,
     })
 }
 

@@ -1,12 +1,16 @@
 //! A set of named tasks that must all keep running: the first to end is reported by name,
-//! and the rest can be waited for (bounded) and cut.
+//! and the rest can be waited for (bounded) and cut. A periodic task is a round run
+//! [`every`](Supervisor::every) period until the host stops, each completed round counted in
+//! the host's [`Ticks`].
 
 use crate::health::Health;
+use crate::scheduler::{Tick, Ticks};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{AbortHandle, Id, JoinSet};
+use tokio_util::sync::CancellationToken;
 
 /// How a supervised task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +37,6 @@ impl std::fmt::Display for TaskEnd {
 }
 
 /// Named tasks, each expected to run until the host stops.
-#[derive(Default)]
 pub struct Supervisor {
     set: JoinSet<Result<(), String>>,
     names: HashMap<Id, &'static str>,
@@ -42,9 +45,62 @@ pub struct Supervisor {
     handles: Vec<(&'static str, AbortHandle)>,
     /// What readiness checks see of the tasks.
     health: Arc<Health>,
+    /// Cancelled when the host stops: every task returns on it.
+    stop: CancellationToken,
+    /// Where periodic tasks count their rounds.
+    ticks: Arc<Ticks>,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        Self::new(CancellationToken::new(), Arc::default())
+    }
 }
 
 impl Supervisor {
+    /// Tasks stopped by `stop`, whose periodic rounds are counted in `ticks`.
+    pub fn new(stop: CancellationToken, ticks: Arc<Ticks>) -> Self {
+        Self {
+            set: JoinSet::new(),
+            names: HashMap::new(),
+            handles: Vec::new(),
+            health: Arc::default(),
+            stop,
+            ticks,
+        }
+    }
+
+    /// The token that stops the host: a task returns once it is cancelled.
+    pub fn stopper(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Starts `round` under `name`, run every `period` (the first after one period) until
+    /// the host stops; each completed round counts one `tick`. A round under way when the
+    /// stop comes finishes, as a drain does (a round that may be cut short races the stop
+    /// itself), and is not counted: the stop is seen between rounds. A round reports its
+    /// own failures, and the next one tries again.
+    pub fn every<F, R>(&mut self, name: &'static str, period: Duration, tick: Tick, mut round: F)
+    where
+        F: FnMut() -> R + Send + 'static,
+        R: Future<Output = ()> + Send + 'static,
+    {
+        let (stop, ticks) = (self.stop.clone(), self.ticks.clone());
+        self.spawn(name, async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(period) => {}
+                }
+                round().await;
+                if stop.is_cancelled() {
+                    return Ok(());
+                }
+                ticks.done(tick);
+            }
+        });
+    }
+
     /// Starts `task` under `name`; an `Err` it returns is reported as [`TaskEnd::Failed`].
     pub fn spawn<F>(&mut self, name: &'static str, task: F)
     where
@@ -145,6 +201,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     #[tokio::test]
     async fn the_first_task_to_end_is_named_with_how_it_ended() {
@@ -181,5 +238,74 @@ mod tests {
         tasks.spawn("quick", async { Ok(()) });
         let cut = tasks.wait_all(Duration::from_millis(50)).await;
         assert_eq!(cut, vec!["stubborn"]);
+    }
+
+    #[tokio::test]
+    async fn a_periodic_task_counts_each_round_and_returns_on_the_stop() {
+        let stop = CancellationToken::new();
+        let ticks = Arc::new(Ticks::default());
+        let mut tasks = Supervisor::new(stop.clone(), ticks.clone());
+        let rounds = Arc::new(AtomicU64::new(0));
+        let counted = rounds.clone();
+        tasks.every(
+            "retention",
+            Duration::from_millis(1),
+            Tick::Retention,
+            move || {
+                let rounds = counted.clone();
+                async move {
+                    rounds.fetch_add(1, Ordering::SeqCst);
+                }
+            },
+        );
+        crate::wait::until("three rounds counted", Duration::from_secs(10), || async {
+            match ticks.get(Tick::Retention) {
+                n if n >= 3 => Ok(()),
+                n => Err(format!("{n} retention ticks")),
+            }
+        })
+        .await;
+        stop.cancel();
+        let (name, end) = tasks.next_end().await.unwrap();
+        assert_eq!((name, end), ("retention", TaskEnd::Returned));
+        // Every round that ran was counted, and only under its own kind.
+        assert_eq!(ticks.get(Tick::Retention), rounds.load(Ordering::SeqCst));
+        assert_eq!(ticks.get(Tick::Checker), 0);
+    }
+
+    #[tokio::test]
+    async fn a_round_under_way_at_the_stop_finishes_uncounted() {
+        let stop = CancellationToken::new();
+        let ticks = Arc::new(Ticks::default());
+        let mut tasks = Supervisor::new(stop.clone(), ticks.clone());
+        let (started_tx, started) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let finished = Arc::new(AtomicU64::new(0));
+        let (gate, done) = (release.clone(), finished.clone());
+        tasks.every(
+            "checker",
+            Duration::from_millis(1),
+            Tick::Checker,
+            move || {
+                let (started, gate, done) = (started_tx.clone(), gate.clone(), done.clone());
+                async move {
+                    let _ = started.send(());
+                    gate.acquire().await.unwrap().forget();
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            },
+        );
+        let mut started = started;
+        started.recv().await.unwrap();
+        stop.cancel();
+        release.add_permits(1);
+        let (name, end) = tasks.next_end().await.unwrap();
+        assert_eq!((name, end), ("checker", TaskEnd::Returned));
+        assert_eq!(finished.load(Ordering::SeqCst), 1, "the round finished");
+        assert_eq!(
+            ticks.get(Tick::Checker),
+            0,
+            "a round the stop overtook is not counted"
+        );
     }
 }

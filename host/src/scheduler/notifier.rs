@@ -1,4 +1,4 @@
-//! Delivers the notification outbox after commit: a supervised task that claims due rows
+//! Delivers the notification outbox after commit: a periodic tick that claims due rows
 //! under a lease (so many hosts on one database deliver each once), reads the workflow
 //! again just before sending (a review settled meanwhile is recorded `suppressed`, never
 //! sent), signs each request per Standard Webhooks, retries failures with backoff under
@@ -12,8 +12,8 @@ use crate::store::{
     NotificationRecord, NotificationStore, NotificationUpdate, ReadStore, StoreResult,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// How long a claimed row is this host's: longer than its sends may take.
 const LEASE: Duration = Duration::from_secs(60);
@@ -39,6 +39,8 @@ pub struct Notifier<S> {
     pub poll: Duration,
     /// Where settled rounds are counted.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// When old rows were last tidied.
+    pruned_at: AtomicU64,
 }
 
 impl<S> Notifier<S>
@@ -64,28 +66,24 @@ where
             retention,
             poll: Duration::from_millis(200),
             metrics: Arc::default(),
+            pruned_at: AtomicU64::new(0),
         }
     }
 
-    /// Delivers until `stop`; store failures are logged and the next round tries again.
-    pub async fn run(self, stop: CancellationToken) {
-        let mut pruned_at: Millis = 0;
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.poll) => {}
-            }
-            let now = self.clock.now_ms();
-            // A host without endpoints leaves the rows to hosts that have some.
-            if !self.endpoints.is_empty()
-                && let Err(e) = self.round(now).await
-            {
-                tracing::warn!("delivering notifications failed; the next round tries again: {e}");
-            }
-            if now.saturating_sub(pruned_at) >= PRUNE_EVERY.as_millis() as u64 {
-                pruned_at = now;
-                self.tidy(now).await;
-            }
+    /// One tick of the outbox at `now`: a [`round`](Self::round) when this host has
+    /// endpoints (a host without any leaves the rows to hosts that have some), and the
+    /// tidying of old rows once every [`PRUNE_EVERY`]. Store failures are logged and the
+    /// next tick tries again.
+    pub async fn tick(&self, now: Millis) {
+        if !self.endpoints.is_empty()
+            && let Err(e) = self.round(now).await
+        {
+            tracing::warn!("delivering notifications failed; the next round tries again: {e}");
+        }
+        let pruned_at = self.pruned_at.load(Ordering::Acquire);
+        if now.saturating_sub(pruned_at) >= PRUNE_EVERY.as_millis() as u64 {
+            self.pruned_at.store(now, Ordering::Release);
+            self.tidy(now).await;
         }
     }
 

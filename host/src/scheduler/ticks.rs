@@ -17,6 +17,8 @@ pub struct Ticks {
     registry: AtomicU64,
     lease_renewal: AtomicU64,
     retention: AtomicU64,
+    checker: AtomicU64,
+    notifier: AtomicU64,
 }
 
 /// The kinds of tick.
@@ -32,6 +34,10 @@ pub enum Tick {
     LeaseRenewal,
     /// A look for ended workflows past the retention (purged or not).
     Retention,
+    /// A run of the host's own consistency check over every workflow (violations or not).
+    Checker,
+    /// A round of the notification outbox (sent or not).
+    Notifier,
 }
 
 /// A snapshot of [`Ticks`], as `GET /v1/_test/ticks` answers it.
@@ -45,6 +51,10 @@ pub struct TickCounts {
     pub lease_renewal: u64,
     #[serde(default)]
     pub retention: u64,
+    #[serde(default)]
+    pub checker: u64,
+    #[serde(default)]
+    pub notifier: u64,
 }
 
 impl Ticks {
@@ -55,6 +65,8 @@ impl Ticks {
             Tick::Registry => &self.registry,
             Tick::LeaseRenewal => &self.lease_renewal,
             Tick::Retention => &self.retention,
+            Tick::Checker => &self.checker,
+            Tick::Notifier => &self.notifier,
         }
     }
 
@@ -76,6 +88,8 @@ impl Ticks {
             registry: self.get(Tick::Registry),
             lease_renewal: self.get(Tick::LeaseRenewal),
             retention: self.get(Tick::Retention),
+            checker: self.get(Tick::Checker),
+            notifier: self.get(Tick::Notifier),
         }
     }
 }
@@ -90,6 +104,7 @@ mod tests {
         ticks.done(Tick::Claim);
         ticks.done(Tick::Claim);
         ticks.done(Tick::Registry);
+        ticks.done(Tick::Checker);
         assert_eq!(
             ticks.snapshot(),
             TickCounts {
@@ -97,7 +112,9 @@ mod tests {
                 recovery: 0,
                 registry: 1,
                 lease_renewal: 0,
-                retention: 0
+                retention: 0,
+                checker: 1,
+                notifier: 0,
             }
         );
     }

@@ -276,8 +276,8 @@ impl HostProcess {
         .await
     }
 
-    /// The host's completed scheduler ticks since it started (test controls), by kind:
-    /// `claim`, `recovery`, `registry`, `lease_renewal`.
+    /// The host's completed ticks since it started (test controls), by kind: `claim`,
+    /// `recovery`, `registry`, `lease_renewal`, `retention`, `checker`, `notifier`.
     pub async fn ticks(&self) -> Value {
         let (status, counts) = self.get("/v1/_test/ticks").await;
         assert_eq!(status, 200, "reading the tick counts: {counts}");
