@@ -29,6 +29,7 @@ mod budgets;
 mod components;
 mod course;
 mod definitions;
+mod executor;
 mod late;
 mod leases;
 mod metrics;

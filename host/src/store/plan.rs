@@ -12,12 +12,6 @@ use crate::intent::{
     AttemptId, AttemptOutcome, Millis, NewEvent, StepRole, StepState, WorkflowId, WorkflowState,
 };
 
-/// The columns [`super::rows::course_step`] reads, from `steps s` left-joined with the
-/// receipt it points at (`r`).
-pub(crate) const COURSE_SELECT: &str = "SELECT s.step, s.role, s.state, s.uncertain_since, \
-     s.compensate_on, s.receipt_id, r.external_reference \
-     FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id";
-
 /// A step's `reads` column: the JSON array of the steps whose receipts its input reads.
 pub(crate) fn reads_text(reads: Option<&[String]>) -> StoreResult<Option<String>> {
     reads

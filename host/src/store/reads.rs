@@ -12,17 +12,13 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 /// - `receipts`: workflow id;
 /// - `timeline`: workflow id, after (seq), limit;
 /// - `timeline_latest`: workflow id, step (or NULL), before (seq, or NULL), limit;
-/// - `attempts`: workflow id, step, after (number), limit;
-/// - `expired_leases`: now, limit.
+/// - `attempts`: workflow id, step, after (number), limit.
 pub(crate) struct ReadSql {
     pub steps: &'static str,
     pub receipts: &'static str,
     pub timeline: &'static str,
     pub timeline_latest: &'static str,
     pub attempts: &'static str,
-    /// The filter and order of expired leases after their shared `SELECT … FROM`: `now`,
-    /// limit.
-    pub expired_leases: &'static str,
 }
 
 /// The shared reads, for any database that can bind and decode what they use; the
@@ -123,35 +119,6 @@ where
             .map_err(StoreError::from)?;
         found.iter().map(rows::attempt).collect()
     }
-
-    /// Leases that expired before `now`, with what recovery needs to decide each.
-    async fn expired_leases(
-        pool: &Pool<Self>,
-        sql: &ReadSql,
-        now: crate::intent::Millis,
-        limit: u32,
-    ) -> StoreResult<Vec<super::ExpiredLease>> {
-        let found = sqlx::query::<Self>(sqlx::AssertSqlSafe(expired_leases_sql(sql)))
-            .bind(now as i64)
-            .bind(limit as i64)
-            .fetch_all(pool)
-            .await
-            .map_err(StoreError::from)?;
-        found.iter().map(rows::expired_lease).collect()
-    }
-}
-
-/// The statement of [`SharedReads::expired_leases`]: binds `now`, then the limit.
-pub(crate) fn expired_leases_sql(sql: &ReadSql) -> String {
-    format!(
-        "SELECT {}
-         FROM steps s JOIN workflows w ON w.workflow_id = s.workflow_id
-         LEFT JOIN attempts a
-           ON a.workflow_id = s.workflow_id AND a.step = s.step AND a.number = s.attempts
-         {}",
-        rows::EXPIRED_LEASE_COLUMNS,
-        sql.expired_leases
-    )
 }
 
 impl SharedReads for sqlx::Sqlite {}

@@ -28,6 +28,7 @@ pub(crate) struct Statements {
     pub components: super::components::Sql,
     pub course: super::course::Sql,
     pub definitions: super::definitions::Sql,
+    pub executor: super::executor::Sql,
     pub late: super::late::Sql,
     pub leases: super::leases::Sql,
     pub metrics: super::metrics::Sql,
@@ -36,8 +37,8 @@ pub(crate) struct Statements {
     pub sessions: super::sessions::Sql,
 }
 
-/// A write whose execution is the backend's own (a multi-row insert written per dialect,
-/// or a step of the executor still carried by each backend).
+/// A write whose execution is the backend's own: a multi-row insert each dialect writes
+/// its own way.
 pub(crate) enum Write<'a> {
     /// Numbers `events` from the workflow's counter and appends them to its timeline.
     AppendEvents {
@@ -45,57 +46,19 @@ pub(crate) enum Write<'a> {
         now: Millis,
         events: &'a [NewEvent],
     },
-    /// Records a receipt ([`super::plan::receipt_params`]).
-    InsertReceipt(&'a [Param<'a>]),
-    /// Makes ready every pending step whose dependencies have all succeeded.
-    ReleaseDependents {
+    /// Appends `events` to the workflow's timeline numbered from `first` (the caller has
+    /// moved the counter past them).
+    InsertEvents {
         workflow: &'a WorkflowId,
+        first: u64,
         now: Millis,
+        events: &'a [NewEvent],
     },
-    /// Puts a notification of `event` in the outbox, if the workflow's definition tells it.
-    Notify {
-        workflow: &'a WorkflowId,
-        event: crate::notify::EventType,
-        now: Millis,
+    /// Adds ended workflows to the metrics' tallies, in `shard`, in key order.
+    AddTallies {
+        tallies: &'a super::metrics::Tallies,
+        shard: i32,
     },
-    /// Settles the workflow's course and moves its state as its steps now say, with the
-    /// timeline entry, the notification and the tallies of the change.
-    SettleState {
-        workflow: &'a WorkflowId,
-        current: WorkflowState,
-        cancelled: bool,
-        now: Millis,
-    },
-}
-
-/// What an applied [`Write`] reports.
-#[derive(Debug)]
-pub(crate) enum Applied {
-    Done,
-    /// The steps made ready ([`Write::ReleaseDependents`]).
-    Released(Vec<String>),
-    /// The workflow's state after the write ([`Write::SettleState`]).
-    State(WorkflowState),
-}
-
-impl Applied {
-    pub(crate) fn released(self) -> StoreResult<Vec<String>> {
-        match self {
-            Applied::Released(steps) => Ok(steps),
-            other => Err(StoreError::never(format!(
-                "released steps expected, {other:?} applied"
-            ))),
-        }
-    }
-
-    pub(crate) fn state(self) -> StoreResult<WorkflowState> {
-        match self {
-            Applied::State(state) => Ok(state),
-            other => Err(StoreError::never(format!(
-                "a workflow state expected, {other:?} applied"
-            ))),
-        }
-    }
 }
 
 /// One open transaction (or, for a read, one connection) of a backend.
@@ -122,7 +85,7 @@ pub(crate) trait Tx: Send {
     ) -> impl Future<Output = StoreResult<u64>> + Send;
 
     /// Applies one of the writes each backend executes its own way.
-    fn apply(&mut self, write: Write<'_>) -> impl Future<Output = StoreResult<Applied>> + Send;
+    fn apply(&mut self, write: Write<'_>) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// Appends `events` to the workflow's timeline, then settles its course and moves its
     /// state as its steps now say: how every change of a workflow's steps ends.
@@ -133,7 +96,10 @@ pub(crate) trait Tx: Send {
         events: &[NewEvent],
         current: WorkflowState,
         cancelled: bool,
-    ) -> impl Future<Output = StoreResult<WorkflowState>> + Send {
+    ) -> impl Future<Output = StoreResult<WorkflowState>> + Send
+    where
+        Self: Sized,
+    {
         async move {
             self.apply(Write::AppendEvents {
                 workflow,
@@ -141,14 +107,7 @@ pub(crate) trait Tx: Send {
                 events,
             })
             .await?;
-            self.apply(Write::SettleState {
-                workflow,
-                current,
-                cancelled,
-                now,
-            })
-            .await?
-            .state()
+            super::executor::recompute_state(self, workflow, current, cancelled, now).await
         }
     }
 
@@ -199,6 +158,50 @@ pub(crate) trait Backend: Send + Sync {
     /// Tells the hosts sharing the database that work became ready (a committed write
     /// made a step ready): a no-op where one host owns the database.
     fn poke(&self);
+
+    /// Tells the hosts sharing the database at once, not at the notifier's next round
+    /// (a stopping host's released leases: its notifier may not get to run).
+    fn announce(&self) -> impl Future<Output = StoreResult<()>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Claims up to `req.limit` ready steps ([`super::ExecutorStore::claim`]): each
+    /// database picks and leases them its own way.
+    fn claim(
+        &self,
+        req: super::ClaimRequest,
+    ) -> impl Future<Output = StoreResult<Vec<super::Claimed>>> + Send;
+
+    /// Ends an attempt ([`super::ExecutorStore::finish`]); by default in a transaction of
+    /// its own.
+    fn finish(
+        &self,
+        req: super::FinishRequest,
+    ) -> impl Future<Output = StoreResult<super::FinishOutcome>> + Send {
+        self.write(req, |tx, req| Box::pin(super::executor::finish(tx, req)))
+    }
+
+    /// [`super::ExecutorStore::finish_and_claim`]; by default the store declines the claim.
+    fn finish_and_claim(
+        &self,
+        req: super::FinishRequest,
+        next: super::ClaimRequest,
+    ) -> impl Future<Output = StoreResult<(super::FinishOutcome, Option<super::Claimed>)>> + Send
+    {
+        let _ = next;
+        async move { Ok((Backend::finish(self, req).await?, None)) }
+    }
+
+    /// [`super::ExecutorStore::watch`].
+    fn watch(
+        &self,
+        wake: std::sync::Arc<tokio::sync::Notify>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// A renewal a test makes fail before it reaches the database; none by default.
+    fn renewal_refused(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// Runs a transaction body that never waits (SQLite's: every statement runs on the

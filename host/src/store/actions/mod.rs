@@ -6,7 +6,7 @@ pub(crate) mod postgres;
 
 use super::plan::{self, Param, values};
 use super::rows::{self, Columns};
-use super::tx::{Backend, Tx, Write};
+use super::tx::{Backend, Tx};
 use super::{
     ActionAnswer, ActionOutcome, ActionRecord, ActionRequest, ActionScope, OperatorStore,
     StepChange, StoreError, StoreResult,
@@ -273,14 +273,8 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
             .map(AttemptId);
         let output = r.output.to_string();
         let values = plan::receipt_params(r, id, step, latest.as_ref(), &output, req.now);
-        tx.apply(Write::InsertReceipt(&values)).await?;
-        let released = tx
-            .apply(Write::ReleaseDependents {
-                workflow: id,
-                now: req.now,
-            })
-            .await?
-            .released()?;
+        super::executor::insert_receipt(tx, &values).await?;
+        let released = super::executor::release_dependents(tx, id, req.now).await?;
         events.extend(NewEvent::released(&released));
     }
     let workflow_state = tx

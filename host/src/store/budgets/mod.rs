@@ -99,12 +99,8 @@ async fn warn<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<u64> {
             events: &events,
         })
         .await?;
-        tx.apply(Write::Notify {
-            workflow: id,
-            event: crate::notify::EventType::DeadlineApproaching,
-            now: *now,
-        })
-        .await?;
+        super::notifications::outbox(tx, id, crate::notify::EventType::DeadlineApproaching, *now)
+            .await?;
     }
     Ok(due.len() as u64)
 }

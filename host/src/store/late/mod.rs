@@ -114,7 +114,7 @@ async fn judge<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreResult<Option<Vec
             let output = receipt.output.to_string();
             let values =
                 plan::receipt_params(&receipt, id, &step, Some(&late.attempt_id), &output, now);
-            tx.apply(Write::InsertReceipt(&values)).await?;
+            super::executor::insert_receipt(tx, &values).await?;
             tx.exec(
                 settle,
                 &values![
@@ -125,10 +125,7 @@ async fn judge<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreResult<Option<Vec
                 ],
             )
             .await?;
-            let released = tx
-                .apply(Write::ReleaseDependents { workflow: id, now })
-                .await?
-                .released()?;
+            let released = super::executor::release_dependents(tx, id, now).await?;
             let mut events = vec![NewEvent::settled_late(
                 &step,
                 &late.attempt_id,

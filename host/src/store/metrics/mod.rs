@@ -171,6 +171,71 @@ async fn purge<T: Tx>(tx: &mut T, arg: &(Millis, Millis, u32)) -> StoreResult<Ve
     Ok(due)
 }
 
+/// Rows each tally is spread over, so that concurrent ends rarely wait on one row's lock
+/// (PostgreSQL; the tallies are read summed over them).
+pub(crate) const TALLY_SHARDS: u64 = 16;
+
+/// The shard of the tallies a lone end of workflow `id` adds to: any spread will do, and
+/// the id's hash needs no random source.
+pub(crate) fn shard_of(id: &WorkflowId) -> i32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.as_str().hash(&mut h);
+    (h.finish() % TALLY_SHARDS) as i32
+}
+
+/// Ended workflows to add to the metrics' tallies (see [`crate::metrics`]), summed by row
+/// and kept in key order, so that two transactions adding to the same rows never wait for
+/// each other in a cycle.
+#[derive(Debug, Default)]
+pub(crate) struct Tallies {
+    rows: std::collections::BTreeMap<(&'static str, String, &'static str, u32), (i64, i64)>,
+}
+
+/// One row of [`Tallies`]: metric, workflow, state, bucket, count, total.
+pub(crate) type TallyRow<'a> = (&'static str, &'a str, &'static str, u32, i64, i64);
+
+impl Tallies {
+    /// Adds the end of `record` in `state` at `now`.
+    pub(crate) fn end(
+        &mut self,
+        record: &super::WorkflowRecord,
+        state: WorkflowState,
+        now: Millis,
+    ) {
+        let ends =
+            crate::metrics::tallies_of_end(record.created_at, now, u64::from(record.attempts_used));
+        for (metric, bucket, value) in ends {
+            let row = self
+                .rows
+                .entry((
+                    metric.as_str(),
+                    record.workflow.clone(),
+                    state.as_str(),
+                    bucket,
+                ))
+                .or_default();
+            row.0 += 1;
+            row.1 += value as i64;
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The rows to add, in key order.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = TallyRow<'_>> {
+        self.rows
+            .iter()
+            .map(|((m, w, s, b), (n, t))| (*m, w.as_str(), *s, *b, *n, *t))
+    }
+}
+
 impl<B: Backend> MetricsStore for B {
     async fn ping(&self) -> StoreResult<()> {
         self.read((), |tx, a| Box::pin(ping(tx, a))).await

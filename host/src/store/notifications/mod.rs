@@ -38,13 +38,14 @@ macro_rules! expire {
 
 pub(crate) mod postgres;
 
-use super::plan::values;
+use super::plan::{self, values};
 use super::rows;
 use super::tx::{Backend, Tx};
 use super::{
-    NotificationFilter, NotificationRecord, NotificationStore, NotificationUpdate, StoreResult,
+    NotificationFilter, NotificationRecord, NotificationStore, NotificationUpdate, StoreError,
+    StoreResult, WorkflowRecord,
 };
-use crate::intent::Millis;
+use crate::intent::{Millis, WorkflowId};
 
 /// The statements of the outbox. Parameters, in order:
 /// - `due` (whether any row is due): now;
@@ -176,6 +177,63 @@ async fn prune<T: Tx>(tx: &mut T, (before, limit): &(Millis, u32)) -> StoreResul
     let sql = tx.sql().notifications.prune;
     tx.exec(sql, &values![*before as i64, i64::from(*limit)])
         .await
+}
+
+/// The insert of one outbox row, in [`plan::NewNotification`]'s order (its time is also
+/// the first try's).
+static OUTBOX_ROW: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} VALUES ($1, $2, $3, $4, $5, $6, $6)",
+        plan::OUTBOX_INSERT
+    )
+});
+
+/// The workflow record a notification is made of.
+static WORKFLOW: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM workflows WHERE workflow_id = $1",
+        rows::WORKFLOW_COLUMNS
+    )
+});
+
+/// Queues a notification of a meaningful transition of workflow `id`, in the caller's
+/// transaction (after the transition's own writes: the body tells the workflow as it is).
+pub(crate) async fn outbox<T: Tx>(
+    tx: &mut T,
+    id: &WorkflowId,
+    event: crate::notify::EventType,
+    now: Millis,
+) -> StoreResult<()> {
+    let record = tx
+        .row(WORKFLOW.as_str(), &values![id.as_str()], |r| {
+            rows::workflow(r)
+        })
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("workflow {id} vanished")))?;
+    outbox_for(tx, &record, event, now).await
+}
+
+/// [`outbox`] for a workflow record already at hand.
+pub(crate) async fn outbox_for<T: Tx>(
+    tx: &mut T,
+    record: &WorkflowRecord,
+    event: crate::notify::EventType,
+    now: Millis,
+) -> StoreResult<()> {
+    let n = plan::notification(record, event, now);
+    tx.exec(
+        OUTBOX_ROW.as_str(),
+        &values![
+            n.id.as_str(),
+            n.workflow_id.as_str(),
+            n.event,
+            n.revision,
+            n.body.as_str(),
+            n.at,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 impl<B: Backend> NotificationStore for B {

@@ -24,9 +24,12 @@
 
 use super::executor::{self, PgQuery};
 use super::gather::Gather;
+use super::tx::PgTx;
 use super::{PgResult, transaction};
 use crate::course;
 use crate::intent::{NewEvent, StepRole, StepState, WorkflowState};
+use crate::store::executor as shared;
+use crate::store::metrics::{TALLY_SHARDS, Tallies};
 use crate::store::plan::{self, Param};
 use crate::store::rows::{Columns, parse};
 use crate::store::{FinishOutcome, FinishRequest, Retry, StepTransition, StoreError, StoreResult};
@@ -64,7 +67,7 @@ impl Finishes {
             // batches rarely wait on one tally row.
             let shard = {
                 use std::hash::BuildHasher;
-                std::hash::RandomState::new().hash_one(0u8) % executor::TALLY_SHARDS
+                std::hash::RandomState::new().hash_one(0u8) % TALLY_SHARDS
             } as i32;
             tokio::spawn(write(pool.clone(), jobs.clone(), shard));
         }
@@ -180,10 +183,7 @@ pub(crate) async fn finish_batch_tx(
     let moved = fence(conn, reqs, &texts).await?;
     let done: Vec<usize> = (0..reqs.len()).filter(|&i| moved[i]).collect();
     if done.is_empty() {
-        return Ok(reqs
-            .iter()
-            .map(|r| Err(executor::lease_lost(&r.fence)))
-            .collect());
+        return Ok(reqs.iter().map(|r| Err(r.fence.lost())).collect());
     }
     let id = |i: usize| reqs[i].fence.workflow_id.as_str();
 
@@ -210,7 +210,9 @@ pub(crate) async fn finish_batch_tx(
         );
     }
     for &i in &done {
-        executor::note_policy(conn, &reqs[i].fence, &reqs[i].facts).await?;
+        let mut tx = PgTx::on(conn);
+        let noted = shared::note_policy(&mut tx, &reqs[i].fence, &reqs[i].facts).await;
+        tx.outcome(noted)?;
     }
 
     let released = receipts_and_release(conn, reqs, &texts, &done).await?;
@@ -252,7 +254,7 @@ pub(crate) async fn finish_batch_tx(
             .push((role, parse::<StepState>(&r.text("state")?)?));
     }
     let mut state_of: HashMap<&str, WorkflowState> = HashMap::new();
-    let mut ends = executor::Tallies::default();
+    let mut ends = Tallies::default();
     let mut planned = Vec::new();
     for &i in &done {
         let wf = id(i);
@@ -266,15 +268,17 @@ pub(crate) async fn finish_batch_tx(
         let rows = steps.get(wf).map_or(&[][..], Vec::as_slice);
         let next = if course::may_settle(cancelled, rows.iter().map(|(_, s)| s)) {
             // A course to settle (compensations, a cancellation) first: as alone.
-            executor::recompute_state_tallying(
-                conn,
+            let mut tx = PgTx::on(conn);
+            let next = shared::recompute_state_tallying(
+                &mut tx,
                 &reqs[i].fence.workflow_id,
                 state,
                 cancelled,
                 now,
                 &mut ends,
             )
-            .await?
+            .await;
+            tx.outcome(next)?
         } else if let Some(change) = plan::state_change(state, cancelled, rows.iter().copied(), now)
         {
             // Planned from the rows in hand; written with the others' below.
@@ -291,24 +295,26 @@ pub(crate) async fn finish_batch_tx(
         state_of.insert(wf, next);
     }
     executor::apply_state_changes(conn, &planned, &mut ends).await?;
-    ends.write(conn, shard).await?;
+    executor::add_tallies(conn, &ends, shard).await?;
     for &i in &done {
         let r = &reqs[i];
         if plan::compensated_now(&r.transition, &r.fence.step) {
-            executor::outbox(
-                conn,
+            let mut tx = PgTx::on(conn);
+            let told = crate::store::notifications::outbox(
+                &mut tx,
                 &r.fence.workflow_id,
                 crate::notify::EventType::EffectCompensated,
                 r.now,
             )
-            .await?;
+            .await;
+            tx.outcome(told)?;
         }
     }
 
     Ok((0..reqs.len())
         .map(|i| {
             if !moved[i] {
-                return Err(executor::lease_lost(&reqs[i].fence));
+                return Err(reqs[i].fence.lost());
             }
             Ok(FinishOutcome {
                 workflow_state: state_of[id(i)],

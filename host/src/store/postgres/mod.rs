@@ -41,6 +41,9 @@ pub(crate) const DEADLOCK_TRIES: usize = 8;
 pub(crate) enum Fail {
     Store(StoreError),
     Db(sqlx::Error),
+    /// A shared transaction's statement failed on a conflict PostgreSQL broke by aborting
+    /// the transaction ([`tx::PgTx::outcome`]).
+    Conflict(StoreError),
 }
 
 pub(crate) type PgResult<T> = Result<T, Fail>;
@@ -60,7 +63,7 @@ impl From<StoreError> for Fail {
 impl From<Fail> for StoreError {
     fn from(f: Fail) -> Self {
         match f {
-            Fail::Store(e) => e,
+            Fail::Store(e) | Fail::Conflict(e) => e,
             Fail::Db(e) => e.into(),
         }
     }
@@ -87,6 +90,7 @@ impl Fail {
             Fail::Db(sqlx::Error::Database(e)) => {
                 matches!(e.code().as_deref(), Some("40P01") | Some("40001"))
             }
+            Fail::Conflict(_) => true,
             _ => false,
         }
     }
@@ -250,6 +254,35 @@ pub(crate) async fn append_events(
     .bind(workflow_id.as_str())
     .bind(now as i64)
     .bind(events.len() as i64)
+    .bind(&c.kinds)
+    .bind(&c.steps)
+    .bind(&c.attempts)
+    .bind(&c.texts)
+    .bind(&c.data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Appends events to a workflow's timeline numbered from `first` (the caller moved the
+/// counter past them).
+pub(crate) async fn insert_events(
+    conn: &mut PgConnection,
+    workflow_id: &WorkflowId,
+    first: u64,
+    now: Millis,
+    events: &[NewEvent],
+) -> PgResult<()> {
+    let c = EventColumns::of(events);
+    sqlx::query(
+        "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
+         SELECT $1, $3 + x.i - 1, $2, x.kind, x.step, x.attempt, x.text, x.data
+         FROM UNNEST($4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])
+              WITH ORDINALITY AS x(kind, step, attempt, text, data, i)",
+    )
+    .bind(workflow_id.as_str())
+    .bind(now as i64)
+    .bind(first as i64)
     .bind(&c.kinds)
     .bind(&c.steps)
     .bind(&c.attempts)

@@ -31,8 +31,6 @@ pub(crate) const SQL: ReadSql = ReadSql {
              ORDER BY seq DESC LIMIT $4",
     attempts: "SELECT * FROM attempts WHERE workflow_id = $1 AND step = $2 AND number > $3
              ORDER BY number LIMIT $4",
-    expired_leases: "WHERE s.state = 'running' AND s.lease_expires_at < $1
-             ORDER BY s.lease_expires_at, s.ord LIMIT $2",
 };
 
 impl ReadStore for PgStore {

@@ -4,10 +4,11 @@
 
 use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
-use crate::store::tx::{Applied, Backend, Statements, Tx, TxBody, Write};
+use crate::store::tx::{Backend, Statements, Tx, TxBody, Write};
 use crate::store::{
-    StoreError, StoreResult, actions, budgets, components, course, definitions, late, leases,
-    metrics, notifications, policies, sessions,
+    ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError, StoreResult, actions, budgets,
+    components, course, definitions, executor, late, leases, metrics, notifications, policies,
+    sessions,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
@@ -18,6 +19,7 @@ static STATEMENTS: Statements = Statements {
     components: components::SQL,
     course: course::SQL,
     definitions: definitions::SQL,
+    executor: executor::SQL,
     late: late::SQL,
     leases: leases::SQL,
     metrics: metrics::postgres::SQL,
@@ -75,41 +77,47 @@ impl Tx for PgTx<'_> {
         Ok(done.map_err(|e| self.failed(Fail::Db(e)))?.rows_affected())
     }
 
-    async fn apply(&mut self, write: Write<'_>) -> StoreResult<Applied> {
+    async fn apply(&mut self, write: Write<'_>) -> StoreResult<()> {
         let conn = &mut *self.conn;
         let applied = match write {
             Write::AppendEvents {
                 workflow,
                 now,
                 events,
-            } => super::append_events(conn, workflow, now, events)
-                .await
-                .map(|()| Applied::Done),
-            Write::InsertReceipt(values) => super::executor::insert_receipt(conn, values)
-                .await
-                .map(|()| Applied::Done),
-            Write::Notify {
+            } => super::append_events(conn, workflow, now, events).await,
+            Write::InsertEvents {
                 workflow,
-                event,
+                first,
                 now,
-            } => super::executor::outbox(conn, workflow, event, now)
-                .await
-                .map(|()| Applied::Done),
-            Write::ReleaseDependents { workflow, now } => {
-                super::executor::release_dependents(conn, workflow, now)
-                    .await
-                    .map(Applied::Released)
+                events,
+            } => super::insert_events(conn, workflow, first, now, events).await,
+            Write::AddTallies { tallies, shard } => {
+                super::executor::add_tallies(conn, tallies, shard).await
             }
-            Write::SettleState {
-                workflow,
-                current,
-                cancelled,
-                now,
-            } => super::executor::recompute_state(conn, workflow, current, cancelled, now)
-                .await
-                .map(Applied::State),
         };
         applied.map_err(|f| self.failed(f))
+    }
+}
+
+impl<'c> PgTx<'c> {
+    /// The shared transactions' view of a transaction this backend opened itself (a batch).
+    pub(super) fn on(conn: &'c mut PgConnection) -> Self {
+        Self {
+            conn,
+            conflict: false,
+        }
+    }
+
+    /// What a shared transaction's `result` means to the batch that ran it: a conflict
+    /// PostgreSQL broke stays one, so that the batch runs again.
+    pub(super) fn outcome<T>(&self, result: StoreResult<T>) -> super::PgResult<T> {
+        result.map_err(|e| {
+            if self.conflict {
+                Fail::Conflict(e)
+            } else {
+                Fail::Store(e)
+            }
+        })
     }
 }
 
@@ -171,5 +179,47 @@ impl Backend for PgStore {
 
     fn poke(&self) {
         self.notifier.poke();
+    }
+
+    /// Sent directly, as a stopping host's notifier task may not get to run.
+    async fn announce(&self) -> StoreResult<()> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(super::WORK_CHANNEL)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        super::transaction!(self.pool, |conn| super::executor::claim_tx(conn, &req))
+    }
+
+    /// Batched with the finishes of other workflows ([`super::batch`]).
+    async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
+        self.finishes.finish(req).await
+    }
+
+    async fn watch(&self, wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(super::WORK_CHANNEL).await?;
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => wake.notify_one(),
+                    // The store was closed: stop, and give the connection back.
+                    Err(sqlx::Error::PoolClosed) => break,
+                    // The listener reconnects on the next `recv`; what was sent meanwhile is
+                    // lost, so wake once to look for it (the poll would find it too, later).
+                    Err(e) => {
+                        tracing::warn!(
+                            "listening for work on PostgreSQL failed: {e}; reconnecting"
+                        );
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        wake.notify_one();
+                    }
+                }
+            }
+        });
+        Ok(true)
     }
 }

@@ -16,6 +16,7 @@ pub use writer::Hold;
 
 use super::plan;
 use super::rows;
+use super::tx::run_now;
 use super::{
     AdmissionStore, AdmitOutcome, AdmitRequest, KeyRecord, KeyScope, StoreError, StoreResult,
 };
@@ -182,9 +183,14 @@ impl MultiRow {
     const CHUNK: usize = 16;
 
     pub(crate) fn new(head: &'static str, width: usize) -> Self {
+        Self::with_tail(head, width, "")
+    }
+
+    /// [`MultiRow::new`] with `tail` after the rows (an upsert's `ON CONFLICT`).
+    pub(crate) fn with_tail(head: &'static str, width: usize, tail: &'static str) -> Self {
         let row = format!("({})", vec!["?"; width].join(", "));
         let texts = (1..=Self::CHUNK)
-            .map(|n| format!("{head} {}", vec![row.as_str(); n].join(", ")))
+            .map(|n| format!("{head} {}{tail}", vec![row.as_str(); n].join(", ")))
             .collect();
         Self { width, texts }
     }
@@ -330,7 +336,7 @@ fn insert_steps(
     DEPS.insert(conn, &deps)
 }
 
-fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+fn admit_tx(conn: &mut Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
     let existing = key_in_scope(conn, &req.scope)?;
     if let Some(k) = plan::live(existing.clone(), req.now) {
         if k.input_digest != req.input.digest {
@@ -413,7 +419,12 @@ fn admit_tx(conn: &Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
         insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
     }
     let created = plan::created(&req, new);
-    executor::outbox_for(conn, &created, crate::notify::EventType::Recorded, req.now)?;
+    run_now(Box::pin(crate::store::notifications::outbox_for(
+        &mut tx::SqliteTx::on(conn),
+        &created,
+        crate::notify::EventType::Recorded,
+        req.now,
+    )))?;
     Ok(AdmitOutcome::Created(created))
 }
 

@@ -66,8 +66,6 @@ pub(crate) const SQL: ReadSql = ReadSql {
              ORDER BY seq DESC LIMIT ?4",
     attempts: "SELECT * FROM attempts WHERE workflow_id = ? AND step = ? AND number > ?
              ORDER BY number LIMIT ?",
-    expired_leases: "WHERE s.state = 'running' AND s.lease_expires_at < ?
-             ORDER BY s.lease_expires_at LIMIT ?",
 };
 
 impl ReadStore for SqliteStore {

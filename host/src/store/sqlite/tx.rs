@@ -5,10 +5,10 @@
 use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::plan::Param;
-use crate::store::tx::{Applied, Backend, Statements, Tx, TxBody, Write, run_now};
+use crate::store::tx::{Backend, Statements, Tx, TxBody, Write, run_now};
 use crate::store::{
-    StoreResult, actions, budgets, components, course, definitions, late, leases, metrics,
-    notifications, policies, sessions,
+    ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult, actions, budgets, components,
+    course, definitions, executor, late, leases, metrics, notifications, policies, sessions,
 };
 use rusqlite::Connection;
 
@@ -19,6 +19,7 @@ static STATEMENTS: Statements = Statements {
     components: components::sqlite::SQL,
     course: course::sqlite::SQL,
     definitions: definitions::SQL,
+    executor: executor::sqlite::SQL,
     late: late::SQL,
     leases: leases::SQL,
     metrics: metrics::SQL,
@@ -97,41 +98,66 @@ impl Tx for SqliteTx<'_> {
         Ok(stmt.raw_execute()? as u64)
     }
 
-    async fn apply(&mut self, write: Write<'_>) -> StoreResult<Applied> {
+    async fn apply(&mut self, write: Write<'_>) -> StoreResult<()> {
         let conn = &*self.conn;
-        Ok(match write {
+        match write {
             Write::AppendEvents {
                 workflow,
                 now,
                 events,
-            } => {
-                super::append_events(conn, workflow, now, events)?;
-                Applied::Done
-            }
-            Write::InsertReceipt(values) => {
-                super::executor::insert_receipt(conn, values)?;
-                Applied::Done
-            }
-            Write::Notify {
+            } => super::append_events(conn, workflow, now, events),
+            Write::InsertEvents {
                 workflow,
-                event,
+                first,
                 now,
-            } => {
-                super::executor::outbox(conn, workflow, event, now)?;
-                Applied::Done
-            }
-            Write::ReleaseDependents { workflow, now } => {
-                Applied::Released(super::executor::release_dependents(conn, workflow, now)?)
-            }
-            Write::SettleState {
-                workflow,
-                current,
-                cancelled,
-                now,
-            } => Applied::State(super::executor::recompute_state(
-                conn, workflow, current, cancelled, now,
-            )?),
-        })
+                events,
+            } => super::insert_events(conn, workflow, first, now, events),
+            Write::AddTallies { tallies, shard } => add_tallies(conn, tallies, shard),
+        }
+    }
+}
+
+/// Adds ended workflows to the tallies, in one statement (an end is two rows).
+fn add_tallies(conn: &Connection, tallies: &metrics::Tallies, shard: i32) -> StoreResult<()> {
+    static TALLIES: std::sync::LazyLock<super::MultiRow> = std::sync::LazyLock::new(|| {
+        super::MultiRow::with_tail(
+            "INSERT INTO outcome_tallies (metric, workflow, state, bucket, shard, n, total) VALUES",
+            7,
+            " ON CONFLICT (metric, workflow, state, bucket, shard)
+             DO UPDATE SET n = n + excluded.n, total = total + excluded.total",
+        )
+    });
+    let rows: Vec<metrics::TallyRow<'_>> = tallies.rows().collect();
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(7 * rows.len());
+    for (metric, workflow, state, bucket, n, total) in &rows {
+        values.extend([
+            metric as &dyn rusqlite::ToSql,
+            workflow,
+            state,
+            bucket,
+            &shard,
+            n,
+            total,
+        ]);
+    }
+    TALLIES.insert(conn, &values)
+}
+
+impl<'c> SqliteTx<'c> {
+    /// A transaction on the writer's connection, inside the writer's current job.
+    pub(super) fn on(conn: &'c mut Connection) -> Self {
+        Self { conn }
+    }
+}
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Param::Text(t) => t.to_sql(),
+            Param::Int(i) => i.to_sql(),
+            Param::Flag(b) => b.to_sql(),
+            Param::Bytes(b) => b.to_sql(),
+        }
     }
 }
 
@@ -164,4 +190,37 @@ impl Backend for SqliteStore {
 
     /// One host owns a SQLite database, and its scheduler is woken in-process.
     fn poke(&self) {}
+
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        self.writer
+            .write(move |conn| super::executor::claim_tx(conn, &req))
+            .await
+    }
+
+    async fn finish_and_claim(
+        &self,
+        req: FinishRequest,
+        next: ClaimRequest,
+    ) -> StoreResult<(FinishOutcome, Option<Claimed>)> {
+        self.writer
+            .write(move |conn| super::executor::finish_and_claim(conn, &req, &next))
+            .await
+    }
+
+    async fn watch(&self, _wake: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<bool> {
+        // One host per file: every write comes from this process, which wakes itself.
+        Ok(false)
+    }
+
+    fn renewal_refused(&self) -> StoreResult<()> {
+        let injected = self.failing_renewals.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |n| n.checked_sub(1),
+        );
+        match injected {
+            Ok(_) => Err(StoreError::safe("database is locked (injected by a test)")),
+            Err(_) => Ok(()),
+        }
+    }
 }

@@ -74,7 +74,7 @@ trait Job: Send {
     /// Runs the job's statements; keeps its result until the commit is known.
     fn run(&mut self, conn: &mut Connection) -> bool;
     /// Reports the result (or the commit's failure) to the caller.
-    fn finish(self: Box<Self>, commit: StoreResult<()>);
+    fn answer(self: Box<Self>, commit: StoreResult<()>);
 }
 
 struct TypedJob<T, F> {
@@ -109,7 +109,7 @@ where
         ok
     }
 
-    fn finish(self: Box<Self>, commit: StoreResult<()>) {
+    fn answer(self: Box<Self>, commit: StoreResult<()>) {
         let result = match (commit, self.result) {
             (Ok(()), Some(result)) => result,
             (Err(e), Some(Ok(_))) => Err(e),
@@ -379,7 +379,7 @@ fn run_writer(
             continue;
         }
         for job in batch.drain(..) {
-            job.finish(commit.clone());
+            job.answer(commit.clone());
         }
     }
 }
