@@ -25,6 +25,7 @@
 //! repeating it is safe ([`Retry`]).
 
 mod actions;
+mod admission;
 mod budgets;
 mod components;
 mod course;

@@ -3,7 +3,8 @@
 //! [`ReadSql`] and its pool, and the binding and row mapping are shared.
 
 use super::rows::{self, Columns};
-use super::{AttemptRecord, StepRecord, StoreError, StoreResult};
+use super::tx::Tx;
+use super::{AttemptRecord, StepRecord, StoreError, StoreResult, WorkflowFilter, WorkflowRecord};
 use crate::intent::{Receipt, TimelineEvent, WorkflowId};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
@@ -14,6 +15,8 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 /// - `timeline_latest`: workflow id, step (or NULL), before (seq, or NULL), limit;
 /// - `attempts`: workflow id, step, after (number), limit.
 pub(crate) struct ReadSql {
+    /// How ids are compared: bytewise, as SQLite does (PostgreSQL's "C" collation).
+    pub ids: &'static str,
     pub steps: &'static str,
     pub receipts: &'static str,
     pub timeline: &'static str,
@@ -119,15 +122,102 @@ where
             .map_err(StoreError::from)?;
         found.iter().map(rows::attempt).collect()
     }
+
+    /// A page of workflows, newest first, filtered as `filter` says. Only the filters
+    /// given are in the statement, so each can use its index.
+    async fn list_workflows(
+        pool: &Pool<Self>,
+        sql: &ReadSql,
+        filter: &WorkflowFilter,
+    ) -> StoreResult<Vec<WorkflowRecord>> {
+        let mut text = format!(
+            "SELECT {} FROM workflows WHERE 1 = 1",
+            rows::WORKFLOW_COLUMNS
+        );
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            format!("${n}")
+        };
+        for (given, column) in [
+            (filter.subject.is_some(), "subject"),
+            (filter.state.is_some(), "state"),
+            (filter.workflow.is_some(), "workflow"),
+        ] {
+            if given {
+                text.push_str(&format!(" AND {column} = {}", next()));
+            }
+        }
+        if filter.before.is_some() {
+            let (at, id) = (next(), next());
+            text.push_str(&format!(
+                " AND (created_at < {at} OR (created_at = {at} AND workflow_id{} < {id}))",
+                sql.ids
+            ));
+        }
+        text.push_str(&format!(
+            " ORDER BY created_at DESC, workflow_id{} DESC LIMIT {}",
+            sql.ids,
+            next()
+        ));
+        let mut query = sqlx::query::<Self>(sqlx::AssertSqlSafe(text));
+        if let Some(s) = &filter.subject {
+            query = query.bind(s.0.as_str());
+        }
+        if let Some(s) = filter.state {
+            query = query.bind(s.as_str());
+        }
+        if let Some(w) = &filter.workflow {
+            query = query.bind(w.as_str());
+        }
+        if let Some((at, id)) = &filter.before {
+            query = query.bind(*at as i64).bind(id.as_str());
+        }
+        let found = query
+            .bind(i64::from(filter.limit))
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::from)?;
+        found.iter().map(rows::workflow).collect()
+    }
 }
 
 impl SharedReads for sqlx::Sqlite {}
 impl SharedReads for sqlx::Postgres {}
 
+/// One workflow's record, if there is one.
+pub(crate) async fn workflow<T: Tx>(
+    tx: &mut T,
+    id: &WorkflowId,
+) -> StoreResult<Option<WorkflowRecord>> {
+    let sql = tx.sql().actions.workflow;
+    tx.row(sql, &super::plan::values![id.as_str()], |r| {
+        rows::workflow(r)
+    })
+    .await
+}
+
 /// The [`crate::store::ReadStore`] methods that [`SharedReads`] serves, for an impl whose
 /// pool is the field `$pool` and whose dialect is the constant `$sql`.
 macro_rules! shared_read_methods {
     ($pool:ident, $sql:expr) => {
+        async fn workflow(
+            &self,
+            id: &$crate::intent::WorkflowId,
+        ) -> $crate::store::StoreResult<Option<$crate::store::WorkflowRecord>> {
+            $crate::store::tx::Backend::read(self, id.clone(), |tx, id| {
+                Box::pin($crate::store::reads::workflow(tx, id))
+            })
+            .await
+        }
+
+        async fn list_workflows(
+            &self,
+            filter: &$crate::store::WorkflowFilter,
+        ) -> $crate::store::StoreResult<Vec<$crate::store::WorkflowRecord>> {
+            $crate::store::reads::SharedReads::list_workflows(&self.$pool, &$sql, filter).await
+        }
+
         async fn steps(
             &self,
             id: &$crate::intent::WorkflowId,

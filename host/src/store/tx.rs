@@ -23,6 +23,7 @@ use std::task::{Context, Poll, Waker};
 
 /// Every statement the shared transactions run, in one database's dialect.
 pub(crate) struct Statements {
+    pub admission: super::admission::Sql,
     pub actions: super::actions::Sql,
     pub budgets: super::budgets::Sql,
     pub components: super::components::Sql,
@@ -54,6 +55,11 @@ pub(crate) enum Write<'a> {
         now: Millis,
         events: &'a [NewEvent],
     },
+    /// Inserts a new workflow's steps, ready or pending, and their dependencies.
+    InsertSteps {
+        new: &'a super::NewWorkflow,
+        now: Millis,
+    },
     /// Adds ended workflows to the metrics' tallies, in `shard`, in key order.
     AddTallies {
         tallies: &'a super::metrics::Tallies,
@@ -67,7 +73,12 @@ pub(crate) trait Tx: Send {
     type Row<'r>: Columns;
 
     /// This backend's statements.
-    fn sql(&self) -> &'static Statements;
+    const SQL: &'static Statements;
+
+    /// This backend's statements (as a method, for the shared code's brevity).
+    fn sql(&self) -> &'static Statements {
+        Self::SQL
+    }
 
     /// The rows `sql` returns for `params`, each mapped by `map`.
     fn rows<T: Send>(
@@ -129,6 +140,15 @@ pub(crate) type TxFuture<'t, R> = Pin<Box<dyn Future<Output = StoreResult<R>> + 
 pub(crate) type TxBody<B, A, R> =
     for<'t, 'c> fn(&'t mut <B as Backend>::Tx<'c>, &'t A) -> TxFuture<'t, R>;
 
+/// What a transaction's body takes: borrowed by each run of the body, which may run on
+/// another thread.
+pub(crate) trait TxArg: Send + Sync + 'static {}
+impl<T: Send + Sync + 'static> TxArg for T {}
+
+/// What a transaction's body answers, handed back across threads.
+pub(crate) trait TxOut: Send + 'static {}
+impl<T: Send + 'static> TxOut for T {}
+
 /// A database that runs the shared transactions.
 pub(crate) trait Backend: Send + Sync {
     type Tx<'t>: Tx + 't;
@@ -136,24 +156,29 @@ pub(crate) trait Backend: Send + Sync {
     /// Runs `body` over `arg` in one write transaction, answered after its commit. The body
     /// may run more than once (PostgreSQL runs a transaction it aborted again), so it
     /// borrows its argument.
-    fn write<A, R>(
+    fn write<A: TxArg, R: TxOut>(
         &self,
         arg: A,
         body: TxBody<Self, A, R>,
-    ) -> impl Future<Output = StoreResult<R>> + Send
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static;
+    ) -> impl Future<Output = StoreResult<R>> + Send;
+
+    /// [`Backend::write`] for new work: where writes queue, refused at once (rather than
+    /// waiting for room) when the queue is full, so that a flood of new intents meets a
+    /// clear "try again" while the work already admitted still records its ends.
+    fn write_new<A: TxArg, R: TxOut>(
+        &self,
+        arg: A,
+        body: TxBody<Self, A, R>,
+    ) -> impl Future<Output = StoreResult<R>> + Send {
+        self.write(arg, body)
+    }
 
     /// Runs `body` over `arg` on a read connection (no transaction).
-    fn read<A, R>(
+    fn read<A: TxArg, R: TxOut>(
         &self,
         arg: A,
         body: TxBody<Self, A, R>,
-    ) -> impl Future<Output = StoreResult<R>> + Send
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static;
+    ) -> impl Future<Output = StoreResult<R>> + Send;
 
     /// Tells the hosts sharing the database that work became ready (a committed write
     /// made a step ready): a no-op where one host owns the database.
@@ -163,6 +188,31 @@ pub(crate) trait Backend: Send + Sync {
     /// (a stopping host's released leases: its notifier may not get to run).
     fn announce(&self) -> impl Future<Output = StoreResult<()>> + Send {
         async { Ok(()) }
+    }
+
+    /// [`super::AdmissionStore::key_read_first`]: by default, yes.
+    fn key_read_first(&self) -> bool {
+        true
+    }
+
+    /// Admits one intent ([`super::AdmissionStore::admit`]); by default in a transaction
+    /// of its own.
+    fn admit(
+        &self,
+        req: super::AdmitRequest,
+    ) -> impl Future<Output = StoreResult<super::AdmitOutcome>> + Send {
+        self.write_new(req, |tx, req| Box::pin(super::admission::admit(tx, req)))
+    }
+
+    /// [`super::AdmissionStore::admit_and_claim`]; by default the store declines the claim.
+    fn admit_and_claim(
+        &self,
+        req: super::AdmitRequest,
+        next: super::ClaimRequest,
+    ) -> impl Future<Output = StoreResult<(super::AdmitOutcome, Option<super::Claimed>)>> + Send
+    {
+        let _ = next;
+        async move { Ok((Backend::admit(self, req).await?, None)) }
     }
 
     /// Claims up to `req.limit` ready steps ([`super::ExecutorStore::claim`]): each

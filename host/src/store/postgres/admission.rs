@@ -20,13 +20,12 @@
 //! committed: each of its intents hears so.
 
 use super::gather::Gather;
-use super::{Fail, PgResult, PgStore, plan, read, rows};
-use crate::intent::{Millis, StepState, WorkflowId};
-use crate::store::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, KeyRecord, KeyScope, Retry, StoreError, StoreResult,
-};
+use super::tx::PgTx;
+use super::{Fail, PgResult, PgStore, plan, rows};
+use crate::intent::{StepState, WorkflowId};
+use crate::store::admission;
+use crate::store::{AdmitOutcome, AdmitRequest, Retry, StoreError, StoreResult};
 use sqlx::PgPool;
-use sqlx::postgres::PgConnection;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::{Arc, LazyLock};
@@ -42,47 +41,39 @@ const MAX_BATCH: usize = 64;
 /// Batches in flight at once: one is being written while the next gathers and is sent.
 const WRITERS: usize = 2;
 
-impl AdmissionStore for PgStore {
-    /// The batch statement finds a known key itself.
-    fn key_read_first(&self) -> bool {
-        false
-    }
-
-    async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
-        let mut conn = self.pool.acquire().await?;
-        Ok(plan::live(key_in_scope(&mut conn, scope).await?, now))
-    }
-
-    async fn admit(&self, mut req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-        let mut reuse = false;
-        for _ in 0..ADMIT_TRIES {
-            if req.create.is_some() {
-                let (back, written) = self.admissions.create(req, reuse).await?;
-                req = back;
-                match written? {
-                    Written::Took => {
-                        self.notifier.poke();
-                        let new = req.create.as_ref().expect("a created intent");
-                        return Ok(AdmitOutcome::Created(plan::created(&req, new)));
-                    }
-                    // The key is held: answer from it below.
-                    Written::KeyHeld => {}
-                    Written::Again => continue,
-                    Written::Outdated => return Ok(AdmitOutcome::Outdated),
+/// Admits an intent: a new one is written with whatever else is waiting (see the module's
+/// documentation); a known key is answered from what it names.
+pub(super) async fn admit(store: &PgStore, mut req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+    let mut reuse = false;
+    for _ in 0..ADMIT_TRIES {
+        if req.create.is_some() {
+            let (back, written) = store.admissions.create(req, reuse).await?;
+            req = back;
+            match written? {
+                Written::Took => {
+                    store.notifier.poke();
+                    let new = req.create.as_ref().expect("a created intent");
+                    return Ok(AdmitOutcome::Created(plan::created(&req, new)));
                 }
+                // The key is held: answer from it below.
+                Written::KeyHeld => {}
+                Written::Again => continue,
+                Written::Outdated => return Ok(AdmitOutcome::Outdated),
             }
-            let mut conn = self.pool.acquire().await?;
-            if let Some(outcome) = answer_from_key(&mut conn, &req).await? {
-                return Ok(outcome);
-            }
-            // The key ran out (or was freed) between the two statements: take it now.
-            reuse = true;
         }
-        Err(StoreError::safe(format!(
-            "admission under key `{}` kept losing races for the key; retry",
-            req.scope.key
-        )))
+        let mut conn = store.pool.acquire().await?;
+        let mut tx = PgTx::on(&mut conn);
+        let key = admission::key_in_scope(&mut tx, &req.scope).await?;
+        if let Some(outcome) = admission::answer_from_key(&mut tx, &req, key).await? {
+            return Ok(outcome);
+        }
+        // The key ran out (or was freed) between the two statements: take it now.
+        reuse = true;
     }
+    Err(StoreError::safe(format!(
+        "admission under key `{}` kept losing races for the key; retry",
+        req.scope.key
+    )))
 }
 
 /// What became of one intent of a batch.
@@ -489,39 +480,4 @@ struct Events<'r> {
     attempts: Vec<Option<&'r str>>,
     texts: Vec<&'r str>,
     data: Vec<String>,
-}
-
-/// Answers from the key the admission's scope names: the workflow it points at (a replay,
-/// or a conflict when the input differs), `KeyFree` when it is free and nothing may be
-/// created, `None` when it is free and the intent may take it.
-async fn answer_from_key(
-    conn: &mut PgConnection,
-    req: &AdmitRequest,
-) -> PgResult<Option<AdmitOutcome>> {
-    let Some(k) = plan::live(key_in_scope(conn, &req.scope).await?, req.now) else {
-        return Ok(req.create.is_none().then_some(AdmitOutcome::KeyFree));
-    };
-    if k.input_digest != req.input.digest {
-        return Ok(Some(AdmitOutcome::Conflict {
-            workflow_id: k.workflow_id,
-        }));
-    }
-    let record = read::workflow_on(conn, &k.workflow_id)
-        .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("key points at missing {}", k.workflow_id)))?;
-    Ok(Some(AdmitOutcome::Replayed(record)))
-}
-
-/// The key in scope, expired or not.
-async fn key_in_scope(conn: &mut PgConnection, scope: &KeyScope) -> PgResult<Option<KeyRecord>> {
-    let row = sqlx::query(
-        "SELECT workflow_id, input_digest, expires_at FROM intent_keys
-         WHERE subject = $1 AND workflow = $2 AND key = $3",
-    )
-    .bind(&scope.subject.0)
-    .bind(&scope.workflow)
-    .bind(&scope.key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.as_ref().map(rows::key_record).transpose()?)
 }

@@ -28,7 +28,7 @@ mod tx;
 use super::plan;
 use super::rows;
 use super::{StoreError, StoreResult};
-use crate::intent::{Millis, NewEvent, WorkflowId};
+use crate::intent::{Millis, NewEvent, StepState, WorkflowId};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use std::time::Duration;
@@ -288,6 +288,69 @@ pub(crate) async fn insert_events(
     .bind(&c.attempts)
     .bind(&c.texts)
     .bind(&c.data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts a new workflow's steps (ready when they depend on nothing), in definition order,
+/// and their dependencies.
+pub(crate) async fn insert_steps(
+    conn: &mut PgConnection,
+    new: &crate::store::NewWorkflow,
+    now: Millis,
+) -> PgResult<()> {
+    let n = new.steps.len();
+    let (mut steps, mut states, mut ready_at) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut roles, mut triggers, mut reads) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut dep_steps, mut depends_on) = (Vec::new(), Vec::new());
+    for step in &new.steps {
+        let ready = step.depends_on.is_empty();
+        steps.push(step.id.as_str());
+        states.push(
+            if ready {
+                StepState::Ready
+            } else {
+                StepState::Pending
+            }
+            .as_str(),
+        );
+        ready_at.push(ready.then_some(now as i64));
+        roles.push(step.role.as_str());
+        triggers.push(rows::triggers_text(&step.compensate_on));
+        reads.push(plan::reads_text(step.reads.as_deref())?);
+        for d in &step.depends_on {
+            dep_steps.push(step.id.as_str());
+            depends_on.push(d.as_str());
+        }
+    }
+    sqlx::query(
+        "WITH steps AS (
+             INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
+             SELECT $1, s, st, r, ro, co, rd
+             FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[],
+                     $7::TEXT[]) WITH ORDINALITY AS t(s, st, r, ro, co, rd, n)
+             ORDER BY n)
+         INSERT INTO step_deps (workflow_id, step, depends_on)
+         SELECT $1, s, d FROM UNNEST($8::TEXT[], $9::TEXT[]) AS t(s, d)",
+    )
+    .bind(new.workflow_id.as_str())
+    .bind(&steps)
+    .bind(&states)
+    .bind(&ready_at)
+    .bind(&roles)
+    .bind(&triggers)
+    .bind(&reads)
+    .bind(&dep_steps)
+    .bind(&depends_on)
     .execute(&mut *conn)
     .await?;
     Ok(())

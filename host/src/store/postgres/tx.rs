@@ -4,16 +4,17 @@
 
 use super::{DEADLOCK_TRIES, Fail, PgStore};
 use crate::store::plan::Param;
-use crate::store::tx::{Backend, Statements, Tx, TxBody, Write};
+use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
-    ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError, StoreResult, actions, budgets,
-    components, course, definitions, executor, late, leases, metrics, notifications, policies,
-    sessions,
+    AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
+    StoreResult, actions, admission, budgets, components, course, definitions, executor, late,
+    leases, metrics, notifications, policies, sessions,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
+    admission: admission::SQL,
     actions: actions::postgres::SQL,
     budgets: budgets::SQL,
     components: components::SQL,
@@ -57,9 +58,7 @@ impl PgTx<'_> {
 impl Tx for PgTx<'_> {
     type Row<'r> = PgRow;
 
-    fn sql(&self) -> &'static Statements {
-        &STATEMENTS
-    }
+    const SQL: &'static Statements = &STATEMENTS;
 
     async fn rows<T: Send>(
         &mut self,
@@ -91,6 +90,7 @@ impl Tx for PgTx<'_> {
                 now,
                 events,
             } => super::insert_events(conn, workflow, first, now, events).await,
+            Write::InsertSteps { new, now } => super::insert_steps(conn, new, now).await,
             Write::AddTallies { tallies, shard } => {
                 super::executor::add_tallies(conn, tallies, shard).await
             }
@@ -124,11 +124,7 @@ impl<'c> PgTx<'c> {
 impl Backend for PgStore {
     type Tx<'t> = PgTx<'t>;
 
-    async fn write<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static,
-    {
+    async fn write<A: TxArg, R: TxOut>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R> {
         let mut tries = 0;
         loop {
             tries += 1;
@@ -164,11 +160,7 @@ impl Backend for PgStore {
         }
     }
 
-    async fn read<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static,
-    {
+    async fn read<A: TxArg, R: TxOut>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R> {
         let mut conn = self.pool.acquire().await?;
         let mut tx = PgTx {
             conn: &mut conn,
@@ -188,6 +180,16 @@ impl Backend for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// The batch statement finds a known key itself.
+    fn key_read_first(&self) -> bool {
+        false
+    }
+
+    /// Batched with the admissions of other intents ([`super::admission`]).
+    async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+        super::admission::admit(self, req).await
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {

@@ -5,13 +5,14 @@
 use super::MultiRow;
 use super::tx::SqliteTx;
 use crate::intent::WorkflowId;
-use crate::store::executor;
 use crate::store::plan;
 use crate::store::rows::{self, Columns};
 use crate::store::tx::run_now;
 use crate::store::{
-    ClaimRequest, Claimed, FinishOutcome, FinishRequest, StepContext, StoreError, StoreResult,
+    AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StepContext,
+    StoreError, StoreResult,
 };
+use crate::store::{admission, executor};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Budget and identity of a workflow as a claim sees it.
@@ -242,4 +243,25 @@ pub(super) fn finish_and_claim(
         _ => None,
     };
     Ok((finished, claimed))
+}
+
+/// Admits an intent and, when it creates the workflow and this is the writer's only job,
+/// claims one of its first steps in the same commit (as [`finish_and_claim`] does).
+pub(super) fn admit_and_claim(
+    conn: &mut Connection,
+    req: &AdmitRequest,
+    next: &ClaimRequest,
+) -> StoreResult<(AdmitOutcome, Option<Claimed>)> {
+    let first = req.create.as_ref().and_then(|new| {
+        let step = new.steps.iter().find(|s| s.depends_on.is_empty())?;
+        Some((new.workflow_id.clone(), step.id.clone()))
+    });
+    let outcome = run_now(Box::pin(admission::admit(&mut SqliteTx::on(conn), req)))?;
+    let claimed = match (&outcome, first) {
+        (AdmitOutcome::Created(_), Some((workflow, step))) if super::writer::alone() => {
+            claim_step(conn, next, &workflow, &step)?
+        }
+        _ => None,
+    };
+    Ok((outcome, claimed))
 }

@@ -16,10 +16,7 @@ pub use writer::Hold;
 
 use super::plan;
 use super::rows;
-use super::tx::run_now;
-use super::{
-    AdmissionStore, AdmitOutcome, AdmitRequest, KeyRecord, KeyScope, StoreError, StoreResult,
-};
+use super::{StoreError, StoreResult};
 use crate::intent::{Millis, NewEvent, StepState, WorkflowId};
 use rusqlite::{Connection, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -230,56 +227,8 @@ pub(crate) fn each_row<T>(
     Ok(out)
 }
 
-/// The key in scope, expired or not.
-fn key_in_scope(conn: &Connection, scope: &KeyScope) -> StoreResult<Option<KeyRecord>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT workflow_id, input_digest, expires_at FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
-    )?;
-    let mut found = statement.query(params![&scope.subject.0, &scope.workflow, &scope.key])?;
-    found.next()?.map(rows::key_record).transpose()
-}
-
-impl AdmissionStore for SqliteStore {
-    async fn lookup_key(&self, scope: &KeyScope, now: Millis) -> StoreResult<Option<KeyRecord>> {
-        Ok(plan::live(
-            self.points.with(|conn| key_in_scope(conn, scope))?,
-            now,
-        ))
-    }
-
-    async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-        // New work is refused at once when the writer is saturated; work already admitted
-        // waits for its turn.
-        self.writer.try_write(move |conn| admit_tx(conn, req)).await
-    }
-
-    async fn admit_and_claim(
-        &self,
-        req: AdmitRequest,
-        next: crate::store::ClaimRequest,
-    ) -> StoreResult<(AdmitOutcome, Option<crate::store::Claimed>)> {
-        self.writer
-            .try_write(move |conn| {
-                let first = req.create.as_ref().and_then(|new| {
-                    let step = new.steps.iter().find(|s| s.depends_on.is_empty())?;
-                    Some((new.workflow_id.clone(), step.id.clone()))
-                });
-                let outcome = admit_tx(conn, req)?;
-                // As a finish's claim of its dependent: only when nothing else waits.
-                let claimed = match (&outcome, first) {
-                    (AdmitOutcome::Created(_), Some((workflow, step))) if writer::alone() => {
-                        executor::claim_step(conn, &next, &workflow, &step)?
-                    }
-                    _ => None,
-                };
-                Ok((outcome, claimed))
-            })
-            .await
-    }
-}
-
 /// The rows of a new workflow's steps and their dependencies, one statement each.
-fn insert_steps(
+pub(crate) fn insert_steps(
     conn: &Connection,
     new: &crate::store::NewWorkflow,
     now: Millis,
@@ -334,98 +283,6 @@ fn insert_steps(
         }
     }
     DEPS.insert(conn, &deps)
-}
-
-fn admit_tx(conn: &mut Connection, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
-    let existing = key_in_scope(conn, &req.scope)?;
-    if let Some(k) = plan::live(existing.clone(), req.now) {
-        if k.input_digest != req.input.digest {
-            return Ok(AdmitOutcome::Conflict {
-                workflow_id: k.workflow_id,
-            });
-        }
-        let record = read::workflow_tx(conn, &k.workflow_id)?.ok_or_else(|| {
-            StoreError::Corrupt(format!("key points at missing {}", k.workflow_id))
-        })?;
-        return Ok(AdmitOutcome::Replayed(record));
-    }
-    // A refused new intent changes nothing, not even an expired key.
-    let Some(new) = &req.create else {
-        return Ok(AdmitOutcome::KeyFree);
-    };
-    // Built on a version since superseded (deployed by another process): built again.
-    let outdated: bool = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM definitions WHERE name = ? AND version > ?)")?
-        .query_row(
-            params![&req.scope.workflow, i64::from(new.definition_version)],
-            |r| r.get(0),
-        )?;
-    if outdated {
-        return Ok(AdmitOutcome::Outdated);
-    }
-    if existing.is_some() {
-        // Past its retention: the key is free again.
-        conn.prepare_cached(
-            "DELETE FROM intent_keys WHERE subject = ? AND workflow = ? AND key = ?",
-        )?
-        .execute(params![
-            &req.scope.subject.0,
-            &req.scope.workflow,
-            &req.scope.key
-        ])?;
-    }
-    let id = new.workflow_id.as_str();
-    conn.prepare_cached(
-        "INSERT INTO workflows (workflow_id, workflow, definition_version, subject, idempotency_key,
-             input, input_digest, state, created_at, deadline_at, key_retention_ms, next_seq, replaces,
-             policy_at_admission, policy_current, trace_parent)
-         VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        id,
-        &req.scope.workflow,
-        new.definition_version as i64,
-        &req.scope.subject.0,
-        &req.scope.key,
-        &req.input.text,
-        &req.input.digest,
-        req.now as i64,
-        new.deadline_at as i64,
-        new.key_retention_ms as i64,
-        new.events.len() as i64 + 1,
-        new.replaces.as_ref().map(WorkflowId::as_str),
-        i64::from(new.policy_version),
-        i64::from(new.policy_version),
-        new.trace_parent.as_deref(),
-    ])?;
-    if let Some(original) = &new.replaces {
-        conn.prepare_cached(
-            "UPDATE workflows SET replaced_by = ? WHERE workflow_id = ? AND replaced_by IS NULL",
-        )?
-        .execute(params![id, original.as_str()])?;
-    }
-    conn.prepare_cached(
-        "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest) VALUES (?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        &req.scope.subject.0,
-        &req.scope.workflow,
-        &req.scope.key,
-        id,
-        &req.input.digest
-    ])?;
-    insert_steps(conn, new, req.now)?;
-    if !new.events.is_empty() {
-        insert_events(conn, &new.workflow_id, 1, req.now, &new.events)?;
-    }
-    let created = plan::created(&req, new);
-    run_now(Box::pin(crate::store::notifications::outbox_for(
-        &mut tx::SqliteTx::on(conn),
-        &created,
-        crate::notify::EventType::Recorded,
-        req.now,
-    )))?;
-    Ok(AdmitOutcome::Created(created))
 }
 
 #[cfg(test)]

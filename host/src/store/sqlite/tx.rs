@@ -5,15 +5,17 @@
 use super::SqliteStore;
 use crate::store::StoreError;
 use crate::store::plan::Param;
-use crate::store::tx::{Backend, Statements, Tx, TxBody, Write, run_now};
+use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write, run_now};
 use crate::store::{
-    ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult, actions, budgets, components,
-    course, definitions, executor, late, leases, metrics, notifications, policies, sessions,
+    AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult,
+    actions, admission, budgets, components, course, definitions, executor, late, leases, metrics,
+    notifications, policies, sessions,
 };
 use rusqlite::Connection;
 
 /// SQLite's statements.
 static STATEMENTS: Statements = Statements {
+    admission: admission::SQL,
     actions: actions::SQL,
     budgets: budgets::sqlite::SQL,
     components: components::sqlite::SQL,
@@ -72,9 +74,7 @@ pub(crate) struct SqliteTx<'c> {
 impl Tx for SqliteTx<'_> {
     type Row<'r> = rusqlite::Row<'r>;
 
-    fn sql(&self) -> &'static Statements {
-        &STATEMENTS
-    }
+    const SQL: &'static Statements = &STATEMENTS;
 
     async fn rows<T: Send>(
         &mut self,
@@ -112,6 +112,7 @@ impl Tx for SqliteTx<'_> {
                 now,
                 events,
             } => super::insert_events(conn, workflow, first, now, events),
+            Write::InsertSteps { new, now } => super::insert_steps(conn, new, now),
             Write::AddTallies { tallies, shard } => add_tallies(conn, tallies, shard),
         }
     }
@@ -164,11 +165,7 @@ impl rusqlite::ToSql for Param<'_> {
 impl Backend for SqliteStore {
     type Tx<'t> = SqliteTx<'t>;
 
-    async fn write<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static,
-    {
+    async fn write<A: TxArg, R: TxOut>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R> {
         self.writer
             .write(move |conn| {
                 let mut tx = SqliteTx { conn };
@@ -177,11 +174,22 @@ impl Backend for SqliteStore {
             .await
     }
 
-    async fn read<A, R>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R>
-    where
-        A: Send + Sync + 'static,
-        R: Send + 'static,
-    {
+    /// New work is refused at once when the writer is saturated; work already admitted
+    /// waits for its turn.
+    async fn write_new<A: TxArg, R: TxOut>(
+        &self,
+        arg: A,
+        body: TxBody<Self, A, R>,
+    ) -> StoreResult<R> {
+        self.writer
+            .try_write(move |conn| {
+                let mut tx = SqliteTx { conn };
+                run_now(body(&mut tx, &arg))
+            })
+            .await
+    }
+
+    async fn read<A: TxArg, R: TxOut>(&self, arg: A, body: TxBody<Self, A, R>) -> StoreResult<R> {
         self.points.with(|conn| {
             let mut tx = SqliteTx { conn };
             run_now(body(&mut tx, &arg))
@@ -204,6 +212,16 @@ impl Backend for SqliteStore {
     ) -> StoreResult<(FinishOutcome, Option<Claimed>)> {
         self.writer
             .write(move |conn| super::executor::finish_and_claim(conn, &req, &next))
+            .await
+    }
+
+    async fn admit_and_claim(
+        &self,
+        req: AdmitRequest,
+        next: ClaimRequest,
+    ) -> StoreResult<(AdmitOutcome, Option<Claimed>)> {
+        self.writer
+            .try_write(move |conn| super::executor::admit_and_claim(conn, &req, &next))
             .await
     }
 
