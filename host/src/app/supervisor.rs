@@ -268,8 +268,13 @@ mod tests {
         stop.cancel();
         let (name, end) = tasks.next_end().await.unwrap();
         assert_eq!((name, end), ("retention", TaskEnd::Returned));
-        // Every round that ran was counted, and only under its own kind.
-        assert_eq!(ticks.get(Tick::Retention), rounds.load(Ordering::SeqCst));
+        // Every round that ran was counted, and only under its own kind — but for one
+        // under way at the stop, which finishes uncounted.
+        let (counted, ran) = (ticks.get(Tick::Retention), rounds.load(Ordering::SeqCst));
+        assert!(
+            ran == counted || ran == counted + 1,
+            "{ran} rounds, {counted} counted"
+        );
         assert_eq!(ticks.get(Tick::Checker), 0);
     }
 

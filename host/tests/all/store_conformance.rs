@@ -18,7 +18,9 @@ mod outbox;
 mod sessions;
 mod wakeups;
 
-/// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`.
+/// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`,
+/// and once more on PostgreSQL writing each finish and new intent on its own
+/// (`postgres_one_at_a_time::<case>`): the batches and the shared rules give one answer.
 macro_rules! conformance {
     ($($module:ident :: $case:ident),+ $(,)?) => {
         mod sqlite {
@@ -34,6 +36,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     crate::store_conformance::backends::with_postgres(crate::store_conformance::$module::$case).await;
+                }
+            )+
+        }
+        mod postgres_one_at_a_time {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    crate::store_conformance::backends::with_postgres_one_at_a_time(crate::store_conformance::$module::$case).await;
                 }
             )+
         }

@@ -272,7 +272,14 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
             .await?
             .map(AttemptId);
         let output = r.output.to_string();
-        let values = plan::receipt_params(r, id, step, latest.as_ref(), &output, req.now);
+        let values = crate::store::executor::plan::receipt_params(
+            r,
+            id,
+            step,
+            latest.as_ref(),
+            &output,
+            req.now,
+        );
         super::executor::insert_receipt(tx, &values).await?;
         let released = super::executor::release_dependents(tx, id, req.now).await?;
         events.extend(NewEvent::released(&released));

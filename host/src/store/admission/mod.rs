@@ -5,7 +5,9 @@
 //! are written in one transaction. PostgreSQL writes the new intents of many admissions in
 //! one statement instead ([`Backend::admit`]), and answers known keys with the same rules.
 
-use super::plan::{self, values};
+pub(crate) mod plan;
+pub(crate) mod postgres;
+use super::plan::values;
 use super::reads;
 use super::rows;
 use super::tx::{Backend, Tx, Write};
@@ -16,7 +18,9 @@ use super::{
 use crate::intent::{Millis, WorkflowId};
 
 /// The statements of admission. Parameters, in order:
-/// - `key` (the key in scope, expired or not), `free_key`: subject, workflow, key;
+/// - `hold_key` (held to the commit, so that two admissions under one key run one after
+///   the other), `key` (the key in scope, expired or not), `free_key`: subject, workflow,
+///   key;
 /// - `outdated` (whether a newer version is deployed): definition name, version;
 /// - `insert_workflow`: workflow id, workflow, definition version, subject, key, input,
 ///   input digest, created at, deadline, key retention, next sequence number, replaced
@@ -24,6 +28,7 @@ use crate::intent::{Millis, WorkflowId};
 /// - `replace`: new workflow id, replaced workflow id;
 /// - `insert_key`: subject, workflow, key, workflow id, input digest.
 pub(crate) struct Sql {
+    pub hold_key: &'static str,
     pub key: &'static str,
     pub free_key: &'static str,
     pub outdated: &'static str,
@@ -34,6 +39,8 @@ pub(crate) struct Sql {
 
 /// The statements as both databases run them (see [`super::tx`] on placeholders).
 pub(crate) const SQL: Sql = Sql {
+    // One writer at a time: the key is held by the transaction itself.
+    hold_key: "SELECT $1 AS subject, $2 AS workflow, $3 AS key",
     key: "SELECT workflow_id, input_digest, expires_at FROM intent_keys
           WHERE subject = $1 AND workflow = $2 AND key = $3",
     free_key: "DELETE FROM intent_keys WHERE subject = $1 AND workflow = $2 AND key = $3",
@@ -91,7 +98,19 @@ pub(crate) async fn answer_from_key<T: Tx>(
 
 /// Admits one intent in the caller's transaction (see [`AdmissionStore::admit`]).
 pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<AdmitOutcome> {
-    let existing = key_in_scope(tx, &req.scope).await?;
+    let scope = &req.scope;
+    let hold = tx.sql().admission.hold_key;
+    tx.rows(
+        hold,
+        &values![
+            scope.subject.0.as_str(),
+            scope.workflow.as_str(),
+            scope.key.as_str()
+        ],
+        |_| Ok(()),
+    )
+    .await?;
+    let existing = key_in_scope(tx, scope).await?;
     let expired = existing.is_some();
     if let Some(answer) = answer_from_key(tx, req, existing).await? {
         return Ok(answer);
@@ -101,7 +120,6 @@ pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<
         return Ok(AdmitOutcome::KeyFree);
     };
     let sql = &tx.sql().admission;
-    let scope = &req.scope;
     let key = values![
         scope.subject.0.as_str(),
         scope.workflow.as_str(),

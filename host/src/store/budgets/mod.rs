@@ -1,10 +1,11 @@
 //! Budget extensions (the steps they free) and the deadline warnings of workflows that
 //! wait for a person, written once for every backend.
 
+pub(crate) mod plan;
 pub(crate) mod sqlite;
 
 use super::actions::{self, lock_workflow, store_answer};
-use super::plan::{self, values};
+use super::plan::values;
 use super::rows::Columns;
 use super::tx::{Backend, Tx, Write};
 use super::{ActionAnswer, BudgetStore, ExtendAnswer, ExtendRequest, StoreResult};
@@ -55,8 +56,11 @@ async fn extend<T: Tx>(tx: &mut T, req: &ExtendRequest) -> StoreResult<ExtendAns
     let sql = &tx.sql().budgets;
     let (set_added, blocked, release) = (sql.set_added, sql.blocked_by_budget, sql.release);
     let added = record.budget_added.plus(&req.add);
-    tx.exec(set_added, &values![&plan::json_text(&added)?, id.as_str()])
-        .await?;
+    tx.exec(
+        set_added,
+        &values![&crate::store::plan::json_text(&added)?, id.as_str()],
+    )
+    .await?;
     let used = record.budget_used();
     let stays = Limits::of(&req.base, &added).still_exhausted(&used);
     let blocked = tx

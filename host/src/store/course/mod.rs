@@ -2,10 +2,11 @@
 //! (under a key, with the course settled in the same transaction), its input's revisions,
 //! and the answers remembered under an operator's key.
 
+pub(crate) mod plan;
 pub(crate) mod sqlite;
 
 use super::actions::{self, lock_workflow, store_answer};
-use super::plan::{self, values};
+use super::plan::values;
 use super::rows::{self, Columns};
 use super::tx::{Backend, Tx};
 use super::{
@@ -134,7 +135,7 @@ async fn cancel<T: Tx>(tx: &mut T, req: &CancelRequest) -> StoreResult<CancelAns
             return Ok(CancelAnswer::Refused(refusal));
         }
     };
-    let consequences = plan::json_text(&record.consequences)?;
+    let consequences = crate::store::plan::json_text(&record.consequences)?;
     let sql = &tx.sql().course;
     let (insert, set_cancel_on) = (sql.insert_cancellation, sql.set_cancel_on);
     tx.exec(
@@ -209,8 +210,8 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
     let record = plan::revision_record(req, revision_plan);
     let n = i64::from(record.input_revision);
     let (invalidated, kept) = (
-        plan::json_text(&record.invalidated_steps)?,
-        plan::json_text(&record.kept_receipts)?,
+        crate::store::plan::json_text(&record.invalidated_steps)?,
+        crate::store::plan::json_text(&record.kept_receipts)?,
     );
     let sql = &tx.sql().course;
     let (set_input, insert_revision, rerun) = (sql.set_input, sql.insert_revision, sql.rerun);
@@ -251,7 +252,12 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
     let events = [plan::revision_event(&record)];
     tx.tell_and_settle(id, req.now, &events, state, false)
         .await?;
-    store_answer(tx, s, &ActionAnswer::Applied(plan::json_text(&record)?)).await?;
+    store_answer(
+        tx,
+        s,
+        &ActionAnswer::Applied(crate::store::plan::json_text(&record)?),
+    )
+    .await?;
     Ok(ReviseAnswer::Applied(record))
 }
 

@@ -5,6 +5,7 @@
 //! request's input digest, the budget's counters, the release of dependents — are here.
 
 mod checkpoint;
+pub(crate) mod plan;
 mod settle;
 pub(crate) mod sqlite;
 
@@ -13,7 +14,7 @@ pub(crate) use settle::{recompute_state, recompute_state_tallying};
 
 use super::StepTransition;
 use super::leases;
-use super::plan::{self, Param, values};
+use super::plan::{Param, values};
 use super::rows::{self, Columns};
 use super::tx::{Backend, Tx, Write};
 use super::{
@@ -33,7 +34,7 @@ use std::sync::LazyLock;
 /// - `note_policy`: policy version, workflow id; `spend_exception`: workflow id, step;
 /// - `finish_step`: state, ready at, next trigger, uncertain since, receipt id, note,
 ///   workflow id, step, lease token, expired before, blocked, decided at, attempt id;
-/// - `counters`: workflow id; `charge`: runtime, events, workflow id, attempts given back,
+/// - `counters` (holding the workflow's row): workflow id; `charge`: runtime, events, workflow id, attempts given back,
 ///   queries from the reserve;
 /// - `pending`: workflow id; `after`: workflow id, step; `release`: now, workflow id, step;
 /// - `roles`, `deps`: workflow id; `set_step_state`: state, workflow id, step;
@@ -155,7 +156,7 @@ pub(crate) const SQL: Sql = Sql {
                     AND ($10 IS NULL OR lease_expires_at < $10)
                     AND ($12 IS NULL
                          OR (SELECT checkpoint FROM attempts WHERE attempt_id = $13) = $12)",
-    counters: "SELECT next_seq, state, cancel_on FROM workflows WHERE workflow_id = $1",
+    counters: "SELECT next_seq, state, cancel_on FROM workflows WHERE workflow_id = $1 FOR UPDATE",
     charge: "UPDATE workflows SET runtime_used_ms = runtime_used_ms + $1,
                  next_seq = next_seq + $2, attempts_used = attempts_used - $4,
                  recovery_queries_used = recovery_queries_used + $5
@@ -280,6 +281,18 @@ pub(crate) async fn finish<T: Tx>(tx: &mut T, req: &FinishRequest) -> StoreResul
     )
     .await?;
     note_policy(tx, fence, &req.facts).await?;
+    // The workflow's row is held from here (PostgreSQL), so the dependents' check below
+    // sees every step a concurrent finish of this workflow committed.
+    let (first, current, cancelled) = tx
+        .row(sql.counters, &values![id], |r| {
+            Ok((
+                r.int("next_seq")?,
+                rows::parse::<WorkflowState>(&r.text("state")?)?,
+                r.opt_text("cancel_on")?.is_some(),
+            ))
+        })
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("workflow {id} vanished")))?;
     let mut released = Vec::new();
     if let StepTransition::Succeeded(r) = &req.transition {
         let output = r.output.to_string();
@@ -296,16 +309,6 @@ pub(crate) async fn finish<T: Tx>(tx: &mut T, req: &FinishRequest) -> StoreResul
     }
     let mut events = req.events.clone();
     events.extend(NewEvent::released(&released));
-    let (first, current, cancelled) = tx
-        .row(sql.counters, &values![id], |r| {
-            Ok((
-                r.int("next_seq")?,
-                rows::parse::<WorkflowState>(&r.text("state")?)?,
-                r.opt_text("cancel_on")?.is_some(),
-            ))
-        })
-        .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("workflow {id} vanished")))?;
     tx.exec(
         sql.charge,
         &values![

@@ -5,7 +5,7 @@
 use crate::course;
 use crate::intent::{Millis, StepRole, StepState, WorkflowId, WorkflowState};
 use crate::store::metrics::Tallies;
-use crate::store::plan::{self, values};
+use crate::store::plan::values;
 use crate::store::rows::{self, Columns, parse};
 use crate::store::tx::{Tx, Write};
 use crate::store::{StoreError, StoreResult};
@@ -44,7 +44,7 @@ pub(crate) async fn recompute_state_tallying<T: Tx>(
     ends: &mut Tallies,
 ) -> StoreResult<WorkflowState> {
     let steps = settle_course(tx, id, cancelled, now).await?;
-    let Some(change) = plan::state_change(current, cancelled, steps, now) else {
+    let Some(change) = super::plan::state_change(current, cancelled, steps, now) else {
         return Ok(current);
     };
     let sql = &tx.sql().executor;
@@ -164,5 +164,5 @@ async fn settle_course<T: Tx>(
         events: &settlement.events,
     })
     .await?;
-    Ok(plan::settled(&steps, &settlement))
+    Ok(crate::store::course::plan::settled(&steps, &settlement))
 }

@@ -14,6 +14,7 @@ pub(crate) const SQL: super::Sql = super::Sql {
                   WHERE workflow_id = $2",
     // Definition order is the order the steps were inserted in.
     pending: "SELECT step FROM steps WHERE workflow_id = $1 AND state = 'pending' ORDER BY rowid",
+    counters: "SELECT next_seq, state, cancel_on FROM workflows WHERE workflow_id = $1",
     expired: &EXPIRED,
     ..super::SQL
 };

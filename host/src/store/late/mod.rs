@@ -2,8 +2,9 @@
 //! reply), written once for every backend: kept on its attempt, and judged against the step
 //! it belongs to — an unknown outcome it settles, a standing receipt it contradicts.
 
+pub(crate) mod plan;
 use super::actions::lock_workflow;
-use super::plan::{self, values};
+use super::plan::values;
 use super::rows::{self, Columns};
 use super::tx::{Tx, Write};
 use super::{LateEvidence, StoreResult};
@@ -46,7 +47,7 @@ pub(crate) async fn evidence<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreRes
     // The workflow row's lock first, as every step change takes it: the late result may
     // move its step.
     let (current, cancelled) = lock_workflow(tx, &late.workflow_id).await?;
-    let result = plan::result_text(&late.facts)?;
+    let result = crate::store::executor::plan::result_text(&late.facts)?;
     let keep = tx.sql().late.keep;
     tx.exec(
         keep,
@@ -112,8 +113,14 @@ async fn judge<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreResult<Option<Vec
         plan::LateVerdict::Kept => return Ok(None),
         plan::LateVerdict::Settles(receipt) => {
             let output = receipt.output.to_string();
-            let values =
-                plan::receipt_params(&receipt, id, &step, Some(&late.attempt_id), &output, now);
+            let values = crate::store::executor::plan::receipt_params(
+                &receipt,
+                id,
+                &step,
+                Some(&late.attempt_id),
+                &output,
+                now,
+            );
             super::executor::insert_receipt(tx, &values).await?;
             tx.exec(
                 settle,
@@ -139,7 +146,7 @@ async fn judge<T: Tx>(tx: &mut T, late: &LateEvidence) -> StoreResult<Option<Vec
             late: named,
         } => {
             let blocked = plan::contradiction(&standing, &named);
-            let text = plan::blocked_text(Some(&blocked))?;
+            let text = crate::store::executor::plan::blocked_text(Some(&blocked))?;
             tx.exec(
                 contradict,
                 &values![

@@ -2,6 +2,7 @@
 //! (on PostgreSQL, by many hosts at once, each skipping the rows another holds), settled by
 //! their holder, listed, expired and pruned.
 
+pub(crate) mod plan;
 /// The claim's statement, `$lock` the lock a backend takes on the rows.
 macro_rules! claim {
     ($lock:literal) => {
@@ -38,7 +39,7 @@ macro_rules! expire {
 
 pub(crate) mod postgres;
 
-use super::plan::{self, values};
+use super::plan::values;
 use super::rows;
 use super::tx::{Backend, Tx};
 use super::{

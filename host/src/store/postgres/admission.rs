@@ -53,7 +53,9 @@ pub(super) async fn admit(store: &PgStore, mut req: AdmitRequest) -> StoreResult
                 Written::Took => {
                     store.notifier.poke();
                     let new = req.create.as_ref().expect("a created intent");
-                    return Ok(AdmitOutcome::Created(plan::created(&req, new)));
+                    return Ok(AdmitOutcome::Created(
+                        crate::store::admission::plan::created(&req, new),
+                    ));
                 }
                 // The key is held: answer from it below.
                 Written::KeyHeld => {}
@@ -300,7 +302,7 @@ fn create_all_sql(replaced: &str, on_conflict: &str) -> String {
          UNION ALL
          SELECT t.id, FALSE FROM UNNEST($4::TEXT[], $2::TEXT[], $7::BIGINT[]) AS t(id, w, v)
          WHERE EXISTS (SELECT 1 FROM definitions x WHERE x.name = t.w AND x.version > t.v)",
-        outbox = plan::OUTBOX_INSERT
+        outbox = crate::store::notifications::plan::OUTBOX_INSERT
     )
 }
 
@@ -315,8 +317,12 @@ async fn create_all(pool: &PgPool, reqs: &[AdmitRequest], reuse: bool) -> PgResu
             .as_ref()
             .ok_or_else(|| StoreError::never("an admission with nothing to create was queued"))?;
         let id = new.workflow_id.as_str();
-        let created = plan::created(req, new);
-        let told = plan::notification(&created, crate::notify::EventType::Recorded, req.now);
+        let created = crate::store::admission::plan::created(req, new);
+        let told = crate::store::notifications::plan::notification(
+            &created,
+            crate::notify::EventType::Recorded,
+            req.now,
+        );
         intents.subjects.push(req.scope.subject.0.as_str());
         intents.workflows.push(req.scope.workflow.as_str());
         intents.keys.push(req.scope.key.as_str());

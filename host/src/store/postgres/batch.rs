@@ -30,7 +30,7 @@ use crate::course;
 use crate::intent::{NewEvent, StepRole, StepState, WorkflowState};
 use crate::store::executor as shared;
 use crate::store::metrics::{TALLY_SHARDS, Tallies};
-use crate::store::plan::{self, Param};
+use crate::store::plan::Param;
 use crate::store::rows::{Columns, parse};
 use crate::store::{FinishOutcome, FinishRequest, Retry, StepTransition, StoreError, StoreResult};
 use sqlx::PgPool;
@@ -157,9 +157,9 @@ impl Texts {
     fn of(req: &FinishRequest) -> StoreResult<Self> {
         Ok(Self {
             log: req.log.to_string(),
-            result: plan::result_text(&req.facts)?,
-            policy: plan::policy_text(&req.facts)?,
-            blocked: plan::blocked_text(req.blocked.as_ref())?,
+            result: crate::store::executor::plan::result_text(&req.facts)?,
+            policy: crate::store::executor::plan::policy_text(&req.facts)?,
+            blocked: crate::store::executor::plan::blocked_text(req.blocked.as_ref())?,
             output: match &req.transition {
                 StepTransition::Succeeded(r) => Some(r.output.to_string()),
                 _ => None,
@@ -279,7 +279,8 @@ pub(crate) async fn finish_batch_tx(
             )
             .await;
             tx.outcome(next)?
-        } else if let Some(change) = plan::state_change(state, cancelled, rows.iter().copied(), now)
+        } else if let Some(change) =
+            crate::store::executor::plan::state_change(state, cancelled, rows.iter().copied(), now)
         {
             // Planned from the rows in hand; written with the others' below.
             let next = change.next;
@@ -298,7 +299,7 @@ pub(crate) async fn finish_batch_tx(
     executor::add_tallies(conn, &ends, shard).await?;
     for &i in &done {
         let r = &reqs[i];
-        if plan::compensated_now(&r.transition, &r.fence.step) {
+        if crate::store::executor::plan::compensated_now(&r.transition, &r.fence.step) {
             let mut tx = PgTx::on(conn);
             let told = crate::store::notifications::outbox(
                 &mut tx,
@@ -364,7 +365,7 @@ async fn fence(
         blocked.push(t.blocked.as_deref());
         expired.push(r.expired_before.map(|v| v as i64));
         decided.push(r.decided_at.map(i64::from));
-        facts.push(plan::facts_params(
+        facts.push(crate::store::executor::plan::facts_params(
             &r.attempt_id,
             r.checkpoint,
             &r.facts,
@@ -458,7 +459,7 @@ async fn receipts_and_release(
         if let (StepTransition::Succeeded(receipt), Some(output)) =
             (&r.transition, &texts[i].output)
         {
-            receipts.push(plan::receipt_params(
+            receipts.push(crate::store::executor::plan::receipt_params(
                 receipt,
                 &r.fence.workflow_id,
                 &r.fence.step,
@@ -495,7 +496,7 @@ async fn receipts_and_release(
                      AND s2.state <> 'succeeded')
              RETURNING s.workflow_id, s.step, s.ord)
          SELECT workflow_id, step FROM released ORDER BY workflow_id, ord",
-        plan::RECEIPT_INSERT_COLUMNS
+        crate::store::executor::plan::RECEIPT_INSERT_COLUMNS
     )))
     .persistent(false);
     let mut released: HashMap<String, Vec<String>> = HashMap::new();
@@ -533,8 +534,8 @@ async fn counters_and_timeline(
             [0; 4]
         });
         sum[0] += r.runtime_ms as i64;
-        sum[1] += plan::uncharged(r.charge);
-        sum[2] += plan::from_reserve(r.charge);
+        sum[1] += crate::store::executor::plan::uncharged(r.charge);
+        sum[2] += crate::store::executor::plan::from_reserve(r.charge);
         for e in &events[i] {
             sum[3] += 1;
             e_wf.push(wf);

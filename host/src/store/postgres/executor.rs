@@ -58,7 +58,7 @@ pub(crate) fn bind<'q>(query: PgQuery<'q>, value: plan::Param<'q>) -> PgQuery<'q
 /// A workflow's change of state, planned from its steps read under its lock.
 pub(crate) struct Planned<'a> {
     pub id: &'a WorkflowId,
-    pub change: plan::StateChange,
+    pub change: crate::store::executor::plan::StateChange,
     pub now: Millis,
 }
 
@@ -129,7 +129,9 @@ pub(crate) async fn apply_state_changes(
             StoreError::Corrupt(format!("{} changed state unplanned", record.workflow_id))
         })?;
         if let Some(event) = p.change.notify {
-            told.push(plan::notification(&record, event, p.now));
+            told.push(crate::store::notifications::plan::notification(
+                &record, event, p.now,
+            ));
         }
         if p.change.next.is_ended() {
             ends.end(&record, p.change.next, p.now);
@@ -147,7 +149,7 @@ pub(crate) async fn apply_state_changes(
             "{} SELECT n, w, t, r, b, a, a
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
                  $6::BIGINT[]) AS x(n, w, t, r, b, a)",
-            plan::OUTBOX_INSERT
+            crate::store::notifications::plan::OUTBOX_INSERT
         )))
         .persistent(false)
         .bind(told.iter().map(|t| t.id.as_str()).collect::<Vec<_>>())

@@ -137,6 +137,8 @@ pub struct PgStore {
     notifier: std::sync::Arc<Notifier>,
     finishes: batch::Finishes,
     admissions: admission::Admissions,
+    /// Whether finishes and new intents are written in batches (the default).
+    batched: bool,
 }
 
 impl PgStore {
@@ -173,7 +175,16 @@ impl PgStore {
             notifier,
             finishes,
             admissions,
+            batched: true,
         })
+    }
+
+    /// This store, writing each finish and each new intent in a transaction of its own
+    /// through the rules every backend shares, rather than in batches with other
+    /// workflows' (the store conformance suite holds the batches to the same answers).
+    pub fn one_at_a_time(mut self) -> Self {
+        self.batched = false;
+        self
     }
 
     /// Closes every connection of the pool (and stops listening and notifying).

@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
-    admission: admission::SQL,
+    admission: admission::postgres::SQL,
     actions: actions::postgres::SQL,
     budgets: budgets::SQL,
     components: components::SQL,
@@ -189,6 +189,15 @@ impl Backend for PgStore {
 
     /// Batched with the admissions of other intents ([`super::admission`]).
     async fn admit(&self, req: AdmitRequest) -> StoreResult<AdmitOutcome> {
+        if !self.batched {
+            let admitted = self
+                .write(req, |tx, req| Box::pin(admission::admit(tx, req)))
+                .await?;
+            if matches!(admitted, AdmitOutcome::Created(_)) {
+                self.notifier.poke();
+            }
+            return Ok(admitted);
+        }
         super::admission::admit(self, req).await
     }
 
@@ -198,6 +207,11 @@ impl Backend for PgStore {
 
     /// Batched with the finishes of other workflows ([`super::batch`]).
     async fn finish(&self, req: FinishRequest) -> StoreResult<FinishOutcome> {
+        if !self.batched {
+            return self
+                .write(req, |tx, req| Box::pin(executor::finish(tx, req)))
+                .await;
+        }
         self.finishes.finish(req).await
     }
 

@@ -59,10 +59,31 @@ where
     F: FnOnce(PgStore) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    on_postgres(case, false).await
+}
+
+/// [`with_postgres`], the store writing each finish and new intent on its own
+/// ([`PgStore::one_at_a_time`]).
+pub async fn with_postgres_one_at_a_time<F, Fut>(case: F)
+where
+    F: FnOnce(PgStore) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    on_postgres(case, true).await
+}
+
+async fn on_postgres<F, Fut>(case: F, one_at_a_time: bool)
+where
+    F: FnOnce(PgStore) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let database = crate::postgres::TestDatabase::create().await;
-    let store = PgStore::connect(&database.url)
+    let mut store = PgStore::connect(&database.url)
         .await
         .expect("connecting to the test database");
+    if one_at_a_time {
+        store = store.one_at_a_time();
+    }
     // A spawned task turns a failing case into a JoinError, so the database is dropped
     // before the failure is passed on.
     let outcome = tokio::spawn(case(store.clone())).await;
