@@ -489,6 +489,56 @@ async fn a_registry_tick_takes_up_an_activation_made_elsewhere() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_registry_tick_warns_once_of_a_deadline_drawing_near_a_workflow_in_review() {
+    let h = Harness::new().await;
+    let id = h.submit("near-1").await;
+    let c = h
+        .store
+        .claim(ClaimRequest {
+            owner: "unit-host".into(),
+            now: h.clock.now_ms(),
+            lease_ms: 60_000,
+            limit: 1,
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    // The attempt ends with its outcome unknown and nothing automatic left: a person decides.
+    h.store
+        .finish(crate::store::FinishRequest {
+            fence: c.fence.clone(),
+            attempt_id: c.attempt_id.clone(),
+            checkpoint: 3,
+            facts: Default::default(),
+            transition: crate::store::StepTransition::Terminal(StepState::OutcomeUnknown),
+            note: None,
+            log: json!(null),
+            runtime_ms: 0,
+            events: vec![],
+            now: h.clock.now_ms(),
+            expired_before: None,
+            decided_at: None,
+            blocked: None,
+            charge: Default::default(),
+        })
+        .await
+        .unwrap();
+    let wf = h.store.workflow(&id).await.unwrap().unwrap();
+    assert_eq!(wf.state, crate::intent::WorkflowState::NeedsReview);
+    let warned = |timeline: &str| timeline.matches("Deadline approaching").count();
+    // Early in its one hour: nothing to tell.
+    crate::catalog::catch_up(&h.components, &h.store, h.clock.now_ms()).await;
+    assert_eq!(warned(&h.timeline(&id).await), 0);
+    // Within the last fifth of its span: told once, however often the tick runs.
+    h.clock.advance(49 * 60 * 1000);
+    for _ in 0..2 {
+        crate::catalog::catch_up(&h.components, &h.store, h.clock.now_ms()).await;
+    }
+    let timeline = h.timeline(&id).await;
+    assert_eq!(warned(&timeline), 1, "{timeline}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cancellation_fences_an_attempt_before_its_request_leaves() {
     let h = Harness::new().await;
     let id = h.submit("fence-1").await;

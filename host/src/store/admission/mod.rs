@@ -56,22 +56,23 @@ pub(crate) const SQL: Sql = Sql {
                  VALUES ($1, $2, $3, $4, $5)",
 };
 
+/// The key's columns as statements take them: subject, workflow, key.
+fn key_values(scope: &KeyScope) -> [super::plan::Param<'_>; 3] {
+    values![
+        scope.subject.0.as_str(),
+        scope.workflow.as_str(),
+        scope.key.as_str()
+    ]
+}
+
 /// The key in scope, expired or not.
 pub(crate) async fn key_in_scope<T: Tx>(
     tx: &mut T,
     scope: &KeyScope,
 ) -> StoreResult<Option<KeyRecord>> {
     let sql = tx.sql().admission.key;
-    tx.row(
-        sql,
-        &values![
-            scope.subject.0.as_str(),
-            scope.workflow.as_str(),
-            scope.key.as_str()
-        ],
-        |r| rows::key_record(r),
-    )
-    .await
+    tx.row(sql, &key_values(scope), |r| rows::key_record(r))
+        .await
 }
 
 /// Answers an admission from the live key `key` in its scope: the workflow it points at (a
@@ -100,16 +101,7 @@ pub(crate) async fn answer_from_key<T: Tx>(
 pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<AdmitOutcome> {
     let scope = &req.scope;
     let hold = tx.sql().admission.hold_key;
-    tx.rows(
-        hold,
-        &values![
-            scope.subject.0.as_str(),
-            scope.workflow.as_str(),
-            scope.key.as_str()
-        ],
-        |_| Ok(()),
-    )
-    .await?;
+    tx.rows(hold, &key_values(scope), |_| Ok(())).await?;
     let existing = key_in_scope(tx, scope).await?;
     let expired = existing.is_some();
     if let Some(answer) = answer_from_key(tx, req, existing).await? {
@@ -120,11 +112,7 @@ pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<
         return Ok(AdmitOutcome::KeyFree);
     };
     let sql = &tx.sql().admission;
-    let key = values![
-        scope.subject.0.as_str(),
-        scope.workflow.as_str(),
-        scope.key.as_str()
-    ];
+    let key = key_values(scope);
     // Built on a version since superseded (deployed by another process): built again.
     let newer = tx
         .row(

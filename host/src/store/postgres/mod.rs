@@ -252,8 +252,8 @@ pub(crate) async fn append_events(
     }
     // The numbers and the rows in one statement: the update takes the next numbers (and
     // the workflow row's lock), the insert numbers the events from the first of them.
-    let c = EventColumns::of(events);
-    sqlx::query(
+    timeline_insert(
+        conn,
         "WITH taken AS (
              UPDATE workflows SET next_seq = next_seq + $3 WHERE workflow_id = $1
              RETURNING next_seq - $3 AS first)
@@ -261,18 +261,10 @@ pub(crate) async fn append_events(
          SELECT $1, taken.first + x.i - 1, $2, x.kind, x.step, x.attempt, x.text, x.data
          FROM taken, UNNEST($4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])
               WITH ORDINALITY AS x(kind, step, attempt, text, data, i)",
+        (workflow_id, now, events.len() as i64),
+        events,
     )
-    .bind(workflow_id.as_str())
-    .bind(now as i64)
-    .bind(events.len() as i64)
-    .bind(&c.kinds)
-    .bind(&c.steps)
-    .bind(&c.attempts)
-    .bind(&c.texts)
-    .bind(&c.data)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Appends events to a workflow's timeline numbered from `first` (the caller moved the
@@ -284,23 +276,38 @@ pub(crate) async fn insert_events(
     now: Millis,
     events: &[NewEvent],
 ) -> PgResult<()> {
-    let c = EventColumns::of(events);
-    sqlx::query(
+    timeline_insert(
+        conn,
         "INSERT INTO timeline (workflow_id, seq, at, kind, step, attempt_id, text, data)
          SELECT $1, $3 + x.i - 1, $2, x.kind, x.step, x.attempt, x.text, x.data
          FROM UNNEST($4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[])
               WITH ORDINALITY AS x(kind, step, attempt, text, data, i)",
+        (workflow_id, now, first as i64),
+        events,
     )
-    .bind(workflow_id.as_str())
-    .bind(now as i64)
-    .bind(first as i64)
-    .bind(&c.kinds)
-    .bind(&c.steps)
-    .bind(&c.attempts)
-    .bind(&c.texts)
-    .bind(&c.data)
-    .execute(&mut *conn)
-    .await?;
+    .await
+}
+
+/// Runs a timeline insert `sql` that takes the workflow, the time and a number (`$1`–`$3`),
+/// then the events as one array per column.
+async fn timeline_insert(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    (workflow_id, now, number): (&WorkflowId, Millis, i64),
+    events: &[NewEvent],
+) -> PgResult<()> {
+    let c = EventColumns::of(events);
+    sqlx::query(sql)
+        .bind(workflow_id.as_str())
+        .bind(now as i64)
+        .bind(number)
+        .bind(&c.kinds)
+        .bind(&c.steps)
+        .bind(&c.attempts)
+        .bind(&c.texts)
+        .bind(&c.data)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
