@@ -15,6 +15,8 @@
 //!   no gaps and no duplicates.
 //! - Keys (intent keys, operator action keys) rely on their primary key: a racing
 //!   duplicate waits for the first transaction, then finds its key and answers as a replay.
+//!   An admission written on its own ([`PgStore::one_at_a_time`]) holds its key first, by
+//!   a lock that lasts until its commit.
 //!
 //! sqlx types stay in this module; [`PgStore::connect`] applies `migrations/postgres`.
 
