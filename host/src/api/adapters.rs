@@ -205,9 +205,23 @@ pub(super) async fn change<
     };
     let target = match verb.as_str() {
         "activate" => {
-            let version = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .and_then(|v| v.get("version").and_then(Value::as_str).map(str::to_string))
+            let body = if bytes.iter().all(u8::is_ascii_whitespace) {
+                Value::Null
+            } else {
+                crate::intent::parse_json(&bytes).map_err(|e| {
+                    ApiError::new(
+                        ErrorCode::InvalidJson,
+                        format!(
+                            "the body is not valid JSON: {e}; send the version to activate \
+                             as {{\"version\": \"2.0.0\"}}"
+                        ),
+                    )
+                })?
+            };
+            let version = body
+                .get("version")
+                .and_then(Value::as_str)
+                .map(str::to_string)
                 .ok_or_else(|| {
                     ApiError::new(
                         ErrorCode::InvalidRequest,

@@ -33,7 +33,7 @@ pub(super) async fn advance_clock<S>(
             "moving the clock needs the `operator` role; use an operator's token",
         ));
     }
-    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+    let value: Value = crate::intent::parse_json(&body).map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidJson,
             format!("the body is not valid JSON: {e}; {SHAPE}"),

@@ -42,7 +42,7 @@ pub(super) fn object(bytes: &[u8]) -> ApiResult<serde_json::Map<String, Value>> 
     let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(bytes).map_err(|e| {
+        crate::intent::parse_json(bytes).map_err(|e| {
             ApiError::new(
                 ErrorCode::InvalidJson,
                 format!("the body is not JSON ({e}); send a JSON object"),

@@ -200,7 +200,7 @@ pub(crate) fn parse_submission(bytes: &[u8]) -> ApiResult<Submission> {
             format!("the body is empty; {BODY_SHAPE}"),
         ));
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+    let value: Value = crate::intent::parse_json(bytes).map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidJson,
             format!("the body is not valid JSON: {e}; {BODY_SHAPE}"),

@@ -390,9 +390,9 @@ async fn change_course<
                 Err(e) => Err(desk_error(e)),
             },
         },
-        "revise" => {
-            let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
-            match ReviseOrder::new(input, Some(&form.reason)) {
+        "revise" => match form_json(&form.input) {
+            Err(e) => Err(e),
+            Ok(input) => match ReviseOrder::new(input, Some(&form.reason)) {
                 Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
                 Ok(order) => {
                     match revise(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
@@ -409,8 +409,8 @@ async fn change_course<
                         Err(e) => Err(desk_error(e)),
                     }
                 }
-            }
-        }
+            },
+        },
         "budget" => match form.amounts().and_then(|add| {
             crate::operator::ExtendOrder::new(add, Some(&form.reason)).map_err(|e| e.message)
         }) {
@@ -431,27 +431,29 @@ async fn change_course<
                 Err(e) => Err(desk_error(e)),
             },
         },
-        "replace" => {
-            let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
-            let cancel_original = form.cancel_original.is_some();
-            match ReplaceOrder::new(input, Some(&form.reason), cancel_original) {
-                Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
-                Ok(order) => {
-                    match replace(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
-                        Ok(r) => Ok(format!(
-                            "Replaced by workflow {}{}",
-                            r.workflow_id,
-                            if r.created {
-                                ""
-                            } else {
-                                " (it was already replaced)"
-                            }
-                        )),
-                        Err(e) => Err(desk_error(e)),
+        "replace" => match form_json(&form.input) {
+            Err(e) => Err(e),
+            Ok(input) => {
+                let cancel_original = form.cancel_original.is_some();
+                match ReplaceOrder::new(input, Some(&form.reason), cancel_original) {
+                    Err(e) => Err((StatusCode::BAD_REQUEST, e.message)),
+                    Ok(order) => {
+                        match replace(&c.ctx, &who.principal, &id, order, form.key.clone()).await {
+                            Ok(r) => Ok(format!(
+                                "Replaced by workflow {}{}",
+                                r.workflow_id,
+                                if r.created {
+                                    ""
+                                } else {
+                                    " (it was already replaced)"
+                                }
+                            )),
+                            Err(e) => Err(desk_error(e)),
+                        }
                     }
                 }
             }
-        }
+        },
         other => {
             return html(
                 StatusCode::NOT_FOUND,
@@ -621,6 +623,22 @@ async fn act<
 }
 
 /// An action that could not be taken, as the status and message of the step page.
+/// A form's JSON input: none when left empty, refused when it is not I-JSON (text, or an
+/// object naming a member twice), with what is wrong.
+fn form_json(text: &str) -> Result<Option<serde_json::Value>, (StatusCode, String)> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    crate::intent::parse_json(text.as_bytes())
+        .map(Some)
+        .map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("the input is not valid JSON: {e}"),
+            )
+        })
+}
+
 fn desk_error(e: DeskError) -> (StatusCode, String) {
     let status = match &e {
         DeskError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -667,7 +685,7 @@ pub(crate) fn orders_from_form(body: &[u8]) {
     let _ = serde_urlencoded::from_bytes::<SignInForm>(body);
     if let Ok(form) = serde_urlencoded::from_bytes::<CourseForm>(body) {
         let _ = CancelOrder::new(Some(&form.reason), false);
-        let input = serde_json::from_str::<serde_json::Value>(&form.input).ok();
+        let input = form_json(&form.input).ok().flatten();
         let _ = ReviseOrder::new(input.clone(), Some(&form.reason));
         let _ = ReplaceOrder::new(input, Some(&form.reason), form.cancel_original.is_some());
         let _ = form

@@ -13,6 +13,8 @@ mod states;
 pub use ids::{
     AttemptId, CancellationId, NotificationId, ReceiptId, WorkflowId, external_idempotency_key,
 };
+/// JSON text parsed as I-JSON (each object names a member once).
+pub use json::parse as parse_json;
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
 pub use states::{
     AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole, StepState, Trigger,

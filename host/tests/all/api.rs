@@ -37,6 +37,7 @@ on_both_backends!(
     admission::a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays_it,
     admission::a_key_reused_with_another_input_conflicts_and_changes_nothing,
     admission::malformed_requests_are_refused_in_the_documented_order,
+    admission::a_member_named_twice_is_refused_on_every_json_body,
     admission::a_quoted_key_is_the_same_key,
     admission::an_unknown_workflow_is_not_found,
     admission::a_body_over_the_limit_is_too_large,

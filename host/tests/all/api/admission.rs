@@ -258,6 +258,86 @@ pub async fn malformed_requests_are_refused_in_the_documented_order() {
     );
 }
 
+/// I-JSON: a body whose object names a member twice has no one meaning, so it is refused
+/// (`400 invalid_json`, naming the member and where it is) on every JSON body — an intent,
+/// its input, a revision, a cancellation — and nothing is written.
+pub async fn a_member_named_twice_is_refused_on_every_json_body() {
+    let host = start(Auth::open(), true).await;
+    let twice = r#"{"workflow": "letters", "workflow": "letters", "input": {}}"#;
+    let refused = host.post_raw(None, Some("dup-1"), twice).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::BAD_REQUEST, "invalid_json")
+    );
+    assert!(
+        refused
+            .message()
+            .contains("the member `workflow` appears twice in the object at ``"),
+        "{}",
+        refused.message()
+    );
+    let inner = r#"{"workflow": "letters", "input": {"title": "t", "title": "u"}}"#;
+    let refused = host.post_raw(None, Some("dup-2"), inner).await;
+    assert_eq!(refused.code(), "invalid_json");
+    assert!(
+        refused
+            .message()
+            .contains("`title` appears twice in the object at `/input`"),
+        "{}",
+        refused.message()
+    );
+    // Nothing was admitted under either key.
+    for key in ["dup-1", "dup-2"] {
+        let found = host
+            .get(None, &format!("/v1/intents/{key}?workflow=letters"))
+            .await;
+        assert_eq!(found.status, StatusCode::NOT_FOUND, "{key}");
+    }
+    // The same on a workflow's revision and cancellation bodies.
+    let created = host.submit(None, "dup-3", letter()).await;
+    let id = created.body["workflow_id"].as_str().unwrap().to_string();
+    for (path, body) in [
+        (
+            format!("/v1/workflows/{id}/revisions"),
+            r#"{"input": {"a": 1}, "input": {"a": 2}, "reason": "r"}"#,
+        ),
+        (
+            format!("/v1/workflows/{id}/cancel"),
+            r#"{"reason": "r", "reason": "s"}"#,
+        ),
+    ] {
+        let response = host
+            .http
+            .post(format!("{}{path}", host.base))
+            .header("Idempotency-Key", "dup-course")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let refused = checked_answer("POST", response).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::BAD_REQUEST, "invalid_json"),
+            "{path}: {}",
+            refused.body
+        );
+        assert!(refused.message().contains("appears twice"), "{path}");
+    }
+    let revisions = host
+        .get(None, &format!("/v1/workflows/{id}/revisions"))
+        .await;
+    assert_eq!(revisions.status, StatusCode::OK);
+    let cancellation = host
+        .get(None, &format!("/v1/workflows/{id}/cancellation"))
+        .await;
+    assert_eq!(
+        cancellation.status,
+        StatusCode::NOT_FOUND,
+        "{}",
+        cancellation.body
+    );
+}
+
 pub async fn a_quoted_key_is_the_same_key() {
     let host = start(Auth::open(), true).await;
     let created = host.submit(None, "\"abc\"", letter()).await;
