@@ -566,13 +566,21 @@ pub async fn workflow_page<
             @if !revisions.is_empty() {
                 h2 { "Input revisions" }
                 table {
-                    tr { th { "Revision" } th { "By" } th { "When" } th { "Reason" } th { "Runs again" } }
+                    tr { th { "Revision" } th { "By" } th { "When" } th { "Reason" } th { "Input" } th { "Runs again" } }
                     @for r in &revisions {
                         tr {
                             td { (r.input_revision) }
                             td { (r.author) }
                             td { (rfc3339(r.at)) }
                             td { (r.reason) }
+                            td {
+                                code title=(r.input_digest) { (short(&r.input_digest)) }
+                                @if let Some(input) = &r.input {
+                                    details { summary { "as recorded" } pre { (input) } }
+                                } @else {
+                                    " (text not kept)"
+                                }
+                            }
                             td { (r.invalidated_steps.join(", ")) }
                         }
                     }

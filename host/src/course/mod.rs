@@ -448,4 +448,4 @@ mod revision;
 #[cfg(test)]
 mod tests;
 
-pub use revision::{Blocker, RevisionPlan, RevisionStep, plan_revision};
+pub use revision::{ADMITTED, Blocker, RevisionPlan, RevisionStep, plan_revision};

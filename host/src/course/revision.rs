@@ -12,6 +12,9 @@ use crate::workflow::{ReceiptView, StepKind, WorkflowDef};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The reason revision 1 gives: it is the command as the client sent it.
+pub const ADMITTED: &str = "the command as admitted";
+
 /// A step as a revision judges it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RevisionStep<'a> {

@@ -298,6 +298,8 @@ pub struct AttemptRecord {
     pub log: serde_json::Value,
     /// The input revision that invalidated its step, if one did.
     pub superseded_by: Option<u32>,
+    /// The input revision it ran on.
+    pub input_revision: u32,
     /// The policy decision it ran under (adapter attempts that may cause an effect).
     pub policy: Option<AttemptPolicy>,
 }
@@ -729,12 +731,18 @@ pub struct StoredCancel {
 }
 
 /// An input revision as stored: who corrected what, why, and what it invalidated.
+/// Revision 1 is the command as admitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevisionRecord {
     pub workflow_id: WorkflowId,
     pub input_revision: u32,
-    pub prior_digest: String,
+    /// The digest of the revision before it; `None` for revision 1.
+    pub prior_digest: Option<String>,
     pub input_digest: String,
+    /// The canonical text of this revision's input. `None` only for a revision 1 whose
+    /// text was overwritten before every revision was kept (its `reason` says so).
+    #[serde(default)]
+    pub input: Option<String>,
     pub author: String,
     pub reason: String,
     pub at: Millis,

@@ -240,8 +240,9 @@ pub(crate) fn revision(r: &impl Columns) -> StoreResult<super::RevisionRecord> {
     Ok(super::RevisionRecord {
         workflow_id: WorkflowId(r.text("workflow_id")?),
         input_revision: r.small::<u32>("input_revision")?,
-        prior_digest: r.text("prior_digest")?,
+        prior_digest: r.opt_text("prior_digest")?,
         input_digest: r.text("input_digest")?,
+        input: r.opt_text("input")?,
         author: r.text("author")?,
         reason: r.text("reason")?,
         at: r.uint("at")?,
@@ -344,6 +345,7 @@ pub(crate) fn attempt(r: &impl Columns) -> StoreResult<AttemptRecord> {
             .opt_int("superseded_by")?
             .map(|v| fits("superseded_by", v))
             .transpose()?,
+        input_revision: r.small::<u32>("input_revision")?,
         policy: r
             .opt_text("policy")?
             .map(|t| {

@@ -197,12 +197,17 @@ pub fn course_actions(
     actions
 }
 
-/// An input revision on the wire (`POST …/revisions` answers one; `GET` lists them).
+/// An input revision on the wire (`POST …/revisions` answers one; `GET` lists them, the
+/// command as admitted first).
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RevisionView {
     pub input_revision: u32,
-    pub prior_digest: String,
+    /// `null` for revision 1.
+    pub prior_digest: Option<String>,
     pub input_digest: String,
+    /// The input as recorded (canonical JSON); `null` only where its text was lost before
+    /// every revision was kept, which `reason` then says.
+    pub input: Option<serde_json::Value>,
     pub author: String,
     pub reason: String,
     pub at: String,
@@ -216,6 +221,11 @@ impl From<&crate::store::RevisionRecord> for RevisionView {
             input_revision: r.input_revision,
             prior_digest: r.prior_digest.clone(),
             input_digest: r.input_digest.clone(),
+            // Stored as canonical JSON: it parses.
+            input: r
+                .input
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
             author: r.author.clone(),
             reason: r.reason.clone(),
             at: rfc3339(r.at),

@@ -221,6 +221,8 @@ pub struct AttemptView {
     pub finished_at: Option<String>,
     /// The input revision that superseded it, if one did.
     pub superseded_by: Option<u32>,
+    /// The input revision it ran on.
+    pub input_revision: u32,
     /// The policy version it was judged by, and the decision.
     pub policy: Option<crate::store::AttemptPolicy>,
 }
@@ -263,6 +265,7 @@ impl From<AttemptRecord> for AttemptView {
             started_at: rfc3339(a.started_at),
             finished_at: rfc3339_opt(a.finished_at),
             superseded_by: a.superseded_by,
+            input_revision: a.input_revision,
             policy: a.policy,
         }
     }

@@ -489,6 +489,21 @@ async fn a_revision_before_the_side_effect_reaches_the_delivery(db: Option<Strin
     assert_eq!(status, 201, "{created}");
     let id = created["workflow_id"].as_str().unwrap().to_string();
     let path = format!("/v1/workflows/{id}/revisions");
+    // Before any correction, revision 1 is the command as admitted.
+    let (_, admitted) = host.get(&format!("/v1/workflows/{id}")).await;
+    let (_, listed) = host.get(&path).await;
+    let first = json!({
+        "input_revision": 1,
+        "prior_digest": null,
+        "input_digest": admitted["input_digest"],
+        "input": typo,
+        "author": "local",
+        "reason": "the command as admitted",
+        "at": admitted["created_at"],
+        "invalidated_steps": [],
+        "kept_receipts": [],
+    });
+    assert_eq!(listed["data"], json!([first]), "{listed}");
     // The corrected input is checked against the workflow's own schema.
     let (status, body) = post(
         &host,
@@ -514,9 +529,11 @@ async fn a_revision_before_the_side_effect_reaches_the_delivery(db: Option<Strin
     // The same key and body answer as before, and act once.
     let (status, again) = post(&host, &path, "r-1", None, revision).await;
     assert_eq!((status, &again), (201, &revised));
+    assert_eq!(revised["input"], fixed);
+    assert_eq!(revised["prior_digest"], admitted["input_digest"]);
+    // Every revision keeps its own text: the correction did not erase the command.
     let (_, listed) = host.get(&path).await;
-    assert_eq!(listed["data"].as_array().unwrap().len(), 1, "{listed}");
-    assert_eq!(listed["data"][0]["author"], "local");
+    assert_eq!(listed["data"], json!([first, revised]), "{listed}");
     // The original key still names the command as sent (revision 1).
     let (status, replay) = post(
         &host,
@@ -532,7 +549,7 @@ async fn a_revision_before_the_side_effect_reaches_the_delivery(db: Option<Strin
     // The host runs the work now: the delivery carries the corrected document only.
     let dir = host.kill();
     let host = HostProcess::start(HostOptions {
-        db,
+        db: db.clone(),
         dir: Some(dir),
         ..HostOptions::default()
     })
@@ -552,6 +569,37 @@ async fn a_revision_before_the_side_effect_reaches_the_delivery(db: Option<Strin
     let world = host.world().await;
     assert_eq!(world.len(), 1, "{world:?}");
     assert_eq!(world[0]["document_digest"], rendered["document_digest"]);
+    // Every attempt names the revision it ran on.
+    for s in ["validate", "render", "deliver"] {
+        let (_, attempts) = host
+            .get(&format!("/v1/workflows/{id}/steps/{s}/attempts"))
+            .await;
+        assert_eq!(attempts["data"][0]["input_revision"], 2, "{attempts}");
+    }
+    // The archive tells the whole story: both revisions, each with its text.
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["export", &id, "--db", &database])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let story: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let revisions = story["revisions"].as_array().unwrap();
+    assert_eq!(revisions.len(), 2, "{story:#}");
+    assert_eq!(revisions[0]["input"], typo.to_string().as_str());
+    assert_eq!(revisions[1]["input"], fixed.to_string().as_str());
+    assert!(
+        story["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["input_revision"] == 2),
+        "{story:#}"
+    );
 }
 
 /// After a request may have left, a correction is a new request: `409 revision_refused`

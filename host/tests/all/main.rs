@@ -66,6 +66,7 @@ mod security;
 mod source_rules;
 mod store_conformance;
 mod supervision;
+mod upgrade;
 #[path = "../support/wait.rs"]
 mod wait;
 mod workflow_ui;

@@ -91,6 +91,7 @@ fn attempt(sent: Sent) -> Option<AttemptRecord> {
         finished_at: Some(started_at + 5),
         log: Value::Null,
         superseded_by: None,
+        input_revision: 1,
         policy: None,
     })
 }

@@ -18,10 +18,12 @@ use crate::intent::{Millis, StepState, WorkflowId};
 
 /// The statements of a workflow's course. Parameters, in order:
 /// - `cancellation`, `course_steps`, `running_checkpoints`, `revision_facts`,
-///   `step_revisions`, `revisions`: workflow id;
+///   `step_revisions`: workflow id;
 /// - `insert_cancellation`: the columns [`rows::cancellation`] reads, in its order;
 /// - `set_cancel_on`: triggers, workflow id;
 /// - `set_input`: input, input digest, input revision, workflow id;
+/// - `keep_admitted`: workflow id, the reason revision 1 gives;
+/// - `revisions`: workflow id, the reason revision 1 gives;
 /// - `insert_revision`: the columns [`rows::revision`] reads, in its order, then the input;
 /// - `rerun`: state, ready at (when ready), workflow id, step;
 /// - `supersede_receipts`, `supersede_attempts`: revision, workflow id, step.
@@ -34,6 +36,7 @@ pub(crate) struct Sql {
     pub revision_facts: &'static str,
     pub step_revisions: &'static str,
     pub set_input: &'static str,
+    pub keep_admitted: &'static str,
     pub insert_revision: &'static str,
     pub rerun: &'static str,
     pub supersede_receipts: &'static str,
@@ -64,6 +67,13 @@ pub(crate) const SQL: Sql = Sql {
     step_revisions: "SELECT step, state, attempts FROM steps WHERE workflow_id = $1",
     set_input: "UPDATE workflows SET input = $1, input_digest = $2, input_revision = $3
                 WHERE workflow_id = $4",
+    // Revision 1 is kept in the workflow row until a revision replaces it there.
+    keep_admitted: "INSERT INTO revisions (workflow_id, input_revision, prior_digest,
+                        input_digest, author, reason, at, invalidated_steps, kept_receipts,
+                        input)
+                    SELECT workflow_id, 1, NULL, input_digest, subject, $2, created_at, '[]',
+                        '[]', input
+                    FROM workflows WHERE workflow_id = $1 AND input_revision = 1",
     insert_revision: "INSERT INTO revisions (workflow_id, input_revision, prior_digest,
                           input_digest, author, reason, at, invalidated_steps, kept_receipts,
                           input)
@@ -76,9 +86,15 @@ pub(crate) const SQL: Sql = Sql {
                          WHERE workflow_id = $2 AND step = $3 AND superseded_by IS NULL",
     supersede_attempts: "UPDATE attempts SET superseded_by = $1
                          WHERE workflow_id = $2 AND step = $3 AND superseded_by IS NULL",
+    // A workflow never revised has its revision 1 in its own row only.
     revisions: "SELECT workflow_id, input_revision, prior_digest, input_digest, author, reason,
-                    at, invalidated_steps, kept_receipts
-                FROM revisions WHERE workflow_id = $1 ORDER BY input_revision",
+                    at, invalidated_steps, kept_receipts, input
+                FROM revisions WHERE workflow_id = $1
+                UNION ALL
+                SELECT workflow_id, 1, NULL, input_digest, subject, $2, created_at, '[]', '[]',
+                    input
+                FROM workflows WHERE workflow_id = $1 AND input_revision = 1
+                ORDER BY input_revision",
 };
 
 async fn cancellation<T: Tx>(
@@ -215,7 +231,14 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
     );
     let sql = &tx.sql().course;
     let (set_input, insert_revision, rerun) = (sql.set_input, sql.insert_revision, sql.rerun);
+    let keep_admitted = sql.keep_admitted;
     let supersede = [sql.supersede_receipts, sql.supersede_attempts];
+    // The command as admitted leaves the workflow row now: it is kept as revision 1.
+    tx.exec(
+        keep_admitted,
+        &values![id.as_str(), crate::course::ADMITTED],
+    )
+    .await?;
     tx.exec(
         set_input,
         &values![&req.input.text, &req.input.digest, n, id.as_str()],
@@ -226,7 +249,7 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
         &values![
             id.as_str(),
             n,
-            &record.prior_digest,
+            record.prior_digest.as_deref(),
             &record.input_digest,
             &record.author,
             &record.reason,
@@ -263,8 +286,10 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
 
 async fn revisions<T: Tx>(tx: &mut T, id: &WorkflowId) -> StoreResult<Vec<RevisionRecord>> {
     let sql = tx.sql().course.revisions;
-    tx.rows(sql, &values![id.as_str()], |r| rows::revision(r))
-        .await
+    tx.rows(sql, &values![id.as_str(), crate::course::ADMITTED], |r| {
+        rows::revision(r)
+    })
+    .await
 }
 
 impl<B: Backend> CourseStore for B {

@@ -92,8 +92,9 @@ pub(crate) fn revision_record(
     crate::store::RevisionRecord {
         workflow_id: req.scope.workflow_id.clone(),
         input_revision: req.seen.input_revision + 1,
-        prior_digest: req.seen.input_digest.clone(),
+        prior_digest: Some(req.seen.input_digest.clone()),
         input_digest: req.input.digest.clone(),
+        input: Some(req.input.text.clone()),
         author: req.scope.subject.0.clone(),
         reason: req.reason.clone(),
         at: req.now,
@@ -113,7 +114,11 @@ pub(crate) fn revision_event(r: &crate::store::RevisionRecord) -> NewEvent {
         crate::intent::EventKind::Action,
         format!(
             "Input revision {} by {}: {} ({} → {}); {invalidated}",
-            r.input_revision, r.author, r.reason, r.prior_digest, r.input_digest
+            r.input_revision,
+            r.author,
+            r.reason,
+            r.prior_digest.as_deref().unwrap_or("none"),
+            r.input_digest
         ),
     )
     .with_data(serde_json::json!({

@@ -306,7 +306,7 @@ pub(super) async fn claim_tx(
          RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
                    w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
-                   w.next_seq - c.n AS first_seq, w.input, w.trace_parent",
+                   w.next_seq - c.n AS first_seq, w.input, w.input_revision, w.trace_parent",
     )
     .persistent(false)
     .bind(&workflow_ids)
@@ -337,6 +337,7 @@ pub(super) async fn claim_tx(
         workflows.insert(r.text("workflow_id")?, (r, input, 0));
     }
     let mut seqs = Vec::with_capacity(claimed.len());
+    let mut revisions: Vec<i64> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
         let (r, input, taken) =
             workflows
@@ -356,6 +357,7 @@ pub(super) async fn claim_tx(
         c.trace_parent = r.opt_text("trace_parent")?;
         c.budget_added = rows::budget_added(r.opt_text("budget_added")?)?;
         seqs.push(r.int("first_seq")? + *taken);
+        revisions.push(r.int("input_revision")?);
         *taken += 1;
         // Only an uncertain step needs it; read before this claim's attempt row exists.
         let sent_identity: Option<String> = match c.uncertain_since {
@@ -408,9 +410,10 @@ pub(super) async fn claim_tx(
         .collect();
     sqlx::query(
         "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
-             checkpoint, outcome, started_at)
-         SELECT a, w, s, n, t, $6, 1, 'in_progress', $7
-         FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[]) AS x(a, w, s, n, t)",
+             checkpoint, outcome, started_at, input_revision)
+         SELECT a, w, s, n, t, $6, 1, 'in_progress', $7, v
+         FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $8::BIGINT[])
+              AS x(a, w, s, n, t, v)",
     )
     .bind(&ids)
     .bind(&workflows)
@@ -419,6 +422,7 @@ pub(super) async fn claim_tx(
     .bind(&triggers)
     .bind(&req.owner)
     .bind(req.now as i64)
+    .bind(&revisions)
     .execute(&mut *conn)
     .await?;
     sqlx::query(

@@ -112,7 +112,7 @@ fn start_attempts(
         "SELECT workflow, subject, definition_version, deadline_at,
                 attempts_used + 1 AS attempts_used, external_calls_used, runtime_used_ms,
                 cost_used, recovery_queries_used, budget_added, next_seq AS first_seq, input,
-                trace_parent
+                input_revision, trace_parent
          FROM workflows WHERE workflow_id = ?1",
     )?;
     let mut count = conn.prepare_cached(
@@ -122,14 +122,14 @@ fn start_attempts(
     static ATTEMPTS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
         MultiRow::new(
             "INSERT INTO attempts (attempt_id, workflow_id, step, number, trigger, lease_owner,
-                 checkpoint, outcome, started_at) VALUES",
-            9,
+                 checkpoint, outcome, started_at, input_revision) VALUES",
+            10,
         )
     });
     // Each attempt's row and its timeline entry, written together after the loop.
-    let mut started: Vec<(i64, i64, String)> = Vec::with_capacity(claimed.len());
+    let mut started: Vec<(i64, i64, String, i64)> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
-        let (wf, seq, input, trace_parent) = {
+        let (wf, seq, input, input_revision, trace_parent) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
             let r = found.next()?.ok_or_else(|| {
                 StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
@@ -149,6 +149,7 @@ fn start_attempts(
                 },
                 r.int("first_seq")?,
                 r.text("input")?,
+                r.int("input_revision")?,
                 r.opt_text("trace_parent")?,
             )
         };
@@ -192,14 +193,17 @@ fn start_attempts(
                 "Attempt {} started ({}) by {}",
                 c.attempt_number, c.trigger, req.owner
             ),
+            input_revision,
         ));
     }
     let (now, one, in_progress, action, null) =
         (req.now as i64, 1i64, "in_progress", "action", "null");
     let triggers: Vec<&str> = claimed.iter().map(|c| c.trigger.as_str()).collect();
-    let mut attempts: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(9 * claimed.len());
+    let mut attempts: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(10 * claimed.len());
     let mut events: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(8 * claimed.len());
-    for ((c, (number, seq, text)), trigger) in claimed.iter().zip(&started).zip(&triggers) {
+    for ((c, (number, seq, text, input_revision)), trigger) in
+        claimed.iter().zip(&started).zip(&triggers)
+    {
         attempts.extend([
             &c.attempt_id.0 as &dyn rusqlite::ToSql,
             &c.fence.workflow_id.0,
@@ -210,6 +214,7 @@ fn start_attempts(
             &one,
             &in_progress,
             &now,
+            input_revision,
         ]);
         events.extend([
             &c.fence.workflow_id.0 as &dyn rusqlite::ToSql,
