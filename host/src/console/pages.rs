@@ -534,6 +534,9 @@ pub async fn workflow_page<
                             @if let Some(x) = &r.external_reference { " · " code { (x) } }
                             @if let Some(a) = &r.author { " · by " (a) }
                         }
+                        @if let Some(until) = &s.retention_deadline {
+                            span.muted { "key remembered until " (until) }
+                        }
                         @if !s.superseded_receipts.is_empty() {
                             details {
                                 summary { "Superseded receipts (" (s.superseded_receipts.len()) ")" }
@@ -869,6 +872,9 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
                 }
                 @if let Some(a) = sent {
                     p { "External request identity: " code { (shorten_identity(a.request_identity.as_deref().unwrap_or(""))) } span.muted { " (shortened; the full key is never shown)" } }
+                    @if let Some(until) = crate::view::retention_deadline(rec) {
+                        p { "Retention deadline: " strong { (rfc3339(until)) } span.muted { " — the provider remembers this key until then, so a retry with the same key cannot make a second effect; after it, it could" } }
+                    }
                 } @else {
                     p.muted { "No attempt reached the point of sending a request." }
                 }

@@ -23,6 +23,8 @@ pub enum EventType {
     Recorded,
     NeedsReview,
     DeadlineApproaching,
+    /// A step waits for a person while its provider's memory of the key runs out.
+    RetentionDeadlineApproaching,
     Completed,
     /// Failed or cancelled (a withdrawal of a completed workflow included).
     Ended,
@@ -30,10 +32,11 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
         EventType::Recorded,
         EventType::NeedsReview,
         EventType::DeadlineApproaching,
+        EventType::RetentionDeadlineApproaching,
         EventType::Completed,
         EventType::Ended,
         EventType::EffectCompensated,
@@ -45,6 +48,7 @@ impl EventType {
             EventType::Recorded => "workflow.recorded",
             EventType::NeedsReview => "workflow.needs_review",
             EventType::DeadlineApproaching => "workflow.deadline_approaching",
+            EventType::RetentionDeadlineApproaching => "workflow.retention_deadline_approaching",
             EventType::Completed => "workflow.completed",
             EventType::Ended => "workflow.ended",
             EventType::EffectCompensated => "workflow.effect_compensated",
@@ -70,9 +74,9 @@ impl EventType {
     /// is a fact once it happened.
     pub fn holds(self, state: WorkflowState) -> bool {
         match self {
-            EventType::NeedsReview | EventType::DeadlineApproaching => {
-                state == WorkflowState::NeedsReview
-            }
+            EventType::NeedsReview
+            | EventType::DeadlineApproaching
+            | EventType::RetentionDeadlineApproaching => state == WorkflowState::NeedsReview,
             _ => true,
         }
     }
@@ -81,7 +85,9 @@ impl EventType {
     pub fn is_alarm(self) -> bool {
         matches!(
             self,
-            EventType::NeedsReview | EventType::DeadlineApproaching
+            EventType::NeedsReview
+                | EventType::DeadlineApproaching
+                | EventType::RetentionDeadlineApproaching
         )
     }
 }

@@ -524,8 +524,10 @@ pub trait BudgetStore: Send + Sync {
         &self,
         request: ExtendRequest,
     ) -> impl Future<Output = StoreResult<ExtendAnswer>> + Send;
-    /// Marks every workflow waiting for review with a fifth of its deadline or less left
-    /// (once each), telling its timeline and queueing its notification. Returns how many.
+    /// Marks every workflow waiting for review with a fifth of its deadline or less left,
+    /// and every step waiting for a person whose provider forgets its key within a fifth
+    /// of the time it remembers it (once each), telling the timeline and queueing the
+    /// notification. Returns how many.
     fn warn_deadlines(&self, now: Millis) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 

@@ -274,6 +274,11 @@ pub struct StepRecord {
     /// The latest human-readable reason for the state (error, review reason).
     pub note: Option<String>,
     pub escalated: Option<serde_json::Value>,
+    /// Until when the provider remembers the idempotency key the step's request was first
+    /// sent under (set at checkpoint 3 of an adapter that declares idempotency).
+    pub key_remembered_until: Option<Millis>,
+    /// When a person was told that this retention draws near.
+    pub retention_warned_at: Option<Millis>,
 }
 
 /// One attempt as stored.
@@ -436,6 +441,9 @@ pub struct CheckpointRequest {
     /// Counts one external call costing this many units against the workflow's budget
     /// (at checkpoint 3 of a step; a compensation is not charged).
     pub external_call: Option<u32>,
+    /// At checkpoint 3 of an adapter that deduplicates: until when its provider remembers
+    /// the key (kept from the step's first request).
+    pub remembered_until: Option<Millis>,
     pub events: Vec<NewEvent>,
     pub now: Millis,
 }

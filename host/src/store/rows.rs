@@ -290,6 +290,8 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
         receipt_id: r.opt_text("receipt_id")?.map(ReceiptId),
         note: r.opt_text("note")?,
         escalated: r.opt_text("escalated")?.map(|s| json(&s)).transpose()?,
+        key_remembered_until: r.opt_uint("key_remembered_until")?,
+        retention_warned_at: r.opt_uint("retention_warned_at")?,
     })
 }
 

@@ -117,6 +117,9 @@ pub struct StepView {
     /// Receipts a correction of the input superseded (each names its revision), oldest
     /// first.
     pub superseded_receipts: Vec<ReceiptView>,
+    /// While the step's outcome is unknown and its provider deduplicates: until when the
+    /// provider remembers the key its request was sent under, so a same-key retry is safe.
+    pub retention_deadline: Option<String>,
 }
 
 /// A compensation (`<step>.compensate`), nested under the step whose effect it reverses.
@@ -454,9 +457,18 @@ pub fn workflow_view(
                     .filter(|r| r.step == s.step && r.superseded_by.is_some())
                     .map(ReceiptView::from)
                     .collect(),
+                retention_deadline: retention_deadline(s).map(rfc3339),
             })
             .collect(),
     }
+}
+
+/// Until when a step's provider remembers its key, while the step's outcome is unknown
+/// (being recovered, or waiting for a person); afterwards it no longer matters.
+pub fn retention_deadline(s: &StepRecord) -> Option<crate::intent::Millis> {
+    let unknown =
+        s.state == StepState::OutcomeUnknown || (s.uncertain && s.state != StepState::Succeeded);
+    s.key_remembered_until.filter(|_| unknown)
 }
 
 /// Whether the workflow waits for a person and was seen near its deadline.
@@ -647,6 +659,8 @@ mod tests {
             receipt_id: receipt.map(|r| ReceiptId(r.into())),
             note: None,
             escalated: None,
+            key_remembered_until: None,
+            retention_warned_at: None,
         }
     }
 
@@ -678,6 +692,31 @@ mod tests {
         assert_eq!(shorten_identity("wf_0123456789abcdef:deliver"), "wf_01234…");
         assert_eq!(shorten_identity("abcd"), "ab…");
         assert_eq!(shorten_identity("a"), "…");
+    }
+
+    #[test]
+    fn the_retention_deadline_shows_only_while_the_outcome_is_unknown() {
+        let mut s = step("deliver", StepState::OutcomeUnknown, None);
+        s.key_remembered_until = Some(86_400_000);
+        assert_eq!(retention_deadline(&s), Some(86_400_000));
+        // Recovering by itself (a same-key retry scheduled): still unknown.
+        s.state = StepState::FailedRetryable;
+        s.uncertain = true;
+        assert_eq!(retention_deadline(&s), Some(86_400_000));
+        // Settled: the key no longer matters.
+        s.state = StepState::Succeeded;
+        assert_eq!(retention_deadline(&s), None);
+        // An ordinary retry, nothing uncertain.
+        s.state = StepState::FailedRetryable;
+        s.uncertain = false;
+        assert_eq!(retention_deadline(&s), None);
+        let view = workflow_view(
+            &record(WorkflowState::NeedsReview, None),
+            None,
+            &[step("deliver", StepState::OutcomeUnknown, None)],
+            &[],
+        );
+        assert_eq!(view.steps[0].retention_deadline, None);
     }
 
     #[test]

@@ -424,3 +424,77 @@ async fn retry_sends_the_same_key_again_and_revives_a_failed_workflow() {
     assert!(timeline.contains("ordered a retry with the same idempotency key"));
     assert!(timeline.contains("Workflow running again"), "{timeline}");
 }
+
+/// While an idempotent delivery's outcome is unknown, its step shows until when the
+/// provider remembers the key — the first request's checkpoint 3 plus the retention the
+/// adapter declares (a day) — in the API and on the console's step page; once the outcome
+/// is known, it is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_outcome_shows_until_when_the_provider_remembers_the_key() {
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![Contract::Idempotent.definition()],
+        ..HostOptions::default()
+    })
+    .await;
+    // The answer is lost and lookups see the delivery only after an hour: the step stays
+    // uncertain while recovery asks (the host's clock moves only when the test moves it).
+    host.faults(json!({"lose_next": 1, "visibility_delay_ms": 3_600_000}))
+        .await;
+    let (_, created) = host
+        .submit(Contract::Idempotent.workflow(), "kept-1", document("kept"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = wait::until(
+        "the delivery's outcome unknown",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if !deliver(&wf)["retention_deadline"].is_null() {
+                return Ok(wf);
+            }
+            Err(format!("{wf:#}"))
+        },
+    )
+    .await;
+    let attempts = host.attempts(&id, "deliver").await;
+    let sent = humantime::parse_rfc3339(attempts[0]["started_at"].as_str().unwrap()).unwrap();
+    let until =
+        humantime::parse_rfc3339(deliver(&wf)["retention_deadline"].as_str().unwrap()).unwrap();
+    // Checkpoint 3 comes a moment after the attempt starts.
+    let remembered = until.duration_since(sent).unwrap();
+    assert!(
+        remembered >= Duration::from_secs(86_400) && remembered < Duration::from_secs(86_405),
+        "{remembered:?}: {wf:#}"
+    );
+    let (client, cookie) = crate::course::console_session(&host).await;
+    let page = client
+        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let shown = deliver(&wf)["retention_deadline"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        page.contains("Retention deadline: <strong>") && page.contains(&shown),
+        "{page}"
+    );
+
+    // Past the visibility delay a lookup finds the delivery: known, and the deadline goes.
+    let done = wait::until("the delivery found", Duration::from_secs(30), || async {
+        host.advance_clock(600_000).await;
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        if wf["state"] == "completed" {
+            return Ok(wf);
+        }
+        Err(format!("{wf:#}"))
+    })
+    .await;
+    assert!(deliver(&done)["retention_deadline"].is_null(), "{done:#}");
+    assert_eq!(host.world().await.len(), 1);
+}

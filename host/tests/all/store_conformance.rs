@@ -65,6 +65,7 @@ conformance!(
     executor::late_references_settle_or_contradict,
     executor::a_host_ends_only_its_own_leases,
     executor::checkpoint_three_keeps_one_input_and_honours_a_cancellation,
+    executor::the_key_retention_is_kept_from_the_first_request_and_warned_once,
     executor::a_cancellation_lets_a_running_handler_finish_and_starts_nothing_new,
     executor::recovery_never_finishes_on_a_checkpoint_that_moved,
     actions::operator_actions_are_idempotent_and_guarded,

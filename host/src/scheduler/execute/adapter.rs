@@ -16,6 +16,14 @@ pub(super) enum Halt {
     InputChanged(String),
 }
 
+/// A request about to leave (checkpoint 3): what it costs, and the contract of the
+/// provider it goes to (how long that provider remembers its key).
+#[derive(Clone, Copy)]
+pub(super) struct Sent<'a> {
+    cost: u32,
+    contract: &'a crate::contract::Contract,
+}
+
 impl<S> Scheduler<S>
 where
     S: ExecutorStore + DefinitionStore + crate::store::ComponentStore + Clone + 'static,
@@ -27,17 +35,19 @@ where
         claimed: &Claimed,
         n: u8,
         facts: AttemptFacts,
-        external_call: Option<u32>,
+        sent: Option<Sent<'_>>,
         events: Vec<NewEvent>,
     ) -> Result<(), Halt> {
+        let now = self.clock.now_ms();
         let request = CheckpointRequest {
             fence: claimed.fence.clone(),
             attempt_id: claimed.attempt_id.clone(),
             checkpoint: n,
             facts,
-            external_call,
+            external_call: sent.map(|s| s.cost),
+            remembered_until: sent.and_then(|s| s.contract.remembered_until(now)),
             events,
-            now: self.clock.now_ms(),
+            now,
         };
         let late = (n == 5).then(|| (request.facts.clone(), request.events.clone()));
         match self.store.checkpoint(request).await {
@@ -257,7 +267,16 @@ where
             ..AttemptFacts::default()
         };
         match self
-            .checkpoint(claimed, 3, identity, Some(step.cost), vec![event])
+            .checkpoint(
+                claimed,
+                3,
+                identity,
+                Some(Sent {
+                    cost: step.cost,
+                    contract,
+                }),
+                vec![event],
+            )
             .await
         {
             Ok(()) => {}

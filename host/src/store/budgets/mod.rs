@@ -18,11 +18,15 @@ use crate::intent::{Millis, WorkflowId};
 /// - `release`: ready at, workflow id, step;
 /// - `warn_due` (marks and returns `workflow_id`, `deadline_at` of each workflow waiting
 ///   for review whose deadline is a fifth of its span away): now.
+/// - `warn_retention_due` (marks and returns `workflow_id`, `step`, `key_remembered_until`
+///   of each step waiting for a person whose provider forgets its key within a fifth of
+///   the time it remembers it): now.
 pub(crate) struct Sql {
     pub set_added: &'static str,
     pub blocked_by_budget: &'static str,
     pub release: &'static str,
     pub warn_due: &'static str,
+    pub warn_retention_due: &'static str,
 }
 
 /// The statements as both databases run them (see [`super::tx`] on placeholders); a
@@ -38,6 +42,13 @@ pub(crate) const SQL: Sql = Sql {
                WHERE state = 'needs_review' AND deadline_warned_at IS NULL
                  AND $1 < deadline_at AND $1 >= deadline_at - (deadline_at - created_at) / 5
                RETURNING workflow_id, deadline_at",
+    warn_retention_due: "UPDATE steps SET retention_warned_at = $1
+                         WHERE state = 'outcome_unknown' AND retention_warned_at IS NULL
+                           AND key_remembered_until IS NOT NULL AND key_sent_at IS NOT NULL
+                           AND $1 < key_remembered_until
+                           AND $1 >= key_remembered_until
+                                     - (key_remembered_until - key_sent_at) / 5
+                         RETURNING workflow_id, step, key_remembered_until",
 };
 
 async fn extend<T: Tx>(tx: &mut T, req: &ExtendRequest) -> StoreResult<ExtendAnswer> {
@@ -106,7 +117,33 @@ async fn warn<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<u64> {
         super::notifications::outbox(tx, id, crate::notify::EventType::DeadlineApproaching, *now)
             .await?;
     }
-    Ok(due.len() as u64)
+    let sql = tx.sql().budgets.warn_retention_due;
+    let retention = tx
+        .rows(sql, &values![*now as i64], |r| {
+            Ok((
+                WorkflowId(r.text("workflow_id")?),
+                r.text("step")?,
+                r.uint("key_remembered_until")?,
+            ))
+        })
+        .await?;
+    for (id, step, until) in &retention {
+        let events = [plan::retention_event(step, *until)];
+        tx.apply(Write::AppendEvents {
+            workflow: id,
+            now: *now,
+            events: &events,
+        })
+        .await?;
+        super::notifications::outbox(
+            tx,
+            id,
+            crate::notify::EventType::RetentionDeadlineApproaching,
+            *now,
+        )
+        .await?;
+    }
+    Ok((due.len() + retention.len()) as u64)
 }
 
 impl<B: Backend> BudgetStore for B {

@@ -38,6 +38,20 @@ pub(crate) fn extension_answer(
 }
 
 /// The timeline entry of a deadline that draws near while the workflow waits for a person.
+/// The timeline's note that a step waiting for a person is near the end of its provider's
+/// memory of the key: after it, a same-key retry could make a second effect.
+pub(crate) fn retention_event(step: &str, remembered_until: Millis) -> NewEvent {
+    NewEvent::step(
+        crate::intent::EventKind::Observation,
+        step,
+        None,
+        format!(
+            "Retention deadline approaching: the provider remembers the idempotency key of this request until {}; a retry with the same key is safe only until then",
+            crate::intent::rfc3339(remembered_until)
+        ),
+    )
+}
+
 pub(crate) fn deadline_event(deadline_at: Millis) -> NewEvent {
     NewEvent::workflow(
         crate::intent::EventKind::Observation,

@@ -80,7 +80,8 @@ pub(crate) const SQL: Sql = Sql {
                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     rerun: "UPDATE steps SET state = $1, ready_at = $2, receipt_id = NULL,
                 next_trigger = 'initial', note = NULL, uncertain_since = NULL, escalated = NULL,
-                input_digest = NULL
+                input_digest = NULL, key_sent_at = NULL, key_remembered_until = NULL,
+                retention_warned_at = NULL
             WHERE workflow_id = $3 AND step = $4",
     supersede_receipts: "UPDATE receipts SET superseded_by = $1
                          WHERE workflow_id = $2 AND step = $3 AND superseded_by IS NULL",

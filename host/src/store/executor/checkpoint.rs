@@ -81,7 +81,13 @@ pub(crate) async fn checkpoint<T: Tx>(tx: &mut T, req: &CheckpointRequest) -> St
     if let Some(digest) = keep {
         tx.exec(
             sql.keep_input_digest,
-            &values![digest.as_str(), id, f.step.as_str()],
+            &values![
+                digest.as_str(),
+                id,
+                f.step.as_str(),
+                req.remembered_until.map(|_| req.now as i64),
+                req.remembered_until.map(|t| t as i64)
+            ],
         )
         .await?;
     }
@@ -123,6 +129,7 @@ mod tests {
                 ..Default::default()
             },
             external_call: None,
+            remembered_until: None,
             events: vec![],
             now: 0,
         }

@@ -29,7 +29,8 @@ use std::sync::LazyLock;
 ///   and the workflow's `cancel_on`; the second also holds the workflow row): workflow id,
 ///   step, lease token, attempt id;
 /// - `facts`: the values of [`plan::facts_params`];
-/// - `keep_input_digest`: digest, workflow id, step;
+/// - `keep_input_digest`: digest, workflow id, step, when the key was sent, until when the
+///   provider remembers it;
 /// - `count_call`: workflow id, cost;
 /// - `note_policy`: policy version, workflow id; `spend_exception`: workflow id, step;
 /// - `finish_step`: state, ready at, next trigger, uncertain since, receipt id, note,
@@ -138,7 +139,10 @@ pub(crate) const SQL: Sql = Sql {
     hold: hold!(" FOR UPDATE OF s"),
     hold_with_workflow: hold!(" FOR UPDATE OF s, w"),
     facts: facts!("GREATEST"),
-    keep_input_digest: "UPDATE steps SET input_digest = $1
+    // The step's first request: its input and, for a provider that deduplicates, how long
+    // its key is remembered.
+    keep_input_digest: "UPDATE steps SET input_digest = $1, key_sent_at = $4,
+                            key_remembered_until = $5
                         WHERE workflow_id = $2 AND step = $3 AND input_digest IS NULL",
     count_call: "UPDATE workflows SET external_calls_used = external_calls_used + 1,
                      cost_used = cost_used + $2

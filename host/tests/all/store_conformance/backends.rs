@@ -3,14 +3,15 @@
 use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
-    AdmissionStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore, NotificationStore,
-    OperatorStore, ReadStore, SessionStore,
+    AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore,
+    NotificationStore, OperatorStore, ReadStore, SessionStore,
 };
 use std::future::Future;
 
 /// Every store role at once: what a backend must implement.
 pub trait Store:
     DefinitionStore
+    + BudgetStore
     + AdmissionStore
     + ReadStore
     + ExecutorStore
@@ -26,6 +27,7 @@ pub trait Store:
 
 impl<T> Store for T where
     T: DefinitionStore
+        + BudgetStore
         + ComponentStore
         + AdmissionStore
         + ReadStore

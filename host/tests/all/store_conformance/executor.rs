@@ -841,3 +841,77 @@ pub async fn recovery_never_finishes_on_a_checkpoint_that_moved<S: Store>(s: S) 
     stale.decided_at = Some(3);
     s.finish(stale).await.unwrap();
 }
+
+/// Checkpoint 3 of an adapter that deduplicates keeps until when its provider remembers the
+/// key, from the step's first request only; a person deciding the unknown outcome is told
+/// once when a fifth of that window is left, on the timeline and by a notification.
+pub async fn the_key_retention_is_kept_from_the_first_request_and_warned_once<S: Store>(s: S) {
+    const HOUR: Millis = 3_600_000;
+    let id = workflow(&s, "retention", &[("deliver", &[])], T0).await;
+    let sent = |c: &Claimed, at: Millis| {
+        let mut request = checkpoint(c, 3, AttemptFacts::default(), 0, at);
+        request.remembered_until = Some(at + 10 * HOUR);
+        request
+    };
+    // Checkpoint 2 records which input the request carries.
+    let prepared = |c: &Claimed, at: Millis| {
+        let mut f = facts("about to send", AttemptOutcome::InProgress);
+        f.outcome = None;
+        checkpoint(c, 2, f, 0, at)
+    };
+    let first = claim(&s, "w1", T0 + 1, 1).await.remove(0);
+    s.checkpoint(prepared(&first, T0 + 1)).await.unwrap();
+    s.checkpoint(sent(&first, T0 + 2)).await.unwrap();
+    s.finish(finish_request(
+        &first,
+        retry(T0 + 3, Trigger::Retry, Some(T0 + 3)),
+        T0 + 3,
+    ))
+    .await
+    .unwrap();
+    // The same-key retry sends again: the provider's memory still counts from the first.
+    let second = claim(&s, "w1", T0 + 4, 1).await.remove(0);
+    s.checkpoint(prepared(&second, T0 + 4)).await.unwrap();
+    s.checkpoint(sent(&second, T0 + 5)).await.unwrap();
+    end(&s, &second, StepState::OutcomeUnknown, T0 + 6).await;
+    let step = s.steps(&id).await.unwrap().remove(0);
+    assert_eq!(step.key_remembered_until, Some(T0 + 2 + 10 * HOUR));
+    assert_eq!(
+        docket::view::retention_deadline(&step),
+        Some(T0 + 2 + 10 * HOUR)
+    );
+
+    let told = |s: &S| {
+        let s = s.clone();
+        let id = id.clone();
+        async move {
+            let timeline = s.timeline(&id, 0, 1_000).await.unwrap();
+            let notes = timeline
+                .iter()
+                .filter(|e| e.text.starts_with("Retention deadline approaching"))
+                .count();
+            let sent = s
+                .notifications(docket::store::NotificationFilter {
+                    workflow_id: Some(id.clone()),
+                    state: None,
+                    after: None,
+                    limit: 100,
+                })
+                .await
+                .unwrap()
+                .iter()
+                .filter(|n| n.kind == "workflow.retention_deadline_approaching")
+                .count();
+            (notes, sent)
+        }
+    };
+    // Early in the window: nothing to tell.
+    assert_eq!(s.warn_deadlines(T0 + 7 * HOUR).await.unwrap(), 0);
+    assert_eq!(told(&s).await, (0, 0));
+    // Within its last fifth: told once, however often the tick runs.
+    assert_eq!(s.warn_deadlines(T0 + 8 * HOUR + 10).await.unwrap(), 1);
+    assert_eq!(s.warn_deadlines(T0 + 9 * HOUR).await.unwrap(), 0);
+    assert_eq!(told(&s).await, (1, 1));
+    let step = s.steps(&id).await.unwrap().remove(0);
+    assert_eq!(step.retention_warned_at, Some(T0 + 8 * HOUR + 10));
+}

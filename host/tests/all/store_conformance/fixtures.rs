@@ -199,6 +199,7 @@ pub fn checkpoint(
         checkpoint: number,
         facts,
         external_call: (number == 3).then_some(1),
+        remembered_until: None,
         events: (0..events)
             .map(|i| {
                 NewEvent::step(
