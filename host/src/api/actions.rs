@@ -38,6 +38,7 @@ fn order(action: Action, bytes: &[u8]) -> ApiResult<Order> {
             text("evidence")?,
             text("reason")?,
             text("external_reference")?,
+            fields.get("output").filter(|v| !v.is_null()).cloned(),
         ),
         Action::Escalate => Order::escalate(text("note")?),
         Action::Compensate => Order::compensate(text("reason")?),

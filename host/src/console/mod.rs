@@ -538,6 +538,9 @@ struct ActionForm {
     note: String,
     #[serde(default)]
     external_reference: String,
+    /// A resolution's receipt output (JSON), optional.
+    #[serde(default)]
+    output: String,
 }
 
 async fn act<
@@ -576,12 +579,19 @@ async fn act<
     let order = match action {
         Action::Query => Ok(Order::Query),
         Action::Retry => Ok(Order::Retry),
-        Action::Resolve => Order::resolve(
-            Some(&form.outcome),
-            Some(&form.evidence),
-            Some(&form.reason),
-            Some(&form.external_reference),
-        ),
+        Action::Resolve => match form_json(&form.output) {
+            Ok(output) => Order::resolve(
+                Some(&form.outcome),
+                Some(&form.evidence),
+                Some(&form.reason),
+                Some(&form.external_reference),
+                output,
+            ),
+            Err((_, message)) => Err(crate::operator::InvalidOrder {
+                field: "output",
+                message: message.replace("the input", "the receipt output"),
+            }),
+        },
         Action::Escalate => Order::escalate(Some(&form.note)),
         Action::Compensate => Order::compensate(Some(&form.reason)),
         Action::Exception => Order::exception(Some(&form.reason), Some(&form.evidence)),
@@ -698,6 +708,7 @@ pub(crate) fn orders_from_form(body: &[u8]) {
             Some(&form.evidence),
             Some(&form.reason),
             Some(&form.external_reference),
+            form_json(&form.output).ok().flatten(),
         );
         let _ = Order::escalate(Some(&form.note));
         let _ = Order::compensate(Some(&form.reason));

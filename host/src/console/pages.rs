@@ -944,6 +944,10 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
                     textarea #reason name="reason" rows="2" required {}
                     label for="external_reference" { "Provider reference (optional)" }
                     input #external_reference type="text" name="external_reference";
+                    @if let Some(s) = step_def.filter(|s| !s.outputs.is_empty()) {
+                        label for="output" { "Receipt output (JSON; later steps read " (s.outputs.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")) ")" }
+                        textarea #output name="output" rows="3" placeholder=(serde_json::Value::Object(s.outputs.iter().map(|f| (f.clone(), serde_json::json!("…"))).collect()).to_string()) {}
+                    }
                 }))
                 @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == crate::policy::BLOCKED_REASON) {
                     div.box {

@@ -52,6 +52,8 @@ pub struct Situation<'a> {
     /// The step's label in the definition (its id when the definition is gone).
     pub label: &'a str,
     pub is_adapter: bool,
+    /// The fields the step declares in `outputs` (empty when the definition is gone).
+    pub outputs: &'a [String],
     /// The contract of the adapter version that ran the step (or would run it); `None`
     /// when no such version can be loaded.
     pub contract: Option<&'a Contract>,
@@ -127,6 +129,18 @@ pub enum Refusal {
         "step `{step}` is blocked, but not by the policy; an exception lets only a policy's denial through"
     )]
     NotPolicyBlocked { step: String },
+    /// A resolution as succeeded whose output lacks a field later steps read.
+    #[error(
+        "step `{step}` declares the output field{} {} that later steps read, so a resolution as succeeded must give {} in `output` (a JSON object), e.g. {example}",
+        if missing.len() == 1 { "" } else { "s" },
+        missing.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
+        if missing.len() == 1 { "it" } else { "them" },
+    )]
+    OutputIncomplete {
+        step: String,
+        missing: Vec<String>,
+        example: String,
+    },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -147,6 +161,7 @@ impl Refusal {
             Refusal::KeyForgotten { .. } => "key_forgotten",
             Refusal::CannotCompensate { .. } => "cannot_compensate",
             Refusal::NotPolicyBlocked { .. } => "not_policy_blocked",
+            Refusal::OutputIncomplete { .. } => "output_incomplete",
             Refusal::StepMoved { .. } => "step_moved",
         }
     }
@@ -269,7 +284,26 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
             evidence,
             reason,
             external_reference,
+            output,
         } => {
+            let given = output.clone().unwrap_or_else(|| json!({}));
+            let missing: Vec<String> = s
+                .outputs
+                .iter()
+                .filter(|f| given.get(f.as_str()).is_none())
+                .cloned()
+                .collect();
+            if *outcome == Resolution::Succeeded && !missing.is_empty() {
+                let example = serde_json::Value::Object(
+                    missing.iter().map(|f| (f.clone(), json!("…"))).collect(),
+                )
+                .to_string();
+                return Err(Refusal::OutputIncomplete {
+                    step: s.step.to_string(),
+                    missing,
+                    example,
+                });
+            }
             let data = json!({
                 "action": "resolve",
                 "author": by,
@@ -281,7 +315,7 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
             let label = s.label;
             Ok(match outcome {
                 Resolution::Succeeded => {
-                    let receipt = manual_receipt(s, evidence, reason, external_reference);
+                    let receipt = manual_receipt(s, evidence, reason, external_reference, given);
                     let text = format!(
                         "{label} resolved by {by} as succeeded: manual receipt {} (evidence: {evidence}; reason: {reason})",
                         receipt.receipt_id
@@ -416,6 +450,7 @@ fn manual_receipt(
     evidence: &str,
     reason: &str,
     external_reference: &Option<String>,
+    output: Value,
 ) -> NewReceipt {
     NewReceipt {
         receipt_id: ReceiptId::new(s.now),
@@ -426,7 +461,7 @@ fn manual_receipt(
             .and_then(|a| a.provenance.clone())
             .unwrap_or_default(),
         external_reference: external_reference.clone(),
-        output: json!({}),
+        output,
         author: Some(s.actor.0.clone()),
         reason: Some(reason.to_string()),
         evidence: Some(evidence.to_string()),

@@ -209,6 +209,7 @@ pub async fn perform<
         state: step_record.state,
         label,
         is_adapter,
+        outputs: step_def.map_or(&[][..], |s| s.outputs.as_slice()),
         contract: loaded.as_ref().and_then(|c| c.contract()),
         history,
         course: super::CourseFacts {

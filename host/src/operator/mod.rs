@@ -159,6 +159,9 @@ pub enum Order {
         evidence: String,
         reason: String,
         external_reference: Option<String>,
+        /// The receipt's output (a JSON object) of a step resolved as succeeded: every
+        /// field the step declares in `outputs`, which later steps read.
+        output: Option<Value>,
     },
     Escalate {
         note: String,
@@ -209,13 +212,21 @@ fn required(field: &'static str, value: Option<&str>, why: &str) -> Result<Strin
 
 impl Order {
     /// A resolution; `outcome` as written (`succeeded`, `not_happened`, `abandon`), the
-    /// evidence and reason required, an empty external reference taken as none.
+    /// evidence and reason required, an empty external reference taken as none, and the
+    /// receipt's output, a JSON object when given.
     pub fn resolve(
         outcome: Option<&str>,
         evidence: Option<&str>,
         reason: Option<&str>,
         external_reference: Option<&str>,
+        output: Option<Value>,
     ) -> Result<Order, InvalidOrder> {
+        if output.as_ref().is_some_and(|o| !o.is_object()) {
+            return Err(InvalidOrder {
+                field: "output",
+                message: "`output` must be a JSON object: the receipt's fields, e.g. {\"tracking_number\": \"…\"}".into(),
+            });
+        }
         let outcome = match outcome {
             Some(text) => Resolution::parse(text).ok_or_else(|| InvalidOrder {
                 field: "outcome",
@@ -240,6 +251,7 @@ impl Order {
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
                 .map(str::to_string),
+            output,
         })
     }
 
@@ -290,6 +302,7 @@ impl Order {
                 evidence,
                 reason,
                 external_reference,
+                output,
             } => {
                 let mut v = json!({
                     "outcome": outcome.as_str(),
@@ -298,6 +311,9 @@ impl Order {
                 });
                 if let Some(r) = external_reference {
                     v["external_reference"] = json!(r);
+                }
+                if let Some(o) = output {
+                    v["output"] = o.clone();
                 }
                 v
             }

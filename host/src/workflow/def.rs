@@ -223,9 +223,45 @@ impl WorkflowDef {
     }
 }
 
+/// Why a step's result does not hold what the step declares: its text is not JSON, or a
+/// field listed in `outputs` (which later steps read by name) is missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputMismatch {
+    #[error("is not JSON ({0})")]
+    NotJson(String),
+    #[error(
+        "lacks the declared field{} {}",
+        if .0.len() == 1 { "" } else { "s" },
+        .0.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+    )]
+    Lacks(Vec<String>),
+}
+
 impl StepDef {
     fn default_cost() -> u32 {
         1
+    }
+
+    /// The fields of `outputs` that `output` lacks.
+    pub fn missing_outputs(&self, output: &serde_json::Value) -> Vec<String> {
+        self.outputs
+            .iter()
+            .filter(|f| output.get(f.as_str()).is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// A result's text as JSON holding every field the step declares in `outputs`; what a
+    /// receipt of this step must be, since later steps read those fields by name.
+    pub fn output_of(&self, text: &str) -> Result<serde_json::Value, OutputMismatch> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| OutputMismatch::NotJson(e.to_string()))?;
+        let missing = self.missing_outputs(&value);
+        if missing.is_empty() {
+            Ok(value)
+        } else {
+            Err(OutputMismatch::Lacks(missing))
+        }
     }
 
     /// Whether every dependency has succeeded, by `succeeded(step id)`.

@@ -80,8 +80,8 @@ mod validate;
 mod values;
 
 pub use def::{
-    Budget, COMPLETION_RECORDED, Compensation, CompensationTrigger, REQUEST_RECORDED,
-    RequestedCapabilities, StepDef, StepKind, WorkflowDef,
+    Budget, COMPLETION_RECORDED, Compensation, CompensationTrigger, OutputMismatch,
+    REQUEST_RECORDED, RequestedCapabilities, StepDef, StepKind, WorkflowDef,
 };
 pub use diagnostics::{Diagnostic, Diagnostics, LocatedDiagnostic};
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};

@@ -498,3 +498,177 @@ async fn an_unknown_outcome_shows_until_when_the_provider_remembers_the_key() {
     assert!(deliver(&done)["retention_deadline"].is_null(), "{done:#}");
     assert_eq!(host.world().await.len(), 1);
 }
+
+/// The shipped `document-delivery` definition as `name`, with `edit` applied to its text.
+fn edited_delivery(name: &str, edit: impl Fn(String) -> String) -> (String, String) {
+    let shipped = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../workflows/document-delivery.toml"),
+    )
+    .unwrap();
+    let text = edit(shipped.replace("name = \"document-delivery\"", &format!("name = {name:?}")));
+    assert!(text.contains(name), "the shipped definition changed shape");
+    (format!("{name}.toml"), text)
+}
+
+/// A provider's answer without a field its step declares is not a receipt: the effect
+/// happened, so the answer is kept as evidence and the step waits for a person — the step
+/// that reads the field never runs on it and nothing is compensated. A person's resolution
+/// gives the field (and is refused without it, naming it), and the later step reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_without_a_declared_field_waits_for_a_person_who_supplies_it() {
+    let strict = edited_delivery("delivery-strict", |text| {
+        let text = text.replace(
+            "outputs = [\"id\", \"client_reference\", \"status\", \"replayed\"]",
+            "outputs = [\"id\", \"tracking_number\"]",
+        );
+        assert!(text.contains("tracking_number"));
+        format!(
+            "{text}\n[[steps]]\nid = \"confirm\"\nlabel = \"Prepare confirmation\"\nkind = \"handler\"\n\
+             component = \"render-document\"\nversion = \"^1\"\nafter = [\"deliver\"]\n\
+             outputs = [\"document\"]\n\n[steps.input]\ntitle = \"$steps.deliver.output.tracking_number\"\n\
+             recipient = \"$steps.render.output.recipient\"\nbody = \"$input.body\"\n"
+        )
+    });
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![strict],
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("delivery-strict", "strict-1", document("strict"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let step = deliver(&wf);
+    assert_eq!(step["state"], "waiting_for_review", "{wf:#}");
+    assert_eq!(step["receipt"], Value::Null, "{wf:#}");
+    let world = host.world().await;
+    assert_eq!(world.len(), 1, "the delivery happened once: {world:?}");
+    let confirm = wf["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (confirm["id"].as_str(), confirm["state"].as_str()),
+        (Some("confirm"), Some("pending"))
+    );
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("but the provider's answer lacks the declared field `tracking_number`"),
+        "{timeline}"
+    );
+    assert!(
+        !timeline.contains("ompensat"),
+        "nothing is reversed: {timeline}"
+    );
+    // The provider's answer is kept on the timeline as evidence.
+    let (_, entries) = host.get(&format!("/v1/workflows/{id}/timeline")).await;
+    let kept = entries["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| !e["data"]["answer"].is_null())
+        .unwrap_or_else(|| panic!("no kept answer: {entries:#}"));
+    let answer: Value = serde_json::from_str(kept["data"]["answer"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["id"], kept["data"]["external_reference"]);
+
+    // Without the field, a resolution is refused and says which field to give.
+    let resolve = |output: Option<Value>| {
+        let mut body = json!({
+            "outcome": "succeeded",
+            "evidence": "the provider's dashboard shows tracking number T-1",
+            "reason": "the answer left the tracking number out",
+            "external_reference": answer["id"],
+        });
+        if let Some(o) = output {
+            body["output"] = o;
+        }
+        body
+    };
+    let (status, body) = act(&host, &id, "resolve", "s-1", resolve(None), None).await;
+    assert_eq!(status, 409, "{body:#}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`tracking_number`"),
+        "{body:#}"
+    );
+    let output = json!({"id": answer["id"], "tracking_number": "T-1"});
+    let (status, body) = act(
+        &host,
+        &id,
+        "resolve",
+        "s-2",
+        resolve(Some(output.clone())),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["receipt"]["output"], output, "{body:#}");
+    let wf = host.wait_for(&id, ENDED, Duration::from_secs(30)).await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let confirm = wf["steps"].as_array().unwrap().last().unwrap().clone();
+    assert!(
+        confirm["receipt"]["output"]["document"]
+            .as_str()
+            .unwrap()
+            .contains("T-1"),
+        "the later step read the field: {confirm:#}"
+    );
+    assert_eq!(host.world().await.len(), 1);
+}
+
+/// A handler's output without a declared field is retried (pure code may answer otherwise
+/// next time) and then fails its step, before anything reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_output_without_a_declared_field_fails_its_step_before_anything_reads_it() {
+    let strict = edited_delivery("render-strict", |text| {
+        let text = text.replace(
+            "outputs = [\"recipient\", \"document\", \"document_digest\"]",
+            "outputs = [\"recipient\", \"document\", \"document_digest\", \"page_count\"]",
+        );
+        assert!(text.contains("page_count"));
+        text
+    });
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![strict],
+        ..HostOptions::default()
+    })
+    .await;
+    let (_, created) = host
+        .submit("render-strict", "render-1", document("render"))
+        .await;
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = wait::until(
+        "the render step failing",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] != "running" {
+                return Ok(wf);
+            }
+            // Skip the backoff between attempts in host time.
+            host.advance_clock(60_000).await;
+            Err(format!("{wf:#}"))
+        },
+    )
+    .await;
+    assert_eq!(wf["state"], "failed", "{wf:#}");
+    let render = wf["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "render")
+        .unwrap()
+        .clone();
+    assert_eq!(render["state"], "failed_terminal", "{wf:#}");
+    assert_eq!(render["attempts"], 3, "{wf:#}");
+    assert_eq!(deliver(&wf)["attempts"], 0, "{wf:#}");
+    let timeline = host.timeline_text(&id).await;
+    assert!(
+        timeline.contains("the handler's output lacks the declared field `page_count`"),
+        "{timeline}"
+    );
+    assert_eq!(host.world().await.len(), 0);
+}

@@ -105,6 +105,7 @@ fn orders() -> Vec<Order> {
                 Some("provider dashboard"),
                 Some("confirmed by phone"),
                 Some("dlv_42"),
+                None,
             )
             .unwrap(),
         );
@@ -221,6 +222,7 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
                         state: *state,
                         label: "Deliver the document",
                         is_adapter: runner != Runner::Handler,
+                        outputs: &[],
                         contract: contract.as_ref(),
                         history: History::of(&attempts),
                         course: FAILED,
@@ -264,6 +266,7 @@ fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance
         Some("provider dashboard lists dlv_42"),
         Some("confirmed by phone"),
         Some(" dlv_42 "),
+        None,
     )
     .unwrap();
     let attempts: Vec<AttemptRecord> = attempt(Sent::Recently).into_iter().collect();
@@ -274,6 +277,7 @@ fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance
         state: StepState::OutcomeUnknown,
         label: "Deliver the document",
         is_adapter: true,
+        outputs: &[],
         contract: None,
         history: History::of(&attempts),
         course: FAILED,
@@ -321,18 +325,19 @@ fn refusals_say_what_to_do_instead() {
 
 #[test]
 fn orders_missing_what_they_need_name_the_field() {
-    let e = Order::resolve(Some("done"), Some("e"), Some("r"), None).unwrap_err();
+    let e = Order::resolve(Some("done"), Some("e"), Some("r"), None, None).unwrap_err();
     assert_eq!(e.field, "outcome");
     assert!(e.message.contains("`done`"), "{e}");
-    let e = Order::resolve(None, Some("e"), Some("r"), None).unwrap_err();
+    let e = Order::resolve(None, Some("e"), Some("r"), None, None).unwrap_err();
     assert_eq!(e.field, "outcome");
-    let e = Order::resolve(Some("abandon"), Some("  "), Some("r"), None).unwrap_err();
+    let e = Order::resolve(Some("abandon"), Some("  "), Some("r"), None, None).unwrap_err();
     assert_eq!(e.field, "evidence");
-    let e = Order::resolve(Some("abandon"), Some("e"), None, None).unwrap_err();
+    let e = Order::resolve(Some("abandon"), Some("e"), None, None, None).unwrap_err();
     assert_eq!(e.field, "reason");
     let e = Order::escalate(Some("")).unwrap_err();
     assert_eq!(e.field, "note");
-    let blank_reference = Order::resolve(Some("abandon"), Some("e"), Some("r"), Some(" ")).unwrap();
+    let blank_reference =
+        Order::resolve(Some("abandon"), Some("e"), Some("r"), Some(" "), None).unwrap();
     assert_eq!(
         blank_reference.to_json(),
         serde_json::json!({"outcome": "abandon", "evidence": "e", "reason": "r"})
@@ -351,6 +356,7 @@ fn a_compensation_by_hand_needs_a_workflow_that_will_not_complete() {
         state: StepState::Succeeded,
         label: "Deliver the document",
         is_adapter: true,
+        outputs: &[],
         contract: contract.as_ref(),
         history: History::default(),
         course,
@@ -403,6 +409,7 @@ fn an_exception_lets_one_attempt_through_the_policy_that_blocked_it() {
         state: StepState::Blocked,
         label: "Deliver the document",
         is_adapter: true,
+        outputs: &[],
         contract: None,
         history: History::default(),
         course: blocked,
@@ -414,4 +421,54 @@ fn an_exception_lets_one_attempt_through_the_policy_that_blocked_it() {
     };
     assert_eq!(grant.author, "ops");
     assert!(plan.events[0].text.contains("exception to policy 4"));
+}
+
+#[test]
+fn a_resolution_as_succeeded_gives_every_output_field_later_steps_read() {
+    let actor = Subject("ops".into());
+    let outputs = vec!["tracking_number".to_string()];
+    let on = |order: &Order| {
+        decide(&Situation {
+            order,
+            actor: &actor,
+            step: "deliver",
+            state: StepState::WaitingForReview,
+            label: "Deliver the document",
+            is_adapter: true,
+            outputs: &outputs,
+            contract: None,
+            history: History::default(),
+            course: FAILED,
+            now: NOW,
+        })
+    };
+    let resolve = |outcome: &str, output: Option<Value>| {
+        Order::resolve(Some(outcome), Some("e"), Some("r"), None, output).unwrap()
+    };
+    let refusal = on(&resolve("succeeded", None)).unwrap_err();
+    assert_eq!(refusal.code(), "output_incomplete");
+    assert!(
+        refusal.to_string().contains("`tracking_number`")
+            && refusal.to_string().contains(r#"{"tracking_number":"…"}"#),
+        "{refusal}"
+    );
+    let partial = resolve("succeeded", Some(json!({"other": 1})));
+    assert_eq!(on(&partial).unwrap_err().code(), "output_incomplete");
+    let full = resolve("succeeded", Some(json!({"tracking_number": "T-1"})));
+    let StepChange::Succeed(receipt) = on(&full).unwrap().change else {
+        panic!("a full output writes the receipt")
+    };
+    assert_eq!(receipt.output, json!({"tracking_number": "T-1"}));
+    // Only a receipt needs the fields.
+    assert!(on(&resolve("not_happened", None)).is_ok());
+    // An output is an object of fields.
+    let e = Order::resolve(
+        Some("succeeded"),
+        Some("e"),
+        Some("r"),
+        None,
+        Some(json!(3)),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "output");
 }

@@ -374,8 +374,32 @@ where
         };
         let ending = match report.outcome {
             Ok(Ok(r)) => {
-                let output = serde_json::from_str(&r.output)
-                    .unwrap_or(serde_json::Value::String(r.output.clone()));
+                let output = match step.output_of(&r.output) {
+                    Ok(output) => output,
+                    Err(mismatch) => {
+                        let (note, event) = unusable_answer(
+                            step,
+                            att,
+                            &contract.name,
+                            &r.external_reference,
+                            &r.output,
+                            &mismatch,
+                        );
+                        return self
+                            .conclude_call(
+                                claimed,
+                                ending(
+                                    StepTransition::Terminal(StepState::WaitingForReview),
+                                    Some(note),
+                                    vec![event],
+                                    5,
+                                ),
+                                outcome,
+                                observation,
+                            )
+                            .await;
+                    }
+                };
                 let receipt = Self::receipt(
                     prepared,
                     &input.digest,
@@ -445,7 +469,21 @@ where
                 ending(c.transition, Some(c.note), vec![c.event], 5)
             }
         };
-        // Checkpoint 5: the result, or the uncertainty, is stored before anything follows.
+        self.conclude_call(claimed, ending, outcome, observation)
+            .await
+    }
+
+    /// Checkpoint 5 of a call: the result, or the uncertainty, is stored before anything
+    /// follows.
+    async fn conclude_call(
+        &self,
+        claimed: &Claimed,
+        ending: Ending,
+        outcome: AttemptOutcome,
+        observation: String,
+    ) -> Option<Ending> {
+        let id = claimed.fence.step.as_str();
+        let att = Some(&claimed.attempt_id);
         let result_facts = AttemptFacts {
             observation: Some(observation.clone()),
             outcome: Some(outcome),
@@ -509,13 +547,33 @@ where
                     AttemptOutcome::LookupAbsent,
                 )
             }
+            Ok(Ok(Lookup::Found { receipt, .. })) if step.output_of(&receipt.output).is_err() => {
+                let mismatch = step
+                    .output_of(&receipt.output)
+                    .expect_err("checked by the guard");
+                let (note, event) = unusable_answer(
+                    step,
+                    att,
+                    &contract.name,
+                    &receipt.external_reference,
+                    &receipt.output,
+                    &mismatch,
+                );
+                (
+                    StepTransition::Terminal(StepState::WaitingForReview),
+                    Some(note),
+                    vec![event],
+                    AttemptOutcome::LookupFound,
+                )
+            }
             Ok(Ok(Lookup::Found {
                 receipt,
                 provider_status,
                 ..
             })) => {
-                let output = serde_json::from_str(&receipt.output)
-                    .unwrap_or(serde_json::Value::String(receipt.output.clone()));
+                let output = step
+                    .output_of(&receipt.output)
+                    .expect("a mismatch is taken by the arm before");
                 let r = Self::receipt(
                     prepared,
                     &input.digest,
@@ -631,4 +689,35 @@ where
         };
         conclude(contract, u, decide(contract, u), told)
     }
+}
+
+/// A provider's answer that is not the receipt its step declares (not JSON, or without a
+/// field later steps read): the effect happened, so it is kept as evidence on the timeline
+/// and the step waits for a person, never a receipt that would release dependents which
+/// then fail on the missing field (and could compensate an effect that was fine).
+fn unusable_answer(
+    step: &StepDef,
+    attempt: Option<&crate::intent::AttemptId>,
+    provider: &str,
+    reference: &str,
+    answer: &str,
+    mismatch: &crate::workflow::OutputMismatch,
+) -> (String, NewEvent) {
+    let note = format!(
+        "the provider's answer {mismatch}; resolve the step as succeeded with the fields in `output`, or retry with the same key"
+    );
+    let event = NewEvent::step(
+        EventKind::Conclusion,
+        step.id.as_str(),
+        attempt,
+        format!(
+            "{} needs review: {provider} accepted the request ({reference}), but the provider's answer {mismatch}",
+            step.label
+        ),
+    )
+    .with_data(serde_json::json!({
+        "external_reference": reference,
+        "answer": answer,
+    }));
+    (note, event)
 }
