@@ -206,6 +206,13 @@ impl Adapter for HttpDelivery {
                         log::info(format!(
                             "lookup of {reference}: found delivery {id} ({word})"
                         ));
+                        // The receipt has the shape an accepted create gives (the step's
+                        // declared outputs): this is the provider's record of an earlier
+                        // request, as a replayed create would answer it.
+                        let mut delivery = delivery;
+                        delivery
+                            .entry("replayed".to_string())
+                            .or_insert(Value::Bool(true));
                         let receipt = Receipt::new(id, Value::Object(delivery).to_string());
                         Lookup::found(receipt, status, word)
                     }

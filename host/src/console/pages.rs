@@ -780,6 +780,10 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
         .as_ref()
         .and_then(|d| crate::scheduler::step_of(&d.def, step));
     let step_def = step_def.as_ref();
+    let fields_read = def
+        .as_ref()
+        .map(|d| d.def.fields_read(step))
+        .unwrap_or_default();
     let label = step_def.map_or(step.to_string(), |s| s.label.clone());
     let attempts = ctx
         .store
@@ -944,9 +948,9 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
                     textarea #reason name="reason" rows="2" required {}
                     label for="external_reference" { "Provider reference (optional)" }
                     input #external_reference type="text" name="external_reference";
-                    @if let Some(s) = step_def.filter(|s| !s.outputs.is_empty()) {
-                        label for="output" { "Receipt output (JSON; later steps read " (s.outputs.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")) ")" }
-                        textarea #output name="output" rows="3" placeholder=(serde_json::Value::Object(s.outputs.iter().map(|f| (f.clone(), serde_json::json!("…"))).collect()).to_string()) {}
+                    @if !fields_read.is_empty() {
+                        label for="output" { "Receipt output (JSON; later steps read " (fields_read.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")) ")" }
+                        textarea #output name="output" rows="3" placeholder=(serde_json::Value::Object(fields_read.iter().map(|f| (f.clone(), serde_json::json!("…"))).collect()).to_string()) {}
                     }
                 }))
                 @if let Some(b) = rec.blocked.as_ref().filter(|b| b.reason == crate::policy::BLOCKED_REASON) {

@@ -52,7 +52,8 @@ pub struct Situation<'a> {
     /// The step's label in the definition (its id when the definition is gone).
     pub label: &'a str,
     pub is_adapter: bool,
-    /// The fields the step declares in `outputs` (empty when the definition is gone).
+    /// The fields of the step's receipt that later steps read (empty when the definition
+    /// is gone): a receipt written by hand must hold them.
     pub outputs: &'a [String],
     /// The contract of the adapter version that ran the step (or would run it); `None`
     /// when no such version can be loaded.
@@ -131,7 +132,7 @@ pub enum Refusal {
     NotPolicyBlocked { step: String },
     /// A resolution as succeeded whose output lacks a field later steps read.
     #[error(
-        "step `{step}` declares the output field{} {} that later steps read, so a resolution as succeeded must give {} in `output` (a JSON object), e.g. {example}",
+        "later steps read the output field{} {} of step `{step}`, so a resolution as succeeded must give {} in `output` (a JSON object), e.g. {example}",
         if missing.len() == 1 { "" } else { "s" },
         missing.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
         if missing.len() == 1 { "it" } else { "them" },

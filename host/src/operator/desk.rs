@@ -201,6 +201,10 @@ pub async fn perform<
             loaded = step_def.and_then(|s| components.resolve(s).ok());
         }
     }
+    let read = def
+        .as_ref()
+        .map(|d| d.def.fields_read(&step))
+        .unwrap_or_default();
     let now = ctx.clock_now();
     let decision = decide(&Situation {
         order: &order,
@@ -209,7 +213,7 @@ pub async fn perform<
         state: step_record.state,
         label,
         is_adapter,
-        outputs: step_def.map_or(&[][..], |s| s.outputs.as_slice()),
+        outputs: &read,
         contract: loaded.as_ref().and_then(|c| c.contract()),
         history,
         course: super::CourseFacts {

@@ -205,6 +205,22 @@ impl WorkflowDef {
         self.steps.iter().find(|s| s.id.as_str() == id)
     }
 
+    /// The fields of step `id`'s receipt that later steps read (`$steps.<id>.output.<field>`
+    /// in their input), each once, in the order first read: what a receipt written by
+    /// hand must hold so they can run.
+    pub fn fields_read(&self, id: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for reference in self.steps.iter().flat_map(|s| s.input.references()) {
+            if reference.step().is_some_and(|s| s.as_str() == id)
+                && let Some(field) = reference.receipt_field()
+                && !out.iter().any(|f| f == field)
+            {
+                out.push(field.to_string());
+            }
+        }
+        out
+    }
+
     /// The steps no other step must precede: the ones ready at admission.
     pub fn initial_steps(&self) -> impl Iterator<Item = &StepDef> {
         self.steps.iter().filter(|s| s.after.is_empty())
@@ -337,6 +353,28 @@ mod tests {
             steps,
             source_digest: "sha256:00".to_string(),
         }
+    }
+
+    #[test]
+    fn the_fields_read_of_a_receipt_are_those_later_inputs_name() {
+        let mut b = step("b", &["a"], None);
+        b.input = InputMapping::from_value(&serde_json::json!({
+            "to": "$steps.a.output.recipient",
+            "ref": "$steps.a.external_reference",
+            "whole": "$input",
+        }))
+        .unwrap();
+        let mut c = step("c", &["b"], None);
+        c.input = InputMapping::from_value(&serde_json::json!({
+            "again": "$steps.a.output.recipient",
+            "code": "$steps.a.output.code.value",
+            "other": "$steps.b.output.x",
+        }))
+        .unwrap();
+        let d = def(vec![step("a", &[], None), b, c]);
+        assert_eq!(d.fields_read("a"), ["recipient", "code"]);
+        assert_eq!(d.fields_read("b"), ["x"]);
+        assert!(d.fields_read("c").is_empty());
     }
 
     #[test]
