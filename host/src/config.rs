@@ -12,6 +12,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The environment whose hosts run only verified adapter versions by default.
+pub const PRODUCTION: &str = "production";
 /// The longest key retention a configuration may ask for (ten years): times are stored as
 /// signed 64-bit milliseconds.
 const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 86_400);
@@ -46,8 +48,8 @@ pub struct HostConfigToml {
     pub environment: Option<String>,
     /// Whether components may be uploaded over HTTP (`POST /v1/adapters`; default true).
     pub api_uploads: Option<bool>,
-    /// Whether activating a version needs a passing `docket adapter verify` verdict
-    /// (default false).
+    /// Whether a version runs only with a passing `docket adapter verify` verdict (default
+    /// true with `environment = "production"`, false otherwise).
     pub require_verified: Option<bool>,
     #[serde(default)]
     pub tokens: Vec<TokenToml>,
@@ -548,6 +550,13 @@ impl HostConfig {
             Duration::from_secs(60),
         )?;
         at_most("workflow_retention", workflow_retention, MAX_RETENTION)?;
+        let environment = raw
+            .environment
+            .map(|e| e.trim().to_string())
+            .filter(|e| !e.is_empty())
+            .unwrap_or_else(|| crate::catalog::DEFAULT_ENVIRONMENT.to_string());
+        // Production runs only verified adapter versions unless told otherwise.
+        let require_verified = raw.require_verified.unwrap_or(environment == PRODUCTION);
         let notifications = raw
             .notifications
             .iter()
@@ -563,14 +572,10 @@ impl HostConfig {
             components: raw.components,
             examples: raw.examples.unwrap_or(true),
             host_id: raw.host_id,
-            environment: raw
-                .environment
-                .map(|e| e.trim().to_string())
-                .filter(|e| !e.is_empty())
-                .unwrap_or_else(|| crate::catalog::DEFAULT_ENVIRONMENT.to_string()),
+            environment,
             tokens: tokens(&raw.tokens).map_err(&invalid)?,
             api_uploads: raw.api_uploads.unwrap_or(true),
-            require_verified: raw.require_verified.unwrap_or(false),
+            require_verified,
             secrets,
             policy: HostPolicy { adapters },
             memory_cap_bytes: memory_mib << 20,

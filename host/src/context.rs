@@ -65,8 +65,6 @@ pub struct Limits {
     pub key_retention: Duration,
     /// Whether components may be uploaded over HTTP.
     pub api_uploads: bool,
-    /// Whether an activation needs a passing `docket adapter verify` verdict.
-    pub require_verified: bool,
 }
 
 impl Limits {
@@ -82,7 +80,6 @@ impl Default for Limits {
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
             key_retention: Self::DEFAULT_KEY_RETENTION,
             api_uploads: true,
-            require_verified: false,
         }
     }
 }

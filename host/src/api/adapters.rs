@@ -246,23 +246,6 @@ pub(super) async fn change<
                 .check_pinned(&name, digest)
                 .map_err(|e| ApiError::new(ErrorCode::InvalidTransition, e.to_string()))?;
         }
-        if ctx.limits.require_verified {
-            let passed = ctx
-                .store
-                .verifications()
-                .await?
-                .iter()
-                .any(|v| &v.digest == digest && v.passed);
-            if !passed {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidTransition,
-                    format!(
-                        "this host activates only verified versions (require_verified = true), and {} has no passing `docket adapter verify` verdict; run `docket adapter verify` against the database first",
-                        quote(&name)
-                    ),
-                ));
-            }
-        }
     }
     let outcome = registry::change(
         &ctx.store,

@@ -242,6 +242,9 @@ impl From<StoreError> for ApiError {
                      was recorded and never acts twice",
                 )
             }
+            e @ StoreError::Unverified { .. } => {
+                ApiError::new(ErrorCode::InvalidTransition, e.to_string())
+            }
             other => ApiError::internal(other),
         }
     }

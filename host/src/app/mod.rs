@@ -492,7 +492,6 @@ where
         max_body_bytes: config.max_body_bytes,
         key_retention: config.key_retention,
         api_uploads: config.api_uploads,
-        require_verified: config.require_verified,
     };
     ctx.test_controls = options.test_controls;
     ctx.wake = wake;
@@ -696,6 +695,20 @@ async fn load_components<S: ComponentStore>(
     clock: &Arc<SystemClock>,
     author: &str,
 ) -> Result<(), AppError> {
+    // The database keeps the rule, so every path that activates a version applies it.
+    let grandfathered = store
+        .require_verified(config.require_verified, author.to_string(), clock.now_ms())
+        .await
+        .setup(|| "recording require_verified in the database".to_string())?;
+    for a in grandfathered {
+        tracing::warn!(
+            "{}@{} ({}) was active when require_verified came into force and was never verified: it keeps running, recorded as grandfathered; verify it with `docket adapter verify`",
+            a.name,
+            a.version,
+            a.digest
+        );
+    }
+    components.set_require_verified(config.require_verified);
     // The examples are part of the binary; configured components are files.
     let mut sources: Vec<(String, Result<Vec<u8>, String>, bool)> = Vec::new();
     if config.examples {
@@ -767,7 +780,7 @@ async fn load_components<S: ComponentStore>(
     }
     for (name, (_, digest)) in highest {
         let what = format!("activating the first version of {name}");
-        store
+        match store
             .set_active(ActiveChange {
                 name,
                 target: ActiveTarget::IfNone(digest),
@@ -775,7 +788,15 @@ async fn load_components<S: ComponentStore>(
                 now: clock.now_ms(),
             })
             .await
-            .setup(|| what)?;
+        {
+            // Steps that need it stay blocked until a verified version is activated.
+            Err(e @ crate::store::StoreError::Unverified { .. }) => {
+                tracing::warn!("not activated: {e}");
+            }
+            other => {
+                other.setup(|| what)?;
+            }
+        }
     }
     Ok(())
 }

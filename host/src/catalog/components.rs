@@ -32,6 +32,12 @@ pub enum ResolveError {
     Policy(#[from] PolicyError),
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// Only verified versions run here, and the version the step would need has no passing
+    /// verdict (nor is it the active one).
+    #[error(
+        "{component}@{version} would run this step, but it has no passing `docket adapter verify` verdict and this host runs only verified versions (require_verified); verify it and activate it, then retry the step"
+    )]
+    Unverified { component: String, version: String },
     /// The database could not be read: nothing is decided, the caller tries again later.
     #[error("reading the registry failed: {0}")]
     Store(#[from] StoreError),
@@ -61,6 +67,10 @@ pub struct Components {
     unloadable: Mutex<BTreeSet<String>>,
     /// The deployed policy in force, refreshed with the registry.
     governance: super::governance::Governance,
+    /// Whether a version other than the active one runs only with a passing verdict.
+    require_verified: std::sync::atomic::AtomicBool,
+    /// Digests whose latest verdict passed, refreshed with the registry.
+    verified: RwLock<BTreeSet<String>>,
 }
 
 impl Components {
@@ -75,7 +85,33 @@ impl Components {
             unload_idle: Duration::from_secs(60),
             known: RwLock::new(BTreeMap::new()),
             unloadable: Mutex::new(BTreeSet::new()),
+            require_verified: std::sync::atomic::AtomicBool::new(false),
+            verified: RwLock::new(BTreeSet::new()),
         }
+    }
+
+    /// Runs only verified versions (besides the active one, which an activation checked
+    /// or which was grandfathered) when `on`.
+    pub fn set_require_verified(&self, on: bool) {
+        self.require_verified
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `c` may run here: a handler always (it is pure: nothing to verify); an
+    /// adapter always when verification is not required, else when it is the active
+    /// version of its name or its latest verdict passed.
+    fn may_run(&self, c: &LoadedComponent) -> bool {
+        let (name, digest) = (c.name(), c.digest.as_str());
+        c.world_name() != "adapter"
+            || !self
+                .require_verified
+                .load(std::sync::atomic::Ordering::Relaxed)
+            || self.active_digest(name).as_deref() == Some(digest)
+            || self
+                .verified
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(digest)
     }
 
     /// Loads one component file and makes it available by its declared name and version.
@@ -202,6 +238,14 @@ impl Components {
     /// the log.
     pub async fn sync<S: ComponentStore>(&self, store: &S) -> Result<Vec<String>, SyncError> {
         let stored = store.stored_components().await?;
+        let verified: BTreeSet<String> = store
+            .verifications()
+            .await?
+            .into_iter()
+            .filter(|v| v.passed)
+            .map(|v| v.digest)
+            .collect();
+        *self.verified.write().unwrap_or_else(|e| e.into_inner()) = verified;
         let active: BTreeMap<String, String> = store
             .active_components()
             .await?
@@ -414,10 +458,24 @@ impl Components {
             .unwrap_or_default();
         let satisfying =
             |(v, _): &&(semver::Version, Arc<LoadedComponent>)| step.version_req.matches(v);
+        let allowed = |(_, c): &&(semver::Version, Arc<LoadedComponent>)| self.may_run(c);
         let chosen = active
             .and_then(|d| versions.iter().find(|(_, c)| c.digest == d))
             .filter(|entry| satisfying(entry))
-            .or_else(|| versions.iter().rev().find(satisfying));
+            .or_else(|| {
+                versions
+                    .iter()
+                    .rev()
+                    .find(|entry| satisfying(entry) && allowed(entry))
+            });
+        if chosen.is_none()
+            && let Some((v, _)) = versions.iter().rev().find(satisfying)
+        {
+            return Err(ResolveError::Unverified {
+                component: step.component.clone(),
+                version: v.to_string(),
+            });
+        }
         if let Some((_, c)) = chosen {
             self.last_used
                 .lock()

@@ -29,6 +29,9 @@ use crate::store::{
 };
 use crate::workflow::{ReceiptView, StepDef, StepKind};
 use std::sync::Arc;
+
+/// Why a step is blocked when only verified versions run and the one it needs is not.
+pub const UNVERIFIED_COMPONENT: &str = "unverified_component";
 use std::time::{Duration, Instant};
 
 /// How one attempt ended, before it is written down.
@@ -477,6 +480,9 @@ where
             Err(ResolveError::Policy(e @ crate::capabilities::PolicyError::NotPinned { .. })) => {
                 return Some(self.missing_allowance(claimed, step, e.to_string()));
             }
+            Err(e @ ResolveError::Unverified { .. }) => {
+                return Some(self.blocked_for(claimed, step, UNVERIFIED_COMPONENT, e.to_string()));
+            }
             Err(e) => return Some(self.blocked(claimed, e.to_string())),
         };
         match step.kind {
@@ -545,6 +551,18 @@ where
     /// The step is blocked: this host gives the adapter no allowance (no
     /// `[adapters.<component>]` section, or one pinned to other digests).
     fn missing_allowance(&self, claimed: &Claimed, step: &StepDef, message: String) -> Ending {
+        self.blocked_for(claimed, step, "missing_allowance", message)
+    }
+
+    /// The step is blocked for `reason` (a person's change makes it runnable; a retry
+    /// then runs it), told with `message`.
+    fn blocked_for(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        reason: &str,
+        message: String,
+    ) -> Ending {
         let event = NewEvent::step(
             EventKind::Conclusion,
             step.id.as_str(),
@@ -554,7 +572,7 @@ where
         Ending {
             blocked: Some(crate::store::Blocked {
                 references: Vec::new(),
-                reason: "missing_allowance".into(),
+                reason: reason.into(),
                 limit: None,
                 policy_version: None,
                 message: message.clone(),

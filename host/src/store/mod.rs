@@ -83,6 +83,12 @@ pub enum StoreError {
         existing: String,
         new: String,
     },
+    /// The database requires a passing `docket adapter verify` verdict before a version
+    /// becomes active, and this one has none: verify it first.
+    #[error(
+        "`{name}@{version}` has no passing `docket adapter verify` verdict, and this database runs only verified versions (require_verified, the default with environment = \"production\"); run `docket adapter verify` against the database first"
+    )]
+    Unverified { name: String, version: String },
     /// Stored data could not be read back; a bug or manual tampering.
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
@@ -266,6 +272,16 @@ pub trait ComponentStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<()>> + Send;
     /// The latest verification of each verified digest.
     fn verifications(&self) -> impl Future<Output = StoreResult<Vec<Verification>>> + Send;
+    /// Records whether making a version active needs its latest verdict to have passed
+    /// (for every path that writes the registry); when this turns it on, each active
+    /// version never verified is recorded `grandfathered` (returned): it keeps running,
+    /// never counted as verified.
+    fn require_verified(
+        &self,
+        on: bool,
+        author: String,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Vec<ActiveComponent>>> + Send;
     /// The registry's history, newest first, optionally of one name.
     fn component_events(
         &self,

@@ -1241,3 +1241,86 @@ async fn one_client_address_holds_at_most_its_share_of_connections() {
     )
     .await;
 }
+
+/// In production only verified adapter versions run, on every path: the example version
+/// is not activated at start-up without a verdict, a step that needs it is `blocked`
+/// (`unverified_component`) with nothing sent, `docket adapter activate` is refused as the
+/// API is; once `docket adapter verify` passes, the CLI activates it and a retry delivers.
+#[tokio::test(flavor = "multi_thread")]
+async fn production_runs_only_verified_adapter_versions_on_every_path() {
+    // A production host gets a provider of the test's own, with its allowances.
+    let host = HostProcess::start(HostOptions {
+        config: "environment = \"production\"\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    let wf = settled_delivery(&host, "unverified", "Unverified").await;
+    let deliver = &wf["steps"][2];
+    assert_eq!(deliver["state"], "blocked", "{wf:#}");
+    assert_eq!(
+        deliver["blocked"]["reason"], "unverified_component",
+        "{wf:#}"
+    );
+    assert!(
+        deliver["blocked"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("docket adapter verify"),
+        "{wf:#}"
+    );
+    assert_eq!(
+        wf["steps"][1]["state"], "succeeded",
+        "handlers are pure: {wf:#}"
+    );
+    assert!(host.world().await.is_empty());
+
+    let db = host.path().join("docket.db").display().to_string();
+    let docket = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = docket(&["adapter", "activate", "http-delivery@1.0.0", "--db", &db]);
+    assert!(
+        !ok && text.contains("no passing `docket adapter verify` verdict"),
+        "{text}"
+    );
+    let (ok, text) = docket(&["adapter", "verify", "http-delivery", "--db", &db]);
+    assert!(ok, "{text}");
+    let (ok, text) = docket(&["adapter", "activate", "http-delivery@1.0.0", "--db", &db]);
+    assert!(ok, "{text}");
+    let id = wf["workflow_id"].as_str().unwrap();
+    // The host takes up the activation within its registry poll; then a retry delivers.
+    let retried = crate::wait::until(
+        "a retry on the verified version",
+        std::time::Duration::from_secs(30),
+        || async {
+            let key = format!("r-{}", rand::random::<u32>());
+            let (status, body) = send(
+                &host,
+                reqwest::Method::POST,
+                &format!("/v1/workflows/{id}/steps/deliver/retry"),
+                &[("idempotency-key", key.as_str())],
+                Some(b"{}".to_vec()),
+            )
+            .await;
+            if status == 200 && body["state"] == "succeeded" {
+                return Ok(body);
+            }
+            Err(format!("{status} {body}"))
+        },
+    )
+    .await;
+    assert_eq!(
+        retried["receipt"]["evidence_kind"], "response",
+        "{retried:#}"
+    );
+    assert_eq!(host.world().await.len(), 1);
+}

@@ -83,6 +83,7 @@ conformance!(
     wakeups::admissions_wake_the_hosts_that_watch,
     wakeups::component_bytes_are_kept_once_per_digest,
     wakeups::the_registry_activates_rolls_back_and_keeps_its_history,
+    wakeups::activations_need_a_passing_verdict_once_the_database_requires_it,
     wakeups::the_latest_verification_of_each_component_is_kept,
     sessions::console_sessions_are_found_by_digest_until_they_expire_or_end,
     outbox::notifications_are_claimed_once_settled_by_their_holder_and_pruned,

@@ -12,6 +12,7 @@ use super::{
     ActiveChange, ActiveComponent, ActiveOutcome, ActiveTarget, ComponentEvent, ComponentStore,
     NewComponent, StoreError, StoreResult, StoredComponent, Verification,
 };
+use crate::intent::Millis;
 
 /// The statements of the registry. Parameters, in order:
 /// - `insert` (does nothing when the digest is stored): digest, name, version, kind,
@@ -24,7 +25,11 @@ use super::{
 ///   now active;
 /// - `activate`: name, digest, since;
 /// - `insert_verification`: digest, name, version, passed, verdicts, author, verified at;
-/// - `events` (newest first): name or NULL, limit.
+/// - `events` (newest first): name or NULL, limit;
+/// - `setting`: name; `set_setting`: name, value, at;
+/// - `latest_passed` (the latest verdict's `passed`): digest;
+/// - `kind_of`: digest;
+/// - `never_verified` (active versions of a kind without any verdict): kind.
 pub(crate) struct Sql {
     pub insert: &'static str,
     pub insert_event: &'static str,
@@ -38,6 +43,11 @@ pub(crate) struct Sql {
     pub insert_verification: &'static str,
     pub verifications: &'static str,
     pub events: &'static str,
+    pub setting: &'static str,
+    pub set_setting: &'static str,
+    pub latest_passed: &'static str,
+    pub kind_of: &'static str,
+    pub never_verified: &'static str,
 }
 
 /// The statements as both databases run them (see [`super::tx`] on placeholders); a
@@ -72,7 +82,120 @@ pub(crate) const SQL: Sql = Sql {
                     ORDER BY name, version",
     events: "SELECT seq, name, version, digest, action, author, at FROM component_events
              WHERE CAST($1 AS TEXT) IS NULL OR name = $1 ORDER BY seq DESC LIMIT $2",
+    setting: "SELECT value FROM store_settings WHERE name = $1",
+    set_setting: "INSERT INTO store_settings (name, value, set_at) VALUES ($1, $2, $3)
+                  ON CONFLICT (name) DO UPDATE SET value = $2, set_at = $3",
+    latest_passed: "SELECT passed FROM component_verifications WHERE digest = $1
+                    ORDER BY seq DESC LIMIT 1",
+    kind_of: "SELECT kind FROM components WHERE digest = $1",
+    never_verified: "SELECT a.name, c.version, a.digest, a.since
+                     FROM active_components a JOIN components c ON c.digest = a.digest
+                     WHERE c.kind = $1 AND NOT EXISTS (SELECT 1 FROM component_verifications v
+                                       WHERE v.digest = a.digest)
+                     ORDER BY a.name",
 };
+
+/// The setting that makes every activation need a passing verdict.
+const REQUIRE_VERIFIED: &str = "require_verified";
+
+/// The verdict that marks a version active when `require_verified` came into force: it
+/// keeps running and is shown for what it is, never as verified.
+pub const GRANDFATHERED: &str = "grandfathered";
+
+/// Whether activations need a passing verdict, as the database records it.
+async fn verified_required<T: Tx>(tx: &mut T) -> StoreResult<bool> {
+    let sql = tx.sql().components.setting;
+    Ok(tx
+        .row(sql, &values![REQUIRE_VERIFIED], |r| r.text("value"))
+        .await?
+        .is_some_and(|v| v == "true"))
+}
+
+/// The kind of component whose contract `docket adapter verify` proves; a handler is pure
+/// and declares nothing to prove.
+const VERIFIED_KIND: &str = "adapter";
+
+/// Refuses to make adapter `digest` active unless its latest verdict passed, when the
+/// database requires it.
+async fn check_verified<T: Tx>(
+    tx: &mut T,
+    name: &str,
+    version: &str,
+    digest: &str,
+) -> StoreResult<()> {
+    if !verified_required(tx).await? {
+        return Ok(());
+    }
+    let kind_of = tx.sql().components.kind_of;
+    let kind = tx
+        .row(kind_of, &values![digest], |r| r.text("kind"))
+        .await?;
+    if kind.as_deref() != Some(VERIFIED_KIND) {
+        return Ok(());
+    }
+    let sql = tx.sql().components.latest_passed;
+    let passed = tx
+        .row(sql, &values![digest], |r| r.flag("passed"))
+        .await?
+        .unwrap_or(false);
+    if passed {
+        Ok(())
+    } else {
+        Err(StoreError::Unverified {
+            name: name.to_string(),
+            version: version.to_string(),
+        })
+    }
+}
+
+/// Records whether activations need a passing verdict; when they start to, marks each
+/// active version that was never verified as grandfathered (and returns them).
+async fn require_verified<T: Tx>(
+    tx: &mut T,
+    (on, author, now): &(bool, String, Millis),
+) -> StoreResult<Vec<ActiveComponent>> {
+    let sql = &tx.sql().components;
+    let (set_setting, never_verified, insert_verification) =
+        (sql.set_setting, sql.never_verified, sql.insert_verification);
+    let was = verified_required(tx).await?;
+    tx.exec(
+        set_setting,
+        &values![
+            REQUIRE_VERIFIED,
+            if *on { "true" } else { "false" },
+            *now as i64
+        ],
+    )
+    .await?;
+    if !*on || was {
+        return Ok(Vec::new());
+    }
+    let active = tx
+        .rows(never_verified, &values![VERIFIED_KIND], |r| {
+            rows::active_component(r)
+        })
+        .await?;
+    let verdicts = verdicts_text(&[(
+        GRANDFATHERED.to_string(),
+        "active when require_verified came into force; never verified".to_string(),
+    )]);
+    for a in &active {
+        tx.exec(
+            insert_verification,
+            &values![
+                &a.digest,
+                &a.name,
+                &a.version,
+                false,
+                &verdicts,
+                author,
+                *now as i64,
+            ],
+        )
+        .await?;
+    }
+    Ok(active)
+}
 
 async fn store<T: Tx>(tx: &mut T, c: &NewComponent) -> StoreResult<bool> {
     let sql = &tx.sql().components;
@@ -142,6 +265,7 @@ async fn set_active<T: Tx>(tx: &mut T, change: &ActiveChange) -> StoreResult<Act
     let version = version_of(tx, name, &digest)
         .await?
         .ok_or_else(|| unknown_version(name, &digest))?;
+    check_verified(tx, name, &version, &digest).await?;
     tx.exec(activate, &values![name, &digest, change.now as i64])
         .await?;
     tx.exec(
@@ -239,6 +363,16 @@ impl<B: Backend> ComponentStore for B {
 
     async fn verifications(&self) -> StoreResult<Vec<Verification>> {
         self.read((), |tx, a| Box::pin(verifications(tx, a))).await
+    }
+
+    async fn require_verified(
+        &self,
+        on: bool,
+        author: String,
+        now: Millis,
+    ) -> StoreResult<Vec<ActiveComponent>> {
+        self.write((on, author, now), |tx, a| Box::pin(require_verified(tx, a)))
+            .await
     }
 
     async fn component_events(

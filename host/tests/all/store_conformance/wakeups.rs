@@ -4,7 +4,7 @@
 use super::backends::Store;
 use super::fixtures::*;
 use docket::intent::{StepState, Trigger};
-use docket::store::{ActiveChange, ActiveTarget, NewComponent, StoreError};
+use docket::store::{ActiveChange, ActiveTarget, NewComponent, StoreError, Verification};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -252,4 +252,115 @@ pub async fn the_latest_verification_of_each_component_is_kept<S: Store>(s: S) {
         (latest[1].digest.as_str(), latest[1].passed),
         ("sha256:v2", false)
     );
+}
+
+/// Once the database requires verified versions, every activation — by digest, a rollback,
+/// or a first registration — needs the version's latest verdict to have passed; the
+/// versions active when the rule came into force are recorded as grandfathered and keep
+/// running, never counted as verified; a later failing verdict revokes a passing one.
+pub async fn activations_need_a_passing_verdict_once_the_database_requires_it<S: Store>(s: S) {
+    for (digest, version) in [
+        ("sha256:v1", "1.0.0"),
+        ("sha256:v2", "2.0.0"),
+        ("sha256:v3", "3.0.0"),
+    ] {
+        s.store_component(NewComponent {
+            digest: digest.into(),
+            name: "http-delivery".into(),
+            version: version.into(),
+            kind: "adapter".into(),
+            bytes: vec![1, 2, 3],
+            registered_at: T0,
+            author: "alice".into(),
+        })
+        .await
+        .unwrap();
+    }
+    let change = |target: ActiveTarget, at: u64| ActiveChange {
+        name: "http-delivery".into(),
+        target,
+        author: "ops".into(),
+        now: T0 + at,
+    };
+    let verdict = |digest: &str, version: &str, passed: bool, at: u64| Verification {
+        digest: digest.into(),
+        name: "http-delivery".into(),
+        version: version.into(),
+        passed,
+        verdicts: vec![(
+            "idempotency".into(),
+            if passed { "held" } else { "failed" }.into(),
+        )],
+        author: "ops".into(),
+        verified_at: T0 + at,
+    };
+    let refused = |r: Result<docket::store::ActiveOutcome, StoreError>, version: &str| match r {
+        Err(StoreError::Unverified { version: v, .. }) => assert_eq!(v, version),
+        other => panic!("{version} must need a verdict: {other:?}"),
+    };
+    // Without the rule, anything may be activated.
+    s.set_active(change(ActiveTarget::IfNone("sha256:v1".into()), 1))
+        .await
+        .unwrap();
+    // The rule comes into force: v1, active and never verified, is grandfathered.
+    let grandfathered = s
+        .require_verified(true, "host a".into(), T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        grandfathered
+            .iter()
+            .map(|a| a.version.as_str())
+            .collect::<Vec<_>>(),
+        ["1.0.0"]
+    );
+    let verdicts = s.verifications().await.unwrap();
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert!(!verdicts[0].passed, "grandfathered is never verified");
+    assert_eq!(verdicts[0].verdicts[0].0, "grandfathered");
+    // Again: nothing new to grandfather.
+    assert!(
+        s.require_verified(true, "host b".into(), T0 + 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    refused(
+        s.set_active(change(ActiveTarget::Digest("sha256:v2".into()), 4))
+            .await,
+        "2.0.0",
+    );
+    s.record_verification(verdict("sha256:v2", "2.0.0", true, 5))
+        .await
+        .unwrap();
+    s.set_active(change(ActiveTarget::Digest("sha256:v2".into()), 6))
+        .await
+        .unwrap();
+    // Back to the grandfathered version: it was never verified.
+    refused(
+        s.set_active(change(ActiveTarget::Previous, 7)).await,
+        "1.0.0",
+    );
+    // A later failing verdict revokes v3's passing one.
+    s.record_verification(verdict("sha256:v3", "3.0.0", true, 8))
+        .await
+        .unwrap();
+    s.record_verification(verdict("sha256:v3", "3.0.0", false, 9))
+        .await
+        .unwrap();
+    refused(
+        s.set_active(change(ActiveTarget::Digest("sha256:v3".into()), 10))
+            .await,
+        "3.0.0",
+    );
+    assert_eq!(s.active_components().await.unwrap()[0].version, "2.0.0");
+
+    // Turned off, the rule no longer applies.
+    s.require_verified(false, "host c".into(), T0 + 11)
+        .await
+        .unwrap();
+    s.set_active(change(ActiveTarget::Digest("sha256:v3".into()), 12))
+        .await
+        .unwrap();
 }
