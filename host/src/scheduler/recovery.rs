@@ -160,11 +160,52 @@ pub fn conclude(
             },
         ),
     };
+    let (claim, relied) = relied_on(contract, verdict_claim(&transition));
+    let text = match &relied {
+        Some(words) => format!("{text} — relying on {words}"),
+        None => text,
+    };
     Conclusion {
         transition,
         note,
-        event: NewEvent::step(kind, told.step, told.attempt, text),
+        event: NewEvent::step(kind, told.step, told.attempt, text).with_data(serde_json::json!({
+            "relied_on": claim,
+            "adapter": format!("{}@{}", contract.name, contract.version),
+        })),
     }
+}
+
+/// Which declared claim a transition acts on: a recovery query on lookups, a same-key
+/// retry on idempotency, a review on none.
+fn verdict_claim(transition: &StepTransition) -> Option<&'static str> {
+    match transition {
+        StepTransition::Retry {
+            next_trigger: Trigger::RecoveryQuery,
+            ..
+        } => Some("query"),
+        StepTransition::Retry { .. } => Some("idempotency"),
+        _ => None,
+    }
+}
+
+/// The claim a recovery relied on, named with what the adapter declared, so the timeline
+/// says on whose word the step was queried or sent again.
+fn relied_on(
+    contract: &Contract,
+    claim: Option<&'static str>,
+) -> (Option<&'static str>, Option<String>) {
+    let adapter = format!("{}@{}", contract.name, contract.version);
+    let words = claim.map(|c| match c {
+        "query" => format!(
+            "{adapter}'s declared lookups by reference (visible within {} ms)",
+            contract.query.visibility_window_ms
+        ),
+        _ => format!(
+            "{adapter}'s declared idempotency (keys kept {} s in namespace `{}`)",
+            contract.idempotency.retention_seconds, contract.idempotency.namespace
+        ),
+    });
+    (claim, words)
 }
 
 /// "; it remembers the key until …" when the provider deduplicates: the timeline says how
@@ -295,7 +336,11 @@ mod tests {
         let call = conclude(&c, u(2_000, true), Verdict::Query { at: 3_000 }, told(CALL));
         assert_eq!(
             call.event.text,
-            "Outcome unknown: query by the stable reference scheduled in 1000 ms"
+            "Outcome unknown: query by the stable reference scheduled in 1000 ms — relying on a@1.0.0's declared lookups by reference (visible within 5000 ms)"
+        );
+        assert_eq!(
+            call.event.data,
+            serde_json::json!({"relied_on": "query", "adapter": "a@1.0.0"})
         );
         let expired = conclude(
             &c,
@@ -305,7 +350,7 @@ mod tests {
         );
         assert_eq!(
             expired.event.text,
-            "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact); the request may have been sent: query by the stable reference"
+            "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact); the request may have been sent: query by the stable reference — relying on a@1.0.0's declared lookups by reference (visible within 5000 ms)"
         );
     }
 
@@ -340,8 +385,9 @@ mod tests {
         // Retention of 100 s from the first request at 1 s.
         assert_eq!(
             done.event.text,
-            "Outcome unknown: retry with the same idempotency key (the provider deduplicates it); it remembers the key until 1970-01-01T00:01:41.000Z"
+            "Outcome unknown: retry with the same idempotency key (the provider deduplicates it); it remembers the key until 1970-01-01T00:01:41.000Z — relying on a@1.0.0's declared idempotency (keys kept 100 s in namespace `ns`)"
         );
+        assert_eq!(done.event.data["relied_on"], "idempotency");
         let expired = conclude(
             &c,
             u(2_000, false),
@@ -351,7 +397,7 @@ mod tests {
         assert_eq!(expired.transition, done.transition);
         assert!(
             expired.event.text.ends_with(
-                "; the request may have been sent: retry with the same idempotency key; it remembers the key until 1970-01-01T00:01:41.000Z"
+                "; the request may have been sent: retry with the same idempotency key; it remembers the key until 1970-01-01T00:01:41.000Z — relying on a@1.0.0's declared idempotency (keys kept 100 s in namespace `ns`)"
             ),
             "{}",
             expired.event.text

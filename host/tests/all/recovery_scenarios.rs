@@ -112,6 +112,9 @@ async fn a_lost_response_is_recovered_by_query_with_no_second_delivery() {
     for text in [
         "outcome unknown",
         "query by the stable reference",
+        // The recovery names the claim it relied on.
+        "— relying on http-delivery",
+        "declared lookups by reference (visible within",
         "Lookup by reference found",
         "verified by query",
     ] {
