@@ -104,12 +104,13 @@ pub async fn component_bytes_are_kept_once_per_digest<S: Store>(s: S) {
     assert_eq!(s.component_bytes("sha256:cc").await.unwrap(), None);
 }
 
-pub async fn the_registry_activates_rolls_back_and_keeps_its_history<S: Store>(s: S) {
-    for (digest, version) in [("sha256:v1", "1.0.0"), ("sha256:v2", "2.0.0")] {
+/// Stores each `(digest, version)` as a version of the adapter `http-delivery`.
+async fn store_versions<S: Store>(s: &S, versions: &[(&str, &str)]) {
+    for (digest, version) in versions {
         s.store_component(NewComponent {
-            digest: digest.into(),
+            digest: (*digest).into(),
             name: "http-delivery".into(),
-            version: version.into(),
+            version: (*version).into(),
             kind: "adapter".into(),
             bytes: vec![1, 2, 3],
             registered_at: T0,
@@ -118,6 +119,10 @@ pub async fn the_registry_activates_rolls_back_and_keeps_its_history<S: Store>(s
         .await
         .unwrap();
     }
+}
+
+pub async fn the_registry_activates_rolls_back_and_keeps_its_history<S: Store>(s: S) {
+    store_versions(&s, &[("sha256:v1", "1.0.0"), ("sha256:v2", "2.0.0")]).await;
     let change = |target: ActiveTarget, author: &str, at: u64| ActiveChange {
         name: "http-delivery".into(),
         target,
@@ -259,23 +264,15 @@ pub async fn the_latest_verification_of_each_component_is_kept<S: Store>(s: S) {
 /// versions active when the rule came into force are recorded as grandfathered and keep
 /// running, never counted as verified; a later failing verdict revokes a passing one.
 pub async fn activations_need_a_passing_verdict_once_the_database_requires_it<S: Store>(s: S) {
-    for (digest, version) in [
-        ("sha256:v1", "1.0.0"),
-        ("sha256:v2", "2.0.0"),
-        ("sha256:v3", "3.0.0"),
-    ] {
-        s.store_component(NewComponent {
-            digest: digest.into(),
-            name: "http-delivery".into(),
-            version: version.into(),
-            kind: "adapter".into(),
-            bytes: vec![1, 2, 3],
-            registered_at: T0,
-            author: "alice".into(),
-        })
-        .await
-        .unwrap();
-    }
+    store_versions(
+        &s,
+        &[
+            ("sha256:v1", "1.0.0"),
+            ("sha256:v2", "2.0.0"),
+            ("sha256:v3", "3.0.0"),
+        ],
+    )
+    .await;
     let change = |target: ActiveTarget, at: u64| ActiveChange {
         name: "http-delivery".into(),
         target,
