@@ -487,7 +487,10 @@ async fn change_course<
 }
 
 async fn step<
-    S: crate::store::DefinitionStore + crate::store::SessionStore + crate::store::ReadStore,
+    S: crate::store::DefinitionStore
+        + crate::store::SessionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore,
 >(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
@@ -504,7 +507,9 @@ async fn step<
     step_response(&c, &who, &id, &step, notice, None, StatusCode::OK).await
 }
 
-async fn step_response<S: crate::store::DefinitionStore + crate::store::ReadStore>(
+async fn step_response<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::ComponentStore,
+>(
     c: &Console<S>,
     who: &session::Session,
     id: &str,

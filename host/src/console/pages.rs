@@ -753,7 +753,9 @@ fn consequence(action: &str) -> &'static str {
 
 /// A stuck step: what docket intended to request, what evidence exists, which actions are
 /// safe now and what each would change. Every form carries a fresh idempotency key.
-pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
+pub async fn step<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::ComponentStore,
+>(
     ctx: &Context<S>,
     who: &Session,
     id: &str,
@@ -813,6 +815,7 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
             .any(|s| s.step == crate::course::compensation_id(step));
     let sent = attempts.iter().rev().find(|a| a.request_identity.is_some());
     let latest = attempts.last();
+    let verified = ctx.store.verifications().await.map_err(PageError::from)?;
     let contract: Option<Contract> = ctx.components.as_ref().and_then(|c| {
         latest
             .and_then(|a| a.provenance.as_ref())
@@ -871,6 +874,9 @@ pub async fn step<S: crate::store::DefinitionStore + crate::store::ReadStore>(
                 @if let Some(a) = sent.or(latest) {
                     @if let Some(p) = &a.provenance {
                         p { "Adapter version: " code { (p.component) "@" (p.component_version) } }
+                        @if step_def.is_some_and(|s| s.kind == crate::workflow::StepKind::Adapter) {
+                            p { "Its contract: " (verdict(verified.iter().find(|v| v.digest == p.component_digest))) }
+                        }
                         p { "Input digest: " code { (p.input_digest) } }
                     }
                 }
@@ -1043,13 +1049,8 @@ pub async fn adapters<S: crate::store::ComponentStore>(
                                 }
                             }
                             td {
-                                @match verified.iter().find(|v| v.digest == c.digest) {
-                                    Some(v) => {
-                                        strong { @if v.passed { "every declared claim held" } @else { "a declared claim FAILED" } }
-                                        @for (claim, verdict) in &v.verdicts { br; (claim) ": " (verdict) }
-                                        br; span.muted { "by " (v.author) ", " (rfc3339(v.verified_at)) }
-                                    }
-                                    None => { span.muted { @if c.kind == "adapter" { "not verified" } } }
+                                @if c.kind == "adapter" || verified.iter().any(|v| v.digest == c.digest) {
+                                    (verdict(verified.iter().find(|v| v.digest == c.digest)))
                                 }
                             }
                         }
@@ -1065,4 +1066,29 @@ pub async fn adapters<S: crate::store::ComponentStore>(
             }
         },
     ))
+}
+
+/// The latest `docket adapter verify` verdict of a component version, as a person reads it:
+/// held, failed, grandfathered (active when verification came to be required, never
+/// verified), or none.
+fn verdict(v: Option<&crate::store::Verification>) -> Markup {
+    let grandfathered = v.is_some_and(|v| {
+        v.verdicts
+            .iter()
+            .any(|(claim, _)| claim == crate::store::GRANDFATHERED)
+    });
+    html! {
+        @match v {
+            Some(v) if grandfathered => {
+                strong { "grandfathered" } " — never verified; it was active when verification came to be required"
+                br; span.muted { "recorded by " (v.author) ", " (rfc3339(v.verified_at)) }
+            }
+            Some(v) => {
+                strong { @if v.passed { "every declared claim held" } @else { "a declared claim FAILED" } }
+                @for (claim, verdict) in &v.verdicts { br; (claim) ": " (verdict) }
+                br; span.muted { "by " (v.author) ", " (rfc3339(v.verified_at)) }
+            }
+            None => { span.muted { "not verified" } }
+        }
+    }
 }

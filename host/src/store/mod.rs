@@ -45,6 +45,7 @@ mod sessions;
 pub mod sqlite;
 mod tx;
 
+pub use components::GRANDFATHERED;
 pub use records::*;
 
 use crate::intent::{Millis, WorkflowId};

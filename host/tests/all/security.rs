@@ -1323,4 +1323,59 @@ async fn production_runs_only_verified_adapter_versions_on_every_path() {
         "{retried:#}"
     );
     assert_eq!(host.world().await.len(), 1);
+    // The step's page says the contract it ran under was verified, and how.
+    let (client, cookie) = crate::course::console_session(&host).await;
+    let page = client
+        .get(format!("{}/console/workflows/{id}/steps/deliver", host.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Its contract: <strong>every declared claim held</strong>"),
+        "{page}"
+    );
+}
+
+/// A version active when `require_verified` comes into force keeps running and is shown as
+/// grandfathered — never as verified — on the console's adapters page and on the page of
+/// a step it ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn versions_active_when_verification_becomes_required_are_grandfathered() {
+    let host = HostProcess::start(HostOptions::default()).await;
+    let wf = settled_delivery(&host, "before", "Before").await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let id = wf["workflow_id"].as_str().unwrap().to_string();
+    let dir = host.kill();
+    let host = HostProcess::start(HostOptions {
+        dir: Some(dir),
+        config: "require_verified = true\n".into(),
+        ..HostOptions::default()
+    })
+    .await;
+    // The grandfathered version still runs.
+    let wf = settled_delivery(&host, "after", "After").await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let (client, cookie) = crate::course::console_session(&host).await;
+    for path in [
+        "/console/adapters".to_string(),
+        format!("/console/workflows/{id}/steps/deliver"),
+    ] {
+        let page = client
+            .get(format!("{}{path}", host.url))
+            .header("cookie", cookie.clone())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("<strong>grandfathered</strong> — never verified"),
+            "{path}: {page}"
+        );
+    }
 }
