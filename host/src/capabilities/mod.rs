@@ -115,12 +115,77 @@ impl Grant {
     }
 }
 
+/// One grant per adapter action: `invoke`, `query` and `compensate` each reach only what
+/// their own grant holds, while the component is linked for what any of them needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ActionGrants {
+    pub invoke: Grant,
+    pub query: Grant,
+    pub compensate: Grant,
+}
+
+impl ActionGrants {
+    /// Every action under the same grant.
+    pub fn same(grant: Grant) -> Self {
+        Self {
+            invoke: grant.clone(),
+            query: grant.clone(),
+            compensate: grant,
+        }
+    }
+
+    /// What any action may use: the component's imports and declared needs are checked
+    /// against it, since each need belongs to some action.
+    pub fn union(&self) -> Grant {
+        let all = [&self.invoke, &self.query, &self.compensate];
+        let hosts = all.iter().flat_map(|g| g.hosts.iter().cloned());
+        let secrets = all.iter().flat_map(|g| g.secrets.iter().cloned());
+        Grant::new(hosts, secrets).allowing_private(all.iter().any(|g| g.allow_private))
+    }
+
+    /// A stable text form of all three, to key caches of linked components.
+    pub fn fingerprint(&self) -> String {
+        if self.query == self.invoke && self.compensate == self.invoke {
+            return self.invoke.fingerprint();
+        }
+        format!(
+            "invoke={{{}}};query={{{}}};compensate={{{}}}",
+            self.invoke.fingerprint(),
+            self.query.fingerprint(),
+            self.compensate.fingerprint()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn rule(s: &str) -> HostRule {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_union_of_action_grants_holds_what_any_action_may_use() {
+        let grants = ActionGrants {
+            invoke: Grant::new([rule("http://a.example:80")], ["token".to_string()]),
+            query: Grant::new([rule("http://b.example:80")], []),
+            compensate: Grant::none(),
+        };
+        let union = grants.union();
+        assert_eq!(
+            union.hosts(),
+            &[rule("http://a.example:80"), rule("http://b.example:80")]
+        );
+        assert_eq!(union.secrets().iter().collect::<Vec<_>>(), vec!["token"]);
+        assert_ne!(
+            grants.fingerprint(),
+            ActionGrants::same(grants.invoke.clone()).fingerprint()
+        );
+        assert_eq!(
+            ActionGrants::same(grants.invoke.clone()).fingerprint(),
+            grants.invoke.fingerprint()
+        );
     }
 
     #[test]

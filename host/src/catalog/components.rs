@@ -8,10 +8,10 @@
 //! allowance). A version's bytes never change: other bytes under a loaded version are
 //! refused, as is a component whose contract is unusable.
 
-use crate::capabilities::{HostPolicy, PolicyError};
+use crate::capabilities::{ActionGrants, HostPolicy, PolicyError};
 use crate::runtime::{ComponentKind, LoadError, LoadedComponent, Prepared, Runtime};
 use crate::store::{ComponentStore, StoreError, StoredComponent};
-use crate::workflow::{CheckEnv, ComponentWorld, StepDef};
+use crate::workflow::{AdapterAction, CheckEnv, ComponentWorld, StepDef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
@@ -509,10 +509,19 @@ impl Components {
         // A version under a pinned name that is not pinned gets none of the allowance.
         let policy = self.policy();
         policy.check_pinned(component.name(), &component.digest)?;
-        let grant =
-            policy.effective_grant(component.name(), &caps.outbound_hosts, &caps.secrets)?;
+        let grant = |action| {
+            let (hosts, secrets) = caps.of(action);
+            policy.effective_grant(component.name(), hosts, secrets)
+        };
+        let grants = ActionGrants {
+            invoke: grant(AdapterAction::Invoke)?,
+            query: grant(AdapterAction::Query)?,
+            compensate: grant(AdapterAction::Compensate)?,
+        };
         let settings = policy.adapter(component.name()).settings;
-        Ok(self.runtime.prepare(component, &grant, &settings)?)
+        Ok(self
+            .runtime
+            .prepare_actions(component, &grants, &settings)?)
     }
 
     /// Whether this host's config has an `[adapters.<component>]` section.

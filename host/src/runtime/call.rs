@@ -234,7 +234,7 @@ impl Runtime {
         let reference = reference.to_string();
         self.call(
             &prepared.pre,
-            prepared.grant.clone(),
+            prepared.query_grant.clone(),
             env,
             limits,
             async move |store, pre| {
@@ -294,7 +294,7 @@ impl Runtime {
         };
         self.call(
             &prepared.pre,
-            prepared.grant.clone(),
+            prepared.compensate_grant.clone(),
             env,
             limits,
             async move |store, pre| {

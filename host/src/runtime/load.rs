@@ -2,9 +2,11 @@
 //!
 //! Loading checks the bytes (a component, not a core module or garbage), compiles once
 //! (memory and disk caches by digest), refuses a component built against another version of
-//! the `docket:plugin` package, and calls `describe()` in a sandbox that grants nothing. Preparing checks every import and every declared need against the effective
-//! grant, builds a linker with exactly the granted interfaces, and caches the resulting
-//! `InstancePre` per (digest, grant).
+//! the `docket:plugin` package, and calls `describe()` in a sandbox that grants nothing.
+//! Preparing checks every import and every declared need against what the adapter's
+//! actions are granted together, builds a linker with exactly those interfaces, and caches
+//! the resulting `InstancePre` per (digest, grants); each call (`invoke`, `query`,
+//! `compensate`) then reaches only its own action's grant.
 
 use super::Runtime;
 use super::bindings::PLUGIN_PACKAGE_VERSION;
@@ -13,7 +15,9 @@ use super::bindings::adapter::{Adapter, AdapterPre};
 use super::bindings::handler::HandlerPre;
 use super::call::{CallFailure, CallLimits};
 use super::state::{CallEnv, HostState};
-use crate::capabilities::{Grant, HostRule, ImportVerdict, SecretSource, check_import};
+use crate::capabilities::{
+    ActionGrants, Grant, HostRule, ImportVerdict, SecretSource, check_import,
+};
 use crate::clock::SystemClock;
 use crate::contract::{
     CompensationClaim, Contract, DeclaredCapabilities, HandlerContract, IdempotencyClaim,
@@ -108,10 +112,15 @@ impl LoadedComponent {
     }
 }
 
-/// A linked, pre-instantiated component for one grant: ready for calls.
+/// A linked, pre-instantiated component for one set of action grants: ready for calls.
 pub struct Prepared {
     pub component: Arc<LoadedComponent>,
+    /// The grant of `invoke` (and of a handler's `run`).
     pub(super) grant: Arc<Grant>,
+    /// The grant of `query`.
+    pub(super) query_grant: Arc<Grant>,
+    /// The grant of `compensate`.
+    pub(super) compensate_grant: Arc<Grant>,
     pub(super) pre: PreKind,
 }
 
@@ -121,7 +130,7 @@ impl Prepared {
         format!("{}@{}", self.component.name(), self.component.version())
     }
 
-    /// The grant the component was linked under.
+    /// The grant `invoke` (or a handler's `run`) runs under.
     pub fn grant(&self) -> &Grant {
         &self.grant
     }
@@ -438,14 +447,29 @@ impl Runtime {
         Ok(kind)
     }
 
-    /// Links `component` under `grant`, after checking that the grant covers every import
-    /// and every need its contract declares (`settings` resolve `$setting` hosts).
+    /// Links `component` under `grant` for every action, after checking that the grant
+    /// covers every import and every need its contract declares (`settings` resolve
+    /// `$setting` hosts).
     pub fn prepare(
         &self,
         component: &Arc<LoadedComponent>,
         grant: &Grant,
         settings: &BTreeMap<String, String>,
     ) -> Result<Arc<Prepared>, LoadError> {
+        self.prepare_actions(component, &ActionGrants::same(grant.clone()), settings)
+    }
+
+    /// Links `component` for what any of its actions may use, after checking that this
+    /// union covers every import and every need its contract declares; each call then
+    /// reaches only its own action's grant.
+    pub fn prepare_actions(
+        &self,
+        component: &Arc<LoadedComponent>,
+        grants: &ActionGrants,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<Arc<Prepared>, LoadError> {
+        let union = grants.union();
+        let grant = &union;
         for import in &component.imports {
             match check_import(import, grant) {
                 ImportVerdict::Allowed => {}
@@ -465,12 +489,11 @@ impl Runtime {
         if let Some(contract) = component.contract() {
             check_declared_needs(&contract.capabilities, grant, settings)?;
         }
-        let key = (component.digest.clone(), grant.fingerprint());
+        let key = (component.digest.clone(), grants.fingerprint());
         if let Some(found) = self.inner.prepared.lock().unwrap().get(&key) {
             return Ok(found.clone());
         }
-        let grant = Arc::new(grant.clone());
-        let linker = self.linker(&grant).map_err(|e| LoadError::Compile {
+        let linker = self.linker(grant).map_err(|e| LoadError::Compile {
             reason: format!("{e:#}"),
         })?;
         let pre = linker
@@ -481,7 +504,9 @@ impl Runtime {
         let world = component.world();
         let prepared = Arc::new(Prepared {
             component: component.clone(),
-            grant,
+            grant: Arc::new(grants.invoke.clone()),
+            query_grant: Arc::new(grants.query.clone()),
+            compensate_grant: Arc::new(grants.compensate.clone()),
             pre: wrap_pre(world, pre)?,
         });
         self.inner

@@ -386,10 +386,8 @@ where
         }
         // A definition deployed by another host may ask for an adapter this host was given
         // no allowance for: it is not this host's to run, and never with an empty grant.
-        let requests = &step.capabilities;
-        let requests_any = !(requests.outbound_hosts.is_empty() && requests.secrets.is_empty());
         if step.kind == StepKind::Adapter
-            && requests_any
+            && step.capabilities.requests_any()
             && !self.components.has_allowance(&step.component)
         {
             let message = format!(

@@ -147,6 +147,59 @@ pub struct RequestedCapabilities {
     pub outbound_hosts: Vec<String>,
     /// Secret names the component may resolve.
     pub secrets: Vec<String>,
+    /// What `query` may reach instead, when the definition says (else the above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<ActionCapabilities>,
+    /// What `compensate` may reach instead, when the definition says (else the above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate: Option<ActionCapabilities>,
+}
+
+/// The hosts and secrets one adapter action may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionCapabilities {
+    /// As [`RequestedCapabilities::outbound_hosts`].
+    pub outbound_hosts: Vec<String>,
+    /// As [`RequestedCapabilities::secrets`].
+    pub secrets: Vec<String>,
+}
+
+/// The three calls an adapter answers, each with a grant of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterAction {
+    Invoke,
+    Query,
+    Compensate,
+}
+
+impl RequestedCapabilities {
+    /// The hosts and secrets `action` asks for: its own table, else the step's.
+    pub fn of(&self, action: AdapterAction) -> (&[String], &[String]) {
+        let own = match action {
+            AdapterAction::Invoke => None,
+            AdapterAction::Query => self.query.as_ref(),
+            AdapterAction::Compensate => self.compensate.as_ref(),
+        };
+        match own {
+            Some(a) => (&a.outbound_hosts, &a.secrets),
+            None => (&self.outbound_hosts, &self.secrets),
+        }
+    }
+
+    /// Whether any action asks for a host or a secret.
+    pub fn requests_any(&self) -> bool {
+        [
+            AdapterAction::Invoke,
+            AdapterAction::Query,
+            AdapterAction::Compensate,
+        ]
+        .into_iter()
+        .any(|a| {
+            let (hosts, secrets) = self.of(a);
+            !(hosts.is_empty() && secrets.is_empty())
+        })
+    }
 }
 
 /// One step of a workflow.

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use semver::Version;
+use serde_spanned::Spanned;
 
 use super::StepKind;
 use super::diagnostics::{Diagnostic, closest, list};
@@ -226,7 +227,17 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
         return; // A handler's request is refused by the file checks.
     }
     let name = step.component.get_ref();
-    let requests_any = !(caps.outbound_hosts.is_empty() && caps.secrets.is_empty());
+    let actions = [caps.query.as_ref(), caps.compensate.as_ref()];
+    let lists = std::iter::once((&caps.outbound_hosts, &caps.secrets)).chain(
+        actions
+            .into_iter()
+            .flatten()
+            .map(|a| (&a.get_ref().outbound_hosts, &a.get_ref().secrets)),
+    );
+    let lists: Vec<_> = lists.collect();
+    let requests_any = lists
+        .iter()
+        .any(|(hosts, secrets)| !(hosts.is_empty() && secrets.is_empty()));
     if requests_any && !env.has_allowance(name) {
         diags.push(
             Diagnostic::new(format!(
@@ -239,7 +250,20 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
         );
         return;
     }
-    for host in &caps.outbound_hosts {
+    for (hosts, secrets) in lists {
+        check_allowed(name, hosts, secrets, env, diags);
+    }
+}
+
+/// Each host and secret one action asks for must be allowed by the operator's config.
+fn check_allowed(
+    name: &str,
+    hosts: &[Spanned<String>],
+    secrets: &[Spanned<String>],
+    env: &dyn CheckEnv,
+    diags: &mut Vec<Diagnostic>,
+) {
+    for host in hosts {
         let host_text = host.get_ref();
         // A malformed entry is reported by the file checks; asking about it adds nothing.
         if host_problem(host_text).is_none() && !env.allows_host(name, host_text) {
@@ -254,7 +278,7 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
             );
         }
     }
-    for secret in &caps.secrets {
+    for secret in secrets {
         let secret_name = secret.get_ref();
         if !env.allows_secret(name, secret_name) {
             diags.push(

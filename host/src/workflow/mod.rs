@@ -52,6 +52,10 @@
 //! [steps.capabilities]         # adapters only
 //! outbound_hosts = ["$base_url"]  # "scheme://host:port", "host:port" or "$setting"
 //! secrets = ["provider_token"]
+//! [steps.capabilities.query]   # optional: what `query` alone may reach (else the above)
+//! outbound_hosts = ["$status_url"]
+//! secrets = []
+//! [steps.capabilities.compensate]  # optional: likewise for `compensate`
 //! [steps.compensation]         # adapters only; carried for compensation support
 //! on = "workflow_failed"       # or "workflow_cancelled", "workflow_not_completed"
 //! ```
@@ -80,8 +84,9 @@ mod validate;
 mod values;
 
 pub use def::{
-    Budget, COMPLETION_RECORDED, Compensation, CompensationTrigger, OutputMismatch,
-    REQUEST_RECORDED, RequestedCapabilities, StepDef, StepKind, WorkflowDef,
+    ActionCapabilities, AdapterAction, Budget, COMPLETION_RECORDED, Compensation,
+    CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities, StepDef,
+    StepKind, WorkflowDef,
 };
 pub use diagnostics::{Diagnostic, Diagnostics, LocatedDiagnostic};
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};

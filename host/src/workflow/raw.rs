@@ -160,6 +160,30 @@ pub(super) struct CapabilitiesToml {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub secrets: Vec<Spanned<String>>,
+    /// `[steps.capabilities.query]`: what the adapter's `query` may reach; without it, the
+    /// step's own hosts and secrets.
+    #[schemars(with = "Option<ActionCapabilitiesToml>")]
+    pub query: Option<Spanned<ActionCapabilitiesToml>>,
+    /// `[steps.capabilities.compensate]`: what the adapter's `compensate` may reach;
+    /// without it, the step's own hosts and secrets.
+    #[schemars(with = "Option<ActionCapabilitiesToml>")]
+    pub compensate: Option<Spanned<ActionCapabilitiesToml>>,
+}
+
+/// The hosts and secrets of one adapter action (`query` or `compensate`), in place of the
+/// step's: least authority per action.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "ActionCapabilities")]
+pub(super) struct ActionCapabilitiesToml {
+    /// As the step's `outbound_hosts`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub outbound_hosts: Vec<Spanned<String>>,
+    /// As the step's `secrets`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub secrets: Vec<Spanned<String>>,
 }
 
 /// `[steps.compensation]`: the step's effect is undone by the adapter's `compensate`, as a

@@ -10,10 +10,12 @@ use std::time::Duration;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
-use super::def::{COMPLETION_RECORDED, Compensation, REQUEST_RECORDED, RequestedCapabilities};
+use super::def::{
+    ActionCapabilities, COMPLETION_RECORDED, Compensation, REQUEST_RECORDED, RequestedCapabilities,
+};
 use super::diagnostics::Diagnostic;
 use super::mapping::{InputMapping, Located, REFERENCE_HELP, Reference};
-use super::raw::{RetryToml, StepToml};
+use super::raw::{ActionCapabilitiesToml, RetryToml, StepToml};
 use super::retry::RetryPolicy;
 use super::spans::{Part, Seg, toml_to_json};
 use super::validate::{Ctx, DEFAULT_TIMEOUT, nonzero, positive};
@@ -336,9 +338,9 @@ fn capabilities(raw: &StepToml, i: usize, ctx: &mut Ctx<'_, '_>) -> RequestedCap
         return RequestedCapabilities::default();
     };
     let id = raw.id.get_ref();
-    if *raw.kind.get_ref() == StepKind::Handler
-        && !(caps.outbound_hosts.is_empty() && caps.secrets.is_empty())
-    {
+    let handler = *raw.kind.get_ref() == StepKind::Handler;
+    let any_action = caps.query.is_some() || caps.compensate.is_some();
+    if handler && (!(caps.outbound_hosts.is_empty() && caps.secrets.is_empty()) || any_action) {
         ctx.push(
             Diagnostic::new(format!(
                 "handler step `{id}` requests capabilities, but handlers are pure and get none"
@@ -347,14 +349,49 @@ fn capabilities(raw: &StepToml, i: usize, ctx: &mut Ctx<'_, '_>) -> RequestedCap
             .help("remove [steps.capabilities], or make this step an adapter (kind = \"adapter\")"),
         );
     }
-    for host in &caps.outbound_hosts {
+    if let Some(table) = &caps.compensate
+        && !handler
+        && raw.compensation.is_none()
+    {
+        ctx.push(
+            Diagnostic::new(format!(
+                "step `{id}` grants `compensate` capabilities, but it has no [steps.compensation], so nothing would use them"
+            ))
+            .at(table.span())
+            .help("add [steps.compensation] with `on`, or remove [steps.capabilities.compensate]"),
+        );
+    }
+    let own = action_capabilities(&caps.outbound_hosts, &caps.secrets, ctx);
+    let action = |table: &Option<Spanned<ActionCapabilitiesToml>>, ctx: &mut Ctx<'_, '_>| {
+        table.as_ref().map(|t| {
+            let t = t.get_ref();
+            action_capabilities(&t.outbound_hosts, &t.secrets, ctx)
+        })
+    };
+    let query = action(&caps.query, ctx);
+    let compensate = action(&caps.compensate, ctx);
+    RequestedCapabilities {
+        outbound_hosts: own.outbound_hosts,
+        secrets: own.secrets,
+        query,
+        compensate,
+    }
+}
+
+/// Checks one action's hosts and secret names and returns them as written.
+fn action_capabilities(
+    hosts: &[Spanned<String>],
+    secrets: &[Spanned<String>],
+    ctx: &mut Ctx<'_, '_>,
+) -> ActionCapabilities {
+    for host in hosts {
         if let Some(problem) = host_problem(host.get_ref()) {
             ctx.push(Diagnostic::new(problem).at(host.span()).help(
                 "write `scheme://host:port`, `host:port`, or `$setting` for the host of the URL in an adapter setting (e.g. \"$base_url\")",
             ));
         }
     }
-    for secret in &caps.secrets {
+    for secret in secrets {
         let name = secret.get_ref();
         let valid = !name.is_empty()
             && name
@@ -368,13 +405,9 @@ fn capabilities(raw: &StepToml, i: usize, ctx: &mut Ctx<'_, '_>) -> RequestedCap
             );
         }
     }
-    RequestedCapabilities {
-        outbound_hosts: caps
-            .outbound_hosts
-            .iter()
-            .map(|h| h.get_ref().clone())
-            .collect(),
-        secrets: caps.secrets.iter().map(|s| s.get_ref().clone()).collect(),
+    ActionCapabilities {
+        outbound_hosts: hosts.iter().map(|h| h.get_ref().clone()).collect(),
+        secrets: secrets.iter().map(|s| s.get_ref().clone()).collect(),
     }
 }
 

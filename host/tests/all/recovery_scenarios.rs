@@ -607,3 +607,54 @@ on_both_stores!(
     a_late_answer_settles_a_step_whose_outcome_was_unknown,
     a_late_answer_naming_another_reference_contradicts_the_step
 );
+
+/// Least authority per action: a definition that grants `query` the provider's host but not
+/// its token leaves the recovery lookup unable to read it — the lookup is refused at that
+/// action, nothing is sent twice, and the step waits for a person.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_is_held_to_its_own_grant_not_the_steps() {
+    let (file, text) = Contract::Idempotent.definition();
+    let text = text.replace(
+        "[steps.capabilities]\noutbound_hosts = [\"$base_url\"]\nsecrets = [\"provider_token\"]\n",
+        "[steps.capabilities]\noutbound_hosts = [\"$base_url\"]\nsecrets = [\"provider_token\"]\n\
+         [steps.capabilities.query]\noutbound_hosts = [\"$base_url\"]\n",
+    );
+    assert!(text.contains("[steps.capabilities.query]"), "{text}");
+    let host = HostProcess::start(HostOptions {
+        workflows: vec![(file, text)],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"lose_next": 1})).await;
+    let (status, created) = host
+        .submit(
+            Contract::Idempotent.workflow(),
+            "least-query-1",
+            document("Lookup without the token"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap();
+    let wf = host
+        .wait_for(
+            id,
+            &["completed", "needs_review", "failed"],
+            Duration::from_secs(30),
+        )
+        .await;
+    let timeline = host.timeline_text(id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}\n{timeline}");
+    let attempts = host.attempts(id, "deliver").await;
+    assert_eq!(
+        field(&attempts, "trigger"),
+        ["initial", "recovery_query"],
+        "{attempts:#?}"
+    );
+    // `invoke` had the token (the provider took the delivery); the lookup did not.
+    assert_eq!(host.world().await.len(), 1);
+    assert!(
+        timeline.contains("secret `provider_token` is not granted"),
+        "{timeline}"
+    );
+    nothing_runs_again(&host, id, 1).await;
+}

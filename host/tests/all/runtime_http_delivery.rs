@@ -390,3 +390,100 @@ async fn calls_to_one_provider_reuse_a_kept_alive_connection_and_a_broken_one_is
     )
     .await;
 }
+
+/// Least authority per action: the component is linked for what its actions need together,
+/// and each call reaches only its own action's grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_action_reaches_only_its_own_grant() {
+    use docket::capabilities::ActionGrants;
+    use docket::runtime::LoadError;
+    let sim = ProviderSim::start(SimConfig::new(TOKEN), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let rt = runtime();
+    let loaded = load(&rt, "http-delivery").await;
+    let base = settings(&[("base_url", &sim.base_url())]);
+    // `invoke` may deliver; `query` may reach the provider but not read its token;
+    // `compensate` may reach nothing at all.
+    let grants = ActionGrants {
+        invoke: grant(&[&sim.base_url()], &["provider_token"]),
+        query: grant(&[&sim.base_url()], &[]),
+        compensate: grant(&[], &[]),
+    };
+    let adapter = rt.prepare_actions(&loaded, &grants, &base).unwrap();
+    let f = Fixture { rt, sim, adapter };
+
+    let receipt = f
+        .invoke("least-1", &document("a@example.com"))
+        .await
+        .expect("invoke runs under its own grant");
+    assert_eq!(f.deliveries(), 1);
+
+    let env_with_token = || {
+        env(
+            settings(&[("base_url", &f.sim.base_url()), ("timeout_ms", "2000")]),
+            &[("provider_token", TOKEN)],
+        )
+    };
+    // The token is in the host's secret source, but not in `query`'s grant.
+    let report =
+        f.rt.query(
+            &f.adapter,
+            env_with_token(),
+            CallLimits::default(),
+            "least-1",
+        )
+        .await;
+    let refused = format!("{:?} {:?}", report.outcome, report.log);
+    assert!(
+        !matches!(report.outcome, Ok(Ok(Lookup::Found { .. }))),
+        "a query without the token must not find anything: {refused}"
+    );
+    assert!(
+        refused.contains("provider_token") && refused.contains("not granted"),
+        "the refusal names the secret: {refused}"
+    );
+
+    // `compensate` may reach no host: its request is refused by the host, nothing cancelled.
+    let request = CompensationRequest {
+        idempotency_key: "least-1.compensate".into(),
+        input: document("a@example.com").to_string(),
+        original_receipt: receipt.clone(),
+        attempt: 1,
+    };
+    let report =
+        f.rt.compensate(
+            &f.adapter,
+            env_with_token(),
+            CallLimits::default(),
+            &request,
+        )
+        .await;
+    assert!(
+        !matches!(report.outcome, Ok(Ok(_))),
+        "compensate must not succeed beyond its grant: {:?}",
+        report.outcome
+    );
+    assert_eq!(f.sim.sim().world()[0].cancelled_at, None);
+
+    // The union is what the declared needs are checked against: the token granted to no
+    // action at all refuses the component before any call.
+    let none_has_the_token = ActionGrants {
+        invoke: grant(&[&f.sim.base_url()], &[]),
+        query: grant(&[&f.sim.base_url()], &[]),
+        compensate: grant(&[], &[]),
+    };
+    match f.rt.prepare_actions(&loaded, &none_has_the_token, &base) {
+        Err(e @ (LoadError::ImportNotGranted { .. } | LoadError::ExceedsGrant { .. })) => {
+            assert!(e.to_string().contains("secret"), "{e}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+    // …and a token granted to `query` alone satisfies it.
+    let query_only = ActionGrants {
+        invoke: grant(&[&f.sim.base_url()], &[]),
+        query: grant(&[&f.sim.base_url()], &["provider_token"]),
+        compensate: grant(&[], &[]),
+    };
+    f.rt.prepare_actions(&loaded, &query_only, &base).unwrap();
+}

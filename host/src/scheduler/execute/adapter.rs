@@ -632,6 +632,23 @@ where
                     AttemptOutcome::LookupAbsent,
                 )
             }
+            // A lookup refused for its credentials (a secret its grant lacks, a token the
+            // provider turned down) will not succeed by asking again: a person looks.
+            Ok(Err(e @ EffectError::Unauthorized { .. })) => {
+                let seen = NewEvent::step(
+                    EventKind::Observation,
+                    id,
+                    att,
+                    format!("Lookup refused: {e}"),
+                );
+                let c = self.refused_lookup(claimed, step, contract, since, &e);
+                (
+                    c.transition,
+                    Some(c.note),
+                    vec![seen, c.event],
+                    AttemptOutcome::TransportFailed,
+                )
+            }
             Ok(Err(e)) => {
                 let seen = NewEvent::step(
                     EventKind::Observation,
@@ -664,6 +681,38 @@ where
             }
         };
         Ending::settled(5, facts, outcome, transition, note, log, events)
+    }
+
+    /// The step stays uncertain and goes to review: its lookup was refused, and nothing
+    /// automatic may prove or repeat the effect in its place.
+    fn refused_lookup(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        contract: &Contract,
+        since: Millis,
+        refusal: &EffectError,
+    ) -> Conclusion {
+        let u = Uncertainty {
+            since,
+            now: self.clock.now_ms(),
+            lookup_absent: false,
+            attempts_left: false,
+        };
+        let told = Told {
+            step: step.id.as_str(),
+            attempt: Some(&claimed.attempt_id),
+            cause: Cause::Call { label: &step.label },
+        };
+        let reason = format!(
+            "the lookup by reference was refused ({refusal}); fix the lookup's credentials or grant, then query again, or resolve the step from the provider's own record"
+        );
+        conclude(
+            contract,
+            u,
+            crate::scheduler::recovery::Verdict::Review { reason },
+            told,
+        )
     }
 
     /// The step's next state when its effect's outcome is unknown: the contract decides,
