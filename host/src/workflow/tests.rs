@@ -91,6 +91,35 @@ fn parses_the_shipped_definition() {
 }
 
 #[test]
+fn each_action_asks_for_its_own_table_or_else_the_steps() {
+    let text = DOCUMENT_DELIVERY.replace(
+        "secrets = [\"provider_token\"]\n",
+        "secrets = [\"provider_token\"]\n[steps.capabilities.query]\noutbound_hosts = [\"https://status.example.com\"]\n",
+    );
+    assert!(text.contains("[steps.capabilities.query]"));
+    let def = parse_ok(&text);
+    let caps = &def.step("deliver").unwrap().capabilities;
+    let (hosts, secrets) = caps.of(AdapterAction::Query);
+    assert_eq!(hosts, ["https://status.example.com"]);
+    assert!(
+        secrets.is_empty(),
+        "a query table replaces the step's secrets too"
+    );
+    let (hosts, secrets) = caps.of(AdapterAction::Compensate);
+    assert_eq!(
+        (hosts, secrets),
+        (&caps.outbound_hosts[..], &caps.secrets[..])
+    );
+    assert_eq!(caps.of(AdapterAction::Invoke).0, ["$base_url"]);
+    // A stored definition without action tables reads and writes as before.
+    let json = serde_json::to_value(&parse_ok(DOCUMENT_DELIVERY).steps[2].capabilities).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"outbound_hosts": ["$base_url"], "secrets": ["provider_token"]})
+    );
+}
+
+#[test]
 fn the_shipped_mappings_chain_the_handlers() {
     let def = parse_ok(DOCUMENT_DELIVERY);
     let input = json!({"title": " Hello ", "recipient": "a@example.com", "body": "World"});
