@@ -76,6 +76,8 @@ pub struct Options {
     pub pause_execution: bool,
     /// The configuration file, read again on SIGHUP (tokens, secrets, allowances).
     pub config_path: Option<PathBuf>,
+    /// Move the database to the configured environment when it records another.
+    pub adopt_environment: bool,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             sim_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             pause_execution: false,
             config_path: None,
+            adopt_environment: false,
         }
     }
 }
@@ -381,7 +384,11 @@ fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result
 /// a supervised task.
 async fn assemble<S>(parts: Parts<'_>, store: S, cache_dir: PathBuf) -> Result<App, AppError>
 where
-    S: ContextStore + ExecutorStore + ComponentStore + crate::store::NotificationStore,
+    S: ContextStore
+        + ExecutorStore
+        + ComponentStore
+        + crate::store::NotificationStore
+        + crate::store::SettingsStore,
 {
     let Parts {
         options,
@@ -395,6 +402,7 @@ where
         .clone()
         .unwrap_or_else(crate::scheduler::default_owner);
     tracing::info!("host identity (lease owner): {owner}");
+    record_environment(&store, options, &config, &clock, &owner).await?;
     let components = catalog(&config, &store, &clock, cache_dir, &owner).await?;
     let deployments = deploy(&config, &store, &components, &clock).await?;
     let wake = Arc::new(Notify::new());
@@ -502,6 +510,47 @@ where
     ctx.ticks = scheduler.ticks();
     ctx.progress = scheduler.progress();
     ctx
+}
+
+/// Checks the configured environment against the one the database serves: the first host
+/// records its own; another is refused unless told to adopt its own (`--adopt-environment`).
+async fn record_environment<S: crate::store::SettingsStore>(
+    store: &S,
+    options: &Options,
+    config: &HostConfig,
+    clock: &Arc<SystemClock>,
+    owner: &str,
+) -> Result<(), AppError> {
+    use crate::store::{EnvironmentRecord, StoreError};
+    let recorded = store
+        .record_environment(
+            config.environment.clone(),
+            options.adopt_environment,
+            owner.to_string(),
+            clock.now_ms(),
+        )
+        .await;
+    match recorded {
+        Ok(EnvironmentRecord::First) => tracing::info!(
+            "this database now serves environment `{}`: idempotency keys are derived in it",
+            config.environment
+        ),
+        Ok(EnvironmentRecord::Same) => {}
+        Ok(EnvironmentRecord::Adopted { from, workflows }) => tracing::warn!(
+            "adopted this database for environment `{}` (it served `{from}`); {workflows} unfinished workflows keep the keys they were admitted with, each told on its timeline",
+            config.environment
+        ),
+        Err(e @ StoreError::EnvironmentChanged { .. }) => {
+            return Err(AppError::Refused(e.to_string()));
+        }
+        Err(e) => {
+            return Err(AppError::Setup {
+                context: "recording the environment in the database".into(),
+                cause: e.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The runtime and the components this host can run: the ones it loads (stored for every

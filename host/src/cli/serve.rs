@@ -30,6 +30,12 @@ pub struct ServeArgs {
     /// Admit and serve reads, but run no steps (for measuring admission alone).
     #[arg(long)]
     pub pause_execution: bool,
+    /// Start even though the database serves another environment than the configured one,
+    /// and move it to the configured one: workflows admitted from then on derive their
+    /// idempotency keys in it; every unfinished workflow keeps its keys and is told on its
+    /// timeline.
+    #[arg(long)]
+    pub adopt_environment: bool,
 }
 
 impl ServeArgs {
@@ -42,6 +48,7 @@ impl ServeArgs {
             sim_listen: self.sim_listen,
             pause_execution: self.pause_execution,
             config_path: self.config.clone(),
+            adopt_environment: self.adopt_environment,
         }
     }
 }

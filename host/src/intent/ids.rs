@@ -79,12 +79,25 @@ mod tests {
 }
 
 /// The external idempotency key of one logical effect: derived from (workflow id, step id,
-/// adapter idempotency namespace) only, so every attempt and every worker sends the same
-/// key, and two adapter versions with the same namespace do too.
-pub fn external_idempotency_key(workflow_id: &WorkflowId, step: &str, namespace: &str) -> String {
+/// adapter idempotency namespace, the environment the workflow was admitted in) only, so
+/// every attempt and every worker sends the same key, and two adapter versions with the
+/// same namespace do too — while a copy of the database in another environment (staging
+/// pointed at production's provider, or the reverse) never reuses a live key.
+///
+/// `environment` is `None` for workflows admitted before the database recorded one: their
+/// keys are derived as they were then, so a request already sent keeps its identity.
+pub fn external_idempotency_key(
+    workflow_id: &WorkflowId,
+    step: &str,
+    namespace: &str,
+    environment: Option<&str>,
+) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    for part in [workflow_id.as_str(), step, namespace] {
+    for part in [workflow_id.as_str(), step, namespace]
+        .into_iter()
+        .chain(environment)
+    {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -96,20 +109,40 @@ mod key_tests {
     use super::*;
 
     #[test]
+    fn the_environment_scopes_the_key_and_its_absence_keeps_the_earlier_derivation() {
+        let wf = WorkflowId("wf_1".into());
+        let prod = external_idempotency_key(&wf, "deliver", "ns", Some("production"));
+        let staging = external_idempotency_key(&wf, "deliver", "ns", Some("staging"));
+        let legacy = external_idempotency_key(&wf, "deliver", "ns", None);
+        assert_ne!(prod, staging);
+        assert_ne!(prod, legacy);
+        // A key sent before environments were recorded: the derivation of that release.
+        assert_eq!(legacy, "dk-2296ca26525fd772ebc8d344282d77b164218588");
+        assert_eq!(
+            external_idempotency_key(&wf, "deliver", "ns", Some("")),
+            external_idempotency_key(&wf, "deliver", "ns", Some("")),
+        );
+        assert_ne!(
+            external_idempotency_key(&wf, "deliver", "ns", Some("")),
+            legacy
+        );
+    }
+
+    #[test]
     fn the_external_key_depends_on_workflow_step_and_namespace_only() {
         let wf = WorkflowId("wf_1".into());
-        let k = external_idempotency_key(&wf, "deliver", "ns");
-        assert_eq!(k, external_idempotency_key(&wf, "deliver", "ns"));
-        assert_ne!(k, external_idempotency_key(&wf, "deliver", "other"));
-        assert_ne!(k, external_idempotency_key(&wf, "render", "ns"));
+        let k = external_idempotency_key(&wf, "deliver", "ns", None);
+        assert_eq!(k, external_idempotency_key(&wf, "deliver", "ns", None));
+        assert_ne!(k, external_idempotency_key(&wf, "deliver", "other", None));
+        assert_ne!(k, external_idempotency_key(&wf, "render", "ns", None));
         assert_ne!(
             k,
-            external_idempotency_key(&WorkflowId("wf_2".into()), "deliver", "ns")
+            external_idempotency_key(&WorkflowId("wf_2".into()), "deliver", "ns", None)
         );
         // Parts are length-prefixed, so shifting text between them changes the key.
         assert_ne!(
-            external_idempotency_key(&WorkflowId("a".into()), "bc", "d"),
-            external_idempotency_key(&WorkflowId("ab".into()), "c", "d")
+            external_idempotency_key(&WorkflowId("a".into()), "bc", "d", None),
+            external_idempotency_key(&WorkflowId("ab".into()), "c", "d", None)
         );
     }
 }

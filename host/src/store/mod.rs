@@ -42,6 +42,7 @@ mod reads;
 mod records;
 mod rows;
 mod sessions;
+mod settings;
 pub mod sqlite;
 mod tx;
 
@@ -90,6 +91,15 @@ pub enum StoreError {
         "`{name}@{version}` has no passing `docket adapter verify` verdict, and this database runs only verified versions (require_verified, the default with environment = \"production\"); run `docket adapter verify` against the database first"
     )]
     Unverified { name: String, version: String },
+    /// The host is configured for another environment than the one the database records:
+    /// a copied database pointed at another provider would reuse live idempotency keys.
+    #[error(
+        "this database serves environment `{recorded}`, and this host is configured for `{configured}`: a copy of a database pointed at another environment's provider would reuse its live idempotency keys. Set environment = \"{recorded}\" in docket.toml, or start with --adopt-environment to move the database to `{configured}` (recorded on the timeline of every unfinished workflow; keys already derived stay as they are)"
+    )]
+    EnvironmentChanged {
+        recorded: String,
+        configured: String,
+    },
     /// Stored data could not be read back; a bug or manual tampering.
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
@@ -289,6 +299,35 @@ pub trait ComponentStore: Send + Sync {
         name: Option<&str>,
         limit: u32,
     ) -> impl Future<Output = StoreResult<Vec<ComponentEvent>>> + Send;
+}
+
+/// What a starting host found of the database's environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvironmentRecord {
+    /// None was recorded: the host's is, from now on.
+    First,
+    /// The host's is the recorded one.
+    Same,
+    /// The host was told to adopt its own over `from`; `workflows` unfinished workflows
+    /// were told on their timelines.
+    Adopted { from: String, workflows: usize },
+}
+
+/// Settings of the database itself, shared by every host on it.
+pub trait SettingsStore: Send + Sync {
+    /// Records `configured` as the database's environment at a host's start: the first
+    /// host's is kept; another is refused ([`StoreError::EnvironmentChanged`]) unless
+    /// `adopt`, which moves the database to it and tells every unfinished workflow.
+    /// Workflows admitted from then on derive their idempotency keys in it.
+    fn record_environment(
+        &self,
+        configured: String,
+        adopt: bool,
+        host: String,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<EnvironmentRecord>> + Send;
+    /// The environment the database records, if any host has started on it.
+    fn environment(&self) -> impl Future<Output = StoreResult<Option<String>>> + Send;
 }
 
 /// Operator sessions of the console, shared by every host on the database.

@@ -367,6 +367,9 @@ pub struct Claimed {
     pub policy_exception: Option<PolicyException>,
     /// The workflow's trace (W3C `traceparent`), if it has one.
     pub trace_parent: Option<String>,
+    /// The environment its idempotency keys are derived in (`None`: admitted before the
+    /// database recorded one).
+    pub environment: Option<String>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }

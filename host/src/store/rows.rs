@@ -564,6 +564,7 @@ pub(crate) fn claimed(
             .transpose()?,
         context: StepContext::default(),
         trace_parent: None,
+        environment: None,
     })
 }
 

@@ -36,6 +36,7 @@ pub(crate) struct Statements {
     pub notifications: super::notifications::Sql,
     pub policies: super::policies::Sql,
     pub sessions: super::sessions::Sql,
+    pub settings: super::settings::Sql,
 }
 
 /// A write whose execution is the backend's own: a multi-row insert each dialect writes

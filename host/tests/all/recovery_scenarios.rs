@@ -250,7 +250,13 @@ async fn a_key_reused_with_another_request_goes_to_review_and_never_to_a_new_key
         },
     )
     .await;
-    let key = external_idempotency_key(&WorkflowId(id.to_string()), "deliver", NAMESPACE);
+    // The host's environment (development, the default) is part of the key.
+    let key = external_idempotency_key(
+        &WorkflowId(id.to_string()),
+        "deliver",
+        NAMESPACE,
+        Some(docket::catalog::DEFAULT_ENVIRONMENT),
+    );
     let shown = host.attempts(id, "deliver").await[0]["request_identity"]
         .as_str()
         .unwrap()

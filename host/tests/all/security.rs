@@ -1379,3 +1379,116 @@ async fn versions_active_when_verification_becomes_required_are_grandfathered() 
         );
     }
 }
+
+/// Environment-scoped identities: a database records the environment of the first host on
+/// it; a host configured for another is refused until told to adopt its own, which every
+/// unfinished workflow is told of. Keys are derived in each workflow's own environment for
+/// good: one admitted in staging sends staging's key even after the database moved, and
+/// one admitted after the move sends another key for the same workflow shape.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_in_another_environment_is_refused_and_an_adopted_one_keeps_each_key() {
+    use docket::intent::{WorkflowId, external_idempotency_key};
+    const NAMESPACE: &str = "reference-provider";
+    // Staging admits an intent and stops before running it.
+    let staging = HostProcess::start(HostOptions {
+        config: "environment = \"staging\"\n".into(),
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = staging
+        .submit(
+            "document-delivery",
+            "env-1",
+            crate::host_process::document("Staged"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let staged = created["workflow_id"].as_str().unwrap().to_string();
+    let dir = staging.kill();
+
+    // The database copied to QA: refused, naming both environments and the way on.
+    let config = dir.path().join("refused.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "workflows = {:?}\nenvironment = \"qa\"\n{}",
+            dir.path().join("workflows").display().to_string(),
+            crate::host_process::provider_config("http://127.0.0.1:9")
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .args(["--db", &dir.path().join("docket.db").display().to_string()])
+        .env("DOCKET_CACHE_DIR", dir.path().join("components"))
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{log}");
+    for needle in [
+        "serves environment `staging`",
+        "configured for `qa`",
+        "--adopt-environment",
+    ] {
+        assert!(log.contains(needle), "no {needle:?} in: {log}");
+    }
+
+    // Told to adopt: it starts, the staged workflow is told and runs under staging's key.
+    let qa = HostProcess::start(HostOptions {
+        config: "environment = \"qa\"\n".into(),
+        dir: Some(dir),
+        args: vec!["--adopt-environment".into()],
+        ..HostOptions::default()
+    })
+    .await;
+    let wf = qa
+        .wait_for(
+            &staged,
+            &["completed", "needs_review", "failed"],
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let timeline = qa.timeline_text(&staged).await;
+    assert!(
+        timeline.contains("adopted this database for environment `qa` (it was `staging`)"),
+        "{timeline}"
+    );
+    let (status, created) = qa
+        .submit(
+            "document-delivery",
+            "env-2",
+            crate::host_process::document("In QA"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let later = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = qa
+        .wait_for(
+            &later,
+            &["completed", "needs_review", "failed"],
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(wf["state"], "completed", "{wf:#}");
+    let world = qa.world().await;
+    let sent: Vec<&str> = world
+        .iter()
+        .map(|d| d["client_reference"].as_str().unwrap())
+        .collect();
+    let key = |id: &str, env: &str| {
+        external_idempotency_key(&WorkflowId(id.to_string()), "deliver", NAMESPACE, Some(env))
+    };
+    assert_eq!(
+        sent,
+        [key(&staged, "staging"), key(&later, "qa")],
+        "{world:#?}"
+    );
+    assert!(!qa.timeline_text(&later).await.contains("adopted"));
+}

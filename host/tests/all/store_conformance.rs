@@ -16,6 +16,7 @@ mod executor;
 mod fixtures;
 mod outbox;
 mod sessions;
+mod settings;
 mod wakeups;
 
 /// Instantiates each listed case once per backend, as `sqlite::<case>` and `postgres::<case>`,
@@ -87,6 +88,7 @@ conformance!(
     wakeups::the_latest_verification_of_each_component_is_kept,
     sessions::console_sessions_are_found_by_digest_until_they_expire_or_end,
     outbox::notifications_are_claimed_once_settled_by_their_holder_and_pruned,
+    settings::the_environment_is_recorded_once_and_moved_only_when_adopted,
 );
 
 /// A SQLite path is a file name, not a URL: `?`, `#` and `%` in it name the file.

@@ -143,6 +143,8 @@ pub struct HostOptions {
     pub no_workflow_files: bool,
     /// No provider allowance at all, even where the host embeds no simulator.
     pub no_provider: bool,
+    /// Further arguments of `docket serve`.
+    pub args: Vec<String>,
 }
 
 impl HostProcess {
@@ -203,6 +205,7 @@ impl HostProcess {
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
                 .args((!options.without_test_controls).then_some("--test-controls"))
                 .args(options.pause_execution.then_some("--pause-execution"))
+                .args(&options.args)
                 .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
                 .args([
                     "--db",

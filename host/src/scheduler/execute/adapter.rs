@@ -518,6 +518,7 @@ where
             &claimed.fence.workflow_id,
             step.id.as_str(),
             &contract.idempotency.namespace,
+            claimed.environment.as_deref(),
         ));
         let id = step.id.as_str();
         let att = Some(&claimed.attempt_id);

@@ -87,7 +87,8 @@ pub(super) fn preflight<'a>(f: &PreflightFacts<'a>) -> Preflight<'a> {
     };
     let workflow_id = &claimed.fence.workflow_id;
     let namespace = contract.idempotency.namespace.as_str();
-    let key = external_idempotency_key(workflow_id, f.step.id.as_str(), namespace);
+    let environment = claimed.environment.as_deref();
+    let key = external_idempotency_key(workflow_id, f.step.id.as_str(), namespace, environment);
     // The namespace rule: an uncertain request is recovered only under the identity it
     // may have been sent with. A version with another namespace derives another key, which
     // the provider would take for a new request: a person decides instead.
@@ -126,7 +127,7 @@ pub(super) fn preflight<'a>(f: &PreflightFacts<'a>) -> Preflight<'a> {
     };
     if claimed.trigger == Trigger::RecoveryQuery {
         let reference = match original {
-            Some((of, _)) => external_idempotency_key(workflow_id, of, namespace),
+            Some((of, _)) => external_idempotency_key(workflow_id, of, namespace, environment),
             None => key.clone(),
         };
         return Preflight::Proceed {

@@ -31,6 +31,7 @@ pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
         uncertain_since: None,
         policy_exception: None,
         trace_parent: None,
+        environment: None,
         context: crate::store::StepContext::default(),
     }
 }

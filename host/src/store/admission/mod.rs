@@ -48,9 +48,10 @@ pub(crate) const SQL: Sql = Sql {
     insert_workflow: "INSERT INTO workflows (workflow_id, workflow, definition_version, subject,
                           idempotency_key, input, input_digest, state, created_at, deadline_at,
                           key_retention_ms, next_seq, replaces, policy_at_admission,
-                          policy_current, trace_parent)
+                          policy_current, trace_parent, environment)
                       VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12,
-                          $13, $13, $14)",
+                          $13, $13, $14,
+                          (SELECT value FROM store_settings WHERE name = 'environment'))",
     replace: "UPDATE workflows SET replaced_by = $1 WHERE workflow_id = $2 AND replaced_by IS NULL",
     insert_key: "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest)
                  VALUES ($1, $2, $3, $4, $5)",

@@ -26,7 +26,6 @@ use crate::intent::Millis;
 /// - `activate`: name, digest, since;
 /// - `insert_verification`: digest, name, version, passed, verdicts, author, verified at;
 /// - `events` (newest first): name or NULL, limit;
-/// - `setting`: name; `set_setting`: name, value, at;
 /// - `latest_passed` (the latest verdict's `passed`): digest;
 /// - `kind_of`: digest;
 /// - `never_verified` (active versions of a kind without any verdict): kind.
@@ -43,8 +42,6 @@ pub(crate) struct Sql {
     pub insert_verification: &'static str,
     pub verifications: &'static str,
     pub events: &'static str,
-    pub setting: &'static str,
-    pub set_setting: &'static str,
     pub latest_passed: &'static str,
     pub kind_of: &'static str,
     pub never_verified: &'static str,
@@ -82,9 +79,6 @@ pub(crate) const SQL: Sql = Sql {
                     ORDER BY name, version",
     events: "SELECT seq, name, version, digest, action, author, at FROM component_events
              WHERE CAST($1 AS TEXT) IS NULL OR name = $1 ORDER BY seq DESC LIMIT $2",
-    setting: "SELECT value FROM store_settings WHERE name = $1",
-    set_setting: "INSERT INTO store_settings (name, value, set_at) VALUES ($1, $2, $3)
-                  ON CONFLICT (name) DO UPDATE SET value = $2, set_at = $3",
     latest_passed: "SELECT passed FROM component_verifications WHERE digest = $1
                     ORDER BY seq DESC LIMIT 1",
     kind_of: "SELECT kind FROM components WHERE digest = $1",
@@ -104,9 +98,7 @@ pub const GRANDFATHERED: &str = "grandfathered";
 
 /// Whether activations need a passing verdict, as the database records it.
 async fn verified_required<T: Tx>(tx: &mut T) -> StoreResult<bool> {
-    let sql = tx.sql().components.setting;
-    Ok(tx
-        .row(sql, &values![REQUIRE_VERIFIED], |r| r.text("value"))
+    Ok(super::settings::get(tx, REQUIRE_VERIFIED)
         .await?
         .is_some_and(|v| v == "true"))
 }
@@ -155,18 +147,10 @@ async fn require_verified<T: Tx>(
     (on, author, now): &(bool, String, Millis),
 ) -> StoreResult<Vec<ActiveComponent>> {
     let sql = &tx.sql().components;
-    let (set_setting, never_verified, insert_verification) =
-        (sql.set_setting, sql.never_verified, sql.insert_verification);
+    let (never_verified, insert_verification) = (sql.never_verified, sql.insert_verification);
     let was = verified_required(tx).await?;
-    tx.exec(
-        set_setting,
-        &values![
-            REQUIRE_VERIFIED,
-            if *on { "true" } else { "false" },
-            *now as i64
-        ],
-    )
-    .await?;
+    let value = if *on { "true" } else { "false" };
+    super::settings::set(tx, REQUIRE_VERIFIED, value, *now).await?;
     if !*on || was {
         return Ok(Vec::new());
     }

@@ -306,7 +306,8 @@ pub(super) async fn claim_tx(
          RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
                    w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
-                   w.next_seq - c.n AS first_seq, w.input, w.input_revision, w.trace_parent",
+                   w.next_seq - c.n AS first_seq, w.input, w.input_revision, w.trace_parent,
+                   w.environment",
     )
     .persistent(false)
     .bind(&workflow_ids)
@@ -355,6 +356,7 @@ pub(super) async fn claim_tx(
         c.cost_used = r.uint("cost_used")?;
         c.recovery_queries_used = r.small("recovery_queries_used")?;
         c.trace_parent = r.opt_text("trace_parent")?;
+        c.environment = r.opt_text("environment")?;
         c.budget_added = rows::budget_added(r.opt_text("budget_added")?)?;
         seqs.push(r.int("first_seq")? + *taken);
         revisions.push(r.int("input_revision")?);

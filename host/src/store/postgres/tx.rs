@@ -8,7 +8,7 @@ use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
     StoreResult, actions, admission, budgets, components, course, definitions, executor, late,
-    leases, metrics, notifications, policies, sessions,
+    leases, metrics, notifications, policies, sessions, settings,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
@@ -27,6 +27,7 @@ static STATEMENTS: Statements = Statements {
     notifications: notifications::postgres::SQL,
     policies: policies::SQL,
     sessions: sessions::SQL,
+    settings: settings::SQL,
 };
 
 /// An open transaction (or, for a read, a pooled connection).

@@ -112,7 +112,7 @@ fn start_attempts(
         "SELECT workflow, subject, definition_version, deadline_at,
                 attempts_used + 1 AS attempts_used, external_calls_used, runtime_used_ms,
                 cost_used, recovery_queries_used, budget_added, next_seq AS first_seq, input,
-                input_revision, trace_parent
+                input_revision, trace_parent, environment
          FROM workflows WHERE workflow_id = ?1",
     )?;
     let mut count = conn.prepare_cached(
@@ -129,7 +129,7 @@ fn start_attempts(
     // Each attempt's row and its timeline entry, written together after the loop.
     let mut started: Vec<(i64, i64, String, i64)> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
-        let (wf, seq, input, input_revision, trace_parent) = {
+        let (wf, seq, input, input_revision, (trace_parent, environment)) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
             let r = found.next()?.ok_or_else(|| {
                 StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
@@ -150,11 +150,12 @@ fn start_attempts(
                 r.int("first_seq")?,
                 r.text("input")?,
                 r.int("input_revision")?,
-                r.opt_text("trace_parent")?,
+                (r.opt_text("trace_parent")?, r.opt_text("environment")?),
             )
         };
         count.execute([c.fence.workflow_id.as_str()])?;
         c.trace_parent = trace_parent;
+        c.environment = environment;
         c.workflow = wf.workflow;
         c.subject = crate::intent::Subject(wf.subject);
         c.definition_version = wf.definition_version;

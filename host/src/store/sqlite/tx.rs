@@ -9,7 +9,7 @@ use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write, run
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult,
     actions, admission, budgets, components, course, definitions, executor, late, leases, metrics,
-    notifications, policies, sessions,
+    notifications, policies, sessions, settings,
 };
 use rusqlite::Connection;
 
@@ -28,6 +28,7 @@ static STATEMENTS: Statements = Statements {
     notifications: notifications::SQL,
     policies: policies::sqlite::SQL,
     sessions: sessions::SQL,
+    settings: settings::SQL,
 };
 
 /// The names SQLite gives the numbered placeholders of the shared statements.

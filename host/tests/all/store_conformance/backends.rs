@@ -4,7 +4,7 @@ use docket::store::postgres::PgStore;
 use docket::store::sqlite::SqliteStore;
 use docket::store::{
     AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, ExecutorStore,
-    NotificationStore, OperatorStore, ReadStore, SessionStore,
+    NotificationStore, OperatorStore, ReadStore, SessionStore, SettingsStore,
 };
 use std::future::Future;
 
@@ -20,6 +20,7 @@ pub trait Store:
     + ComponentStore
     + SessionStore
     + NotificationStore
+    + SettingsStore
     + Clone
     + 'static
 {
@@ -36,6 +37,7 @@ impl<T> Store for T where
         + CourseStore
         + SessionStore
         + NotificationStore
+        + SettingsStore
         + Clone
         + 'static
 {

@@ -52,7 +52,7 @@ fn limits(external_calls: u64) -> Limits {
 }
 
 fn key(step: &str) -> String {
-    external_idempotency_key(&WorkflowId("wf_1".into()), step, "courier")
+    external_idempotency_key(&WorkflowId("wf_1".into()), step, "courier", None)
 }
 
 /// The receipt of `deliver`: the effect a compensation reverses.
