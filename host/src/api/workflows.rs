@@ -127,7 +127,9 @@ fn number_param(
 /// default the revision the caller's `If-None-Match` names, else the current one), or
 /// with the current projection when the wait ends. `If-None-Match` naming the current
 /// revision answers `304`.
-pub(super) async fn projection<S: crate::store::DefinitionStore + crate::store::ReadStore>(
+pub(super) async fn projection<
+    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::ComponentStore,
+>(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
     id: Result<Path<String>, PathRejection>,
@@ -159,10 +161,50 @@ pub(super) async fn projection<S: crate::store::DefinitionStore + crate::store::
     let def = definition(&ctx, &record).await;
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let receipts = ctx.store.receipts(&record.workflow_id).await?;
-    let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    let mut view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
+    if let Some(def) = &def {
+        with_contracts(&ctx.store, &mut view, &def.def, &steps).await?;
+    }
     let mut response = Json(view).into_response();
     response.headers_mut().insert(header::ETAG, etag);
     Ok(response)
+}
+
+/// Each adapter step that ran gets the contract of its latest attempt's version and that
+/// version's latest verdict: what recovery of the step relies on, and whether it was proven.
+async fn with_contracts<S: crate::store::ReadStore + crate::store::ComponentStore>(
+    store: &S,
+    view: &mut crate::view::WorkflowView,
+    def: &crate::workflow::WorkflowDef,
+    steps: &[crate::store::StepRecord],
+) -> ApiResult<()> {
+    let ran: Vec<&crate::store::StepRecord> = steps
+        .iter()
+        .filter(|s| s.attempts > 0)
+        .filter(|s| {
+            def.step(&s.step)
+                .is_some_and(|d| d.kind == crate::workflow::StepKind::Adapter)
+        })
+        .collect();
+    if ran.is_empty() {
+        return Ok(());
+    }
+    let verified = store.verifications().await?;
+    for step in ran {
+        let latest = store
+            .attempts(&step.workflow_id, &step.step, step.attempts - 1, 1)
+            .await?;
+        let Some(provenance) = latest.into_iter().rev().find_map(|a| a.provenance) else {
+            continue;
+        };
+        let verdict = verified
+            .iter()
+            .find(|v| v.digest == provenance.component_digest);
+        if let Some(shown) = view.steps.iter_mut().find(|v| v.id == step.step) {
+            shown.contract = Some(crate::view::ContractView::of(&provenance, verdict));
+        }
+    }
+    Ok(())
 }
 
 /// `GET /v1/workflows/{id}/timeline`, oldest first.

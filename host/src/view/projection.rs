@@ -120,6 +120,55 @@ pub struct StepView {
     /// While the step's outcome is unknown and its provider deduplicates: until when the
     /// provider remembers the key its request was sent under, so a same-key retry is safe.
     pub retention_deadline: Option<String>,
+    /// For an adapter step that ran: the adapter version of its latest attempt, and whether
+    /// its declared contract (what recovery relies on) was verified.
+    pub contract: Option<ContractView>,
+}
+
+/// The adapter version an adapter step last ran under, and the latest `docket adapter
+/// verify` verdict of it. Read from the registry when the projection is served: a new
+/// verdict does not move the workflow's revision.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ContractView {
+    pub component: String,
+    pub version: String,
+    pub digest: String,
+    /// `held` (its latest verdict passed), `failed`, `grandfathered` (active when
+    /// verification came to be required, never verified, never counted as verified) or
+    /// `not_verified`.
+    pub verification: String,
+    /// Claim → verdict (`held`, `failed`, `not declared`, …) of the latest verification.
+    pub verdicts: std::collections::BTreeMap<String, String>,
+    pub verified_at: Option<String>,
+    pub verified_by: Option<String>,
+}
+
+impl ContractView {
+    /// The contract `ran` names, judged by its latest verification, if any.
+    pub fn of(ran: &Provenance, latest: Option<&crate::store::Verification>) -> Self {
+        let grandfathered = latest.is_some_and(|v| {
+            v.verdicts
+                .iter()
+                .any(|(claim, _)| claim == crate::store::GRANDFATHERED)
+        });
+        let verification = match latest {
+            None => "not_verified",
+            Some(_) if grandfathered => "grandfathered",
+            Some(v) if v.passed => "held",
+            Some(_) => "failed",
+        };
+        Self {
+            component: ran.component.clone(),
+            version: ran.component_version.clone(),
+            digest: ran.component_digest.clone(),
+            verification: verification.to_string(),
+            verdicts: latest
+                .map(|v| v.verdicts.iter().cloned().collect())
+                .unwrap_or_default(),
+            verified_at: latest.map(|v| rfc3339(v.verified_at)),
+            verified_by: latest.map(|v| v.author.clone()),
+        }
+    }
 }
 
 /// A compensation (`<step>.compensate`), nested under the step whose effect it reverses.
@@ -458,6 +507,7 @@ pub fn workflow_view(
                     .map(ReceiptView::from)
                     .collect(),
                 retention_deadline: retention_deadline(s).map(rfc3339),
+                contract: None,
             })
             .collect(),
     }
@@ -692,6 +742,40 @@ mod tests {
         assert_eq!(shorten_identity("wf_0123456789abcdef:deliver"), "wf_01234…");
         assert_eq!(shorten_identity("abcd"), "ab…");
         assert_eq!(shorten_identity("a"), "…");
+    }
+
+    #[test]
+    fn a_contract_is_shown_held_failed_grandfathered_or_not_verified() {
+        let ran = Provenance {
+            component: "http-delivery".into(),
+            component_version: "1.0.0".into(),
+            component_digest: "sha256:abc".into(),
+            input_digest: "sha256:in".into(),
+        };
+        let verdict = |passed: bool, verdicts: &[(&str, &str)]| crate::store::Verification {
+            digest: "sha256:abc".into(),
+            name: "http-delivery".into(),
+            version: "1.0.0".into(),
+            passed,
+            verdicts: verdicts
+                .iter()
+                .map(|(c, v)| (c.to_string(), v.to_string()))
+                .collect(),
+            author: "ops".into(),
+            verified_at: 0,
+        };
+        assert_eq!(ContractView::of(&ran, None).verification, "not_verified");
+        let held = ContractView::of(&ran, Some(&verdict(true, &[("idempotency", "held")])));
+        assert_eq!(held.verification, "held");
+        assert_eq!(held.verdicts["idempotency"], "held");
+        assert_eq!(held.verified_by.as_deref(), Some("ops"));
+        let failed = verdict(false, &[("idempotency", "failed")]);
+        assert_eq!(ContractView::of(&ran, Some(&failed)).verification, "failed");
+        let old = verdict(false, &[(crate::store::GRANDFATHERED, "never verified")]);
+        assert_eq!(
+            ContractView::of(&ran, Some(&old)).verification,
+            "grandfathered"
+        );
     }
 
     #[test]

@@ -204,6 +204,12 @@ secrets = {{ ledger_api_key = "docket-ledger-key" }}
         (out.status.code(), stdout, output_text(&out))
     };
     let held = |claim: &str| (claim.to_string(), "held".to_string());
+    // A real provider's clock cannot be moved: the key's retention is said to be unproven
+    // there, and the claim holds where it could be proven.
+    let held_where_provable = (
+        "idempotency".to_string(),
+        "held where it could be proven (see `unproven` above)".to_string(),
+    );
 
     let (code, stdout, all) = verify("http-delivery", &delivery_toml);
     assert_eq!(code, Some(0), "{all}");
@@ -213,7 +219,30 @@ secrets = {{ ledger_api_key = "docket-ledger-key" }}
     );
     assert_eq!(
         verdicts(&stdout),
-        [held("idempotency"), held("query"), held("compensation")]
+        [
+            held_where_provable.clone(),
+            held("query"),
+            held("compensation")
+        ]
+    );
+    let line = |scenario: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(scenario))
+            .unwrap_or_else(|| panic!("no {scenario:?} in:\n{stdout}"))
+            .to_string()
+    };
+    let retention = line("the key kept for its retention");
+    assert!(
+        retention.contains("unproven")
+            && retention.contains("not provable against an external provider"),
+        "{retention}"
+    );
+    // Visibility is proven against any provider, by asking again until the effect shows.
+    let visibility = line("eventual visibility in lookups");
+    assert!(
+        visibility.contains(" held ") && visibility.contains("asked again until it showed"),
+        "{visibility}"
     );
     // Evidence: what the provider answered, a lost answer marked as such.
     assert!(
@@ -226,7 +255,11 @@ secrets = {{ ledger_api_key = "docket-ledger-key" }}
     assert_eq!(code, Some(0), "{all}");
     assert_eq!(
         verdicts(&stdout),
-        [held("idempotency"), held("query"), held("compensation")]
+        [
+            held_where_provable.clone(),
+            held("query"),
+            held("compensation")
+        ]
     );
     assert!(
         stdout.contains("POST /api/v2/entries → 200 {\"entry\""),
@@ -249,7 +282,11 @@ secrets = {{ ledger_api_key = "docket-ledger-key" }}
     let (code, stdout, all) = verify("ledger-lying", &ledger_toml);
     assert_eq!(code, Some(1), "{all}");
     let v = verdicts(&stdout);
-    assert_eq!(v[..2], [held("idempotency"), held("query")], "{stdout}");
+    assert_eq!(
+        v[..2],
+        [held_where_provable.clone(), held("query")],
+        "{stdout}"
+    );
     assert!(v[2].1.starts_with("FAILED"), "{stdout}");
     assert!(
         stdout.contains("declared claims that did not hold: compensation\n"),

@@ -248,6 +248,7 @@ fn verify_passes_the_honest_adapter() {
         "two attempts at once",
         "a request delivered twice",
         "a restarted worker",
+        "the key kept for its retention",
         "eventual visibility in lookups",
         "compensating twice, one key",
         "compensation answer lost",
@@ -255,6 +256,11 @@ fn verify_passes_the_honest_adapter() {
         assert!(stdout.contains(scenario), "no {scenario:?} in:\n{stdout}");
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The declared retention is proven by moving the simulator's clock to its last second.
+    assert!(
+        stdout.contains("86399 s later (declared retention 86400 s) named the same effect"),
+        "{stdout}"
+    );
     // The evidence is what the provider answered, and what the adapter's own lookup says.
     assert!(stdout.contains("/cancel → 200"), "{stdout}");
     assert!(

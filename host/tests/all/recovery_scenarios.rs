@@ -109,6 +109,10 @@ async fn a_lost_response_is_recovered_by_query_with_no_second_delivery() {
     assert_eq!(receipt["evidence_kind"], "query", "{receipt:#}");
     assert_eq!(receipt["external_reference"], world[0]["id"]);
     assert_eq!(receipt["attempt_id"], attempts[1]["attempt_id"]);
+    // The contract recovery relied on, as the projection shows it: never verified here.
+    let contract = &deliver_step(&wf)["contract"];
+    assert_eq!(contract["component"], "http-delivery", "{wf:#}");
+    assert_eq!(contract["verification"], "not_verified", "{wf:#}");
     for text in [
         "outcome unknown",
         "query by the stable reference",

@@ -1338,6 +1338,17 @@ async fn production_runs_only_verified_adapter_versions_on_every_path() {
         page.contains("Its contract: <strong>every declared claim held</strong>"),
         "{page}"
     );
+    // So does the projection, with each claim's verdict.
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    let contract = &wf["steps"][2]["contract"];
+    assert_eq!(contract["component"], "http-delivery", "{wf:#}");
+    assert_eq!(contract["verification"], "held", "{wf:#}");
+    assert_eq!(contract["verdicts"]["idempotency"], "held", "{wf:#}");
+    assert!(contract["verified_by"].is_string(), "{wf:#}");
+    assert!(
+        wf["steps"][1]["contract"].is_null(),
+        "a handler has none: {wf:#}"
+    );
 }
 
 /// A version active when `require_verified` comes into force keeps running and is shown as
@@ -1378,6 +1389,11 @@ async fn versions_active_when_verification_becomes_required_are_grandfathered() 
             "{path}: {page}"
         );
     }
+    let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(
+        wf["steps"][2]["contract"]["verification"], "grandfathered",
+        "{wf:#}"
+    );
 }
 
 /// Environment-scoped identities: a database records the environment of the first host on
