@@ -49,7 +49,22 @@ impl Contract {
     /// safe: only while the provider still remembers the key can it not make a second
     /// effect (invariant 4).
     pub fn same_key_retry(&self, since: Millis, now: Millis) -> SameKeyRetry {
-        match self.remembered_until(since) {
+        self.same_key_retry_until(None, since, now)
+    }
+
+    /// As [`Contract::same_key_retry`], with the deadline recorded when the request was
+    /// first sent (checkpoint 3) taking precedence over one computed from `since`: the
+    /// one date the step shows, warns of and recovers by.
+    pub fn same_key_retry_until(
+        &self,
+        recorded: Option<Millis>,
+        since: Millis,
+        now: Millis,
+    ) -> SameKeyRetry {
+        let until = self
+            .remembered_until(since)
+            .map(|computed| recorded.unwrap_or(computed));
+        match until {
             None => SameKeyRetry::NotIdempotent,
             Some(until) if now >= until => SameKeyRetry::Forgotten { at: until },
             Some(until) => SameKeyRetry::Safe { until },

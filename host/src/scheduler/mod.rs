@@ -673,6 +673,7 @@ where
             now,
             lookup_absent: false,
             attempts_left,
+            remembered_until: lease.key_remembered_until,
         };
         let told = recovery::Told {
             step,

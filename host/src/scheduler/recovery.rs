@@ -25,6 +25,9 @@ pub struct Uncertainty {
     pub lookup_absent: bool,
     /// Whether the step's retry policy allows another same-key attempt.
     pub attempts_left: bool,
+    /// Until when the provider remembers the key, as recorded when the request was first
+    /// sent (`None` for requests recorded before it was kept: computed from `since`).
+    pub remembered_until: Option<Millis>,
 }
 
 /// The recovery verb chosen.
@@ -51,7 +54,7 @@ pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
             };
         }
     }
-    match contract.same_key_retry(u.since, u.now) {
+    match contract.same_key_retry_until(u.remembered_until, u.since, u.now) {
         SameKeyRetry::Safe { .. } if u.attempts_left => Verdict::RetrySameKey { at: u.now },
         SameKeyRetry::Safe { .. } => Verdict::Review {
             reason: "the step has used all its attempts and the outcome is still unknown".into(),
@@ -138,11 +141,11 @@ pub fn conclude(
             match told.cause {
                 Cause::Call { .. } => format!(
                     "Outcome unknown: retry with the same idempotency key (the provider deduplicates it){}",
-                    remembered(contract, u.since)
+                    remembered(contract, u)
                 ),
                 Cause::LeaseExpired { expired } => format!(
                     "{expired}; the request may have been sent: retry with the same idempotency key{}",
-                    remembered(contract, u.since)
+                    remembered(contract, u)
                 ),
             },
         ),
@@ -210,9 +213,10 @@ fn relied_on(
 
 /// "; it remembers the key until …" when the provider deduplicates: the timeline says how
 /// long a same-key retry stays safe.
-fn remembered(contract: &Contract, since: Millis) -> String {
+fn remembered(contract: &Contract, u: Uncertainty) -> String {
     contract
-        .remembered_until(since)
+        .remembered_until(u.since)
+        .map(|computed| u.remembered_until.unwrap_or(computed))
         .map(|d| format!("; it remembers the key until {}", crate::intent::rfc3339(d)))
         .unwrap_or_default()
 }
@@ -246,6 +250,7 @@ mod tests {
             now,
             lookup_absent,
             attempts_left: true,
+            remembered_until: None,
         }
     }
 
@@ -351,6 +356,34 @@ mod tests {
         assert_eq!(
             expired.event.text,
             "Lease of host-a expired at checkpoint 3 (the worker stopped or lost contact); the request may have been sent: query by the stable reference — relying on a@1.0.0's declared lookups by reference (visible within 5000 ms)"
+        );
+    }
+
+    /// The deadline recorded at the first request's checkpoint 3 is the one recovery goes
+    /// by and tells, not one computed again from when the step became uncertain.
+    #[test]
+    fn the_recorded_retention_deadline_decides_and_is_told() {
+        let c = contract(true, false);
+        // Computed from `since` (1 s), the key would be kept until 101 s; recorded: 50 s.
+        let recorded = |now| Uncertainty {
+            remembered_until: Some(50_000),
+            ..u(now, false)
+        };
+        assert_eq!(
+            decide(&c, u(60_000, false)),
+            Verdict::RetrySameKey { at: 60_000 }
+        );
+        assert!(matches!(
+            decide(&c, recorded(60_000)),
+            Verdict::Review { reason } if reason.contains("no longer remembers the key")
+        ));
+        let done = conclude(&c, recorded(2_000), decide(&c, recorded(2_000)), told(CALL));
+        assert!(
+            done.event
+                .text
+                .contains("it remembers the key until 1970-01-01T00:00:50.000Z"),
+            "{}",
+            done.event.text
         );
     }
 

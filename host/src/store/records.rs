@@ -363,6 +363,9 @@ pub struct Claimed {
     pub budget_added: crate::budget::Amounts,
     /// When the step's effect first became uncertain, if it did.
     pub uncertain_since: Option<Millis>,
+    /// Until when the provider remembers the key, recorded at the first request's
+    /// checkpoint 3 (adapters that deduplicate).
+    pub key_remembered_until: Option<Millis>,
     /// An operator's exception to the policy, waiting for the one attempt it lets through.
     pub policy_exception: Option<PolicyException>,
     /// The workflow's trace (W3C `traceparent`), if it has one.
@@ -576,6 +579,8 @@ pub struct ExpiredLease {
     pub workflow: String,
     pub definition_version: u32,
     pub uncertain_since: Option<Millis>,
+    /// Until when the provider remembers the key (recorded at checkpoint 3).
+    pub key_remembered_until: Option<Millis>,
     /// The result stored at checkpoint 5, if the attempt got that far.
     pub result: Option<AttemptResult>,
 }

@@ -448,7 +448,7 @@ pub(crate) fn verification(r: &impl Columns) -> StoreResult<Verification> {
 /// workflow (`w`).
 pub(crate) const EXPIRED_LEASE_COLUMNS: &str =
     "s.workflow_id, s.step, s.lease_owner, s.lease_token, s.lease_expires_at, s.uncertain_since,
-     s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
+     s.key_remembered_until, s.attempts, s.next_trigger, a.attempt_id, a.checkpoint, a.started_at, a.trigger,
      a.component, a.component_version, a.result, w.workflow, w.definition_version";
 
 pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
@@ -474,6 +474,7 @@ pub(crate) fn expired_lease(r: &impl Columns) -> StoreResult<ExpiredLease> {
         workflow: r.text("workflow")?,
         definition_version: r.small::<u32>("definition_version")?,
         uncertain_since: r.opt_uint("uncertain_since")?,
+        key_remembered_until: r.opt_uint("key_remembered_until")?,
         result: r
             .opt_text("result")?
             .map(|t| {
@@ -555,6 +556,7 @@ pub(crate) fn claimed(
         recovery_queries_used: 0,
         budget_added: Default::default(),
         uncertain_since: r.opt_uint("uncertain_since")?,
+        key_remembered_until: r.opt_uint("key_remembered_until")?,
         policy_exception: r
             .opt_text("policy_exception")?
             .map(|t| {

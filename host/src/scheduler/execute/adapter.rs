@@ -22,6 +22,9 @@ pub(super) enum Halt {
 pub(super) struct Sent<'a> {
     cost: u32,
     contract: &'a crate::contract::Contract,
+    /// When the request's identity is recorded: the provider's memory of the key, and the
+    /// step's uncertainty, count from it.
+    at: Millis,
 }
 
 impl<S> Scheduler<S>
@@ -45,7 +48,7 @@ where
             checkpoint: n,
             facts,
             external_call: sent.map(|s| s.cost),
-            remembered_until: sent.and_then(|s| s.contract.remembered_until(now)),
+            remembered_until: sent.and_then(|s| s.contract.remembered_until(s.at)),
             events,
             now,
         };
@@ -266,17 +269,13 @@ where
             request_identity: Some(key.clone()),
             ..AttemptFacts::default()
         };
+        let sent = Sent {
+            cost: step.cost,
+            contract,
+            at: self.clock.now_ms(),
+        };
         match self
-            .checkpoint(
-                claimed,
-                3,
-                identity,
-                Some(Sent {
-                    cost: step.cost,
-                    contract,
-                }),
-                vec![event],
-            )
+            .checkpoint(claimed, 3, identity, Some(sent), vec![event])
             .await
         {
             Ok(()) => {}
@@ -316,7 +315,7 @@ where
         };
         // Checkpoint 4 is the call itself: nothing is written before it returns.
         self.failpoint(4, claimed);
-        self.after_invoke(claimed, step, prepared, contract, input, report)
+        self.after_invoke(claimed, step, prepared, sent, input, report)
             .await
     }
 
@@ -325,10 +324,11 @@ where
         claimed: &Claimed,
         step: &StepDef,
         prepared: &Prepared,
-        contract: &Contract,
+        sent: Sent<'_>,
         input: &crate::intent::CanonicalInput,
         report: CallReport<Result<PluginReceipt, EffectError>>,
     ) -> Option<Ending> {
+        let (contract, sent_at) = (sent.contract, sent.at);
         let now = self.clock.now_ms();
         let log = log_json(&report);
         let id = step.id.as_str();
@@ -464,7 +464,8 @@ where
             }
             // The effect may have happened: recover by the contract, evidence before action.
             Ok(Err(EffectError::OutcomeUnknown { .. })) | Err(_) => {
-                let since = claimed.uncertain_since.unwrap_or(now);
+                // Uncertain since the request's identity was first recorded.
+                let since = claimed.uncertain_since.unwrap_or(sent_at);
                 let c = self.uncertain(claimed, step, contract, since, false);
                 ending(c.transition, Some(c.note), vec![c.event], 5)
             }
@@ -699,6 +700,7 @@ where
             now: self.clock.now_ms(),
             lookup_absent: false,
             attempts_left: false,
+            remembered_until: claimed.key_remembered_until,
         };
         let told = Told {
             step: step.id.as_str(),
@@ -731,6 +733,7 @@ where
             now: self.clock.now_ms(),
             lookup_absent,
             attempts_left: step.retry.allows_another(claimed.attempt_number),
+            remembered_until: claimed.key_remembered_until,
         };
         let told = Told {
             step: step.id.as_str(),

@@ -29,6 +29,7 @@ pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
         recovery_queries_used: 0,
         budget_added: crate::budget::Amounts::default(),
         uncertain_since: None,
+        key_remembered_until: None,
         policy_exception: None,
         trace_parent: None,
         environment: None,

@@ -33,7 +33,8 @@ struct ClaimedWorkflow {
 /// then written by rowid: a read and a one-row update cost less than an `UPDATE …
 /// RETURNING`, whose returned rows SQLite gathers in a temporary table each time.
 const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS attempts, \
-    next_trigger, uncertain_since, lower(hex(randomblob(16))) AS lease_token, \
+    next_trigger, uncertain_since, key_remembered_until, \
+    lower(hex(randomblob(16))) AS lease_token, \
     policy_exception, reads FROM steps";
 
 /// Claims up to `req.limit` ready steps, the longest-waiting first.
