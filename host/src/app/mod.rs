@@ -182,6 +182,13 @@ impl App {
             )));
         }
         let clock = SystemClock::new();
+        if let Some(start) = clock_start(options)? {
+            clock.start_at(start);
+            tracing::warn!(
+                "the clock starts at {} (DOCKET_TEST_CLOCK_START_MS)",
+                crate::intent::rfc3339(start)
+            );
+        }
         let sim = embed_simulator(options, &mut config, &clock, listen).await?;
         let db = options
             .db
@@ -629,6 +636,25 @@ async fn deploy<S: ContextStore>(
 
 /// The failpoint to honour: a test control, so a stray variable never crashes a production
 /// host.
+/// `DOCKET_TEST_CLOCK_START_MS`: the instant a test host's clock starts at, so a database
+/// saved earlier (the upgrade fixtures) resumes as of when it was saved. Test controls only.
+fn clock_start(options: &Options) -> Result<Option<u64>, AppError> {
+    let Ok(text) = std::env::var("DOCKET_TEST_CLOCK_START_MS") else {
+        return Ok(None);
+    };
+    if !options.test_controls {
+        return Err(AppError::Refused(
+            "DOCKET_TEST_CLOCK_START_MS needs --test-controls; unset it to run on the real clock"
+                .into(),
+        ));
+    }
+    text.trim().parse().map(Some).map_err(|_| {
+        AppError::Refused(format!(
+            "DOCKET_TEST_CLOCK_START_MS is `{text}`; give milliseconds since the Unix epoch"
+        ))
+    })
+}
+
 fn failpoint(options: &Options) -> Option<crate::scheduler::Failpoint> {
     let failpoint = crate::scheduler::failpoint_from_env();
     if failpoint.is_some() && !options.test_controls {

@@ -169,6 +169,10 @@ enum Command {
         /// Initial fault settings as JSON, e.g. '{"lose": 0.3, "seed": 7}'.
         #[arg(long)]
         faults: Option<String>,
+        /// A saved world to start from (deliveries and remembered keys, as
+        /// `host/tests/fixtures/upgrade/*/world-*.json` hold them).
+        #[arg(long)]
+        world: Option<std::path::PathBuf>,
     },
 }
 
@@ -275,7 +279,8 @@ pub fn run() -> ExitCode {
                 listen,
                 token,
                 faults,
-            } => sim_provider(listen, token, faults).await,
+                world,
+            } => sim_provider(listen, token, faults, world).await,
             Command::SimLedger { listen, key } => sim_ledger(listen, key).await,
         }
     });
@@ -301,9 +306,23 @@ async fn sim_provider(
     listen: SocketAddr,
     token: String,
     faults: Option<String>,
+    world: Option<std::path::PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    use crate::sim::{ProviderSim, SimConfig};
+    use crate::sim::{ProviderSim, SimConfig, WorldSnapshot};
     let sim = ProviderSim::new(SimConfig::new(token));
+    if let Some(path) = world {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read --world {}: {e}", path.display()))?;
+        let snapshot: WorldSnapshot = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("--world {} is not a saved world: {e}", path.display()))?;
+        let (deliveries, keys) = (snapshot.deliveries.len(), snapshot.keys.len());
+        sim.restore(snapshot)
+            .map_err(|e| anyhow::anyhow!("--world {}: {e}", path.display()))?;
+        tracing::info!(
+            "loaded {deliveries} deliveries and {keys} keys from {}",
+            path.display()
+        );
+    }
     if let Some(faults) = faults {
         let patch: serde_json::Value = serde_json::from_str(&faults)
             .map_err(|e| anyhow::anyhow!("--faults is not valid JSON: {e}"))?;

@@ -45,7 +45,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use faults::Faults;
-pub use state::{Delivery, DeliveryStatus};
+pub use state::{Delivery, DeliveryStatus, KeySnapshot, WorldSnapshot};
 
 use state::World;
 
@@ -73,6 +73,9 @@ pub enum SimError {
         /// What was wrong with it; for an unknown field this lists the known ones.
         reason: String,
     },
+    /// A saved world that cannot be loaded.
+    #[error("the saved world cannot be loaded: {0}")]
+    Snapshot(String),
     /// A share that is not a probability.
     #[error("fault setting `{field}` is {value}, but a share must be a number from 0 to 1")]
     ShareOutOfRange {
@@ -249,6 +252,20 @@ impl ProviderSim {
     /// The current fault settings, including what is left of the `*_next` counters.
     pub fn faults(&self) -> Faults {
         self.lock().faults().clone()
+    }
+
+    /// What the provider holds, to save and load again ([`ProviderSim::restore`]).
+    pub fn snapshot(&self) -> WorldSnapshot {
+        self.lock().snapshot()
+    }
+
+    /// Replaces what the provider holds with a saved world.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Snapshot`] when the deliveries are not numbered in order.
+    pub fn restore(&self, snapshot: WorldSnapshot) -> Result<(), SimError> {
+        self.lock().restore(snapshot)
     }
 
     /// How long idempotency keys are remembered.

@@ -55,7 +55,7 @@ pub enum DeliveryStatus {
 }
 
 /// The body of a `201` (and of the `200` replay of the same key).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Accepted {
     pub id: String,
     pub client_reference: String,
@@ -370,6 +370,90 @@ impl World {
     pub fn key_retention(&self) -> Duration {
         self.key_retention
     }
+
+    /// What the provider holds, to save beside a database and load again later: every
+    /// delivery (visible from then on) and every key with when it was stored.
+    pub fn snapshot(&self) -> WorldSnapshot {
+        let mut keys: Vec<KeySnapshot> = self
+            .keys
+            .iter()
+            .map(|(key, e)| KeySnapshot {
+                key: key.clone(),
+                body: e.body.clone(),
+                answer: e.answer.clone(),
+                stored_at_ms: millis(e.stored_at),
+            })
+            .collect();
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        WorldSnapshot {
+            deliveries: self.deliveries(),
+            keys,
+        }
+    }
+
+    /// Replaces what the provider holds with `snapshot`; faults and retention stay.
+    pub fn restore(&mut self, snapshot: WorldSnapshot) -> Result<(), SimError> {
+        let mut by_reference: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, d) in snapshot.deliveries.iter().enumerate() {
+            if d.id != format!("dlv_{}", i + 1) {
+                return Err(SimError::Snapshot(format!(
+                    "delivery {} is at position {}; deliveries are numbered dlv_1, dlv_2, … in order",
+                    d.id,
+                    i + 1
+                )));
+            }
+            by_reference
+                .entry(d.client_reference.clone())
+                .or_default()
+                .push(i);
+        }
+        self.records = snapshot
+            .deliveries
+            .into_iter()
+            .map(|delivery| Record {
+                delivery,
+                visible_at: UNIX_EPOCH,
+            })
+            .collect();
+        self.by_reference = by_reference;
+        self.keys = snapshot
+            .keys
+            .into_iter()
+            .map(|k| {
+                let entry = KeyEntry {
+                    body: k.body,
+                    answer: k.answer,
+                    stored_at: UNIX_EPOCH + Duration::from_millis(k.stored_at_ms),
+                };
+                (k.key, entry)
+            })
+            .collect();
+        Ok(())
+    }
+}
+
+/// A provider's world as saved to a file (`docket sim-provider --world FILE` loads one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldSnapshot {
+    pub deliveries: Vec<Delivery>,
+    pub keys: Vec<KeySnapshot>,
+}
+
+/// One remembered idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySnapshot {
+    pub key: String,
+    /// The request body first sent under it (a replay must match it).
+    pub body: Value,
+    answer: Accepted,
+    pub stored_at_ms: u64,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The provider's notion of a deliverable address; anything else is a permanent `422`.

@@ -291,3 +291,42 @@ fn rfc3339_formats_utc() {
         "2099-12-31T23:59:59.000Z"
     );
 }
+
+#[test]
+fn a_saved_world_loads_with_its_deliveries_and_keys_and_ages_them_as_before() {
+    let mut w = world(Faults::default());
+    post(&mut w, Some("k1"), &body("r1", "a@b"), at(0));
+    post(&mut w, None, &body("r2", "c@d"), at(5));
+    let saved = w.snapshot();
+    assert_eq!((saved.deliveries.len(), saved.keys.len()), (2, 1));
+    let text = serde_json::to_string(&saved).unwrap();
+
+    let mut loaded = world(Faults::default());
+    loaded
+        .restore(serde_json::from_str(&text).unwrap())
+        .unwrap();
+    assert_eq!(loaded.deliveries(), w.deliveries());
+    assert_eq!(loaded.lookup("r2", at(6)).unwrap().len(), 1);
+    // Within the retention the key replays; a new delivery is numbered after the saved.
+    let replay = post(&mut loaded, Some("k1"), &body("r1", "a@b"), at(10));
+    assert!(matches!(replay.outcome, CreateOutcome::Replayed(a) if a.id == "dlv_1"));
+    let fresh = post(&mut loaded, Some("k2"), &body("r3", "e@f"), at(11));
+    assert!(matches!(fresh.outcome, CreateOutcome::Created(a) if a.id == "dlv_3"));
+    // A day after it was stored, the key is free again, as it would have been.
+    let later = post(
+        &mut loaded,
+        Some("k1"),
+        &body("r1", "a@b"),
+        at(24 * 3_600_000),
+    );
+    assert!(matches!(later.outcome, CreateOutcome::Created(_)));
+
+    // Deliveries out of their numbering are refused, naming the first one.
+    let mut broken = saved.clone();
+    broken.deliveries.swap(0, 1);
+    let e = world(Faults::default()).restore(broken).unwrap_err();
+    assert!(
+        e.to_string().contains("delivery dlv_2 is at position 1"),
+        "{e}"
+    );
+}

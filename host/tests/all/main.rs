@@ -67,6 +67,7 @@ mod source_rules;
 mod store_conformance;
 mod supervision;
 mod upgrade;
+mod upgrade_fixtures;
 #[path = "../support/wait.rs"]
 mod wait;
 mod workflow_ui;
