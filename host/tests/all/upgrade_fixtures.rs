@@ -68,6 +68,10 @@ struct Held {
 const IDEMPOTENT: &str = "delivery-idempotent";
 const FIRE_AND_FORGET: &str = "delivery-fire-and-forget";
 const TIGHT_BUDGET: &str = "delivery-tight-budget";
+const GUARDED: &str = "delivery-guarded";
+
+/// The policy in force in the fixtures: deliveries of [`GUARDED`] are denied.
+const POLICY: &str = "[[rules]]\nworkflows = [\"delivery-guarded\"]\neffect = \"deny\"\nreason = \"deliveries of this kind are paused\"\n\n[[rules]]\neffect = \"allow\"\n";
 
 const HELD: &[Held] = &[
     Held {
@@ -93,6 +97,22 @@ const HELD: &[Held] = &[
         state: "needs_review",
         deliver: "blocked",
         deliveries: 0,
+    },
+    Held {
+        key: "blocked-policy",
+        workflow: GUARDED,
+        held: "needs_review: the step blocked by the policy in force",
+        state: "needs_review",
+        deliver: "blocked",
+        deliveries: 0,
+    },
+    Held {
+        key: "contradicted",
+        workflow: IDEMPOTENT,
+        held: "needs_review: a provider that forgot the key delivered twice, the late answer naming the first",
+        state: "needs_review",
+        deliver: "contradicted",
+        deliveries: 2,
     },
     Held {
         key: "compensating",
@@ -184,10 +204,15 @@ fn definitions() -> Vec<(String, String)> {
         )
         .replace("max_attempts = 20", "max_attempts = 3");
     assert!(tight.contains("max_attempts = 3") && tight.contains(TIGHT_BUDGET));
+    let guarded = text.replace(
+        &format!("name = {IDEMPOTENT:?}"),
+        &format!("name = {GUARDED:?}"),
+    );
     vec![
         idempotent,
         Contract::FireAndForget.definition(),
         (format!("{TIGHT_BUDGET}.toml"), tight),
+        (format!("{GUARDED}.toml"), guarded),
     ]
 }
 
@@ -268,6 +293,48 @@ async fn generate(sim: &RunningSim, db: Option<String>) -> (tempfile::TempDir, M
         assert_eq!(wf["state"], state, "{key}: {wf:#}");
         ids.insert(key.into(), id.into());
     }
+    // Blocked by the policy in force.
+    let (status, answer) = host
+        .post_with_key("/v1/policies", "policy-1", json!({"document": POLICY}))
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let id = submit(&host, GUARDED, "blocked-policy").await;
+    let wf = host.wait_for(&id, settled, SETTLE).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    ids.insert("blocked-policy".into(), id.into());
+    // Contradicted: a provider that forgot its idempotency delivers twice, and the first
+    // call's late answer names the first delivery (the host's clock passes the call's
+    // lease while the provider holds its answer: recovery sends again).
+    faults(json!({
+        "slow_next": 1, "slow_ms": 6000, "visibility_delay_ms": 600_000, "idempotency": false
+    }));
+    let id = submit(&host, IDEMPOTENT, "contradicted").await;
+    crate::wait::until(
+        "the first call under way",
+        Duration::from_secs(20),
+        || async {
+            let attempts = host.attempts(&id, "deliver").await;
+            match attempts.first() {
+                Some(a) if a["checkpoint"] == 3 => Ok(()),
+                _ => Err(format!("{attempts:#?}")),
+            }
+        },
+    )
+    .await;
+    host.advance_clock(PAST_THE_LEASES_MS).await;
+    let wf = crate::wait::until("the step contradicted", SETTLE, || async {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        let deliver = &wf["steps"][2];
+        if deliver["state"] == "contradicted" {
+            Ok(wf)
+        } else {
+            Err(format!("{wf:#}"))
+        }
+    })
+    .await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    faults(json!({"visibility_delay_ms": 0, "idempotency": true}));
+    ids.insert("contradicted".into(), id.into());
     let dir = host.kill();
 
     // The withdrawal's compensation: its host dies once the cancel was sent.
