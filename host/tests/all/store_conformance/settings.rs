@@ -4,8 +4,8 @@
 
 use super::backends::Store;
 use super::fixtures::{claim, finish_request, retry, succeed, workflow};
-use docket::intent::{Millis, Trigger};
-use docket::store::{EnvironmentRecord, StoreError};
+use docket::intent::{Millis, Trigger, WorkflowId};
+use docket::store::{Claimed, EnvironmentRecord, StoreError};
 
 const T0: Millis = 1_800_000_000_000;
 
@@ -44,15 +44,8 @@ pub async fn the_environment_is_recorded_once_and_moved_only_when_adopted<S: Sto
 
     // Each claim carries its own workflow's environment.
     let claims = claim(&s, "w1", T0 + 5, 10).await;
-    let env_of = |id| {
-        claims
-            .iter()
-            .find(|c| c.fence.workflow_id == id)
-            .map(|c| c.environment.clone())
-            .expect("claimed")
-    };
-    assert_eq!(env_of(before.clone()), None);
-    assert_eq!(env_of(staged.clone()).as_deref(), Some("staging"));
+    assert_eq!(environment_of(&claims, &before), None);
+    assert_eq!(environment_of(&claims, &staged).as_deref(), Some("staging"));
     let (done, again) = if claims[0].fence.workflow_id == before {
         (&claims[0], &claims[1])
     } else {
@@ -103,13 +96,18 @@ pub async fn the_environment_is_recorded_once_and_moved_only_when_adopted<S: Sto
     // The staged workflow keeps its environment; a new one takes the adopted one.
     let later = workflow(&s, "later", &[("deliver", &[])], T0 + 8).await;
     let claims = claim(&s, "w1", T0 + 9, 10).await;
-    let env_of = |id| {
-        claims
-            .iter()
-            .find(|c| c.fence.workflow_id == id)
-            .map(|c| c.environment.clone())
-            .expect("claimed")
-    };
-    assert_eq!(env_of(staged).as_deref(), Some("staging"));
-    assert_eq!(env_of(later).as_deref(), Some("production"));
+    assert_eq!(environment_of(&claims, &staged).as_deref(), Some("staging"));
+    assert_eq!(
+        environment_of(&claims, &later).as_deref(),
+        Some("production")
+    );
+}
+
+/// The environment the claim of `id`'s step carries.
+fn environment_of(claims: &[Claimed], id: &WorkflowId) -> Option<String> {
+    claims
+        .iter()
+        .find(|c| c.fence.workflow_id == *id)
+        .map(|c| c.environment.clone())
+        .expect("claimed")
 }
