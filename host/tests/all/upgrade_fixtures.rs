@@ -718,3 +718,27 @@ async fn the_simulator_starts_from_a_saved_world() {
     let _ = sim.kill();
     let _ = sim.wait();
 }
+
+/// The clock's start is a test control: a host without `--test-controls` refuses it.
+#[test]
+fn a_clock_start_is_refused_without_the_test_controls() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("docket.db"))
+        .env("DOCKET_TEST_CLOCK_START_MS", "1700000000000")
+        .env("DOCKET_CACHE_DIR", dir.path().join("cache"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("DOCKET_TEST_CLOCK_START_MS needs --test-controls"),
+        "{text}"
+    );
+}
