@@ -19,5 +19,5 @@ command -v pg_dump >/dev/null 2>&1 || {
     exit 1
 }
 export DOCKET_TEST_POSTGRES="${DOCKET_TEST_POSTGRES:-postgres://docket:docket@127.0.0.1:5432/postgres}"
-cargo test --test all upgrade_fixtures::make_the_fixture_of_the_current_schema -- --ignored --exact
+DOCKET_MAKE_UPGRADE_FIXTURE=1 cargo test --test all upgrade_fixtures::the_generator_makes_a_fixture_this_release_opens -- --exact
 ls -l host/tests/fixtures/upgrade/*/

@@ -8,8 +8,8 @@
 //! check` passes. The host's and the provider's clocks start where the fixture's stopped
 //! (`DOCKET_TEST_CLOCK_START_MS`), so leases, deadlines and key retention are as they were.
 //!
-//! `make_the_fixture_of_the_current_schema` is the generator (not run by the suite):
-//! `bash scripts/make-upgrade-fixture.sh` runs it. Every migration adds its fixture, and
+//! `the_generator_makes_a_fixture_this_release_opens` runs the generator in the suite (into
+//! a scratch directory); `bash scripts/make-upgrade-fixture.sh` keeps what it makes. Every migration adds its fixture, and
 //! `every_migration_has_its_upgrade_fixture` fails until it has one.
 
 use crate::host_process::{Contract, HostOptions, HostProcess, PROVIDER_TOKEN, document};
@@ -395,14 +395,28 @@ async fn generate(sim: &RunningSim, db: Option<String>) -> (tempfile::TempDir, M
     )
 }
 
-/// The generator: makes `host/tests/fixtures/upgrade/<current schema>/` on both backends.
-/// Run by `bash scripts/make-upgrade-fixture.sh` (it needs `pg_dump`).
+/// The generator runs in the suite: it makes a fixture of the current schema on both
+/// backends, which this release then opens and runs on. With
+/// `DOCKET_MAKE_UPGRADE_FIXTURE=1` (`bash scripts/make-upgrade-fixture.sh`) it writes it to
+/// `host/tests/fixtures/upgrade/<current schema>/` to be committed.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the generator of the upgrade fixtures, run by scripts/make-upgrade-fixture.sh"]
-async fn make_the_fixture_of_the_current_schema() {
+async fn the_generator_makes_a_fixture_this_release_opens() {
     let schema = current_schema();
-    let out = fixtures_dir().join(format!("{schema:04}"));
-    std::fs::create_dir_all(&out).unwrap();
+    let kept = std::env::var("DOCKET_MAKE_UPGRADE_FIXTURE").is_ok_and(|v| v == "1");
+    let scratch = tempfile::tempdir().unwrap();
+    let out = if kept {
+        fixtures_dir().join(format!("{schema:04}"))
+    } else {
+        scratch.path().join(format!("{schema:04}"))
+    };
+    make(&out, schema).await;
+    upgrade(&out, Backend::Sqlite).await;
+    upgrade(&out, Backend::Postgres).await;
+}
+
+/// Writes a fixture of `schema` to `out`: both databases, their worlds, `fixture.json`.
+async fn make(out: &Path, schema: u32) {
+    std::fs::create_dir_all(out).unwrap();
     let mut manifest = json!({
         "schema": schema,
         "workflows": HELD.iter().map(|h| json!({
