@@ -50,6 +50,10 @@ pub const MATRIX: &[(&str, &[Role])] = &[
         "deploy, activate and roll back adapters; deploy policies",
         &[Role::Deployer],
     ),
+    (
+        "approve or reject an approval step (where it names approvers, only they), and read the workflows one may approve",
+        &[Role::Approver],
+    ),
 ];
 
 /// What a caller may do.
@@ -63,10 +67,12 @@ pub enum Role {
     /// Deploys, activates and rolls back adapters, and deploys policies: the code and the
     /// rules that run with the host's grants.
     Deployer,
+    /// Approves or rejects the consequence an approval step asks about.
+    Approver,
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Client, Role::Operator, Role::Deployer];
+    pub const ALL: [Role; 4] = [Role::Client, Role::Operator, Role::Deployer, Role::Approver];
 
     /// The name as written in config and on the wire.
     pub fn as_str(self) -> &'static str {
@@ -74,6 +80,7 @@ impl Role {
             Role::Client => "client",
             Role::Operator => "operator",
             Role::Deployer => "deployer",
+            Role::Approver => "approver",
         }
     }
 
@@ -120,8 +127,9 @@ impl FromStr for Role {
             "client" => Ok(Role::Client),
             "operator" => Ok(Role::Operator),
             "deployer" => Ok(Role::Deployer),
+            "approver" => Ok(Role::Approver),
             other => Err(format!(
-                "`{other}` is not a role; use `client`, `operator` or `deployer`"
+                "`{other}` is not a role; use `client`, `operator`, `deployer` or `approver`"
             )),
         }
     }

@@ -21,6 +21,7 @@ pub trait ContextStore:
     + ReadStore
     + DefinitionStore
     + OperatorStore
+    + crate::store::ApprovalStore
     + CourseStore
     + PolicyStore
     + BudgetStore
@@ -41,6 +42,7 @@ impl<S> ContextStore for S where
         + ReadStore
         + DefinitionStore
         + OperatorStore
+        + crate::store::ApprovalStore
         + CourseStore
         + PolicyStore
         + BudgetStore

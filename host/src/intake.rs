@@ -92,15 +92,7 @@ pub fn new_steps(def: &WorkflowDef) -> Vec<NewStep> {
             depends_on: s.after.iter().map(ToString::to_string).collect(),
             role: s.kind.role(),
             compensate_on: s.compensation.iter().map(|c| c.on).collect(),
-            reads: Some(
-                s.input
-                    .references()
-                    .into_iter()
-                    .filter_map(|r| r.step().map(ToString::to_string))
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-            ),
+            reads: Some(def.reads(s.id.as_str()).into_iter().collect()),
         })
         .collect()
 }

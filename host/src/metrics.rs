@@ -33,6 +33,8 @@ pub enum TallyMetric {
     OutcomeMs,
     /// Attempts the workflow used.
     Attempts,
+    /// Milliseconds an approval waited for its decision (the state is its outcome).
+    ApprovalWaitMs,
 }
 
 impl TallyMetric {
@@ -40,6 +42,7 @@ impl TallyMetric {
         match self {
             TallyMetric::OutcomeMs => "outcome_ms",
             TallyMetric::Attempts => "attempts",
+            TallyMetric::ApprovalWaitMs => "approval_wait_ms",
         }
     }
 
@@ -47,6 +50,7 @@ impl TallyMetric {
         match s {
             "outcome_ms" => Some(TallyMetric::OutcomeMs),
             "attempts" => Some(TallyMetric::Attempts),
+            "approval_wait_ms" => Some(TallyMetric::ApprovalWaitMs),
             _ => None,
         }
     }
@@ -55,7 +59,9 @@ impl TallyMetric {
     /// above it, or one past the last for +Inf.
     pub fn bucket(self, value: u64) -> u32 {
         let (bounds, v): (&[f64], f64) = match self {
-            TallyMetric::OutcomeMs => (&OUTCOME_BOUNDS_S, value as f64 / 1000.0),
+            TallyMetric::OutcomeMs | TallyMetric::ApprovalWaitMs => {
+                (&OUTCOME_BOUNDS_S, value as f64 / 1000.0)
+            }
             TallyMetric::Attempts => (&ATTEMPT_BOUNDS, value as f64),
         };
         bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len()) as u32
@@ -134,6 +140,8 @@ pub struct Snapshot {
     pub outcome_unknown_since: Option<Millis>,
     pub ready: Vec<ReadyQueue>,
     pub tallies: Vec<Tally>,
+    /// Approvals waiting for a decision.
+    pub approvals_pending: u64,
 }
 
 type Labels<const N: usize> = [(&'static str, String); N];
@@ -223,6 +231,8 @@ pub const TRAP_KINDS: &[&str] = &[
     "instantiate",
     "capacity",
 ];
+/// Every `outcome` of `docket_approvals_total`.
+pub const APPROVAL_OUTCOMES: &[&str] = &["approved", "rejected", "expired"];
 /// Every `result` of `docket_notifications_total`.
 pub const NOTIFICATION_RESULTS: &[&str] = &["delivered", "retried", "suppressed", "failed"];
 
@@ -396,6 +406,42 @@ impl prometheus_client::collector::Collector for StoreSeries {
                 .iter()
                 .filter(|t| t.metric == TallyMetric::Attempts),
             1.0,
+        )?;
+
+        count(s.approvals_pending).encode(encoder.encode_descriptor(
+            "docket_approvals_pending",
+            "Approval steps waiting for a person to approve or reject (the whole store).",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let mut decided: std::collections::BTreeMap<&str, u64> =
+            APPROVAL_OUTCOMES.iter().map(|o| (*o, 0)).collect();
+        for t in s
+            .tallies
+            .iter()
+            .filter(|t| t.metric == TallyMetric::ApprovalWaitMs)
+        {
+            *decided.entry(&t.state).or_default() += t.n;
+        }
+        let mut e = encoder.encode_descriptor(
+            "docket_approvals",
+            "Approvals decided, by outcome (approved, rejected, expired).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, n) in &decided {
+            e.encode_family(&[("outcome", *outcome)])?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+        }
+        histogram(
+            &mut encoder,
+            "docket_approval_wait_seconds",
+            "From an approval being asked to its decision (approved, rejected or expired).",
+            &OUTCOME_BOUNDS_S,
+            s.tallies
+                .iter()
+                .filter(|t| t.metric == TallyMetric::ApprovalWaitMs),
+            1000.0,
         )
     }
 }
@@ -499,7 +545,16 @@ mod tests {
                     n: 2,
                     total: 6,
                 },
+                Tally {
+                    metric: TallyMetric::ApprovalWaitMs,
+                    workflow: "w".into(),
+                    state: "rejected".into(),
+                    bucket: 3,
+                    n: 1,
+                    total: 4_000,
+                },
             ],
+            approvals_pending: 2,
         };
         let text = m.render(&snapshot, 11_000);
         for line in [
@@ -510,6 +565,11 @@ mod tests {
             "docket_consistency_violations{invariant=\"timeline_grows\"} 0",
             "docket_workflows{state=\"running\"} 2",
             "docket_review_queue 1",
+            "docket_approvals_pending 2",
+            "docket_approvals_total{outcome=\"rejected\"} 1",
+            "docket_approvals_total{outcome=\"approved\"} 0",
+            "docket_approval_wait_seconds_count 1",
+            "docket_approval_wait_seconds_sum 4.0",
             "docket_outcome_unknown_steps 1",
             "docket_outcome_unknown_oldest_seconds 10.0",
             "docket_ready_queue_age_seconds{kind=\"adapter\"} 7.0",

@@ -43,6 +43,8 @@ fn order(action: Action, bytes: &[u8]) -> ApiResult<Order> {
         Action::Escalate => Order::escalate(text("note")?),
         Action::Compensate => Order::compensate(text("reason")?),
         Action::Exception => Order::exception(text("reason")?, text("evidence")?),
+        Action::Approve => Order::approve(text("digest")?, text("note")?),
+        Action::Reject => Order::reject(text("reason")?),
     };
     made.map_err(|e| invalid(e.message, &format!("/{}", e.field)))
 }
@@ -65,7 +67,7 @@ impl From<DeskError> for ApiError {
     fn from(e: DeskError) -> Self {
         match e {
             DeskError::NotFound(message) => ApiError::not_found(message),
-            DeskError::Forbidden | DeskError::NoWorkflowRole => {
+            DeskError::Forbidden | DeskError::NoWorkflowRole | DeskError::NotApprover(_) => {
                 ApiError::new(ErrorCode::Forbidden, e.to_string())
             }
             DeskError::KeyConflict(ref scope) => {
@@ -88,6 +90,7 @@ pub(super) async fn act<
         + crate::store::ReadStore
         + crate::store::ComponentStore
         + crate::store::OperatorStore
+        + crate::store::ApprovalStore
         + 'static,
 >(
     State(ctx): State<Ctx<S>>,
@@ -101,7 +104,7 @@ pub(super) async fn act<
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
     let action = Action::parse(&action_text).ok_or_else(|| {
         ApiError::not_found(format!(
-            "there is no step action `{}`; the actions are query, retry, resolve, escalate, compensate and exception",
+            "there is no step action `{}`; the actions are query, retry, resolve, escalate, compensate, exception, approve and reject",
             quote(&action_text)
         ))
     })?;
@@ -111,6 +114,11 @@ pub(super) async fn act<
     let target = Target { workflow_id, step };
     Ok(match perform(&ctx, &caller, target, order, key).await? {
         ActionResult::Applied(view) => json_response(StatusCode::OK, view),
+        ActionResult::Refused(refusal) if refusal.code == "consequence_changed" => {
+            ApiError::new(ErrorCode::ConsequenceChanged, refusal.message)
+                .with_details(refusal.details)
+                .into_response()
+        }
         ActionResult::Refused(refusal) => {
             ApiError::new(ErrorCode::InvalidTransition, refusal.message).into_response()
         }

@@ -39,6 +39,9 @@ pub enum ErrorCode {
     InvalidTransition,
     /// 409: a correction after a consequential effect: it must be a new request.
     RevisionRefused,
+    /// 409: an approval of a consequence that is no longer the one asked about (details
+    /// name the current digest).
+    ConsequenceChanged,
     /// 413: the body is over the configured limit.
     PayloadTooLarge,
     /// 422: the input does not satisfy the definition's schema.
@@ -70,6 +73,7 @@ impl ErrorCode {
         ErrorCode::KeyConflict,
         ErrorCode::InvalidTransition,
         ErrorCode::RevisionRefused,
+        ErrorCode::ConsequenceChanged,
         ErrorCode::PayloadTooLarge,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidDocument,
@@ -95,6 +99,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::KeyConflict => "key_conflict",
             ErrorCode::InvalidTransition => "invalid_transition",
+            ErrorCode::ConsequenceChanged => "consequence_changed",
             ErrorCode::RevisionRefused => "revision_refused",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidInput => "invalid_input",
@@ -119,7 +124,9 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
-            ErrorCode::InvalidTransition | ErrorCode::RevisionRefused => StatusCode::CONFLICT,
+            ErrorCode::InvalidTransition
+            | ErrorCode::RevisionRefused
+            | ErrorCode::ConsequenceChanged => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidInput | ErrorCode::InvalidDocument => {
                 StatusCode::UNPROCESSABLE_ENTITY

@@ -17,6 +17,7 @@
 
 mod actions;
 mod adapters;
+mod approvals;
 mod auth;
 mod budgets;
 mod controls;
@@ -103,10 +104,16 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
             get(workflows::attempts::<S>),
         ),
         (
+            Method::GET,
+            "/v1/workflows/{id}/steps/{step}/consequence",
+            get(approvals::consequence::<S>),
+        ),
+        (
             Method::POST,
             "/v1/workflows/{id}/steps/{step}/{action}",
             post(actions::act::<S>),
         ),
+        (Method::GET, "/v1/approvals", get(approvals::list::<S>)),
         (
             Method::POST,
             "/v1/workflows/{id}/cancel",

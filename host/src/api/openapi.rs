@@ -41,6 +41,9 @@ enum Who {
     Operator,
     OperatorOrDeployer,
     Deployer,
+    /// An operator, or for approve and reject an approver.
+    OperatorOrApprover,
+    Approver,
     TestControls,
 }
 
@@ -54,6 +57,12 @@ impl Who {
             Who::Operator => "Role `operator`.",
             Who::OperatorOrDeployer => "Role `operator` or `deployer`.",
             Who::Deployer => "Role `deployer`.",
+            Who::OperatorOrApprover => {
+                "Role `operator`; `approve` and `reject` need role `approver` instead (and, where the approval step names `approvers`, to be one of them)."
+            }
+            Who::Approver => {
+                "Role `approver` (where the approval step names `approvers`, one of them); an approver who may not otherwise see the workflow hears 404 for any other step."
+            }
             Who::TestControls => "Only on a host started with `--test-controls` (loopback).",
         }
     }
@@ -234,22 +243,50 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             method: Method::POST,
             path: "/v1/workflows/{id}/steps/{step}/{action}",
             id: "actOnStep",
-            summary: "An operator action on a step: query, retry, resolve, escalate, compensate or exception",
-            who: Who::Operator,
+            summary: "An action on a step: query, retry, resolve, escalate, compensate or exception; on an approval step approve or reject",
+            who: Who::OperatorOrApprover,
             keyed: true,
             query: &[],
             body: Some(json!({
                 "type": "object",
-                "description": "`resolve`: {\"outcome\", \"evidence\", \"reason\", \"external_reference\"?}; `escalate`: {\"note\"}; `compensate`: {\"reason\"}; `exception`: {\"reason\", \"evidence\"}; `query` and `retry`: {}.",
+                "description": "`resolve`: {\"outcome\", \"evidence\", \"reason\", \"external_reference\"?, \"output\"?}; `escalate`: {\"note\"}; `compensate`: {\"reason\"}; `exception`: {\"reason\", \"evidence\"}; `query` and `retry`: {}; `approve`: {\"digest\", \"note\"?} (the consequence's digest as GET …/consequence answers it; another is 409 `consequence_changed` naming the current one in `details[0].current_digest`); `reject`: {\"reason\"}.",
                 "properties": {
                     "outcome": {"type": "string"},
                     "evidence": {"type": "string"},
                     "reason": {"type": "string"},
                     "external_reference": {"type": "string"},
-                    "note": {"type": "string"}
+                    "note": {"type": "string"},
+                    "output": {"type": "object"},
+                    "digest": {"type": "string", "pattern": "^sha256:"}
                 }
             })),
             responses: vec![(200, "The step once the action took effect.", Some(step))],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/workflows/{id}/steps/{step}/consequence",
+            id: "getConsequence",
+            summary: "What an approval step asks consent to: the consequence, its digest, until when it waits",
+            who: Who::Approver,
+            keyed: false,
+            query: &[],
+            body: None,
+            responses: vec![(
+                200,
+                "The latest consequence the approval step asked about.",
+                Some(consequence_schema()),
+            )],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/approvals",
+            id: "listApprovals",
+            summary: "The approvals waiting for a decision the caller may give, oldest first",
+            who: Who::Approver,
+            keyed: false,
+            query: &[],
+            body: None,
+            responses: vec![(200, "The approvals.", Some(approvals_schema()))],
         },
         Op {
             method: Method::POST,
@@ -626,6 +663,61 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
 }
 
 /// The error envelope every refusal has.
+/// The answer of `GET …/steps/{step}/consequence`.
+fn consequence_schema() -> Value {
+    let text = json!({"type": "string"});
+    let opt = json!({"type": ["string", "null"]});
+    json!({
+        "type": "object",
+        "required": ["workflow_id", "step", "state", "summary", "digest", "consequence", "asked_at", "expires_at", "outcome", "decided_by", "decided_at"],
+        "properties": {
+            "workflow_id": text, "step": text,
+            "state": {"type": "string", "description": "The approval step's state (`awaiting_approval` while it waits)."},
+            "summary": {"type": "string", "description": "\"Needs your approval: …\", the labels of the approved steps."},
+            "digest": {"type": "string", "description": "`sha256:` of the consequence's canonical JSON (RFC 8785): what `approve` must name."},
+            "consequence": {
+                "type": "object",
+                "required": ["approval", "steps"],
+                "properties": {
+                    "approval": text,
+                    "steps": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["step", "component", "version", "input", "input_digest", "outbound_hosts", "cost"],
+                        "properties": {
+                            "step": text, "component": text,
+                            "version": {"type": "string", "description": "The version requirement the definition names."},
+                            "input": {"description": "The step's mapped input, as it will be sent."},
+                            "input_digest": text,
+                            "outbound_hosts": {"type": "array", "items": text, "description": "As the definition requests them (not a host's configuration)."},
+                            "cost": {"type": "integer"}
+                        }
+                    }}
+                }
+            },
+            "asked_at": text, "expires_at": text,
+            "outcome": {"type": ["string", "null"], "enum": ["approved", "rejected", "expired", "superseded", null]},
+            "decided_by": opt, "decided_at": opt
+        }
+    })
+}
+
+/// The answer of `GET /v1/approvals`.
+fn approvals_schema() -> Value {
+    let text = json!({"type": "string"});
+    json!({
+        "type": "object",
+        "required": ["approvals"],
+        "properties": {"approvals": {"type": "array", "items": {
+            "type": "object",
+            "required": ["workflow_id", "workflow", "subject", "step", "label", "summary", "digest", "asked_at", "expires_at"],
+            "properties": {
+                "workflow_id": text, "workflow": text, "subject": text, "step": text,
+                "label": text, "summary": text, "digest": text, "asked_at": text, "expires_at": text
+            }
+        }}}
+    })
+}
+
 fn error_schema() -> Value {
     let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     json!({

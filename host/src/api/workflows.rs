@@ -59,6 +59,30 @@ pub(super) async fn visible<S: crate::store::ReadStore>(
     })
 }
 
+/// The workflow `id` if the caller may read it: as [`visible`] says, or as an approver of
+/// one of its approval steps (an approver reads the workflows it may approve, only those).
+pub(super) async fn readable<S: crate::store::ReadStore + crate::store::DefinitionStore>(
+    ctx: &Ctx<S>,
+    caller: &Principal,
+    id: &str,
+) -> ApiResult<WorkflowRecord> {
+    let seen = visible(ctx, caller, id).await;
+    if seen.is_ok() || !caller.has(Role::Approver) {
+        return seen;
+    }
+    let Some(record) = ctx.store.workflow(&WorkflowId(id.to_string())).await? else {
+        return seen;
+    };
+    let approves = definition(ctx, &record).await.is_some_and(|d| {
+        d.def
+            .steps
+            .iter()
+            .filter_map(|s| s.approval.as_ref())
+            .any(|a| a.approvers.is_empty() || a.approvers.contains(&caller.subject.0))
+    });
+    if approves { Ok(record) } else { seen }
+}
+
 /// The workflow's own definition version, or `None` (logged) if it cannot be read.
 async fn definition<S: crate::store::DefinitionStore>(
     ctx: &Ctx<S>,
@@ -128,7 +152,10 @@ fn number_param(
 /// with the current projection when the wait ends. `If-None-Match` naming the current
 /// revision answers `304`.
 pub(super) async fn projection<
-    S: crate::store::DefinitionStore + crate::store::ReadStore + crate::store::ComponentStore,
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::ApprovalStore,
 >(
     State(ctx): State<Ctx<S>>,
     Caller(caller): Caller,
@@ -141,7 +168,7 @@ pub(super) async fn projection<
     let after = number_param(&params, "after", 0..=u64::MAX)?;
     let seen = if_none_match(&headers);
     let id = path(id)?;
-    let mut record = visible(&ctx, &caller, &id).await?;
+    let mut record = readable(&ctx, &caller, &id).await?;
     if let Some(wait) = wait {
         let after = after.or(seen).unwrap_or(record.revision);
         if let Some(moved) = ctx
@@ -164,6 +191,10 @@ pub(super) async fn projection<
     let mut view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
     if let Some(def) = &def {
         with_contracts(&ctx.store, &mut view, &def.def, &steps).await?;
+        if def.def.steps.iter().any(|s| s.approval.is_some()) {
+            let approvals = ctx.store.approvals(&record.workflow_id).await?;
+            crate::view::ApprovalView::fill(&mut view, &approvals);
+        }
     }
     let mut response = Json(view).into_response();
     response.headers_mut().insert(header::ETAG, etag);

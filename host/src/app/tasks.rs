@@ -81,7 +81,7 @@ pub(super) fn registry<S>(
     store: S,
     clock: Arc<dyn Clock>,
 ) where
-    S: ComponentStore + PolicyStore + BudgetStore + Clone + 'static,
+    S: ComponentStore + PolicyStore + BudgetStore + crate::store::ApprovalStore + Clone + 'static,
 {
     tasks.every("registry", REGISTRY_POLL, Tick::Registry, move || {
         let (components, store, now) = (components.clone(), store.clone(), clock.now_ms());

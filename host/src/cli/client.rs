@@ -23,7 +23,7 @@ pub struct Server {
 }
 
 impl Server {
-    fn request(
+    pub(super) fn request(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -45,7 +45,7 @@ impl Server {
 }
 
 /// Prints an API answer (pretty JSON) and turns an error status into a failing exit code.
-async fn print(response: reqwest::Response) -> anyhow::Result<ExitCode> {
+pub(super) async fn print(response: reqwest::Response) -> anyhow::Result<ExitCode> {
     let status = response.status();
     let body: serde_json::Value = response
         .json()
@@ -84,6 +84,14 @@ pub async fn status(server: &Server, id: &str) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot reach {}", server.server))?;
     print(response).await
+}
+
+/// A step of a workflow, fit for a path.
+pub(super) fn step_path(id: &str, step: &str) -> anyhow::Result<String> {
+    if step.is_empty() || step.contains('/') || step.contains('?') {
+        bail!("`{step}` is not a step id; ids look like `approve`");
+    }
+    Ok(format!("{}/steps/{step}", workflow_path(id)?))
 }
 
 /// A workflow id fit for a path.

@@ -4,6 +4,7 @@
 //! turns their typed errors into messages and exit codes.
 
 mod adapter;
+mod approvals;
 mod check;
 mod client;
 mod demo;
@@ -111,6 +112,43 @@ enum Command {
         #[arg(long)]
         input: String,
         /// Why: recorded with the revision.
+        #[arg(long)]
+        reason: String,
+        /// Idempotency key (default: a new one).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// List the approvals waiting for you (the approver role), oldest first.
+    Approvals {
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Approve the consequence an approval step asks about, by the digest you saw
+    /// (`docket approvals`, or GET …/steps/STEP/consequence): another digest is refused
+    /// with the current one.
+    Approve {
+        workflow_id: String,
+        step: String,
+        /// The consequence's digest (`sha256:…`).
+        #[arg(long)]
+        digest: String,
+        /// A note kept with the approval.
+        #[arg(long)]
+        note: Option<String>,
+        /// Idempotency key (default: a new one).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Reject the consequence an approval step asks about: the step fails, and so does the
+    /// workflow (compensating earlier effects that ask for it).
+    Reject {
+        workflow_id: String,
+        step: String,
+        /// Why: recorded with the rejection.
         #[arg(long)]
         reason: String,
         /// Idempotency key (default: a new one).
@@ -243,6 +281,25 @@ pub fn run() -> ExitCode {
                 workflow_id,
                 server,
             } => client::timeline(&server, &workflow_id).await,
+            Command::Approvals { server } => approvals::list(&server).await,
+            Command::Approve {
+                workflow_id,
+                step,
+                digest,
+                note,
+                key,
+                server,
+            } => {
+                approvals::approve(&server, &workflow_id, &step, &digest, note.as_deref(), key)
+                    .await
+            }
+            Command::Reject {
+                workflow_id,
+                step,
+                reason,
+                key,
+                server,
+            } => approvals::reject(&server, &workflow_id, &step, &reason, key).await,
             Command::Cancel {
                 workflow_id,
                 reason,

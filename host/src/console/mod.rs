@@ -354,6 +354,7 @@ async fn change_course<
     S: crate::store::DefinitionStore
         + crate::store::SessionStore
         + crate::store::OperatorStore
+        + crate::store::ApprovalStore
         + crate::store::NotificationStore
         + crate::store::AdmissionStore
         + crate::store::CourseStore
@@ -546,6 +547,9 @@ struct ActionForm {
     /// A resolution's receipt output (JSON), optional.
     #[serde(default)]
     output: String,
+    /// The digest of the consequence the person saw and approves.
+    #[serde(default)]
+    digest: String,
 }
 
 async fn act<
@@ -554,6 +558,7 @@ async fn act<
         + crate::store::ReadStore
         + crate::store::ComponentStore
         + crate::store::OperatorStore
+        + crate::store::ApprovalStore
         + 'static,
 >(
     State(c): State<Shared<S>>,
@@ -600,6 +605,8 @@ async fn act<
         Action::Escalate => Order::escalate(Some(&form.note)),
         Action::Compensate => Order::compensate(Some(&form.reason)),
         Action::Exception => Order::exception(Some(&form.reason), Some(&form.evidence)),
+        Action::Approve => Order::approve(Some(&form.digest), Some(&form.note)),
+        Action::Reject => Order::reject(Some(&form.reason)),
     };
     let order = match order {
         Ok(order) => order,
@@ -657,7 +664,9 @@ fn form_json(text: &str) -> Result<Option<serde_json::Value>, (StatusCode, Strin
 fn desk_error(e: DeskError) -> (StatusCode, String) {
     let status = match &e {
         DeskError::NotFound(_) => StatusCode::NOT_FOUND,
-        DeskError::Forbidden | DeskError::NoWorkflowRole => StatusCode::FORBIDDEN,
+        DeskError::Forbidden | DeskError::NoWorkflowRole | DeskError::NotApprover(_) => {
+            StatusCode::FORBIDDEN
+        }
         DeskError::KeyConflict(_) => StatusCode::CONFLICT,
         DeskError::InvalidInput { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         DeskError::Store(cause) => {

@@ -100,7 +100,7 @@ impl CourseStep {
             return false;
         }
         match self.state {
-            StepState::Pending => true,
+            StepState::Pending | StepState::AwaitingApproval => true,
             StepState::Ready | StepState::FailedRetryable | StepState::Blocked => !self.uncertain,
             _ => false,
         }

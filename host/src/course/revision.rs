@@ -2,8 +2,8 @@
 //! still a revision or, after a consequential effect, must be a new request (a
 //! replacement).
 //!
-//! A step is invalidated when its mapped input would change or a step it depends on is
-//! invalidated (transitively, so a corrected title reaches a delivery through the step
+//! A step is invalidated when its mapped input would change (an approval step's: the
+//! consequence it asks about) or a step it depends on is invalidated (transitively, so a corrected title reaches a delivery through the step
 //! that renders it). A revision is allowed only while no invalidated adapter step has
 //! reached checkpoint 3 (its request may have left under its key) and none is running.
 
@@ -75,7 +75,12 @@ pub fn plan_revision(
                 external_reference: r.external_reference.clone(),
             })
         };
+        // An approval step's input is the consequence it asks about: a revision that
+        // changes what an approved step would send asks the approval again.
         let digest = |input: &Value| {
+            if step.kind == StepKind::Approval {
+                return def.consequence(id, input, standing).ok().map(|c| c.digest);
+            }
             step.input
                 .resolve(input, standing)
                 .ok()

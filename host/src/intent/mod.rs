@@ -17,8 +17,8 @@ pub use ids::{
 pub use json::parse as parse_json;
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
 pub use states::{
-    AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole, StepState, Trigger,
-    WorkflowState,
+    ApprovalOutcome, AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole,
+    StepState, Trigger, WorkflowState,
 };
 
 use serde::{Deserialize, Serialize};

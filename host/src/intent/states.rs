@@ -85,6 +85,9 @@ snake_enum!(
         WaitingForReview = "waiting_for_review",
         /// Stopped by policy or budget.
         Blocked = "blocked",
+        /// An approval step waiting for a person to approve or reject the consequence it
+        /// was asked with.
+        AwaitingApproval = "awaiting_approval",
         /// Two observations name different external references for one effect: a person
         /// decides which stands.
         Contradicted = "contradicted",
@@ -128,6 +131,7 @@ snake_enum!(
         Handler = "handler",
         Adapter = "adapter",
         Compensation = "compensation",
+        Approval = "approval",
     }
 );
 
@@ -158,6 +162,22 @@ snake_enum!(
         Response = "response",
         Query = "query",
         Manual = "manual",
+        /// A person approved the consequence (an approval step's receipt).
+        Approval = "approval",
+    }
+);
+
+snake_enum!(
+    /// How an asked approval was closed.
+    ApprovalOutcome, "approval outcome" {
+        /// A person approved the consequence as asked.
+        Approved = "approved",
+        /// A person rejected it: the approval step failed.
+        Rejected = "rejected",
+        /// Nobody decided before it expired: the approval step failed.
+        Expired = "expired",
+        /// A revision changed the consequence, which was asked again.
+        Superseded = "superseded",
     }
 );
 
@@ -197,7 +217,10 @@ impl WorkflowState {
         let steps: Vec<(StepRole, StepState)> = steps.into_iter().collect();
         let compensation = |r: &StepRole| *r == StepRole::Compensation;
         let active = steps.iter().any(|(r, s)| match s {
-            StepState::Ready | StepState::Running | StepState::FailedRetryable => true,
+            StepState::Ready
+            | StepState::Running
+            | StepState::FailedRetryable
+            | StepState::AwaitingApproval => true,
             StepState::Pending => compensation(r),
             _ => false,
         });

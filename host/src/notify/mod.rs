@@ -29,10 +29,17 @@ pub enum EventType {
     /// Failed or cancelled (a withdrawal of a completed workflow included).
     Ended,
     EffectCompensated,
+    /// An approval step asks a person to approve a consequence (with its digest and
+    /// until when it waits).
+    ApprovalRequired,
+    /// A person approved or rejected it, or it expired.
+    ApprovalDecided,
+    /// A fifth of the time an approval may wait is left.
+    ApprovalExpiring,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 10] = [
         EventType::Recorded,
         EventType::NeedsReview,
         EventType::DeadlineApproaching,
@@ -40,6 +47,9 @@ impl EventType {
         EventType::Completed,
         EventType::Ended,
         EventType::EffectCompensated,
+        EventType::ApprovalRequired,
+        EventType::ApprovalDecided,
+        EventType::ApprovalExpiring,
     ];
 
     /// The `type` of the body, e.g. `workflow.completed`.
@@ -52,6 +62,9 @@ impl EventType {
             EventType::Completed => "workflow.completed",
             EventType::Ended => "workflow.ended",
             EventType::EffectCompensated => "workflow.effect_compensated",
+            EventType::ApprovalRequired => "workflow.approval_required",
+            EventType::ApprovalDecided => "workflow.approval_decided",
+            EventType::ApprovalExpiring => "workflow.approval_expiring",
         }
     }
 
@@ -77,6 +90,10 @@ impl EventType {
             EventType::NeedsReview
             | EventType::DeadlineApproaching
             | EventType::RetentionDeadlineApproaching => state == WorkflowState::NeedsReview,
+            // An approval asked of a workflow that ended is no longer wanted.
+            EventType::ApprovalRequired | EventType::ApprovalExpiring => {
+                state == WorkflowState::Running
+            }
             _ => true,
         }
     }

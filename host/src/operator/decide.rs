@@ -52,6 +52,10 @@ pub struct Situation<'a> {
     /// The step's label in the definition (its id when the definition is gone).
     pub label: &'a str,
     pub is_adapter: bool,
+    /// The step is an approval step: a person approves or rejects it, nothing else.
+    pub is_approval: bool,
+    /// An approval step's question still waiting for a decision.
+    pub approval: Option<&'a crate::store::ApprovalRecord>,
     /// The fields of the step's receipt that later steps read (empty when the definition
     /// is gone): a receipt written by hand must hold them.
     pub outputs: &'a [String],
@@ -142,6 +146,20 @@ pub enum Refusal {
         missing: Vec<String>,
         example: String,
     },
+    /// An action other than approve or reject on an approval step.
+    #[error(
+        "step `{step}` is an approval step: a person approves it (POST …/steps/{step}/approve with the consequence's digest) or rejects it (POST …/steps/{step}/reject with a reason); it cannot be {}",
+        action.past()
+    )]
+    ApprovalStep { step: String, action: Action },
+    /// Approve or reject on a step that asks no approval.
+    #[error("step `{step}` is not an approval step, so there is nothing to {}", action.as_str())]
+    NotAnApproval { step: String, action: Action },
+    /// The consequence was asked again since the person saw it (a revision changed it).
+    #[error(
+        "the consequence changed: step `{step}` now asks approval of {current}, not of the digest given; read GET …/steps/{step}/consequence and approve what it shows"
+    )]
+    ConsequenceChanged { step: String, current: String },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -164,6 +182,9 @@ impl Refusal {
             Refusal::NotPolicyBlocked { .. } => "not_policy_blocked",
             Refusal::OutputIncomplete { .. } => "output_incomplete",
             Refusal::StepMoved { .. } => "step_moved",
+            Refusal::ApprovalStep { .. } => "approval_step",
+            Refusal::NotAnApproval { .. } => "not_an_approval",
+            Refusal::ConsequenceChanged { .. } => "consequence_changed",
         }
     }
 }
@@ -174,6 +195,9 @@ fn allowed(action: Action) -> String {
         Action::Escalate => "only unfinished steps can be escalated".into(),
         Action::Compensate => "only a step that succeeded has an effect to reverse".into(),
         Action::Exception => "only a step blocked by the policy can be let through".into(),
+        Action::Approve | Action::Reject => {
+            "only an approval step awaiting approval can be approved or rejected".into()
+        }
         other => format!(
             "{} is possible in: {}",
             other.noun(),
@@ -196,7 +220,23 @@ fn settleable(action: Action) -> impl Iterator<Item = StepState> {
 /// Decides an action: the plan to apply, or why not.
 pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
     let action = s.order.action();
+    let decides_approval = matches!(action, Action::Approve | Action::Reject);
+    if s.is_approval && !decides_approval && action != Action::Escalate {
+        return Err(Refusal::ApprovalStep {
+            step: s.step.to_string(),
+            action,
+        });
+    }
+    if decides_approval && !s.is_approval {
+        return Err(Refusal::NotAnApproval {
+            step: s.step.to_string(),
+            action,
+        });
+    }
     let allowed_now = match action {
+        Action::Approve | Action::Reject => {
+            s.state == StepState::AwaitingApproval && s.approval.is_some()
+        }
         Action::Escalate => !matches!(
             s.state,
             StepState::Succeeded | StepState::Compensated | StepState::Cancelled
@@ -433,6 +473,59 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
                 )],
             })
         }
+        Order::Approve { digest, note } => {
+            let Some(open) = s.approval else {
+                return Err(Refusal::StateForbids {
+                    step: s.step.to_string(),
+                    state: s.state,
+                    action,
+                });
+            };
+            if *digest != open.digest {
+                return Err(Refusal::ConsequenceChanged {
+                    step: s.step.to_string(),
+                    current: open.digest.clone(),
+                });
+            }
+            let receipt = approval_receipt(s, open, note.as_deref());
+            let data = json!({
+                "action": "approve",
+                "author": by,
+                "approval": {"outcome": "approved", "by": by, "digest": digest, "note": note},
+            });
+            Ok(Plan {
+                change: StepChange::Succeed(Box::new(receipt)),
+                events: vec![event(
+                    EventKind::Conclusion,
+                    format!(
+                        "{} approved by {by}: consequence {digest}{}",
+                        s.label,
+                        note.as_deref()
+                            .map(|n| format!(" (note: {n})"))
+                            .unwrap_or_default()
+                    ),
+                    data,
+                )],
+            })
+        }
+        Order::Reject { reason } => {
+            let digest = s.approval.map(|a| a.digest.as_str());
+            Ok(Plan {
+                change: StepChange::Terminal {
+                    state: StepState::FailedTerminal,
+                    note: format!("rejected by {by}: {reason}"),
+                },
+                events: vec![event(
+                    EventKind::Conclusion,
+                    format!("{} rejected by {by}: {reason}; the step failed", s.label),
+                    json!({
+                        "action": "reject",
+                        "author": by,
+                        "approval": {"outcome": "rejected", "by": by, "reason": reason, "digest": digest},
+                    }),
+                )],
+            })
+        }
         Order::Escalate { note } => Ok(Plan {
             change: StepChange::Escalate(json!({"note": note, "by": by, "at": s.now})),
             events: vec![event(
@@ -441,6 +534,47 @@ pub fn decide(s: &Situation<'_>) -> Result<Plan, Refusal> {
                 json!({"action": "escalate", "author": by, "note": note}),
             )],
         }),
+    }
+}
+
+/// The receipt of an approval: who approved which consequence, with each approved step's
+/// input digest (what checkpoint 2 of that step compares), the note and the time.
+fn approval_receipt(
+    s: &Situation<'_>,
+    open: &crate::store::ApprovalRecord,
+    note: Option<&str>,
+) -> NewReceipt {
+    let inputs: serde_json::Map<String, Value> = open
+        .consequence
+        .get("steps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|step| {
+            Some((
+                step.get("step")?.as_str()?.to_string(),
+                step.get("input_digest")?.clone(),
+            ))
+        })
+        .collect();
+    NewReceipt {
+        receipt_id: ReceiptId::new(s.now),
+        evidence_kind: EvidenceKind::Approval,
+        provenance: crate::intent::Provenance {
+            input_digest: open.digest.clone(),
+            ..crate::workflow::approval_provenance()
+        },
+        external_reference: None,
+        output: json!({
+            "approver": s.actor.0,
+            "consequence_digest": open.digest,
+            "inputs": inputs,
+            "note": note,
+            "approved_at": crate::intent::rfc3339(s.now),
+        }),
+        author: Some(s.actor.0.clone()),
+        reason: note.map(str::to_string),
+        evidence: Some(format!("approval of consequence {}", open.digest)),
     }
 }
 

@@ -41,6 +41,10 @@ pub enum DeskError {
     /// The caller's role may not act on steps.
     #[error("acting on a step needs the operator role; ask an operator, or use an operator token")]
     Forbidden,
+    /// The caller may not decide this approval (no approver role, or not among the
+    /// approvers the step names); the message says which.
+    #[error("{0}")]
+    NotApprover(String),
     /// The caller holds neither role that may touch workflows (a deployer-only token).
     #[error(
         "changing a workflow's course needs the client role (for one's own) or the operator role; use such a token"
@@ -97,6 +101,52 @@ pub(super) async fn visible<S: crate::store::ReadStore>(
         })
 }
 
+/// The workflow `id` if `caller` may decide approval step `step` of it (the approver role,
+/// and a place on the step's `approvers` when it names them) or, for any other step, see
+/// it; else why not. An approver who may not see the workflow otherwise hears `NotFound`
+/// unless the step is one they may decide.
+pub async fn approver_of<S: crate::store::ReadStore + crate::store::DefinitionStore>(
+    ctx: &Context<S>,
+    caller: &Principal,
+    id: &str,
+    step: &str,
+) -> Result<(WorkflowRecord, Arc<crate::catalog::DeployedDef>), DeskError> {
+    let not_found = || {
+        DeskError::NotFound(format!(
+            "there is no workflow `{}` that you can see; check the id",
+            id.escape_debug()
+        ))
+    };
+    let record = ctx
+        .store
+        .workflow(&WorkflowId(id.to_string()))
+        .await?
+        .ok_or_else(not_found)?;
+    let sees =
+        (caller.has(Role::Client) || caller.has(Role::Operator)) && caller.can_see(&record.subject);
+    let def = required_definition(ctx, &record).await?;
+    let approval = def.def.step(step).and_then(|s| s.approval.as_ref());
+    match approval {
+        None if sees => Ok((record, def)),
+        None => Err(not_found()),
+        Some(_) if !caller.has(Role::Approver) => Err(if sees {
+            DeskError::NotApprover(format!(
+                "deciding approval step `{step}` needs the approver role; ask an approver, or use an approver token"
+            ))
+        } else {
+            not_found()
+        }),
+        Some(a) if !a.approvers.is_empty() && !a.approvers.contains(&caller.subject.0) => {
+            Err(DeskError::NotApprover(format!(
+                "approval step `{step}` may be decided only by {}; `{}` is not among them",
+                a.approvers.join(", "),
+                caller.subject.0.escape_debug()
+            )))
+        }
+        Some(_) => Ok((record, def)),
+    }
+}
+
 /// The definition version `record` was admitted under, if it can be read.
 pub(super) async fn definition_of<S: crate::store::DefinitionStore>(
     ctx: &Context<S>,
@@ -130,6 +180,7 @@ pub async fn perform<
         + crate::store::ReadStore
         + crate::store::ComponentStore
         + crate::store::OperatorStore
+        + crate::store::ApprovalStore
         + 'static,
 >(
     ctx: &Arc<Context<S>>,
@@ -139,10 +190,16 @@ pub async fn perform<
     key: String,
 ) -> Result<ActionResult, DeskError> {
     let Target { workflow_id, step } = target;
-    let record = visible(ctx, caller, &workflow_id).await?;
-    if !caller.has(Role::Operator) {
-        return Err(DeskError::Forbidden);
-    }
+    let decides_approval = matches!(order, Order::Approve { .. } | Order::Reject { .. });
+    let record = if decides_approval {
+        approver_of(ctx, caller, &workflow_id, &step).await?.0
+    } else {
+        let record = visible(ctx, caller, &workflow_id).await?;
+        if !caller.has(Role::Operator) {
+            return Err(DeskError::Forbidden);
+        }
+        record
+    };
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let Some(step_record) = steps.iter().find(|s| s.step == step) else {
         let known: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
@@ -179,6 +236,16 @@ pub async fn perform<
     let step_def = step_def.as_ref();
     let label = step_def.map_or(step.as_str(), |s| s.label.as_str());
     let is_adapter = step_def.is_some_and(|s| s.kind == crate::workflow::StepKind::Adapter);
+    let is_approval = step_def.is_some_and(|s| s.kind == crate::workflow::StepKind::Approval);
+    let approvals = if is_approval {
+        ctx.store.approvals(&record.workflow_id).await?
+    } else {
+        Vec::new()
+    };
+    let open = approvals
+        .iter()
+        .rfind(|a| a.step == step && a.outcome.is_none())
+        .filter(|_| step_record.state == StepState::AwaitingApproval);
     let attempts = ctx
         .store
         .attempts(&record.workflow_id, &step, 0, 10_000)
@@ -213,6 +280,8 @@ pub async fn perform<
         state: step_record.state,
         label,
         is_adapter,
+        is_approval,
+        approval: open,
         outputs: &read,
         contract: loaded.as_ref().and_then(|c| c.contract()),
         history,
@@ -245,6 +314,7 @@ pub async fn perform<
         }),
         events,
         now,
+        approval: approval_decision(&order, open, &caller.subject, &step),
     };
     match ctx.store.act(request).await? {
         ActionOutcome::Refused(refusal) => Ok(ActionResult::Refused(refusal)),
@@ -274,11 +344,55 @@ pub async fn perform<
 }
 
 fn stored(refusal: &Refusal) -> StoredRefusal {
+    let details = match refusal {
+        Refusal::ConsequenceChanged { current, .. } => {
+            vec![serde_json::json!({"current_digest": current})]
+        }
+        _ => Vec::new(),
+    };
     StoredRefusal {
         code: refusal.code().to_string(),
         message: refusal.to_string(),
-        details: Vec::new(),
+        details,
     }
+}
+
+/// The approval decision an approve or reject carries, applied only while `open` is still
+/// the step's question.
+fn approval_decision(
+    order: &Order,
+    open: Option<&crate::store::ApprovalRecord>,
+    by: &crate::intent::Subject,
+    step: &str,
+) -> Option<crate::store::ApprovalDecision> {
+    let (digest, outcome, text) = match order {
+        Order::Approve { digest, note } => (
+            digest.clone(),
+            crate::intent::ApprovalOutcome::Approved,
+            note.clone(),
+        ),
+        Order::Reject { reason } => (
+            open?.digest.clone(),
+            crate::intent::ApprovalOutcome::Rejected,
+            Some(reason.clone()),
+        ),
+        _ => return None,
+    };
+    let changed = stored(&Refusal::ConsequenceChanged {
+        step: step.to_string(),
+        current: "another consequence".into(),
+    });
+    Some(crate::store::ApprovalDecision {
+        asked_at: open.map_or(0, |o| o.asked_at),
+        digest,
+        outcome,
+        by: by.clone(),
+        text,
+        changed: StoredRefusal {
+            details: Vec::new(),
+            ..changed
+        },
+    })
 }
 
 /// The step's projection as the answer of an action.

@@ -1,5 +1,5 @@
 //! Operator actions on a step — `query`, `retry`, `resolve`, `escalate`, `compensate`,
-//! `exception` — as domain
+//! `exception`, and on an approval step `approve` and `reject` — as domain
 //! decisions, below every interface that offers them (the HTTP API and the console render
 //! the same [`ActionResult`]); and a workflow's cancellation, which its owner may ask for
 //! too ([`cancel`]); and the extension of a workflow's budget ([`extend_budget`]).
@@ -27,7 +27,7 @@ mod revise;
 pub use budget::{AMOUNTS, EXTEND, ExtendOrder, extend_budget};
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{CourseFacts, History, Plan, Refusal, SETTLEABLE, Situation, decide};
-pub use desk::{ActionResult, DeskError, Target, perform};
+pub use desk::{ActionResult, DeskError, Target, approver_of, perform};
 pub use replace::{REPLACE, ReplaceOrder, Replacement, replace};
 pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 
@@ -44,17 +44,23 @@ pub enum Action {
     Compensate,
     /// Let exactly one attempt through the policy that blocked the step.
     Exception,
+    /// Consent, on an approval step, to the consequence it asks about.
+    Approve,
+    /// Refuse it: the approval step fails.
+    Reject,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 6] = [
+    pub const ALL: [Action; 8] = [
         Action::Query,
         Action::Retry,
         Action::Resolve,
         Action::Escalate,
         Action::Compensate,
         Action::Exception,
+        Action::Approve,
+        Action::Reject,
     ];
 
     /// The action named in a path or a form, if any.
@@ -66,6 +72,8 @@ impl Action {
             "escalate" => Self::Escalate,
             "compensate" => Self::Compensate,
             "exception" => Self::Exception,
+            "approve" => Self::Approve,
+            "reject" => Self::Reject,
             _ => return None,
         })
     }
@@ -79,6 +87,8 @@ impl Action {
             Self::Escalate => "escalate",
             Self::Compensate => "compensate",
             Self::Exception => "exception",
+            Self::Approve => "approve",
+            Self::Reject => "reject",
         }
     }
 
@@ -91,6 +101,8 @@ impl Action {
             Self::Escalate => "escalated",
             Self::Compensate => "compensated",
             Self::Exception => "let through",
+            Self::Approve => "approved",
+            Self::Reject => "rejected",
         }
     }
 
@@ -103,6 +115,8 @@ impl Action {
             Self::Escalate => "an escalation",
             Self::Compensate => "a compensation",
             Self::Exception => "an exception",
+            Self::Approve => "an approval",
+            Self::Reject => "a rejection",
         }
     }
 }
@@ -174,6 +188,15 @@ pub enum Order {
     Exception {
         reason: String,
         evidence: String,
+    },
+    /// Consent to the consequence with this digest (the one the person saw).
+    Approve {
+        digest: String,
+        note: Option<String>,
+    },
+    /// Refuse the consequence asked about.
+    Reject {
+        reason: String,
     },
 }
 
@@ -281,6 +304,39 @@ impl Order {
         })
     }
 
+    /// An approval of the consequence with `digest` (`sha256:…`, required), with an
+    /// optional note.
+    pub fn approve(digest: Option<&str>, note: Option<&str>) -> Result<Order, InvalidOrder> {
+        let digest = required(
+            "digest",
+            digest,
+            "give the digest of the consequence you approve (GET …/consequence answers it)",
+        )?;
+        if !digest.starts_with("sha256:") {
+            return Err(InvalidOrder {
+                field: "digest",
+                message: format!(
+                    "`digest` is `{}`, but a consequence's digest reads `sha256:<hex>`; copy it from GET …/consequence",
+                    digest.escape_debug()
+                ),
+            });
+        }
+        Ok(Order::Approve {
+            digest,
+            note: note
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+        })
+    }
+
+    /// A rejection, with its reason (required).
+    pub fn reject(reason: Option<&str>) -> Result<Order, InvalidOrder> {
+        Ok(Order::Reject {
+            reason: required("reason", reason, "say why the consequence must not happen")?,
+        })
+    }
+
     pub fn action(&self) -> Action {
         match self {
             Order::Query => Action::Query,
@@ -289,6 +345,8 @@ impl Order {
             Order::Escalate { .. } => Action::Escalate,
             Order::Compensate { .. } => Action::Compensate,
             Order::Exception { .. } => Action::Exception,
+            Order::Approve { .. } => Action::Approve,
+            Order::Reject { .. } => Action::Reject,
         }
     }
 
@@ -322,6 +380,8 @@ impl Order {
             Order::Exception { reason, evidence } => {
                 json!({"reason": reason, "evidence": evidence})
             }
+            Order::Approve { digest, note } => json!({"digest": digest, "note": note}),
+            Order::Reject { reason } => json!({"reason": reason}),
         }
     }
 }

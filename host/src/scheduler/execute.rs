@@ -7,6 +7,7 @@
 //! release of dependents (6).
 
 mod adapter;
+mod approval;
 mod preflight;
 #[cfg(test)]
 mod tests;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 /// Why a step is blocked when only verified versions run and the one it needs is not.
 pub const UNVERIFIED_COMPONENT: &str = "unverified_component";
+pub use approval::{APPROVAL_MISMATCH, approval_note};
 use std::time::{Duration, Instant};
 
 /// How one attempt ended, before it is written down.
@@ -380,6 +382,10 @@ where
             return Some(self.blocked(claimed, note));
         };
         let step = &step;
+        // An approval step runs nothing: it asks a person, and waits.
+        if step.kind == StepKind::Approval {
+            return self.ask_approval(claimed, step, &deployed.def).await;
+        }
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {
             self.failpoint(1, claimed);
@@ -467,6 +473,12 @@ where
                 ));
             }
         };
+        // What an approved step sends must be what was approved.
+        if let Some(approval) = deployed.def.approval_of(step.id.as_str())
+            && let Some(ending) = self.approval_mismatch(claimed, step, approval, &input)
+        {
+            return Some(ending);
+        }
         let component = match self
             .components
             .resolve_or_stored(&self.store, step)
@@ -485,6 +497,8 @@ where
         };
         match step.kind {
             StepKind::Handler => Some(self.run_handler(claimed, step, &component, &input).await),
+            // Dispatched before the component is resolved: an approval runs none.
+            StepKind::Approval => None,
             StepKind::Adapter => self
                 .run_adapter(
                     claimed,

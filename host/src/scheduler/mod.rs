@@ -15,7 +15,7 @@ pub mod recovery;
 mod tests;
 mod ticks;
 
-pub use execute::short;
+pub use execute::{APPROVAL_MISMATCH, approval_note, short};
 pub use progress::Progress;
 pub use ticks::{Tick, TickCounts, Ticks};
 

@@ -26,6 +26,7 @@
 
 mod actions;
 mod admission;
+mod approvals;
 mod budgets;
 mod components;
 mod course;
@@ -468,6 +469,11 @@ pub trait ExecutorStore: Send + Sync {
         let _ = next;
         async move { Ok((self.finish(request).await?, None)) }
     }
+    /// Records an approval step's question under the asking attempt's lease: the step
+    /// waits in `awaiting_approval`, its lease released, the consequence kept (an earlier
+    /// open question of the step superseded), the attempt given back to the budget;
+    /// [`StoreError::LeaseLost`] if the lease is gone.
+    fn ask_approval(&self, request: AskApproval) -> impl Future<Output = StoreResult<()>> + Send;
     /// Adds what an attempt learned after losing its lease (a late result) to its evidence:
     /// fills only what the attempt has not recorded and appends the events; the step is
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.
@@ -668,6 +674,27 @@ pub trait NotificationStore: Send + Sync {
         before: Millis,
         limit: u32,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// Approval steps: read by the API, the console and the CLI, expired when nobody decided
+/// in time (the question is the scheduler's write, [`ExecutorStore::ask_approval`]). A decision is an operator action
+/// ([`OperatorStore::act`] with [`ActionRequest::approval`]).
+pub trait ApprovalStore: Send + Sync {
+    /// Every time the workflow's approval steps were asked, oldest first.
+    fn approvals(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Vec<ApprovalRecord>>> + Send;
+    /// The approvals waiting for a decision, oldest first, at most `limit`.
+    fn pending_approvals(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<PendingApproval>>> + Send;
+    /// Fails every approval step whose approval expired by `now` (closed `expired`, the
+    /// course settled, the timeline told), then warns once of each approval with a fifth of
+    /// its wait or less left; returns how many expired and how many were warned of.
+    fn expire_approvals(&self, now: Millis)
+    -> impl Future<Output = StoreResult<(u64, u64)>> + Send;
 }
 
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.

@@ -658,6 +658,8 @@ pub struct ActionRequest {
     pub stale: StoredRefusal,
     pub events: Vec<NewEvent>,
     pub now: Millis,
+    /// An approval step's decision, applied with the change.
+    pub approval: Option<ApprovalDecision>,
 }
 
 /// What applying an operator action did.
@@ -916,4 +918,67 @@ pub struct NotificationFilter {
     /// Only rows after this `seq` (the cursor).
     pub after: Option<u64>,
     pub limit: u32,
+}
+
+/// An approval step asked for consent, recorded under its lease: the step waits in
+/// `awaiting_approval` and its lease is released.
+#[derive(Debug, Clone)]
+pub struct AskApproval {
+    pub fence: Fence,
+    pub attempt_id: AttemptId,
+    /// The consequence asked consent to, and its digest.
+    pub digest: String,
+    pub consequence: serde_json::Value,
+    pub expires_at: Millis,
+    /// The step's note while it waits ("Needs your approval: …").
+    pub note: String,
+    pub events: Vec<NewEvent>,
+    pub now: Millis,
+}
+
+/// One time an approval step was asked, and how it was closed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    pub workflow_id: WorkflowId,
+    pub step: String,
+    /// The attempt that asked.
+    pub attempt_id: AttemptId,
+    pub digest: String,
+    pub consequence: serde_json::Value,
+    pub asked_at: Millis,
+    pub expires_at: Millis,
+    /// When the warning that a fifth of the wait is left was queued.
+    pub warned_at: Option<Millis>,
+    /// `None` while it waits.
+    pub outcome: Option<crate::intent::ApprovalOutcome>,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<Millis>,
+    /// The approver's note, or the reason of a rejection or expiry.
+    pub decision_text: Option<String>,
+}
+
+/// An approval waiting for a person, with what the list of approvals shows of its
+/// workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingApproval {
+    pub record: ApprovalRecord,
+    pub workflow: String,
+    pub definition_version: u32,
+    /// Who the workflow is for.
+    pub subject: Subject,
+}
+
+/// The approval decision an operator action carries: applied only while the step's open
+/// approval is the one asked with `digest`.
+#[derive(Debug, Clone)]
+pub struct ApprovalDecision {
+    /// When the question it answers was asked (how long it waited is tallied).
+    pub asked_at: Millis,
+    pub digest: String,
+    pub outcome: crate::intent::ApprovalOutcome,
+    pub by: Subject,
+    pub text: Option<String>,
+    /// Stored as the answer when the open approval has another digest (or none); its
+    /// details gain `{"current_digest": …}`.
+    pub changed: StoredRefusal,
 }

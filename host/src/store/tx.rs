@@ -25,6 +25,7 @@ use std::task::{Context, Poll, Waker};
 pub(crate) struct Statements {
     pub admission: super::admission::Sql,
     pub actions: super::actions::Sql,
+    pub approvals: super::approvals::Sql,
     pub budgets: super::budgets::Sql,
     pub components: super::components::Sql,
     pub course: super::course::Sql,

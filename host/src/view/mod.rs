@@ -15,9 +15,9 @@ pub use course::{
 };
 pub use notifications::NotificationView;
 pub use projection::{
-    AttemptView, CompensationView, ContractView, IntentView, MilestoneView, ProvenanceView,
-    ReceiptView, StepView, SummaryView, TimelineView, WorkflowView, retention_deadline,
-    shorten_identity, summary_view, workflow_view,
+    ApprovalView, AttemptView, CompensationView, ContractView, IntentView, MilestoneView,
+    ProvenanceView, ReceiptView, StepView, SummaryView, TimelineView, WorkflowView,
+    retention_deadline, shorten_identity, summary_view, workflow_view,
 };
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};
 pub use time::{rfc3339, rfc3339_opt};

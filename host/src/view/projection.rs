@@ -123,6 +123,59 @@ pub struct StepView {
     /// For an adapter step that ran: the adapter version of its latest attempt, and whether
     /// its declared contract (what recovery relies on) was verified.
     pub contract: Option<ContractView>,
+    /// For an approval step once asked: the consequence's digest, until when it waits, and
+    /// how it was decided.
+    pub approval: Option<ApprovalView>,
+}
+
+/// An approval step's latest question and its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ApprovalView {
+    /// The digest of the consequence asked about (`sha256:…`).
+    pub digest: String,
+    pub asked_at: String,
+    pub expires_at: String,
+    /// `approved`, `rejected` or `expired` once decided; `null` while it waits.
+    pub outcome: Option<String>,
+    /// Who decided (`docket` for an expiry).
+    pub by: Option<String>,
+    /// The approver's note.
+    pub note: Option<String>,
+    /// Why it was rejected, or that it expired.
+    pub reason: Option<String>,
+    pub decided_at: Option<String>,
+}
+
+impl ApprovalView {
+    /// The view of one question and its decision.
+    pub fn of(a: &crate::store::ApprovalRecord) -> Self {
+        use crate::intent::ApprovalOutcome;
+        let (note, reason) = match a.outcome {
+            Some(ApprovalOutcome::Approved) => (a.decision_text.clone(), None),
+            Some(_) => (None, a.decision_text.clone()),
+            None => (None, None),
+        };
+        Self {
+            digest: a.digest.clone(),
+            asked_at: rfc3339(a.asked_at),
+            expires_at: rfc3339(a.expires_at),
+            outcome: a.outcome.map(|o| o.as_str().to_string()),
+            by: a.decided_by.clone(),
+            note,
+            reason,
+            decided_at: a.decided_at.map(rfc3339),
+        }
+    }
+
+    /// Each approval step of `view` gets its latest question of `approvals` (one that a
+    /// revision superseded only while no later one was asked).
+    pub fn fill(view: &mut WorkflowView, approvals: &[crate::store::ApprovalRecord]) {
+        for step in &mut view.steps {
+            if let Some(latest) = approvals.iter().rfind(|a| a.step == step.id) {
+                step.approval = Some(Self::of(latest));
+            }
+        }
+    }
 }
 
 /// The adapter version an adapter step last ran under, and the latest `docket adapter
@@ -363,6 +416,7 @@ fn statuses<'a>(ordered: &[(&'a StepRecord, &'a str)]) -> Vec<StepStatus<'a>> {
             id: s.step.as_str(),
             label,
             state: s.state,
+            note: s.note.as_deref(),
         })
         .collect()
 }
@@ -508,6 +562,7 @@ pub fn workflow_view(
                     .collect(),
                 retention_deadline: retention_deadline(s).map(rfc3339),
                 contract: None,
+                approval: None,
             })
             .collect(),
     }

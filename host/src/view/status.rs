@@ -15,6 +15,8 @@ pub struct StepStatus<'a> {
     pub id: &'a str,
     pub label: &'a str,
     pub state: StepState,
+    /// The step's note: what an approval step asks ("Needs your approval: …").
+    pub note: Option<&'a str>,
 }
 
 /// The workflow's current meaningful state in a short sentence, e.g. "Deliver document in
@@ -45,6 +47,12 @@ pub fn status_text(state: WorkflowState, steps: &[StepStatus<'_>]) -> String {
             if let Some(review) = first(&StepState::needs_review) {
                 // The stored state lags a step change: the step's own state is the news.
                 return review_text(review);
+            }
+            if let Some(asking) = first(&|s| s == StepState::AwaitingApproval) {
+                return asking.note.map_or_else(
+                    || format!("Needs your approval: {}", asking.label),
+                    str::to_string,
+                );
             }
             if let Some(running) = labels(StepState::Running) {
                 format!("{running} in progress")
@@ -91,21 +99,30 @@ pub fn join_labels(labels: &[&str]) -> String {
 /// What a person should do next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NextAction {
-    /// `review` (a step waits for a person's decision) or `input`.
+    /// `review` (a step waits for a person's decision), `approval` (an approval step waits
+    /// for a person to approve or reject its consequence) or `input`.
     pub kind: &'static str,
     /// The step's stable id.
     pub step: String,
 }
 
-/// The first step (in definition order) that waits for a person, if any.
+/// The first step (in definition order) that waits for a person's review, else the first
+/// approval step waiting for a decision, if any.
 pub fn next_action(steps: &[StepStatus<'_>]) -> Option<NextAction> {
-    steps
+    let review = steps
         .iter()
         .find(|s| s.state.needs_review())
-        .map(|s| NextAction {
-            kind: "review",
-            step: s.id.to_string(),
-        })
+        .map(|s| ("review", s));
+    let approval = || {
+        steps
+            .iter()
+            .find(|s| s.state == StepState::AwaitingApproval)
+            .map(|s| ("approval", s))
+    };
+    review.or_else(approval).map(|(kind, s)| NextAction {
+        kind,
+        step: s.id.to_string(),
+    })
 }
 
 /// One milestone and when it was reached.
@@ -168,6 +185,7 @@ mod tests {
         states
             .iter()
             .map(|(label, state)| StepStatus {
+                note: None,
                 id: label,
                 label,
                 state: *state,

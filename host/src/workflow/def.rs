@@ -100,6 +100,9 @@ pub enum StepKind {
     Handler,
     /// An adapter component: causes an external side effect under granted capabilities.
     Adapter,
+    /// A person's consent to the exact consequence of the adapter steps it approves; no
+    /// component runs it.
+    Approval,
 }
 
 impl StepKind {
@@ -108,6 +111,7 @@ impl StepKind {
         match self {
             StepKind::Handler => crate::intent::StepRole::Handler,
             StepKind::Adapter => crate::intent::StepRole::Adapter,
+            StepKind::Approval => crate::intent::StepRole::Approval,
         }
     }
 
@@ -116,6 +120,7 @@ impl StepKind {
         match self {
             StepKind::Handler => "handler",
             StepKind::Adapter => "adapter",
+            StepKind::Approval => "approval",
         }
     }
 }
@@ -237,6 +242,23 @@ pub struct StepDef {
     /// (adapters only; default 1).
     #[serde(default = "StepDef::default_cost")]
     pub cost: u32,
+    /// What an approval step approves, and who may and until when (approval steps only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalDef>,
+}
+
+/// An approval step's declaration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDef {
+    /// The adapter steps whose consequence it approves, in the order written.
+    pub approves: Vec<StepId>,
+    /// How long it may wait from when it is asked; never past the workflow's deadline.
+    #[serde(default, with = "duration_text::option")]
+    pub expires: Option<Duration>,
+    /// The subjects who may approve; empty: anyone holding the `approver` role.
+    #[serde(default)]
+    pub approvers: Vec<String>,
 }
 
 impl WorkflowDef {
@@ -270,6 +292,42 @@ impl WorkflowDef {
             {
                 out.push(field.to_string());
             }
+        }
+        out
+    }
+
+    /// The approval step that approves step `id`, if one does.
+    pub fn approval_of(&self, id: &str) -> Option<&StepDef> {
+        self.steps.iter().find(|s| {
+            s.approval
+                .as_ref()
+                .is_some_and(|a| a.approves.iter().any(|x| x.as_str() == id))
+        })
+    }
+
+    /// The steps whose receipts step `id` reads when it runs: those its input references;
+    /// for an approval step, those the steps it approves reference (its consequence is
+    /// their input); for an approved step, its approval's too (checkpoint 2 compares).
+    pub fn reads(&self, id: &str) -> std::collections::BTreeSet<String> {
+        let referenced = |step: &StepDef| {
+            step.input
+                .references()
+                .into_iter()
+                .filter_map(|r| r.step().map(ToString::to_string))
+                .collect::<Vec<_>>()
+        };
+        let mut out = std::collections::BTreeSet::new();
+        let Some(step) = self.step(id) else {
+            return out;
+        };
+        out.extend(referenced(step));
+        for approved in step.approval.iter().flat_map(|a| &a.approves) {
+            if let Some(approved) = self.step(approved.as_str()) {
+                out.extend(referenced(approved));
+            }
+        }
+        if let Some(approval) = self.approval_of(id) {
+            out.insert(approval.id.to_string());
         }
         out
     }
@@ -392,6 +450,7 @@ mod tests {
             milestone: milestone.map(str::to_string),
             compensation: None,
             cost: 1,
+            approval: None,
         }
     }
 

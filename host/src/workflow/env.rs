@@ -13,6 +13,7 @@ use super::StepKind;
 use super::diagnostics::{Diagnostic, closest, list};
 use super::raw::StepToml;
 use super::step::host_problem;
+use super::values::TomlVersionReq;
 
 /// The world a component was built against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,22 +132,41 @@ impl CheckEnv for StaticEnv {
     }
 }
 
+/// A step that names the component that runs it, and which versions may.
+struct Runs<'a> {
+    step: &'a StepToml,
+    component: &'a Spanned<String>,
+    version: &'a Spanned<TomlVersionReq>,
+}
+
 /// Checks each step's component, version requirement and capabilities against `env`.
 pub(super) fn check_steps(steps: &[StepToml], env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
     for step in steps {
+        // An approval step runs no component; a missing one was reported already.
+        let (Some(component), Some(version)) = (&step.component, &step.version) else {
+            continue;
+        };
+        if *step.kind.get_ref() == StepKind::Approval {
+            continue;
+        }
+        let run = Runs {
+            step,
+            component,
+            version,
+        };
         // Allowances are per component, so they mean nothing for an unknown one.
-        if check_component(step, env, diags) {
-            check_capabilities(step, env, diags);
-            check_compensation(step, env, diags);
+        if check_component(&run, env, diags) {
+            check_capabilities(&run, env, diags);
+            check_compensation(&run, env, diags);
         }
     }
 }
 
 /// Reports problems with the step's component; false when the component is unknown.
-fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) -> bool {
-    let id = step.id.get_ref();
-    let name = step.component.get_ref().as_str();
-    let kind = *step.kind.get_ref();
+fn check_component(run: &Runs<'_>, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) -> bool {
+    let id = run.step.id.get_ref();
+    let name = run.component.get_ref().as_str();
+    let kind = *run.step.kind.get_ref();
     let versions = env.versions(name);
     if versions.is_empty() {
         let known = env.components();
@@ -162,7 +182,7 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
         };
         diags.push(
             Diagnostic::new(format!("step `{id}` uses unknown component `{name}`"))
-                .at(step.component.span())
+                .at(run.component.span())
                 .help(help),
         );
         return false;
@@ -174,8 +194,8 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
         .collect();
     if matching.is_empty() {
         let other = match kind {
-            StepKind::Handler => StepKind::Adapter,
             StepKind::Adapter => StepKind::Handler,
+            StepKind::Handler | StepKind::Approval => StepKind::Adapter,
         };
         diags.push(
             Diagnostic::new(format!(
@@ -183,7 +203,7 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
                 article(kind),
                 article(other)
             ))
-            .at(step.kind.span())
+            .at(run.step.kind.span())
             .help(format!(
                 "set kind = \"{}\", or use {} component",
                 other.as_str(),
@@ -192,7 +212,7 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
         );
         return true;
     }
-    let req = &step.version.get_ref().0;
+    let req = &run.version.get_ref().0;
     if !matching.iter().any(|v| req.matches(v)) {
         matching.sort();
         matching.dedup();
@@ -205,7 +225,7 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
                 "no version of `{name}` satisfies `{req}`; available: {}",
                 matching.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
             ))
-            .at(step.version.span())
+            .at(run.version.span())
             .help(format!(
                 "change the requirement to match a deployed version, e.g. version = {newest}, or deploy a matching version of `{name}`"
             )),
@@ -215,18 +235,18 @@ fn check_component(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnost
 }
 
 /// Where a step's missing allowance is reported: its `component`.
-fn ctx_span(step: &StepToml) -> std::ops::Range<usize> {
-    step.component.span()
+fn ctx_span(run: &Runs<'_>) -> std::ops::Range<usize> {
+    run.component.span()
 }
 
-fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
-    let Some(caps) = &step.capabilities else {
+fn check_capabilities(run: &Runs<'_>, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    let Some(caps) = &run.step.capabilities else {
         return;
     };
-    if *step.kind.get_ref() != StepKind::Adapter {
+    if *run.step.kind.get_ref() != StepKind::Adapter {
         return; // A handler's request is refused by the file checks.
     }
-    let name = step.component.get_ref();
+    let name = run.component.get_ref();
     let actions = [caps.query.as_ref(), caps.compensate.as_ref()];
     let lists = std::iter::once((&caps.outbound_hosts, &caps.secrets)).chain(
         actions
@@ -243,7 +263,7 @@ fn check_capabilities(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
             Diagnostic::new(format!(
                 "the host config has no [adapters.{name}] section, so `{name}` may reach no host and read no secret"
             ))
-            .at(ctx_span(step))
+            .at(ctx_span(run))
             .help(format!(
                 "add [adapters.{name}] with allow_hosts, allow_secrets and settings to docket.toml (the built-in provider simulator stands in only in development mode: no tokens, a loopback listener, environment = \"development\")"
             )),
@@ -295,15 +315,15 @@ fn check_allowed(
 }
 
 /// A compensated step's adapter must declare compensation in every version that may run it.
-fn check_compensation(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
-    let Some(compensation) = &step.compensation else {
+fn check_compensation(run: &Runs<'_>, env: &dyn CheckEnv, diags: &mut Vec<Diagnostic>) {
+    let Some(compensation) = &run.step.compensation else {
         return;
     };
-    if *step.kind.get_ref() != StepKind::Adapter {
+    if *run.step.kind.get_ref() != StepKind::Adapter {
         return; // A handler's compensation is refused by the file checks.
     }
-    let name = step.component.get_ref();
-    let req = &step.version.get_ref().0;
+    let name = run.component.get_ref();
+    let req = &run.version.get_ref().0;
     let mut lacking: Vec<Version> = env
         .versions(name)
         .into_iter()
@@ -323,7 +343,7 @@ fn check_compensation(step: &StepToml, env: &dyn CheckEnv, diags: &mut Vec<Diagn
     diags.push(
         Diagnostic::new(format!(
             "step `{}` is compensated, but `{name}` {versions} does not declare compensation in its contract",
-            step.id.get_ref()
+            run.step.id.get_ref()
         ))
         .at(compensation.span())
         .help(format!(
@@ -336,6 +356,7 @@ fn article(kind: StepKind) -> &'static str {
     match kind {
         StepKind::Adapter => "an adapter",
         StepKind::Handler => "a handler",
+        StepKind::Approval => "an approval",
     }
 }
 

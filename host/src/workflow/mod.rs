@@ -69,6 +69,7 @@
 //! milestone in definition order (each once), then "Completion recorded" (when the
 //! workflow completes).
 
+mod approval;
 mod def;
 mod diagnostics;
 mod env;
@@ -83,8 +84,9 @@ mod step;
 mod validate;
 mod values;
 
+pub use approval::{APPROVAL_COMPONENT, Consequence, ConsequenceError, approval_provenance};
 pub use def::{
-    ActionCapabilities, AdapterAction, Budget, COMPLETION_RECORDED, Compensation,
+    ActionCapabilities, AdapterAction, ApprovalDef, Budget, COMPLETION_RECORDED, Compensation,
     CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities, StepDef,
     StepKind, WorkflowDef,
 };

@@ -73,6 +73,12 @@ pub(super) struct BudgetToml {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Step")]
+// A handler or adapter names the component that runs it; an approval step names none.
+#[schemars(extend(
+    "if" = {"properties": {"kind": {"enum": ["handler", "adapter"]}}},
+    "then" = {"required": ["component", "version"]},
+    "else" = {"required": ["approves"]}
+))]
 pub(super) struct StepToml {
     /// The step's stable id; attempts, receipts and the provider's idempotency keys derive
     /// from it, so it never changes between versions.
@@ -81,15 +87,32 @@ pub(super) struct StepToml {
     /// What people see the step as; may change between versions.
     #[schemars(with = "String")]
     pub label: Spanned<String>,
-    /// `handler` (pure computation) or `adapter` (an external side effect).
+    /// `handler` (pure computation), `adapter` (an external side effect) or `approval`
+    /// (a person's consent to the exact consequence of the adapter steps it `approves`).
     #[schemars(with = "StepKind")]
     pub kind: Spanned<StepKind>,
-    /// The component that runs the step, by the name it declares.
-    #[schemars(with = "String")]
-    pub component: Spanned<String>,
-    /// Which versions of the component may run it, a semver requirement (e.g. `"^1"`).
-    #[schemars(with = "TomlVersionReq")]
-    pub version: Spanned<TomlVersionReq>,
+    /// The component that runs the step, by the name it declares (handlers and adapters).
+    #[schemars(with = "Option<String>")]
+    pub component: Option<Spanned<String>>,
+    /// Which versions of the component may run it, a semver requirement (e.g. `"^1"`)
+    /// (handlers and adapters).
+    #[schemars(with = "Option<TomlVersionReq>")]
+    pub version: Option<Spanned<TomlVersionReq>>,
+    /// Approval steps: the adapter steps whose consequence a person approves. Each runs
+    /// after the approval, and its input reads only `$input` and the steps the approval
+    /// runs after, so the consequence is known when the approval is asked.
+    #[serde(default)]
+    #[schemars(with = "Vec<StepId>")]
+    pub approves: Vec<Spanned<StepId>>,
+    /// Approval steps: how long the approval may wait (e.g. `"24h"`); never past the
+    /// workflow's deadline, which is also the limit without it.
+    #[schemars(with = "Option<TomlDuration>")]
+    pub expires: Option<Spanned<TomlDuration>>,
+    /// Approval steps: the subjects who may approve; without it, anyone holding the
+    /// `approver` role.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub approvers: Vec<Spanned<String>>,
     /// Steps whose receipts this step waits for.
     #[serde(default)]
     #[schemars(with = "Vec<StepId>")]

@@ -39,12 +39,10 @@ pub(super) fn step(
                 .help("write the label a person sees, e.g. label = \"Render document\""),
         );
     }
-    if raw.component.get_ref().trim().is_empty() {
-        ctx.push(
-            Diagnostic::new(format!("step `{id}` names no component"))
-                .at(raw.component.span())
-                .help("name the handler or adapter component that runs the step, e.g. component = \"render-document\""),
-        );
+    if kind == StepKind::Approval {
+        super::approval::approval_only(raw, i, ctx);
+    } else {
+        runs_a_component(raw, ctx);
     }
     if let Some(milestone) = &raw.milestone {
         let text = milestone.get_ref().trim();
@@ -133,14 +131,21 @@ pub(super) fn step(
             }
         },
     };
-    let cost = if kind == StepKind::Handler { 0 } else { cost };
+    let cost = if kind == StepKind::Adapter { cost } else { 0 };
 
     let step = StepDef {
         id: id.clone(),
         label: raw.label.get_ref().clone(),
         kind,
-        component: raw.component.get_ref().clone(),
-        version_req: raw.version.get_ref().0.clone(),
+        component: raw
+            .component
+            .as_ref()
+            .map(|c| c.get_ref().clone())
+            .unwrap_or_default(),
+        version_req: raw
+            .version
+            .as_ref()
+            .map_or(semver::VersionReq::STAR, |v| v.get_ref().0.clone()),
         after: raw.after.iter().map(|a| a.get_ref().clone()).collect(),
         input,
         outputs,
@@ -153,6 +158,7 @@ pub(super) fn step(
             .map(|m| m.get_ref().trim().to_string()),
         compensation: None,
         cost,
+        approval: super::approval::declaration(raw, deadline, ctx),
     };
     let mut compensation_refs = Vec::new();
     let compensation = raw.compensation.as_ref().map(|c| {
@@ -180,6 +186,51 @@ pub(super) fn step(
         refs,
         compensation_refs,
     )
+}
+
+/// A handler or adapter step names the component that runs it and which versions may;
+/// only an approval step decides what it approves.
+fn runs_a_component(raw: &StepToml, ctx: &mut Ctx<'_, '_>) {
+    let id = raw.id.get_ref();
+    let kind = raw.kind.get_ref().as_str();
+    match &raw.component {
+        None => ctx.push(
+            Diagnostic::new(format!("{kind} step `{id}` names no component"))
+                .at(raw.id.span())
+                .help("name the handler or adapter component that runs the step, e.g. component = \"render-document\""),
+        ),
+        Some(c) if c.get_ref().trim().is_empty() => ctx.push(
+            Diagnostic::new(format!("step `{id}` names no component"))
+                .at(c.span())
+                .help("name the handler or adapter component that runs the step, e.g. component = \"render-document\""),
+        ),
+        Some(_) => {}
+    }
+    if raw.version.is_none() {
+        ctx.push(
+            Diagnostic::new(format!("{kind} step `{id}` has no `version`"))
+                .at(raw.id.span())
+                .help("require the component versions that may run it, e.g. version = \"^1\""),
+        );
+    }
+    let approval_field = [
+        ("approves", !raw.approves.is_empty()),
+        ("expires", raw.expires.is_some()),
+        ("approvers", !raw.approvers.is_empty()),
+    ]
+    .into_iter()
+    .find(|(_, set)| *set);
+    if let Some((field, _)) = approval_field {
+        ctx.push(
+            Diagnostic::new(format!(
+                "{kind} step `{id}` has `{field}`, but only an approval step approves"
+            ))
+            .at(raw.id.span())
+            .help(format!(
+                "remove `{field}`, or add a step with kind = \"approval\" that approves this one"
+            )),
+        );
+    }
 }
 
 /// The path of a compensation's mapping entry under its step.

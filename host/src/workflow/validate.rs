@@ -19,7 +19,7 @@ use super::raw::{BudgetToml, StepToml, WorkflowToml};
 use super::schema::{pointer_keys, schema_help, schema_problems};
 use super::spans::{Part, Seg, SourceTree, toml_to_json};
 use super::values::TomlDuration;
-use super::{StepKind, WorkflowDef, references, step};
+use super::{StepKind, WorkflowDef, approval, references, step};
 
 /// Default per-attempt timeout (never longer than the workflow's deadline).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -90,12 +90,15 @@ pub(super) fn workflow(raw: &WorkflowToml, ctx: &mut Ctx<'_, '_>, digest: String
     let graph = Graph::build(&raw.steps, &index, &mut ctx.diags);
 
     let mut steps = Vec::with_capacity(raw.steps.len());
+    let mut input_refs = Vec::with_capacity(raw.steps.len());
     for (i, raw_step) in raw.steps.iter().enumerate() {
         let (step, refs, compensation_refs) = step::step(raw_step, i, deadline, ctx);
+        input_refs.push(refs.clone());
         references::references(raw, i, refs, &index, &graph, &input_schema, ctx);
         references::compensation_references(raw, i, compensation_refs, &index, &graph, ctx);
         steps.push(step);
     }
+    approval::check(raw, &index, &graph, &input_refs, ctx);
     let budget = budget(raw.budget.as_ref(), &raw.steps, ctx);
 
     WorkflowDef {

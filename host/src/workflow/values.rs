@@ -342,6 +342,31 @@ pub(super) mod duration_text {
         let text = String::deserialize(deserializer)?;
         humantime::parse_duration(&text).map_err(de::Error::custom)
     }
+
+    /// An optional duration as the same text.
+    pub mod option {
+        use std::time::Duration;
+
+        use serde::{Deserialize, Deserializer, Serializer, de};
+
+        pub fn serialize<S: Serializer>(
+            value: &Option<Duration>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(d) => serializer.collect_str(&humantime::format_duration(*d)),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            Option::<String>::deserialize(deserializer)?
+                .map(|text| humantime::parse_duration(&text).map_err(de::Error::custom))
+                .transpose()
+        }
+    }
 }
 
 #[cfg(test)]

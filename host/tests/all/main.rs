@@ -34,6 +34,7 @@ macro_rules! on_both_stores {
 
 mod adoption;
 mod api;
+mod approvals;
 mod budgets;
 mod cli_adapter;
 mod cli_demo;

@@ -373,7 +373,143 @@ async fn a_notification_fails_after_a_day_and_finished_ones_are_pruned(db: Optio
     .await;
 }
 
+/// An approval is told when it is asked (with its digest and expiry), once when a fifth of
+/// its wait is left, and when it is decided; `/metrics` counts what waits and what was
+/// decided.
+async fn an_approval_is_told_when_asked_when_it_draws_near_and_when_decided(db: Option<String>) {
+    let all = Receiver::start(0).await;
+    let shipped = std::fs::read_to_string(
+        crate::host_process::repo_root().join("workflows/approved-delivery.toml"),
+    )
+    .unwrap()
+    .replace("expires = \"24h\"", "expires = \"10m\"");
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: format!("{}{}", secrets(), endpoint(&all.url, &[], "")),
+        workflows: vec![("approved-delivery.toml".into(), shipped)],
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("approved-delivery", "told-approval", document("Approve"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let path = format!("/v1/workflows/{id}/steps/approve/consequence");
+    let consequence = crate::wait::until("the approval asked", Duration::from_secs(30), || async {
+        let (status, c) = host.get(&path).await;
+        if status == 200 {
+            Ok(c)
+        } else {
+            Err(format!("{status} {c}"))
+        }
+    })
+    .await;
+    let digest = consequence["digest"].as_str().unwrap().to_string();
+    let metrics = crate::wait::until("the approval counted", Duration::from_secs(10), || async {
+        let text = reqwest::get(format!("{}/metrics", host.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("docket_approvals_pending 1") {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    assert!(
+        metrics.contains("docket_approvals_total{outcome=\"approved\"} 0"),
+        "{metrics}"
+    );
+    // 9 of the 10 minutes pass: a fifth or less is left, told once however often looked at.
+    host.advance_clock(9 * 60 * 1000).await;
+    crate::wait::until("the warning", Duration::from_secs(30), || async {
+        let types: Vec<String> = all
+            .of(&id)
+            .iter()
+            .map(|d| d.body["type"].as_str().unwrap_or("").to_string())
+            .collect();
+        if types.iter().any(|t| t == "workflow.approval_expiring") {
+            Ok(())
+        } else {
+            Err(format!("{types:?}"))
+        }
+    })
+    .await;
+    host.wait_ticks("registry", 2).await;
+    let (status, _) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/approve/approve"),
+            "told-approve",
+            json!({"digest": digest}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    settled(&host, &id, 5).await;
+    // In the order they were queued (the last two leave together).
+    let mut told = all.of(&id);
+    told.sort_by_key(|d| d.body["revision"].as_u64());
+    let types: Vec<&str> = told
+        .iter()
+        .map(|d| d.body["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "workflow.recorded",
+            "workflow.approval_required",
+            "workflow.approval_expiring",
+            "workflow.approval_decided",
+            "workflow.completed"
+        ],
+        "{told:#?}"
+    );
+    let required = &told[1].body["approval"];
+    assert_eq!(required["step"], "approve", "{required}");
+    assert_eq!(required["digest"], digest.as_str());
+    assert_eq!(required["expires_at"], consequence["expires_at"]);
+    assert_eq!(told[2].body["approval"]["digest"], digest.as_str());
+    let decided = &told[3].body["approval"];
+    assert_eq!(decided["outcome"], "approved", "{decided}");
+    assert_eq!(decided["by"], "local");
+    // Signed as always; those sent after the host's clock moved ahead carry a timestamp the
+    // verifier finds in its future.
+    assert!(
+        told.iter().all(|d| match &d.verified {
+            Ok(()) => true,
+            Err(e) => e.contains("timestamp too far in future"),
+        }),
+        "{told:#?}"
+    );
+    let text = reqwest::get(format!("{}/metrics", host.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("docket_approvals_pending 0"), "{text}");
+    assert!(
+        text.contains("docket_approvals_total{outcome=\"approved\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("docket_approval_wait_seconds_count 1"),
+        "{text}"
+    );
+    // Nine minutes passed on the host's clock before the approval.
+    assert!(
+        text.contains("docket_approval_wait_seconds_bucket{le=\"300.0\"} 0"),
+        "{text}"
+    );
+}
+
 on_both_stores!(
+    an_approval_is_told_when_asked_when_it_draws_near_and_when_decided,
     one_notification_per_meaningful_transition_signed_and_retried_under_one_id,
     a_review_settled_before_its_notification_is_sent_is_suppressed,
     a_notification_fails_after_a_day_and_finished_ones_are_pruned,

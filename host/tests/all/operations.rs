@@ -378,7 +378,7 @@ async fn metrics_are_for_operators_or_the_metrics_listener() {
 }
 
 /// Runs a statement on the test's database (a SQLite file or PostgreSQL).
-async fn corrupt(db: &str, sql: &str) {
+pub(crate) async fn corrupt(db: &str, sql: &str) {
     if db.starts_with("postgres") {
         let pool = sqlx::PgPool::connect(db).await.unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))

@@ -145,6 +145,9 @@ pub struct HostOptions {
     pub no_provider: bool,
     /// Further arguments of `docket serve`.
     pub args: Vec<String>,
+    /// The bearer token the helpers (`get`, `post`, `wait_for`, the clock) send, for a host
+    /// with tokens.
+    pub token: Option<String>,
 }
 
 impl HostProcess {
@@ -250,7 +253,7 @@ impl HostProcess {
                 .unwrap_or_else(|| format!("http://127.0.0.1:{sim_port}")),
             dir,
             log,
-            client: reqwest::Client::new(),
+            client: client_with(options.token.as_deref()),
             _provider: own_provider,
         }
     }
@@ -558,6 +561,21 @@ async fn checked(method: &str, r: reqwest::Response) -> (u16, Option<Value>) {
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A client that sends `token` as its bearer token, if given.
+fn client_with(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 /// A valid document-delivery input.

@@ -113,8 +113,13 @@ fn orders() -> Vec<Order> {
     all.push(Order::escalate(Some("ask the provider")).unwrap());
     all.push(Order::compensate(Some("withdrawn by the client")).unwrap());
     all.push(Order::exception(Some("approved by the audit"), Some("ticket 42")).unwrap());
+    all.push(Order::approve(Some(DIGEST), Some("looks right")).unwrap());
+    all.push(Order::reject(Some("wrong recipient")).unwrap());
     all
 }
+
+/// The digest of the consequence an approval step asks about, in these tests.
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
 /// A failed workflow: where a compensation by hand is allowed.
 const FAILED: CourseFacts = CourseFacts {
@@ -165,6 +170,8 @@ fn expected(
         OutcomeUnknown | WaitingForReview | Blocked | FailedRetryable | FailedTerminal
     ) || (state == Contradicted && matches!(order, Order::Resolve { .. }));
     match order {
+        // The steps of this table ask no approval (see the dedicated test).
+        Order::Approve { .. } | Order::Reject { .. } => Err("not_an_approval"),
         // No policy blocked the step in this table (see the dedicated test).
         Order::Exception { .. } => match state {
             Blocked => Err("not_policy_blocked"),
@@ -222,6 +229,8 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
                         state: *state,
                         label: "Deliver the document",
                         is_adapter: runner != Runner::Handler,
+                        is_approval: false,
+                        approval: None,
                         outputs: &[],
                         contract: contract.as_ref(),
                         history: History::of(&attempts),
@@ -255,7 +264,10 @@ fn every_state_action_and_contract_is_decided_as_the_rules_say() {
             }
         }
     }
-    assert_eq!(cases, StepState::ALL.len() * 8 * RUNNERS.len() * 3);
+    assert_eq!(
+        cases,
+        StepState::ALL.len() * orders().len() * RUNNERS.len() * 3
+    );
 }
 
 #[test]
@@ -277,6 +289,8 @@ fn a_manual_receipt_names_its_author_evidence_and_the_latest_attempts_provenance
         state: StepState::OutcomeUnknown,
         label: "Deliver the document",
         is_adapter: true,
+        is_approval: false,
+        approval: None,
         outputs: &[],
         contract: None,
         history: History::of(&attempts),
@@ -356,6 +370,8 @@ fn a_compensation_by_hand_needs_a_workflow_that_will_not_complete() {
         state: StepState::Succeeded,
         label: "Deliver the document",
         is_adapter: true,
+        is_approval: false,
+        approval: None,
         outputs: &[],
         contract: contract.as_ref(),
         history: History::default(),
@@ -409,6 +425,8 @@ fn an_exception_lets_one_attempt_through_the_policy_that_blocked_it() {
         state: StepState::Blocked,
         label: "Deliver the document",
         is_adapter: true,
+        is_approval: false,
+        approval: None,
         outputs: &[],
         contract: None,
         history: History::default(),
@@ -435,6 +453,8 @@ fn a_resolution_as_succeeded_gives_every_output_field_later_steps_read() {
             state: StepState::WaitingForReview,
             label: "Deliver the document",
             is_adapter: true,
+            is_approval: false,
+            approval: None,
             outputs: &outputs,
             contract: None,
             history: History::default(),
@@ -471,4 +491,110 @@ fn a_resolution_as_succeeded_gives_every_output_field_later_steps_read() {
     )
     .unwrap_err();
     assert_eq!(e.field, "output");
+}
+
+/// An approval step: only approve and reject decide it (escalate marks it), and only
+/// while it waits with a question; the digest approved must be the question's.
+#[test]
+fn an_approval_step_is_decided_only_by_approve_or_reject_of_its_question() {
+    let actor = Subject("carol".into());
+    let open = crate::store::ApprovalRecord {
+        workflow_id: crate::intent::WorkflowId("wf_1".into()),
+        step: "approve".into(),
+        attempt_id: AttemptId("att_1".into()),
+        digest: DIGEST.into(),
+        consequence: serde_json::json!({"approval": "approve", "steps": [
+            {"step": "deliver", "input_digest": "sha256:2222"}
+        ]}),
+        asked_at: NOW - 10,
+        expires_at: NOW + 1_000,
+        warned_at: None,
+        outcome: None,
+        decided_by: None,
+        decided_at: None,
+        decision_text: None,
+    };
+    for state in StepState::ALL {
+        for order in orders() {
+            let waiting = *state == StepState::AwaitingApproval;
+            let got = decide(&Situation {
+                order: &order,
+                actor: &actor,
+                step: "approve",
+                state: *state,
+                label: "Approve delivery",
+                is_adapter: false,
+                is_approval: true,
+                approval: waiting.then_some(&open),
+                outputs: &[],
+                contract: None,
+                history: History::default(),
+                course: FAILED,
+                now: NOW,
+            });
+            let what = format!("{state:?} × {order:?}");
+            match (&order, waiting) {
+                (Order::Approve { .. }, true) => {
+                    let plan = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let StepChange::Succeed(receipt) = plan.change else {
+                        panic!("{what}: {:?}", plan.change)
+                    };
+                    assert_eq!(receipt.evidence_kind, EvidenceKind::Approval);
+                    assert_eq!(receipt.output["approver"], "carol");
+                    assert_eq!(receipt.output["consequence_digest"], DIGEST);
+                    assert_eq!(receipt.output["inputs"]["deliver"], "sha256:2222");
+                    assert_eq!(receipt.provenance.input_digest, DIGEST);
+                }
+                (Order::Reject { .. }, true) => {
+                    let plan = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(
+                        matches!(
+                            plan.change,
+                            StepChange::Terminal {
+                                state: StepState::FailedTerminal,
+                                ..
+                            }
+                        ),
+                        "{what}: {:?}",
+                        plan.change
+                    );
+                }
+                (Order::Approve { .. } | Order::Reject { .. }, false) => {
+                    assert_eq!(got.unwrap_err().code(), "state_forbids", "{what}");
+                }
+                (Order::Escalate { .. }, _) => {
+                    let finished = matches!(
+                        state,
+                        StepState::Succeeded | StepState::Compensated | StepState::Cancelled
+                    );
+                    assert_eq!(got.is_ok(), !finished, "{what}");
+                }
+                _ => {
+                    let refusal = got.unwrap_err();
+                    assert_eq!(refusal.code(), "approval_step", "{what}");
+                    assert!(refusal.to_string().contains("/approve"), "{refusal}");
+                }
+            }
+        }
+    }
+    // Another digest than the question's: the consequence changed, naming the current one.
+    let stale = Order::approve(Some("sha256:9999"), None).unwrap();
+    let refusal = decide(&Situation {
+        order: &stale,
+        actor: &actor,
+        step: "approve",
+        state: StepState::AwaitingApproval,
+        label: "Approve delivery",
+        is_adapter: false,
+        is_approval: true,
+        approval: Some(&open),
+        outputs: &[],
+        contract: None,
+        history: History::default(),
+        course: FAILED,
+        now: NOW,
+    })
+    .unwrap_err();
+    assert_eq!(refusal.code(), "consequence_changed");
+    assert!(refusal.to_string().contains(DIGEST), "{refusal}");
 }

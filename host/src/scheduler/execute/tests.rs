@@ -55,6 +55,7 @@ pub(super) fn step() -> StepDef {
         milestone: None,
         compensation: None,
         cost: 1,
+        approval: None,
     }
 }
 

@@ -218,6 +218,14 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
     let id = &req.scope.workflow_id;
     let step = req.scope.step.as_str();
     let now = req.now as i64;
+    // An approval decision answers the question it saw: asked again since (a revision
+    // changed the consequence), the person must see the new one first.
+    if let Some(decision) = &req.approval
+        && let Err(refusal) = super::approvals::check_decision(tx, id, step, decision).await?
+    {
+        store_answer(tx, &req.scope, &ActionAnswer::Refused(refusal.clone())).await?;
+        return Ok(ActionOutcome::Refused(refusal));
+    }
     // Every change is guarded by the state the decision saw, and never touches a leased step.
     let guard = values![id.as_str(), step, req.expected_state.as_str()];
     let sql = &tx.sql().actions;
@@ -255,6 +263,9 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
         store_answer(tx, &req.scope, &ActionAnswer::Refused(req.stale.clone())).await?;
         return Ok(ActionOutcome::Refused(req.stale.clone()));
     }
+    if let Some(decision) = &req.approval {
+        super::approvals::record_decision(tx, id, step, decision, req.now).await?;
+    }
     if let StepChange::Compensate { id: compensation } = change {
         tx.exec(
             insert_compensation,
@@ -287,6 +298,9 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
     let workflow_state = tx
         .tell_and_settle(id, req.now, &events, current, cancelled)
         .await?;
+    if let Some(decision) = &req.approval {
+        super::approvals::tell_decision(tx, id, step, decision, req.now).await?;
+    }
     Ok(ActionOutcome::Applied { workflow_state })
 }
 

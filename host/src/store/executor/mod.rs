@@ -478,6 +478,11 @@ impl<B: Backend> ExecutorStore for B {
         Ok((outcome, claimed))
     }
 
+    async fn ask_approval(&self, request: super::AskApproval) -> StoreResult<()> {
+        self.write(request, |tx, req| Box::pin(super::approvals::ask(tx, req)))
+            .await
+    }
+
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {
         self.write(late, |tx, late| Box::pin(super::late::evidence(tx, late)))
             .await

@@ -41,6 +41,7 @@ pub(crate) struct Sql {
     pub ready: &'static str,
     pub tallies: &'static str,
     pub last_sweep: &'static str,
+    pub approvals_pending: &'static str,
     pub purgeable: &'static str,
     pub purge: &'static [&'static str],
 }
@@ -61,6 +62,9 @@ pub(crate) const SQL: Sql = Sql {
                   CAST(SUM(n) AS BIGINT) AS n, CAST(SUM(total) AS BIGINT) AS total
               FROM outcome_tallies GROUP BY metric, workflow, state, bucket",
     last_sweep: "SELECT MAX(swept_before) AS at FROM recovery_sweeps",
+    approvals_pending: "SELECT COUNT(*) AS n FROM approvals a
+                        JOIN steps s ON s.workflow_id = a.workflow_id AND s.step = a.step
+                        WHERE a.outcome IS NULL AND s.state = 'awaiting_approval'",
     purgeable: purgeable!(""),
     purge: &[
         "DELETE FROM timeline WHERE workflow_id = $1",
@@ -71,6 +75,7 @@ pub(crate) const SQL: Sql = Sql {
         "DELETE FROM operator_actions WHERE workflow_id = $1",
         "DELETE FROM cancellations WHERE workflow_id = $1",
         "DELETE FROM revisions WHERE workflow_id = $1",
+        "DELETE FROM approvals WHERE workflow_id = $1",
         "DELETE FROM outbox WHERE workflow_id = $1",
         "DELETE FROM intent_keys WHERE workflow_id = $1",
         "DELETE FROM workflows WHERE workflow_id = $1",
@@ -114,12 +119,18 @@ async fn snapshot<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<Snapshot> {
             ))
         })
         .await?;
+    let pending = tx.sql().metrics.approvals_pending;
+    let approvals_pending = tx
+        .row(pending, &[], |r| r.uint("n"))
+        .await?
+        .unwrap_or_default();
     Ok(Snapshot {
         live_workflows,
         outcome_unknown,
         outcome_unknown_since,
         ready,
         tallies: tallies.into_iter().flatten().collect(),
+        approvals_pending,
     })
 }
 
@@ -218,6 +229,22 @@ impl Tallies {
             row.0 += 1;
             row.1 += value as i64;
         }
+    }
+
+    /// Adds an approval of a `workflow` decided with `outcome` after waiting `wait_ms`.
+    pub(crate) fn approval(&mut self, workflow: &str, outcome: &'static str, wait_ms: u64) {
+        let metric = crate::metrics::TallyMetric::ApprovalWaitMs;
+        let row = self
+            .rows
+            .entry((
+                metric.as_str(),
+                workflow.to_string(),
+                outcome,
+                metric.bucket(wait_ms),
+            ))
+            .or_default();
+        row.0 += 1;
+        row.1 += wait_ms as i64;
     }
 
     pub(crate) fn is_empty(&self) -> bool {

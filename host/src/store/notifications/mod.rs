@@ -214,6 +214,35 @@ pub(crate) async fn outbox<T: Tx>(
     outbox_for(tx, &record, event, now).await
 }
 
+/// [`outbox`] for an approval, whose body also names it (`approval`).
+pub(crate) async fn outbox_approval<T: Tx>(
+    tx: &mut T,
+    id: &WorkflowId,
+    event: crate::notify::EventType,
+    approval: &serde_json::Value,
+    now: Millis,
+) -> StoreResult<()> {
+    let record = tx
+        .row(WORKFLOW.as_str(), &values![id.as_str()], |r| {
+            rows::workflow(r)
+        })
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("workflow {id} vanished")))?;
+    outbox_approval_for(tx, &record, event, approval, now).await
+}
+
+/// [`outbox_approval`] for a workflow record already at hand.
+pub(crate) async fn outbox_approval_for<T: Tx>(
+    tx: &mut T,
+    record: &WorkflowRecord,
+    event: crate::notify::EventType,
+    approval: &serde_json::Value,
+    now: Millis,
+) -> StoreResult<()> {
+    let n = plan::notification_with(record, event, now, Some(approval));
+    insert(tx, &n).await
+}
+
 /// [`outbox`] for a workflow record already at hand.
 pub(crate) async fn outbox_for<T: Tx>(
     tx: &mut T,
@@ -222,6 +251,11 @@ pub(crate) async fn outbox_for<T: Tx>(
     now: Millis,
 ) -> StoreResult<()> {
     let n = plan::notification(record, event, now);
+    insert(tx, &n).await
+}
+
+/// Inserts one outbox row.
+async fn insert<T: Tx>(tx: &mut T, n: &plan::NewNotification) -> StoreResult<()> {
     tx.exec(
         OUTBOX_ROW.as_str(),
         &values![

@@ -11,11 +11,24 @@ pub(crate) fn notification(
     event: crate::notify::EventType,
     now: Millis,
 ) -> NewNotification {
+    notification_with(record, event, now, None)
+}
+
+/// [`notification`], the body also holding `approval` (an approval's notifications:
+/// its step, the consequence's digest, until when it waits, how it was decided).
+pub(crate) fn notification_with(
+    record: &WorkflowRecord,
+    event: crate::notify::EventType,
+    now: Millis,
+    approval: Option<&serde_json::Value>,
+) -> NewNotification {
     let id = crate::intent::NotificationId::new(now);
     // Written straight from borrowed fields (keys in the order a JSON object sorts them,
     // as the body has always been written): no tree of values on the writer's path.
     #[derive(serde::Serialize)]
     struct Body<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approval: Option<&'a serde_json::Value>,
         id: &'a str,
         occurred_at: String,
         revision: u64,
@@ -35,6 +48,7 @@ pub(crate) fn notification(
         workflow_id: &'a str,
     }
     let body = serde_json::to_string(&Body {
+        approval,
         id: &id.0,
         occurred_at: crate::intent::rfc3339(now),
         revision: record.revision,

@@ -73,10 +73,12 @@ pub async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays
         json!([
             {"id": "prepare", "label": "Prepare letter", "state": "ready", "attempts": 0,
              "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
-             "superseded_receipts": [], "retention_deadline": null, "contract": null},
+             "superseded_receipts": [], "retention_deadline": null, "contract": null,
+             "approval": null},
             {"id": "deliver", "label": "Deliver letter", "state": "pending", "attempts": 0,
              "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
-             "superseded_receipts": [], "retention_deadline": null, "contract": null},
+             "superseded_receipts": [], "retention_deadline": null, "contract": null,
+             "approval": null},
         ])
     );
     // The projection's course: its revision (two timeline events so far), the command as

@@ -41,6 +41,7 @@ pub fn request(
         change,
         stale: stale(),
         now,
+        approval: None,
     }
 }
 
