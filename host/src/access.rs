@@ -261,12 +261,24 @@ impl Auth {
     /// Whether `subject` holds the operator role under this configuration (for sessions
     /// that outlive a change of the token map).
     pub fn is_operator(&self, subject: &Subject) -> bool {
+        self.roles_of(subject).has(Role::Operator)
+    }
+
+    /// Every role `subject` holds under this configuration, over all its tokens.
+    pub fn roles_of(&self, subject: &Subject) -> Roles {
         if self.is_open() {
-            return *subject == Principal::local().subject;
+            return if *subject == Principal::local().subject {
+                Principal::local().roles
+            } else {
+                Roles::default()
+            };
         }
-        self.tokens()
-            .values()
-            .any(|p| p.has(Role::Operator) && &p.subject == subject)
+        Roles::of(
+            self.tokens()
+                .values()
+                .filter(|p| &p.subject == subject)
+                .flat_map(|p| Role::ALL.into_iter().filter(|r| p.has(*r))),
+        )
     }
 
     /// The caller named by the request's `Authorization` header.

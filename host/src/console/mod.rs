@@ -7,6 +7,7 @@
 //! actions themselves are [`crate::operator`]'s, as for the API: the console turns a form
 //! into the same typed order and renders the same result as a page.
 
+mod approvals;
 mod pages;
 mod session;
 
@@ -56,6 +57,11 @@ pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             post(act::<S>),
         )
         .route("/console/adapters", get(adapters::<S>))
+        .route("/console/approvals", get(approval_list::<S>))
+        .route(
+            "/console/workflows/{id}/approvals/{step}",
+            get(approval_page::<S>),
+        )
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             guard::<S>,
@@ -114,7 +120,26 @@ fn html(status: StatusCode, page: Markup) -> Response {
     r
 }
 
-/// The signed-in operator, or a redirect to the sign-in page.
+/// The signed-in operator: a redirect to the sign-in page without a session, a page that
+/// says so for an approver who is no operator.
+async fn operator_in<S: crate::store::SessionStore>(
+    console: &Console<S>,
+    headers: &HeaderMap,
+) -> Result<session::Session, Box<Response>> {
+    let who = signed_in(console, headers).await?;
+    if who.principal.has(crate::access::Role::Operator) {
+        return Ok(who);
+    }
+    Err(Box::new(html(
+        StatusCode::FORBIDDEN,
+        pages::problem(
+            &who,
+            "This page is an operator's; you hold the approver role. Your approvals are under Approvals.",
+        ),
+    )))
+}
+
+/// The signed-in operator or approver, or a redirect to the sign-in page.
 async fn signed_in<S: crate::store::SessionStore>(
     console: &Console<S>,
     headers: &HeaderMap,
@@ -198,15 +223,23 @@ async fn sign_in<S: crate::store::SessionStore>(
             );
         }
     };
-    if !principal.has(crate::access::Role::Operator) {
+    if session::console_roles(principal.roles) == crate::access::Roles::default() {
         return html(
             StatusCode::FORBIDDEN,
             pages::sign_in(
                 c.ctx.auth.is_open(),
-                Some("That is a client token; the console needs an operator token."),
+                Some(
+                    "That token holds neither the operator nor the approver role; the console needs one of them.",
+                ),
             ),
         );
     }
+    // An approver who is no operator has one page: the approvals.
+    let home = if principal.has(crate::access::Role::Operator) {
+        "/console/workflows"
+    } else {
+        "/console/approvals"
+    };
     let cookie = match session::start(
         &c.ctx.store,
         &principal,
@@ -218,7 +251,7 @@ async fn sign_in<S: crate::store::SessionStore>(
         Ok(cookie) => cookie,
         Err(e) => return store_down(&c.ctx, e),
     };
-    let mut r = Redirect::to("/console/workflows").into_response();
+    let mut r = Redirect::to(home).into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, cookie.parse().expect("a valid cookie"));
     r
@@ -244,7 +277,7 @@ async fn workflows<S: crate::store::SessionStore + crate::store::ReadStore>(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers).await {
+    let who = match operator_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -266,7 +299,7 @@ async fn workflow<
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers).await {
+    let who = match operator_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -369,7 +402,7 @@ async fn change_course<
     use crate::operator::{
         CancelOrder, CancelResult, ReplaceOrder, ReviseOrder, ReviseResult, cancel, replace, revise,
     };
-    let who = match signed_in(&c, &headers).await {
+    let who = match operator_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -498,7 +531,7 @@ async fn step<
     Path((id, step)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let who = match signed_in(&c, &headers).await {
+    let who = match operator_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -627,21 +660,104 @@ async fn act<
         workflow_id: id.clone(),
         step: step.clone(),
     };
+    let decides = matches!(action, Action::Approve | Action::Reject);
+    let page = if decides { "approvals" } else { "steps" };
     let (status, message) =
         match perform(&c.ctx, &who.principal, target, order, form.key.clone()).await {
             Ok(ActionResult::Applied(_)) => {
                 return Redirect::to(&format!(
-                    "/console/workflows/{}/steps/{}?done={}",
+                    "/console/workflows/{}/{page}/{}?done={}",
                     pages::path_part(&id),
                     pages::path_part(&step),
                     action.as_str()
                 ))
                 .into_response();
             }
+            Ok(ActionResult::Refused(refusal)) if refusal.code == "consequence_changed" => (
+                StatusCode::CONFLICT,
+                "The consequence changed since this page was opened (the request was revised): nothing was approved. Read the new consequence below; approve it if it is right.".to_string(),
+            ),
             Ok(ActionResult::Refused(refusal)) => (StatusCode::CONFLICT, refusal.message),
             Err(e) => desk_error(e),
         };
+    if decides {
+        return approval_response(&c, &who, &id, &step, None, Some(message), status).await;
+    }
+    if !who.principal.has(crate::access::Role::Operator) {
+        return html(status, pages::problem(&who, &message));
+    }
     step_response(&c, &who, &id, &step, None, Some(message), status).await
+}
+
+/// `GET /console/approvals`: the approvals the signed-in person may decide.
+async fn approval_list<
+    S: crate::store::SessionStore + crate::store::ApprovalStore + crate::store::DefinitionStore,
+>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+) -> Response {
+    let who = match signed_in(&c, &headers).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if !who.principal.has(crate::access::Role::Approver) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::problem(&who, "Deciding approvals needs the approver role."),
+        );
+    }
+    match approvals::list(&c.ctx, &who).await {
+        Ok(page) => html(StatusCode::OK, page),
+        Err(e) => page_error(&who, e),
+    }
+}
+
+/// `GET /console/workflows/{id}/approvals/{step}`: one approval and its forms.
+async fn approval_page<
+    S: crate::store::SessionStore
+        + crate::store::ApprovalStore
+        + crate::store::DefinitionStore
+        + crate::store::ReadStore,
+>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+    Path((id, step)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let who = match signed_in(&c, &headers).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let notice = q.get("done").map(|a| match a.as_str() {
+        "approve" => "Approved: the approved steps run now.".to_string(),
+        "reject" => "Rejected: the step failed.".to_string(),
+        other => format!("The {other} action was recorded."),
+    });
+    approval_response(&c, &who, &id, &step, notice, None, StatusCode::OK).await
+}
+
+async fn approval_response<
+    S: crate::store::ApprovalStore + crate::store::DefinitionStore + crate::store::ReadStore,
+>(
+    c: &Console<S>,
+    who: &session::Session,
+    id: &str,
+    step: &str,
+    notice: Option<String>,
+    error: Option<String>,
+    status: StatusCode,
+) -> Response {
+    match approvals::page(&c.ctx, who, id, step, notice, error).await {
+        Ok(Some(page)) => html(status, page),
+        Ok(None) => html(
+            StatusCode::NOT_FOUND,
+            pages::problem(
+                who,
+                &format!("Workflow {id} has no approval step {step} that you may decide."),
+            ),
+        ),
+        Err(e) => page_error(who, e),
+    }
 }
 
 /// An action that could not be taken, as the status and message of the step page.
@@ -691,7 +807,7 @@ async fn adapters<S: crate::store::SessionStore + crate::store::ComponentStore>(
     State(c): State<Shared<S>>,
     headers: HeaderMap,
 ) -> Response {
-    let who = match signed_in(&c, &headers).await {
+    let who = match operator_in(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };

@@ -44,7 +44,7 @@ table{border-collapse:collapse;width:100%;background:#fff}td,th{padding:.35em .5
 th{font-weight:600;background:#eef0f3}
 .state{display:inline-block;padding:0 .45em;border-radius:3px;font-size:.85em;background:#e3e6ea}
 .state.needs_review,.state.outcome_unknown,.state.waiting_for_review,.state.blocked{background:#fde68a}
-.state.completed,.state.succeeded{background:#bbf7d0}.state.failed,.state.failed_terminal{background:#fecaca}
+.state.awaiting_approval{background:#bfdbfe}.state.completed,.state.succeeded{background:#bbf7d0}.state.failed,.state.failed_terminal{background:#fecaca}
 .kind{font-size:.8em;text-transform:uppercase;letter-spacing:.04em;padding:0 .35em;border-radius:3px}
 .kind.observation{background:#dbeafe}.kind.action{background:#ede9fe}.kind.conclusion{background:#dcfce7}
 .box{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.8em 1em;margin:.6em 0}
@@ -86,7 +86,7 @@ if(n&&n.dataset.revision!==m.dataset.revision&&!typing){m.innerHTML=n.innerHTML;
 poll();}).catch(function(){setTimeout(poll,5000)});}
 poll();})();"#;
 
-fn layout(who: Option<&Session>, title: &str, body: Markup) -> Markup {
+pub(super) fn layout(who: Option<&Session>, title: &str, body: Markup) -> Markup {
     layout_at(who, title, body, None)
 }
 
@@ -111,9 +111,14 @@ fn layout_at(
                 header {
                     strong { "docket" }
                     @if let Some(who) = who {
-                        a href="/console/workflows?state=needs_review" { "Needs review" }
-                        a href="/console/workflows" { "Workflows" }
-                        a href="/console/adapters" { "Adapters" }
+                        @if who.principal.has(crate::access::Role::Operator) {
+                            a href="/console/workflows?state=needs_review" { "Needs review" }
+                            a href="/console/workflows" { "Workflows" }
+                            a href="/console/adapters" { "Adapters" }
+                        }
+                        @if who.principal.has(crate::access::Role::Approver) {
+                            a href="/console/approvals" { "Approvals" }
+                        }
                         span.who {
                             "Signed in as " strong { (who.principal.subject.0) } " "
                             form method="post" action="/console/sign-out" {
@@ -167,14 +172,19 @@ pub fn refused(message: &str) -> Markup {
 }
 
 pub fn problem(who: &Session, message: &str) -> Markup {
+    let (back, label) = if who.principal.has(crate::access::Role::Operator) {
+        ("/console/workflows", "Back to the workflows")
+    } else {
+        ("/console/approvals", "Back to the approvals")
+    };
     layout(
         Some(who),
         "Problem",
-        html! { div.box.error { (message) } p { a href="/console/workflows" { "Back to the workflows" } } },
+        html! { div.box.error { (message) } p { a href=(back) { (label) } } },
     )
 }
 
-fn state_badge(state: &str) -> Markup {
+pub(super) fn state_badge(state: &str) -> Markup {
     html! { span class={ "state " (state) } { (state.replace('_', " ")) } }
 }
 
@@ -511,8 +521,13 @@ pub async fn workflow_page<
             @if let Some(next) = &view.next_action {
                 @let label = view.steps.iter().find(|s| s.id == next.step).map(|s| s.label.clone()).unwrap_or_else(|| next.step.clone());
                 div.box.next {
-                    "A person must decide: " strong { (label) } " waits for review. "
-                    a href={ (base) "/steps/" (path_part(&next.step)) } { "Open the step to decide →" }
+                    @if next.kind == "approval" {
+                        "A person must approve: " strong { (label) } " waits for a decision on its consequence. "
+                        a href={ (base) "/approvals/" (path_part(&next.step)) } { "Open the approval →" }
+                    } @else {
+                        "A person must decide: " strong { (label) } " waits for review. "
+                        a href={ (base) "/steps/" (path_part(&next.step)) } { "Open the step to decide →" }
+                    }
                 }
             }
             h2 { "Milestones" }

@@ -1,4 +1,4 @@
-//! Operator sessions of the console: a random id in an `HttpOnly`, `SameSite=Strict`
+//! Sessions of the console (operators and approvers): a random id in an `HttpOnly`, `SameSite=Strict`
 //! cookie, and a per-session token that every form carries back (cross-site request
 //! forgery protection that does not rely on the cookie's `SameSite` alone).
 //!
@@ -6,7 +6,7 @@
 //! value, so any host on it knows them — several hosts behind one address, or a restarted
 //! one, do not sign the operator out — and the table holds nothing usable as a cookie.
 
-use crate::access::{Auth, Principal, Role};
+use crate::access::{Auth, Principal, Role, Roles};
 use crate::intent::{Millis, Subject, sha256_digest};
 use crate::store::{ConsoleSession, SessionStore, StoreResult};
 use axum::http::{HeaderMap, header};
@@ -61,8 +61,9 @@ pub async fn start<S: SessionStore>(
         .start_session(ConsoleSession {
             id_digest: sha256_digest(id.as_bytes()),
             subject: principal.subject.0.clone(),
-            // The console acts as an operator, whatever else the token may do.
-            role: Role::Operator.as_str().to_string(),
+            // The console acts as an operator and as an approver, whatever else the token
+            // may do: the roles it signed in with, as names separated by commas.
+            role: console_roles(principal.roles).names().replace(' ', ""),
             csrf: random_token(),
             started_at: now,
             expires_at: now + LIFETIME.as_millis() as Millis,
@@ -107,16 +108,34 @@ pub async fn of_request<S: SessionStore>(
         return Ok(None);
     };
     let subject = Subject(stored.subject);
-    if stored.role != Role::Operator.as_str() || !auth.is_operator(&subject) {
+    // A session keeps only the roles its subject still holds under this host's tokens.
+    let held = auth.roles_of(&subject);
+    let roles = Roles::of(
+        stored
+            .role
+            .split(',')
+            .filter_map(|r| r.trim().parse::<Role>().ok())
+            .filter(|r| held.has(*r)),
+    );
+    if console_roles(roles) == Roles::default() {
         return Ok(None);
     }
     Ok(Some(Session {
         principal: Principal {
             subject,
-            roles: Role::Operator.into(),
+            roles: console_roles(roles),
         },
         csrf: stored.csrf,
     }))
+}
+
+/// The roles the console acts under: an operator's and an approver's.
+pub fn console_roles(roles: Roles) -> Roles {
+    Roles::of(
+        [Role::Operator, Role::Approver]
+            .into_iter()
+            .filter(|r| roles.has(*r)),
+    )
 }
 
 /// Ends the request's session.

@@ -537,3 +537,153 @@ async fn an_operator_withdraws_a_completed_delivery_in_a_browser() {
     assert_eq!(deliver(&wf)["state"], "compensated");
     let _ = browser.client.clone().close().await;
 }
+
+/// An approver signs in, sees what waits for them, and approves one delivery: it happens
+/// once. A revision made while another approval's page is open makes its approve form answer
+/// that the consequence changed, and show the new one, which is then approved.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approver_approves_the_consequence_they_saw_in_a_browser() {
+    const TOKENS: &str = r#"
+[[tokens]]
+token = "owner-token-0123456789"
+subject = "team-a"
+role = "client"
+[[tokens]]
+token = "ops-token-0123456789abcd"
+subject = "alice"
+role = "operator"
+[[tokens]]
+token = "carol-token-0123456789ab"
+subject = "carol"
+role = "approver"
+"#;
+    let shipped =
+        std::fs::read_to_string(repo_root().join("workflows/approved-delivery.toml")).unwrap();
+    let host = HostProcess::start(HostOptions {
+        config: TOKENS.into(),
+        workflows: vec![("approved-delivery.toml".into(), shipped)],
+        token: Some("ops-token-0123456789abcd".into()),
+        ..HostOptions::default()
+    })
+    .await;
+    let submit = async |key: &str| {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/intents", host.url))
+            .header("Idempotency-Key", key)
+            .bearer_auth("owner-token-0123456789")
+            .json(&json!({"workflow": "approved-delivery", "input": document(key)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let body: Value = r.json().await.unwrap();
+        body["workflow_id"].as_str().unwrap().to_string()
+    };
+    let first = submit("approve-in-browser").await;
+    let second = submit("revised-in-browser").await;
+    let asked = async |id: &str, not: Option<String>| {
+        wait::until("the approval asked", Duration::from_secs(30), || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            let approval = &wf["steps"][2]["approval"];
+            let digest = approval["digest"].as_str().map(str::to_string);
+            match digest {
+                Some(d)
+                    if wf["steps"][2]["state"] == "awaiting_approval"
+                        && Some(&d) != not.as_ref() =>
+                {
+                    Ok(d)
+                }
+                _ => Err(format!("{wf:#}")),
+            }
+        })
+        .await
+    };
+    asked(&first, None).await;
+    let old = asked(&second, None).await;
+
+    let browser = Browser::start().await;
+    let b = &browser;
+    b.client
+        .goto(&format!("{}/console/sign-in", host.url))
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys("carol-token-0123456789ab")
+        .await
+        .unwrap();
+    b.click("form[action='/console/sign-in'] button").await;
+    let text = b.wait_text("Approvals waiting for you").await;
+    assert!(
+        text.contains(&first) && text.contains(&second),
+        "both are listed: {text}"
+    );
+    assert!(
+        text.contains("Needs your approval: Deliver document"),
+        "{text}"
+    );
+    // An approver is no operator: the workflows list is not theirs.
+    b.client
+        .goto(&format!("{}/console/workflows", host.url))
+        .await
+        .unwrap();
+    b.wait_text("you hold the approver role").await;
+
+    b.client
+        .goto(&format!(
+            "{}/console/workflows/{first}/approvals/approve",
+            host.url
+        ))
+        .await
+        .unwrap();
+    let text = b.wait_text("Approve this consequence").await;
+    assert!(text.contains("reader@example.com"), "{text}");
+    assert!(text.contains("http-delivery"), "{text}");
+    b.screenshot("approval").await;
+    b.click("form#approve button").await;
+    b.wait_text("Approved: the approved steps run now").await;
+    host.wait_for(&first, &["completed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(host.world().await.len(), 1);
+
+    // The second approval's page is open; the owner corrects the recipient meanwhile.
+    b.client
+        .goto(&format!(
+            "{}/console/workflows/{second}/approvals/approve",
+            host.url
+        ))
+        .await
+        .unwrap();
+    let text = b.wait_text("Approve this consequence").await;
+    assert!(text.contains(&old), "{text}");
+    let corrected = json!({"title": "revised-in-browser", "recipient": "other@example.com",
+                           "body": "Hello from docket"});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/workflows/{second}/revisions", host.url))
+        .header("Idempotency-Key", "revise-in-browser")
+        .bearer_auth("owner-token-0123456789")
+        .json(&json!({"input": corrected, "reason": "the right reader"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let new = asked(&second, Some(old.clone())).await;
+    b.click("form#approve button").await;
+    let text = b.wait_text("The consequence changed").await;
+    assert!(
+        text.contains(&new) && text.contains("other@example.com"),
+        "the new consequence is shown: {text}"
+    );
+    assert_eq!(host.world().await.len(), 1, "nothing was approved");
+    b.screenshot("approval-changed").await;
+    b.click("form#approve button").await;
+    b.wait_text("Approved: the approved steps run now").await;
+    host.wait_for(&second, &["completed"], Duration::from_secs(30))
+        .await;
+    let world = host.world().await;
+    assert_eq!(world.len(), 2, "{world:?}");
+    assert_eq!(world[1]["recipient"], "other@example.com", "{world:?}");
+    let _ = browser.client.clone().close().await;
+}
