@@ -1,13 +1,13 @@
 //! `docket export WF_ID`: a workflow's whole story as one JSON document — the intent, its
-//! steps, every attempt, receipt and timeline entry, its cancellation, revisions and
-//! notifications — straight from the database, for archiving before retention purges it.
+//! steps, every attempt, receipt and timeline entry, its cancellation, revisions, approvals
+//! and notifications — straight from the database, for archiving before retention purges it.
 
 use crate::app::is_postgres;
 use crate::intent::WorkflowId;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{
-    CourseStore, DefinitionStore, NotificationFilter, NotificationStore, ReadStore,
+    ApprovalStore, CourseStore, DefinitionStore, NotificationFilter, NotificationStore, ReadStore,
 };
 use anyhow::bail;
 use serde_json::json;
@@ -31,7 +31,7 @@ pub async fn run(db: &str, id: &str) -> anyhow::Result<ExitCode> {
 
 async fn on<S>(store: &S, id: &WorkflowId) -> anyhow::Result<ExitCode>
 where
-    S: ReadStore + DefinitionStore + CourseStore + NotificationStore,
+    S: ReadStore + DefinitionStore + CourseStore + NotificationStore + ApprovalStore,
 {
     let Some(workflow) = store.workflow(id).await? else {
         bail!(
@@ -41,6 +41,7 @@ where
     let records = crate::check::records_of(store, workflow, None).await?;
     let cancellation = store.cancellation(id).await?;
     let revisions = store.revisions(id).await?;
+    let approvals = store.approvals(id).await?;
     let mut notifications = Vec::new();
     loop {
         let page = store
@@ -68,6 +69,7 @@ where
         "timeline": records.timeline,
         "cancellation": cancellation,
         "revisions": revisions,
+        "approvals": approvals,
         "notifications": notifications,
     });
     println!("{}", serde_json::to_string_pretty(&story)?);

@@ -420,7 +420,7 @@ async fn an_expired_approval_fails_the_workflow(db: Option<String>) {
 /// A revision that changes what the delivery would send asks again: the old digest is
 /// stale, the new one is what must be approved, and only the corrected delivery is sent.
 async fn a_revision_asks_the_approval_again(db: Option<String>) {
-    let host = start(db, vec![]).await;
+    let host = start(db.clone(), vec![]).await;
     let id = submit(
         &host,
         "approved-delivery",
@@ -464,6 +464,25 @@ async fn a_revision_asks_the_approval_again(db: Option<String>) {
         timeline.contains(&old) && timeline.contains(&new),
         "{timeline}"
     );
+    // The archive keeps both questions: the first superseded, the second approved.
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["export", &id, "--db", &database])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let story: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let asked = story["approvals"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "{story:#}");
+    assert_eq!(asked[0]["digest"], old.as_str());
+    assert_eq!(asked[0]["outcome"], "superseded");
+    assert_eq!(asked[1]["digest"], new.as_str());
+    assert_eq!(asked[1]["outcome"], "approved");
+    assert_eq!(asked[1]["decided_by"], "carol");
 }
 
 /// An approval whose recorded input digest is not what the step would send blocks the
