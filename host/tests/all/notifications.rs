@@ -508,7 +508,115 @@ async fn an_approval_is_told_when_asked_when_it_draws_near_and_when_decided(db: 
     );
 }
 
+/// An approval that waits until the workflow's deadline, beside a step waiting for review:
+/// the workflow's deadline warning is the one warning sent; the approval's is told on the
+/// timeline only.
+async fn an_approval_expiring_with_the_deadline_is_warned_of_once(db: Option<String>) {
+    let all = Receiver::start(0).await;
+    let input = r#"[steps.input]
+recipient = "$input.recipient"
+document = "$input.body"
+document_digest = "$input.title"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+"#;
+    let definition = format!(
+        r#"name = "approval-beside-review"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+
+[[steps]]
+id = "notice"
+label = "Send notice"
+kind = "adapter"
+component = "http-delivery-fire-and-forget"
+version = "^1"
+{input}
+[[steps]]
+id = "approve"
+label = "Approve delivery"
+kind = "approval"
+approves = ["deliver"]
+
+[[steps]]
+id = "deliver"
+label = "Deliver document"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+after = ["approve"]
+{input}"#
+    );
+    let host = HostProcess::start(HostOptions {
+        db,
+        config: format!("{}{}", secrets(), endpoint(&all.url, &[], "")),
+        workflows: vec![("approval-beside-review.toml".into(), definition)],
+        ..HostOptions::default()
+    })
+    .await;
+    host.faults(json!({"lose_next": 1})).await;
+    let (status, created) = host
+        .submit(
+            "approval-beside-review",
+            "beside-review",
+            document("Beside"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host
+        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    let approval = wf["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "approve")
+        .unwrap();
+    assert_eq!(approval["state"], "awaiting_approval", "{wf:#}");
+    assert_eq!(
+        approval["approval"]["expires_at"], wf["deadline"]["at"],
+        "{wf:#}"
+    );
+    // 50 of the 60 minutes pass: both the workflow's and the approval's fifth are reached.
+    host.advance_clock(50 * 60 * 1000).await;
+    crate::wait::until("the deadline warning", Duration::from_secs(30), || async {
+        let timeline = host.timeline_text(&id).await;
+        if timeline.contains("expires with the workflow's deadline") {
+            Ok(())
+        } else {
+            Err(timeline)
+        }
+    })
+    .await;
+    host.wait_ticks("registry", 2).await;
+    host.wait_ticks("notifier", 2).await;
+    let types: Vec<String> = all
+        .of(&id)
+        .iter()
+        .map(|d| d.body["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| *t == "workflow.deadline_approaching")
+            .count(),
+        1,
+        "{types:?}"
+    );
+    assert!(
+        !types.iter().any(|t| t == "workflow.approval_expiring"),
+        "{types:?}"
+    );
+}
+
 on_both_stores!(
+    an_approval_expiring_with_the_deadline_is_warned_of_once,
     an_approval_is_told_when_asked_when_it_draws_near_and_when_decided,
     one_notification_per_meaningful_transition_signed_and_retried_under_one_id,
     a_review_settled_before_its_notification_is_sent_is_suppressed,

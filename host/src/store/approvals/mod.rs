@@ -106,7 +106,9 @@ pub(crate) const SQL: Sql = Sql {
     warn_due: concat!(
         "SELECT ",
         approval_columns!(),
-        " FROM approvals a JOIN steps s ON s.workflow_id = a.workflow_id AND s.step = a.step
+        ", w.deadline_at, w.deadline_warned_at
+         FROM approvals a JOIN steps s ON s.workflow_id = a.workflow_id AND s.step = a.step
+         JOIN workflows w ON w.workflow_id = a.workflow_id
          WHERE a.outcome IS NULL AND a.warned_at IS NULL AND s.state = 'awaiting_approval'
            AND $1 < a.expires_at AND $1 >= a.expires_at - (a.expires_at - a.asked_at) / 5
          ORDER BY a.expires_at LIMIT $2"
@@ -369,10 +371,16 @@ async fn expire<T: Tx>(tx: &mut T, (now, limit): &(Millis, u32)) -> StoreResult<
 async fn warn<T: Tx>(tx: &mut T, (now, limit): &(Millis, u32)) -> StoreResult<u64> {
     let sql = tx.sql().approvals.warn_due;
     let due = tx
-        .rows(sql, &values![*now as i64, i64::from(*limit)], |r| record(r))
+        .rows(sql, &values![*now as i64, i64::from(*limit)], |r| {
+            // An approval that waits until the workflow's deadline, of a workflow already
+            // warned of that deadline, is not warned of twice.
+            let coincides = r.opt_uint("deadline_warned_at")?.is_some()
+                && r.uint("deadline_at")? == r.uint("expires_at")?;
+            Ok((record(r)?, coincides))
+        })
         .await?;
     let mut warned = 0;
-    for approval in due {
+    for (approval, coincides) in due {
         let mark = tx.sql().approvals.mark_warned;
         let marked = tx
             .exec(
@@ -389,11 +397,18 @@ async fn warn<T: Tx>(tx: &mut T, (now, limit): &(Millis, u32)) -> StoreResult<u6
             continue;
         }
         let expires_at = crate::intent::rfc3339(approval.expires_at);
+        let text = if coincides {
+            format!(
+                "The approval expires with the workflow's deadline at {expires_at}, of which the workflow was warned"
+            )
+        } else {
+            format!("The approval expires at {expires_at}: a fifth of its time is left")
+        };
         let event = NewEvent::step(
             EventKind::Observation,
             &approval.step,
             Some(&approval.attempt_id),
-            format!("The approval expires at {expires_at}: a fifth of its time is left"),
+            text,
         );
         tx.apply(super::tx::Write::AppendEvents {
             workflow: &approval.workflow_id,
@@ -401,6 +416,9 @@ async fn warn<T: Tx>(tx: &mut T, (now, limit): &(Millis, u32)) -> StoreResult<u6
             events: std::slice::from_ref(&event),
         })
         .await?;
+        if coincides {
+            continue;
+        }
         let told = serde_json::json!({
             "step": approval.step,
             "digest": approval.digest,
