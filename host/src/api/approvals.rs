@@ -40,11 +40,11 @@ pub(super) async fn consequence<
         )));
     };
     let steps = ctx.store.steps(&record.workflow_id).await?;
-    let state = steps
+    let row = steps
         .iter()
         .find(|s| s.step == step)
-        .map(|s| s.state)
         .ok_or_else(|| ApiError::internal(format!("step {step} vanished from its workflow")))?;
+    let state = row.state;
     let approvals = ctx.store.approvals(&record.workflow_id).await?;
     let Some(latest) = approvals.iter().rfind(|a| a.step == step) else {
         return Err(ApiError::new(
@@ -60,7 +60,7 @@ pub(super) async fn consequence<
         "workflow_id": record.workflow_id,
         "step": step,
         "state": state,
-        "summary": crate::scheduler::approval_note(&def.def, step_def),
+        "summary": crate::scheduler::approval_note(&def.def, step_def, row.note.as_deref()),
         "digest": latest.digest,
         "consequence": latest.consequence,
         "asked_at": rfc3339(latest.asked_at),
@@ -103,7 +103,7 @@ pub(super) async fn list<
             "subject": p.subject.0,
             "step": p.record.step,
             "label": step.label,
-            "summary": crate::scheduler::approval_note(&def.def, step),
+            "summary": crate::scheduler::approval_note(&def.def, step, p.note.as_deref()),
             "digest": p.record.digest,
             "asked_at": rfc3339(p.record.asked_at),
             "expires_at": rfc3339(p.record.expires_at),

@@ -32,7 +32,7 @@ pub async fn list<S: crate::store::ApprovalStore + crate::store::DefinitionStore
             a.approvers.is_empty() || a.approvers.contains(&who.principal.subject.0)
         });
         if may {
-            let summary = crate::scheduler::approval_note(&def.def, step);
+            let summary = crate::scheduler::approval_note(&def.def, step, p.note.as_deref());
             rows.push((p, summary));
         }
     }
@@ -84,13 +84,12 @@ pub async fn page<
         return Ok(None);
     };
     let steps = ctx.store.steps(&WorkflowId(id.to_string())).await?;
-    let state = steps
-        .iter()
-        .find(|s| s.step == step)
-        .map_or(StepState::Pending, |s| s.state);
+    let row = steps.iter().find(|s| s.step == step);
+    let state = row.map_or(StepState::Pending, |s| s.state);
     let approvals = ctx.store.approvals(&record.workflow_id).await?;
     let latest = approvals.iter().rfind(|a| a.step == step);
-    let summary = crate::scheduler::approval_note(&def.def, step_def);
+    let summary =
+        crate::scheduler::approval_note(&def.def, step_def, row.and_then(|r| r.note.as_deref()));
     let waiting = state == StepState::AwaitingApproval;
     let action = |name: &str| {
         format!(

@@ -966,6 +966,8 @@ pub struct PendingApproval {
     pub definition_version: u32,
     /// Who the workflow is for.
     pub subject: Subject,
+    /// The step's note: what it asks, in words.
+    pub note: Option<String>,
 }
 
 /// The approval decision an operator action carries: applied only while the step's open

@@ -107,7 +107,17 @@ pub(super) fn declaration(
         }
         expires
     });
+    if let Some(summary) = &raw.summary
+        && let Err(e) = summary_parts(summary.get_ref())
+    {
+        ctx.push(
+            Diagnostic::new(format!("the summary of approval step `{id}` {e}"))
+                .at(summary.span())
+                .help("write references in braces, e.g. \"Deliver document to {$input.recipient}\"; write `{{` and `}}` for a literal brace"),
+        );
+    }
     Some(ApprovalDef {
+        summary: raw.summary.as_ref().map(|s| s.get_ref().clone()),
         approves: raw.approves.iter().map(|a| a.get_ref().clone()).collect(),
         expires,
         approvers: raw
@@ -134,6 +144,9 @@ pub(super) fn check(
             continue;
         }
         let id = step.id.get_ref().as_str();
+        if let Some(summary) = &step.summary {
+            summary_reads(raw, i, summary, index, graph, ctx);
+        }
         if step.approves.is_empty() {
             ctx.push(
                 Diagnostic::new(format!("approval step `{id}` approves nothing"))
@@ -231,6 +244,105 @@ pub(super) fn check(
     }
 }
 
+/// Checks what the summary of approval step `i` reads: `$input`, or the declared outputs
+/// of a step the approval runs after.
+fn summary_reads(
+    raw: &WorkflowToml,
+    i: usize,
+    summary: &serde_spanned::Spanned<String>,
+    index: &BTreeMap<&str, usize>,
+    graph: &Graph,
+    ctx: &mut Ctx<'_, '_>,
+) {
+    let id = raw.steps[i].id.get_ref();
+    let Ok(parts) = summary_parts(summary.get_ref()) else {
+        return;
+    };
+    let ancestors = graph.ancestors(i);
+    for reference in parts.iter().filter_map(|p| match p {
+        SummaryPart::Reference(r) => Some(r),
+        SummaryPart::Text(_) => None,
+    }) {
+        let Some(read) = reference.step() else {
+            continue;
+        };
+        let known = index.get(read.as_str()).copied();
+        let readable = known.is_some_and(|j| ancestors.contains(&j));
+        if !readable && !graph.is_incomplete(i) {
+            ctx.push(
+                Diagnostic::new(format!(
+                    "the summary of approval step `{id}` reads `{reference}`, which is not known when `{id}` is asked"
+                ))
+                .at(summary.span())
+                .help(format!(
+                    "read `$input`, or a step in the `after` of `{id}` (add \"{read}\" to it)"
+                )),
+            );
+            continue;
+        }
+        if let (Some(j), Some(field)) = (known, reference.receipt_field()) {
+            let declared = raw.steps[j].outputs.iter().any(|o| o.get_ref() == field);
+            if !declared {
+                ctx.push(
+                    Diagnostic::new(format!(
+                        "the summary of approval step `{id}` reads `{reference}`, but step `{read}` declares no output `{field}`"
+                    ))
+                    .at(summary.span())
+                    .help(format!("add \"{field}\" to the `outputs` of step `{read}`")),
+                );
+            }
+        }
+    }
+}
+
+/// A piece of an approval's summary.
+#[derive(Debug, Clone, PartialEq)]
+enum SummaryPart {
+    Text(String),
+    Reference(Reference),
+}
+
+/// A summary's text split into its pieces: literal text, and `{<reference>}` placeholders
+/// (`{{` and `}}` are literal braces). `Err` says what is wrong, for a diagnostic.
+fn summary_parts(text: &str) -> Result<Vec<SummaryPart>, String> {
+    let mut parts = Vec::new();
+    let mut literal = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '{' => {
+                let inner: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                if !inner.starts_with('$') {
+                    return Err(format!(
+                        "has `{{{inner}` where a reference (`{{$input.<field>}}`) or `{{{{` belongs"
+                    ));
+                }
+                let reference = Reference::parse(&inner).map_err(|e| format!("has {e}"))?;
+                if !literal.is_empty() {
+                    parts.push(SummaryPart::Text(std::mem::take(&mut literal)));
+                }
+                parts.push(SummaryPart::Reference(reference));
+            }
+            '}' => {
+                return Err("has a `}` that closes nothing; write `}}` for a literal one".into());
+            }
+            other => literal.push(other),
+        }
+    }
+    if !literal.is_empty() {
+        parts.push(SummaryPart::Text(literal));
+    }
+    Ok(parts)
+}
+
 /// What an approval step asks a person to consent to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Consequence {
@@ -254,6 +366,51 @@ pub enum ConsequenceError {
 }
 
 impl WorkflowDef {
+    /// What approval step `approval` asks a person, in words: its `summary` with each
+    /// reference read from the workflow `input` and the receipts that stand, else the
+    /// labels of the steps it approves. A reference that cannot be read shows as written.
+    pub fn approval_summary(
+        &self,
+        approval: &str,
+        input: &Value,
+        receipts: impl Fn(&str) -> Option<ReceiptView>,
+    ) -> String {
+        let Some(step) = self.step(approval) else {
+            return approval.to_string();
+        };
+        let decl = step.approval.as_ref();
+        let parts = decl
+            .and_then(|a| a.summary.as_deref())
+            .and_then(|s| summary_parts(s).ok());
+        let Some(parts) = parts else {
+            let labels: Vec<&str> = decl
+                .iter()
+                .flat_map(|a| &a.approves)
+                .filter_map(|id| self.step(id.as_str()).map(|s| s.label.as_str()))
+                .collect();
+            return labels.join(", ");
+        };
+        let mut out = String::new();
+        for part in parts {
+            match part {
+                SummaryPart::Text(t) => out.push_str(&t),
+                SummaryPart::Reference(r) => {
+                    let read =
+                        super::mapping::InputMapping::from_value(&json!({"v": r.to_string()}))
+                            .ok()
+                            .and_then(|m| m.resolve(input, &receipts).ok())
+                            .and_then(|v| v.get("v").cloned());
+                    match read {
+                        Some(Value::String(s)) => out.push_str(&s),
+                        Some(other) => out.push_str(&other.to_string()),
+                        None => out.push_str(&r.to_string()),
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The consequence approval step `approval` asks consent to, for the workflow `input`
     /// and the receipts that stand (`receipts` by step id).
     pub fn consequence(
@@ -306,5 +463,121 @@ impl WorkflowDef {
             document,
             inputs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A summary reads its references when asked; braces doubled are literal, a value that
+    /// is not text shows as JSON, and one that cannot be read shows as written.
+    #[test]
+    fn a_summary_reads_its_references_and_keeps_literal_braces() {
+        let def = crate::workflow::parse(
+            "approved.toml",
+            r#"
+name = "approved"
+version = 1
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "approve"
+label = "Approve"
+kind = "approval"
+approves = ["deliver"]
+summary = "Send {{draft}} to {$input.to}, {$input.copies} copies{$input.missing}"
+[[steps]]
+id = "deliver"
+label = "Deliver"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+after = ["approve"]
+[steps.input]
+to = "$input.to"
+"#,
+        )
+        .unwrap();
+        let input = serde_json::json!({"to": "reader@example.com", "copies": 2});
+        assert_eq!(
+            def.approval_summary("approve", &input, |_| None),
+            "Send {draft} to reader@example.com, 2 copies$input.missing"
+        );
+        assert!(summary_parts("a } b").is_err());
+        assert!(summary_parts("a {b} c").is_err());
+        assert!(summary_parts("a {$nope} c").is_err());
+    }
+
+    /// Without a summary, the approved steps' labels; the consequence's digest changes with
+    /// what an approved step would send, and only with that.
+    #[test]
+    fn the_consequence_digest_follows_what_would_be_sent() {
+        let def = crate::workflow::parse(
+            "approved.toml",
+            r#"
+name = "approved"
+version = 1
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "approve"
+label = "Approve"
+kind = "approval"
+approves = ["deliver"]
+[[steps]]
+id = "deliver"
+label = "Deliver"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+after = ["approve"]
+cost = 3
+[steps.input]
+to = "$input.to"
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+"#,
+        )
+        .unwrap();
+        let input = serde_json::json!({"to": "a@example.com", "note": "x"});
+        assert_eq!(def.approval_summary("approve", &input, |_| None), "Deliver");
+        let first = def.consequence("approve", &input, |_| None).unwrap();
+        let same = def
+            .consequence(
+                "approve",
+                &serde_json::json!({"to": "a@example.com", "note": "changed"}),
+                |_| None,
+            )
+            .unwrap();
+        let other = def
+            .consequence(
+                "approve",
+                &serde_json::json!({"to": "b@example.com"}),
+                |_| None,
+            )
+            .unwrap();
+        assert_eq!(
+            first.digest, same.digest,
+            "a field nobody sends changes nothing"
+        );
+        assert_ne!(first.digest, other.digest);
+        assert_eq!(first.document["steps"][0]["cost"], 3);
+        assert_eq!(
+            first.document["steps"][0]["outbound_hosts"],
+            serde_json::json!(["$base_url"])
+        );
+        assert_eq!(
+            first.inputs["deliver"],
+            crate::intent::canonicalize(&serde_json::json!({"to": "a@example.com"}))
+                .unwrap()
+                .digest
+        );
+        assert!(matches!(
+            def.consequence("deliver", &input, |_| None),
+            Err(ConsequenceError::NotAnApproval(_))
+        ));
     }
 }

@@ -259,6 +259,10 @@ pub struct ApprovalDef {
     /// The subjects who may approve; empty: anyone holding the `approver` role.
     #[serde(default)]
     pub approvers: Vec<String>,
+    /// What a person is asked, with `{<reference>}` placeholders read when it is asked;
+    /// `None`: the labels of the approved steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 impl WorkflowDef {

@@ -108,6 +108,11 @@ pub(super) struct StepToml {
     /// workflow's deadline, which is also the limit without it.
     #[schemars(with = "Option<TomlDuration>")]
     pub expires: Option<Spanned<TomlDuration>>,
+    /// Approval steps: what a person is asked, in words, with references in braces read
+    /// when the approval is asked (e.g. `"Deliver document to {$input.recipient}"`);
+    /// without it, the labels of the steps it approves.
+    #[schemars(with = "Option<String>")]
+    pub summary: Option<Spanned<String>>,
     /// Approval steps: the subjects who may approve; without it, anyone holding the
     /// `approver` role.
     #[serde(default)]

@@ -217,6 +217,7 @@ fn runs_a_component(raw: &StepToml, ctx: &mut Ctx<'_, '_>) {
         ("approves", !raw.approves.is_empty()),
         ("expires", raw.expires.is_some()),
         ("approvers", !raw.approvers.is_empty()),
+        ("summary", raw.summary.is_some()),
     ]
     .into_iter()
     .find(|(_, set)| *set);

@@ -177,13 +177,16 @@ async fn an_approval_of_the_digest_shown_delivers_once(db: Option<String>) {
     assert_eq!(steps[0]["cost"], 1);
     assert_eq!(
         consequence["summary"],
-        "Needs your approval: Deliver document"
+        "Needs your approval: Deliver document to reader@example.com"
     );
 
     // The workflow runs, waiting for a person; nothing was sent.
     let wf = projection(&host, &id).await;
     assert_eq!(wf["state"], "running", "{wf:#}");
-    assert_eq!(wf["status_text"], "Needs your approval: Deliver document");
+    assert_eq!(
+        wf["status_text"],
+        "Needs your approval: Deliver document to reader@example.com"
+    );
     assert_eq!(wf["next_action"]["kind"], "approval", "{wf:#}");
     assert_eq!(wf["next_action"]["step"], "approve");
     assert_eq!(step(&wf, "approve")["state"], "awaiting_approval");
@@ -574,7 +577,7 @@ async fn the_command_line_lists_approves_and_rejects() {
     assert!(table.contains(&first) && table.contains(&second), "{table}");
     assert!(table.contains(&format!("digest {digest}")), "{table}");
     assert!(
-        table.contains("Needs your approval: Deliver document"),
+        table.contains("Needs your approval: Deliver document to reader@example.com"),
         "{table}"
     );
     let stale = "sha256:0000000000000000000000000000000000000000000000000000000000000000";

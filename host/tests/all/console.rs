@@ -621,7 +621,7 @@ role = "approver"
         "both are listed: {text}"
     );
     assert!(
-        text.contains("Needs your approval: Deliver document"),
+        text.contains("Needs your approval: Deliver document to reader@example.com"),
         "{text}"
     );
     // An approver is no operator: the workflows list is not theirs.

@@ -11,8 +11,13 @@ use crate::workflow::WorkflowDef;
 /// Why an approved step is blocked when its input is not the one approved.
 pub const APPROVAL_MISMATCH: &str = "approval_mismatch";
 
-/// What a person sees an approval step ask about: "Needs your approval: Deliver document".
-pub fn approval_note(def: &WorkflowDef, approval: &StepDef) -> String {
+/// What a person sees an approval step ask about before it is asked (its summary's
+/// references are read only then): "Needs your approval: Deliver document". Once asked,
+/// the step's note says it with the references read.
+pub fn approval_note(def: &WorkflowDef, approval: &StepDef, asked: Option<&str>) -> String {
+    if let Some(note) = asked.filter(|n| n.starts_with("Needs your approval")) {
+        return note.to_string();
+    }
     let labels: Vec<&str> = approval
         .approval
         .iter()
@@ -37,7 +42,7 @@ where
         def: &WorkflowDef,
     ) -> Option<Ending> {
         let context = &claimed.context;
-        let consequence = def.consequence(step.id.as_str(), &context.input, |id| {
+        let receipts = |id: &str| {
             context
                 .receipts
                 .iter()
@@ -46,7 +51,8 @@ where
                     output: r.output.clone(),
                     external_reference: r.external_reference.clone(),
                 })
-        });
+        };
+        let consequence = def.consequence(step.id.as_str(), &context.input, receipts);
         let consequence = match consequence {
             Ok(c) => c,
             Err(e) => {
@@ -65,7 +71,10 @@ where
             .and_then(|a| a.expires)
             .map_or(Millis::MAX, |d| now.saturating_add(d.as_millis() as u64));
         let expires_at = waits.min(claimed.deadline_at);
-        let note = approval_note(def, step);
+        let note = format!(
+            "Needs your approval: {}",
+            def.approval_summary(step.id.as_str(), &context.input, receipts)
+        );
         let event = NewEvent::step(
             EventKind::Action,
             step.id.as_str(),

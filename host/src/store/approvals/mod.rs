@@ -81,7 +81,7 @@ pub(crate) const SQL: Sql = Sql {
     pending: concat!(
         "SELECT ",
         approval_columns!(),
-        ", w.workflow, w.definition_version, w.subject
+        ", w.workflow, w.definition_version, w.subject, s.note
          FROM approvals a
          JOIN steps s ON s.workflow_id = a.workflow_id AND s.step = a.step
          JOIN workflows w ON w.workflow_id = a.workflow_id
@@ -457,6 +457,7 @@ async fn pending<T: Tx>(tx: &mut T, limit: &u32) -> StoreResult<Vec<PendingAppro
             workflow: r.text("workflow")?,
             definition_version: r.small("definition_version")?,
             subject: Subject(r.text("subject")?),
+            note: r.opt_text("note")?,
         })
     })
     .await
