@@ -249,6 +249,10 @@ pub struct ReceiptView {
     pub evidence: Option<String>,
     /// The input revision that superseded it, if one did.
     pub superseded_by: Option<u32>,
+    /// For the effect of an approved step: the approval's receipt, whose consent it was
+    /// caused under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_in: Option<String>,
 }
 
 impl From<&Receipt> for ReceiptView {
@@ -265,6 +269,7 @@ impl From<&Receipt> for ReceiptView {
             reason: r.reason.clone(),
             evidence: r.evidence.clone(),
             superseded_by: r.superseded_by,
+            approved_in: None,
         }
     }
 }
@@ -505,7 +510,7 @@ pub fn workflow_view(
                 receipt: receipt_of(c, receipts).map(ReceiptView::from),
             })
     };
-    WorkflowView {
+    let mut view = WorkflowView {
         workflow_id: record.workflow_id.to_string(),
         workflow: record.workflow.clone(),
         definition_version: record.definition_version,
@@ -565,6 +570,38 @@ pub fn workflow_view(
                 approval: None,
             })
             .collect(),
+    };
+    if let Some(def) = def {
+        link_approvals(&mut view, def);
+    }
+    view
+}
+
+/// Each approved step's receipt names the receipt of the approval it was caused under.
+fn link_approvals(view: &mut WorkflowView, def: &WorkflowDef) {
+    let approvals: Vec<(String, String)> = view
+        .steps
+        .iter()
+        .filter_map(|s| {
+            let approval = def.approval_of(&s.id)?;
+            let approved = view
+                .steps
+                .iter()
+                .find(|a| a.id == approval.id.as_str())?
+                .receipt
+                .as_ref()?;
+            Some((s.id.clone(), approved.receipt_id.clone()))
+        })
+        .collect();
+    for (step, approval) in approvals {
+        if let Some(r) = view
+            .steps
+            .iter_mut()
+            .find(|s| s.id == step)
+            .and_then(|s| s.receipt.as_mut())
+        {
+            r.approved_in = Some(approval);
+        }
     }
 }
 

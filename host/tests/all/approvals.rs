@@ -259,6 +259,11 @@ async fn an_approval_of_the_digest_shown_delivers_once(db: Option<String>) {
         step(&wf, "deliver")["receipt"]["external_reference"],
         world[0]["id"]
     );
+    // The effect's receipt names the approval it was caused under.
+    assert_eq!(
+        step(&wf, "deliver")["receipt"]["approved_in"],
+        receipt["receipt_id"]
+    );
     let (_, list) = get(&host, "/v1/approvals", CAROL).await;
     assert_eq!(list["approvals"], json!([]));
     let timeline = timeline(&host, &id).await;
