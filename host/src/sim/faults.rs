@@ -63,6 +63,19 @@ pub struct Faults {
     /// Seed of the RNG that draws shares. Setting it (at start or in a patch) restarts the
     /// sequence, which is how a test repeats a run.
     pub seed: u64,
+    /// Where the provider posts its events (`delivery.accepted` when a delivery is
+    /// created, `delivery.cancelled` when a cancel takes effect), signed per Standard
+    /// Webhooks with `webhook_secret`; `null`: it posts none.
+    pub webhook_url: Option<String>,
+    /// The signing secret of the events, `whsec_<base64>`.
+    pub webhook_secret: Option<String>,
+    /// The next N events are posted `webhook_late_ms` late: after the events that follow
+    /// them, when those come sooner (out of order).
+    pub webhook_late_next: u32,
+    /// How late a late event is posted, in milliseconds.
+    pub webhook_late_ms: u64,
+    /// The next N events are posted twice, under the same `webhook-id` (a replay).
+    pub webhook_repeat_next: u32,
 }
 
 impl Default for Faults {
@@ -85,6 +98,11 @@ impl Default for Faults {
             query: true,
             visibility_delay_ms: 0,
             seed: 0,
+            webhook_url: None,
+            webhook_secret: None,
+            webhook_late_next: 0,
+            webhook_late_ms: 2_000,
+            webhook_repeat_next: 0,
         }
     }
 }
@@ -137,6 +155,18 @@ impl Faults {
             if !(0.0..=1.0).contains(&value) {
                 return Err(SimError::ShareOutOfRange { field, value });
             }
+        }
+        if let Some(secret) = &self.webhook_secret {
+            crate::notify::signing_key(secret).map_err(|reason| SimError::InvalidFaults {
+                field: "webhook_secret".into(),
+                reason,
+            })?;
+        }
+        if self.webhook_url.is_some() != self.webhook_secret.is_some() {
+            return Err(SimError::InvalidFaults {
+                field: "webhook_url".into(),
+                reason: "give `webhook_url` and `webhook_secret` together (or neither)".into(),
+            });
         }
         Ok(())
     }

@@ -21,6 +21,10 @@
 //! tests can inspect the provider while it misbehaves; a cancelled delivery shows there with
 //! `"status": "cancelled"` and its `cancelled_at`.
 //!
+//! With `webhook_url` and `webhook_secret` set, the provider posts its own events — a
+//! delivery accepted, a delivery cancelled — signed per Standard Webhooks, late or twice on
+//! request (`webhooks.rs`).
+//!
 //! In `/v1/_world` every delivery also carries `cancel_requests`: each cancel request received
 //! for it with the right token, whatever the answer. With `cancelled_at` (set by the first
 //! cancel that took effect, never changed after) a test can tell "cancelled once, asked
@@ -32,6 +36,7 @@ mod server;
 mod state;
 #[cfg(test)]
 mod tests;
+mod webhooks;
 
 use std::fmt;
 use std::io;
@@ -148,6 +153,8 @@ struct Shared {
     connections: std::sync::atomic::AtomicU64,
     /// Connections open now.
     open: std::sync::atomic::AtomicU64,
+    /// The client that posts the provider's events.
+    events: reqwest::Client,
 }
 
 impl fmt::Debug for ProviderSim {
@@ -179,6 +186,7 @@ impl ProviderSim {
                 world: Mutex::new(world),
                 connections: Default::default(),
                 open: Default::default(),
+                events: reqwest::Client::new(),
             }),
         }
     }
@@ -284,6 +292,15 @@ impl ProviderSim {
 
     fn now(&self) -> SystemTime {
         (self.shared.clock)()
+    }
+
+    /// Posts the event `kind` of delivery `id`, when events are configured.
+    fn emit(&self, kind: &'static str, id: &str) {
+        let now = self.now();
+        let event = self.lock().event(kind, id, now);
+        if let Some(event) = event {
+            webhooks::post(self.shared.events.clone(), event, now);
+        }
     }
 
     /// Whether the request carries `Authorization: Bearer <token>`.

@@ -208,6 +208,9 @@ async fn create(
         now,
     );
     let outcome = decision.outcome;
+    if let CreateOutcome::Created(accepted) = &outcome {
+        sim.emit("delivery.accepted", &accepted.id);
+    }
     match &outcome {
         CreateOutcome::Unavailable => info!("injected fault: 503 unavailable, nothing created"),
         CreateOutcome::RateLimited { retry_after_s } => {
@@ -323,6 +326,9 @@ async fn cancel(
         }
         CancelOutcome::Cancelled(delivery) => delivery,
     };
+    if decision.took_effect {
+        sim.emit("delivery.cancelled", &cancelled.id);
+    }
     if decision.lose {
         info!(id = %cancelled.id, "injected fault: cancel response lost after commit");
         let mut lost = StatusCode::OK.into_response();

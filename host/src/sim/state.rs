@@ -129,6 +129,8 @@ pub(crate) struct CancelDecision {
     pub outcome: CancelOutcome,
     /// Close the connection without answering (only ever set for `Cancelled`).
     pub lose: bool,
+    /// This request's cancel took effect (the delivery was not cancelled before).
+    pub took_effect: bool,
 }
 
 /// A delivery plus what the HTTP answers do not show.
@@ -160,6 +162,22 @@ pub(crate) struct World {
     keys: HashMap<String, KeyEntry>,
     faults: FaultState,
     key_retention: Duration,
+    /// Events made so far (their ids are `evt_<n>`).
+    events: u64,
+}
+
+/// One event the provider posts to its webhook URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    /// `evt_<n>`: the `webhook-id`, the same on a repeat.
+    pub id: String,
+    pub body: String,
+    pub url: String,
+    pub secret: String,
+    /// Posted this late, when it is.
+    pub late: Option<Duration>,
+    /// Posted twice.
+    pub repeat: bool,
 }
 
 impl World {
@@ -170,6 +188,7 @@ impl World {
             keys: HashMap::new(),
             faults: FaultState::new(faults),
             key_retention,
+            events: 0,
         }
     }
 
@@ -333,6 +352,7 @@ impl World {
             return CancelDecision {
                 outcome,
                 lose: false,
+                took_effect: false,
             };
         };
         let delivery = &mut record.delivery;
@@ -341,9 +361,11 @@ impl World {
             return CancelDecision {
                 outcome: CancelOutcome::Unavailable,
                 lose: false,
+                took_effect: false,
             };
         }
-        if delivery.status != DeliveryStatus::Cancelled {
+        let took_effect = delivery.status != DeliveryStatus::Cancelled;
+        if took_effect {
             delivery.status = DeliveryStatus::Cancelled;
             delivery.cancelled_at = Some(rfc3339(now));
         }
@@ -351,6 +373,7 @@ impl World {
         CancelDecision {
             outcome,
             lose: self.faults.take_lose_cancel(),
+            took_effect,
         }
     }
 
@@ -361,6 +384,49 @@ impl World {
 
     pub fn faults(&self) -> &Faults {
         &self.faults.faults
+    }
+
+    /// The event that `delivery`'s change makes, if events are configured: numbered,
+    /// its body fixed, and how it is to be posted (late, twice) by the counters.
+    pub fn event(&mut self, kind: &'static str, id: &str, now: SystemTime) -> Option<Event> {
+        let delivery = self
+            .records
+            .iter()
+            .find(|r| r.delivery.id == id)?
+            .delivery
+            .clone();
+        let faults = &mut self.faults.faults;
+        let url = faults.webhook_url.clone()?;
+        let secret = faults.webhook_secret.clone()?;
+        self.events += 1;
+        let late = (faults.webhook_late_next > 0).then(|| {
+            faults.webhook_late_next -= 1;
+            Duration::from_millis(faults.webhook_late_ms)
+        });
+        let repeat = faults.webhook_repeat_next > 0;
+        if repeat {
+            faults.webhook_repeat_next -= 1;
+        }
+        let mut data = serde_json::json!(&delivery);
+        if let Some(fields) = data.as_object_mut() {
+            fields.remove("cancel_requests");
+        }
+        let id = format!("evt_{}", self.events);
+        let body = serde_json::json!({
+            "id": id,
+            "type": kind,
+            "occurred_at": rfc3339(now),
+            "data": data,
+        })
+        .to_string();
+        Some(Event {
+            id,
+            body,
+            url,
+            secret,
+            late,
+            repeat,
+        })
     }
 
     pub fn patch_faults(&mut self, patch: &Value) -> Result<Faults, SimError> {

@@ -526,3 +526,144 @@ async fn injected_clock_drives_created_at_and_key_retention() {
     );
     assert_eq!(sim.sim().world().len(), 2);
 }
+
+/// A receiver of the provider's events that checks each signature with an independent
+/// implementation of Standard Webhooks: (webhook-id, type, delivery id, verified).
+async fn event_receiver(
+    secret: &'static str,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, Value, bool)>>>,
+) {
+    use axum::routing::post;
+    let got: std::sync::Arc<std::sync::Mutex<Vec<(String, Value, bool)>>> = Default::default();
+    let kept = got.clone();
+    let app = axum::Router::new().route(
+        "/events",
+        post(move |headers: http::HeaderMap, body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                let verified = standardwebhooks::Webhook::new(secret)
+                    .unwrap()
+                    .verify(&body, &headers)
+                    .is_ok();
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                kept.lock().unwrap().push((id, body, verified));
+                http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/events", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, got)
+}
+
+#[tokio::test]
+async fn the_provider_posts_signed_events_late_and_twice_on_request() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let (url, got) = event_receiver(SECRET).await;
+    let (sim, client) = start(Faults::default()).await;
+    // A secret that is not one, or a URL without its secret, is refused.
+    assert!(
+        sim.sim()
+            .set_faults(json!({"webhook_url": url, "webhook_secret": "nope"}))
+            .is_err()
+    );
+    assert!(sim.sim().set_faults(json!({"webhook_url": url})).is_err());
+    sim.sim()
+        .set_faults(
+            json!({"webhook_url": url, "webhook_secret": SECRET, "webhook_late_next": 1,
+                           "webhook_late_ms": 600, "webhook_repeat_next": 0}),
+        )
+        .unwrap();
+    // Created, then cancelled at once: the late `accepted` arrives after the `cancelled`.
+    let created: Value = post(
+        &client,
+        &sim,
+        Some("k-1"),
+        &delivery("k-1", "a@example.com"),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    let cancel = client
+        .post(format!("{}/v1/deliveries/{id}/cancel", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    // A second cancel takes no effect, and makes no event.
+    client
+        .post(format!("{}/v1/deliveries/{id}/cancel", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let events = wait::until("both events", Duration::from_secs(10), || async {
+        let events = got.lock().unwrap().clone();
+        if events.len() == 2 {
+            Ok(events)
+        } else {
+            Err(format!("{events:?}"))
+        }
+    })
+    .await;
+    assert_eq!(events[0].1["type"], "delivery.cancelled", "{events:?}");
+    assert_eq!(events[1].1["type"], "delivery.accepted", "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|(_, body, verified)| *verified && body["data"]["id"] == id.as_str())
+    );
+    assert_eq!(events[0].1["data"]["status"], "cancelled");
+    assert_eq!(events[1].0, "evt_1");
+    assert_eq!(events[0].0, "evt_2");
+    // A replay: the next event twice, under one id; a replayed create makes none.
+    sim.sim()
+        .set_faults(json!({"webhook_repeat_next": 1}))
+        .unwrap();
+    post(
+        &client,
+        &sim,
+        Some("k-2"),
+        &delivery("k-2", "b@example.com"),
+    )
+    .await
+    .unwrap();
+    post(
+        &client,
+        &sim,
+        Some("k-2"),
+        &delivery("k-2", "b@example.com"),
+    )
+    .await
+    .unwrap();
+    let events = wait::until("the repeated event", Duration::from_secs(10), || async {
+        let events = got.lock().unwrap().clone();
+        if events.len() == 4 {
+            Ok(events)
+        } else {
+            Err(format!("{events:?}"))
+        }
+    })
+    .await;
+    assert_eq!(events[2].0, "evt_3");
+    assert_eq!(events[3].0, "evt_3");
+    assert_eq!(events[2].1, events[3].1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        got.lock().unwrap().len(),
+        4,
+        "the replayed create made no event"
+    );
+}
