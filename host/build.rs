@@ -36,6 +36,8 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
     ("hostile-describe-bomb", "hostile", "describe-bomb"),
     ("hostile-describe-spin", "hostile", "describe-spin"),
     ("hostile-import", "hostile-import", ""),
+    // Built against docket:plugin@0.2.0: the host still runs it.
+    ("legacy-0-2", "legacy-0-2", ""),
 ];
 
 /// Components above that are later versions of an example: built, not loaded by `serve`.

@@ -180,6 +180,9 @@ pub enum EffectStatus {
     InEffect,
     /// A compensation took effect.
     Reversed,
+    /// The provider says the request did not take effect: a person decides, never an
+    /// automatic retry.
+    Refused,
 }
 
 /// The answer of a lookup by stable reference.
@@ -211,9 +214,14 @@ pub enum EffectError {
         retry_after_ms: u64,
         message: String,
     },
-    /// Retry with backoff; nothing was created.
+    /// Retry with backoff (no sooner than the provider's retry-after, when it gave one);
+    /// nothing was created.
     #[error("unavailable: {message}")]
-    Unavailable { message: String },
+    Unavailable {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
     /// The request never left: safe to retry.
     #[error("not sent: {message}")]
     NotSent { message: String },
@@ -256,8 +264,12 @@ impl EffectError {
                 retry_after_ms,
                 message: f(message),
             },
-            EffectError::Unavailable { message } => EffectError::Unavailable {
+            EffectError::Unavailable {
+                message,
+                retry_after_ms,
+            } => EffectError::Unavailable {
                 message: f(message),
+                retry_after_ms,
             },
             EffectError::NotSent { message } => EffectError::NotSent {
                 message: f(message),

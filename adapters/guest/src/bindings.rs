@@ -17,9 +17,9 @@ pub mod common {
             package docket:guest;
 
             world common {
-                import docket:plugin/types@0.2.0;
-                import docket:plugin/log@0.2.0;
-                import docket:plugin/clock@0.2.0;
+                import docket:plugin/types@0.3.0;
+                import docket:plugin/log@0.3.0;
+                import docket:plugin/clock@0.3.0;
             }
         ",
         path: "../../wit",
@@ -35,12 +35,12 @@ pub mod common {
 #[allow(clippy::too_many_arguments)]
 pub mod adapter {
     wit_bindgen::generate!({
-        world: "docket:plugin/adapter",
+        world: "docket:plugin/adapter@0.3.0",
         path: "../../wit",
         with: {
-            "docket:plugin/types@0.2.0": crate::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.2.0": crate::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.2.0": crate::bindings::common::docket::plugin::clock,
+            "docket:plugin/types@0.3.0": crate::bindings::common::docket::plugin0_3_0::types,
+            "docket:plugin/log@0.3.0": crate::bindings::common::docket::plugin0_3_0::log,
+            "docket:plugin/clock@0.3.0": crate::bindings::common::docket::plugin0_3_0::clock,
             "wasi:http/types@0.2.12": wasip2::http::types,
             "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
             "wasi:io/poll@0.2.12": wasip2::io::poll,
@@ -59,12 +59,12 @@ pub mod adapter {
 #[cfg(feature = "handler")]
 pub mod handler {
     wit_bindgen::generate!({
-        world: "docket:plugin/handler",
+        world: "docket:plugin/handler@0.3.0",
         path: "../../wit",
         with: {
-            "docket:plugin/types@0.2.0": crate::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.2.0": crate::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.2.0": crate::bindings::common::docket::plugin::clock,
+            "docket:plugin/types@0.3.0": crate::bindings::common::docket::plugin0_3_0::types,
+            "docket:plugin/log@0.3.0": crate::bindings::common::docket::plugin0_3_0::log,
+            "docket:plugin/clock@0.3.0": crate::bindings::common::docket::plugin0_3_0::clock,
         },
         pub_export_macro: true,
         export_macro_name: "__export_handler_world",

@@ -3,5 +3,5 @@
 
 /// Milliseconds since the Unix epoch, UTC, as the host sees it.
 pub fn now_ms() -> u64 {
-    crate::bindings::common::docket::plugin::clock::now_ms()
+    crate::bindings::common::docket::plugin0_3_0::clock::now_ms()
 }

@@ -3,7 +3,7 @@
 use crate::{
     Capabilities, CompensationSupport, Contract, EffectError, EffectStatus, FoundEffect,
     HandlerContract, HandlerError, Idempotency, Lookup, QuerySupport, RateLimit, Receipt,
-    Rejection,
+    Rejection, Unavailability,
 };
 
 impl Contract {
@@ -27,6 +27,8 @@ impl Contract {
                 outbound_hosts: Vec::new(),
                 secrets: Vec::new(),
             },
+            observes: false,
+            batch: None,
         }
     }
 
@@ -141,7 +143,19 @@ impl EffectError {
 
     /// Temporarily unavailable, nothing created: the host retries with backoff.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        EffectError::Unavailable(message.into())
+        EffectError::Unavailable(Unavailability {
+            message: message.into(),
+            retry_after_ms: None,
+        })
+    }
+
+    /// Temporarily unavailable, nothing created, and the provider asked to wait
+    /// `retry_after_ms`: the host retries no sooner.
+    pub fn unavailable_for(retry_after_ms: u64, message: impl Into<String>) -> Self {
+        EffectError::Unavailable(Unavailability {
+            message: message.into(),
+            retry_after_ms: Some(retry_after_ms),
+        })
     }
 
     /// The request never left, so a retry cannot duplicate anything.

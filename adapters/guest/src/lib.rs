@@ -46,10 +46,10 @@ pub mod secrets;
 #[cfg(feature = "adapter")]
 pub mod settings;
 
-pub use bindings::common::docket::plugin::types::{
+pub use bindings::common::docket::plugin0_3_0::types::{
     Capabilities, CompensationRequest, CompensationSupport, Contract, EffectError, EffectStatus,
     FoundEffect, HandlerContract, HandlerError, Idempotency, Json, Lookup, QuerySupport, RateLimit,
-    Receipt, Rejection, Request,
+    Receipt, Rejection, Request, Unavailability,
 };
 
 /// A component that causes an external side effect (the WIT `adapter` world).

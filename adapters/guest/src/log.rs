@@ -1,8 +1,8 @@
 //! Structured log lines through the host, which tags them with the call's identifiers and
 //! redacts secret values. Prefer these to printing: stdout and stderr are only captured raw.
 
-pub use crate::bindings::common::docket::plugin::log::Level;
-use crate::bindings::common::docket::plugin::log::write as host_write;
+pub use crate::bindings::common::docket::plugin0_3_0::log::Level;
+use crate::bindings::common::docket::plugin0_3_0::log::write as host_write;
 
 /// Writes one line at `level`.
 pub fn write(level: Level, message: impl AsRef<str>) {

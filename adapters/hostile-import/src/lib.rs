@@ -11,11 +11,11 @@ mod bindings {
         // docket's package (with its WASI deps) first, then the package that includes it.
         path: ["../../wit", "wit"],
         with: {
-            "docket:plugin/types@0.2.0": docket_guest::bindings::common::docket::plugin::types,
-            "docket:plugin/log@0.2.0": docket_guest::bindings::common::docket::plugin::log,
-            "docket:plugin/clock@0.2.0": docket_guest::bindings::common::docket::plugin::clock,
-            "docket:plugin/settings@0.2.0": docket_guest::bindings::adapter::docket::plugin::settings,
-            "docket:plugin/secrets@0.2.0": docket_guest::bindings::adapter::docket::plugin::secrets,
+            "docket:plugin/types@0.3.0": docket_guest::bindings::common::docket::plugin0_3_0::types,
+            "docket:plugin/log@0.3.0": docket_guest::bindings::common::docket::plugin0_3_0::log,
+            "docket:plugin/clock@0.3.0": docket_guest::bindings::common::docket::plugin0_3_0::clock,
+            "docket:plugin/settings@0.3.0": docket_guest::bindings::adapter::docket::plugin0_3_0::settings,
+            "docket:plugin/secrets@0.3.0": docket_guest::bindings::adapter::docket::plugin0_3_0::secrets,
             "wasi:http/types@0.2.12": wasip2::http::types,
             "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
             "wasi:io/poll@0.2.12": wasip2::io::poll,

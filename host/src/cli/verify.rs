@@ -988,6 +988,7 @@ fn brief_lookup(lookup: &Result<Lookup, String>) -> String {
             match status {
                 EffectStatus::InEffect => "in effect",
                 EffectStatus::Reversed => "reversed",
+                EffectStatus::Refused => "refused",
             }
         ),
         Ok(Lookup::Absent) => "absent".into(),

@@ -5,9 +5,8 @@
 //! report carries the call's redacted log and every egress denial.
 
 use super::Runtime;
-use super::bindings::adapter::Adapter;
-use super::bindings::adapter::docket::plugin::types as wit;
-use super::bindings::handler::Handler;
+use super::bindings::adapter::docket::plugin0_3_0::types as wit;
+use super::legacy::AnyAdapter;
 use super::load::{PreKind, Prepared};
 use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
 use crate::capabilities::{Grant, Redactor};
@@ -246,6 +245,7 @@ impl Runtime {
                     Ok(Lookup::Found { receipt, .. }) if bounded(&receipt).is_err() => {
                         Err(EffectError::Unavailable {
                             message: bounded(&receipt).unwrap_err(),
+                            retry_after_ms: None,
                         })
                     }
                     Ok(found) => Ok(found),
@@ -332,7 +332,7 @@ impl Runtime {
                 let PreKind::Handler(pre) = pre else {
                     unreachable!("checked above")
                 };
-                let instance: Handler = pre.instantiate_async(&mut *store).await?;
+                let instance = pre.instantiate_async(&mut *store).await?;
                 let result = instance.call_run(&mut *store, &input).await?;
                 Ok(match result {
                     Ok(out) if out.len() > MAX_OUTPUT_BYTES => Err(HandlerError::Failed {
@@ -367,7 +367,7 @@ impl Runtime {
 pub(super) async fn adapter_instance(
     store: &mut Store<HostState>,
     pre: &PreKind,
-) -> wasmtime::Result<Adapter> {
+) -> wasmtime::Result<AnyAdapter> {
     match pre {
         PreKind::Adapter(pre) => pre.instantiate_async(&mut *store).await,
         PreKind::Handler(_) => Err(wasmtime::format_err!("not an adapter")),
@@ -532,6 +532,7 @@ fn lookup_from_wit(l: wit::Lookup) -> Lookup {
             status: match found.status {
                 wit::EffectStatus::InEffect => EffectStatus::InEffect,
                 wit::EffectStatus::Reversed => EffectStatus::Reversed,
+                wit::EffectStatus::Refused => EffectStatus::Refused,
             },
             // Written into timeline text: as bounded as any other guest text.
             provider_status: cut_text(found.provider_status),
@@ -555,7 +556,10 @@ fn effect_error_texts(e: wit::EffectError) -> EffectError {
             retry_after_ms: r.retry_after_ms,
             message: r.message,
         },
-        wit::EffectError::Unavailable(message) => EffectError::Unavailable { message },
+        wit::EffectError::Unavailable(u) => EffectError::Unavailable {
+            message: u.message,
+            retry_after_ms: u.retry_after_ms,
+        },
         wit::EffectError::NotSent(message) => EffectError::NotSent { message },
         wit::EffectError::IdempotencyConflict(message) => {
             EffectError::IdempotencyConflict { message }

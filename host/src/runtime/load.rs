@@ -9,11 +9,14 @@
 //! `compensate`) then reaches only its own action's grant.
 
 use super::Runtime;
-use super::bindings::PLUGIN_PACKAGE_VERSION;
-use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings, types};
-use super::bindings::adapter::{Adapter, AdapterPre};
+use super::bindings::adapter::AdapterPre;
+use super::bindings::adapter::docket::plugin0_3_0::{clock, log, secrets, settings, types};
+use super::bindings::adapter_0_2::AdapterPre as AdapterPreV2;
 use super::bindings::handler::HandlerPre;
+use super::bindings::handler_0_2::HandlerPre as HandlerPreV2;
+use super::bindings::{LEGACY_PACKAGE_VERSION, PLUGIN_PACKAGE_VERSION};
 use super::call::{CallFailure, CallLimits};
+use super::legacy::{AnyAdapterPre, AnyHandlerPre};
 use super::state::{CallEnv, HostState};
 use crate::capabilities::{
     ActionGrants, Grant, HostRule, ImportVerdict, SecretSource, check_import,
@@ -137,8 +140,8 @@ impl Prepared {
 }
 
 pub(super) enum PreKind {
-    Adapter(AdapterPre<HostState>),
-    Handler(HandlerPre<HostState>),
+    Adapter(AnyAdapterPre),
+    Handler(AnyHandlerPre),
 }
 
 /// The two docket worlds.
@@ -422,7 +425,7 @@ impl Runtime {
                 DESCRIBE_FUEL,
                 async |store, pre| match pre {
                     PreKind::Adapter(pre) => {
-                        let instance: Adapter = pre.instantiate_async(&mut *store).await?;
+                        let instance = pre.instantiate_async(&mut *store).await?;
                         let c = instance.call_describe(&mut *store).await?;
                         Ok(ComponentKind::Adapter {
                             contract: contract_from_wit(c),
@@ -550,6 +553,7 @@ impl Runtime {
         let mut linker = self.baseline_linker()?;
         if grant.allows_secrets() {
             secrets::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+            super::legacy::add_secrets(&mut linker)?;
         }
         if grant.allows_http() {
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
@@ -565,6 +569,8 @@ impl Runtime {
         clock::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         settings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        // A component built against 0.2.0 imports that version's interfaces.
+        super::legacy::add_to_linker(&mut linker)?;
         Ok(linker)
     }
 
@@ -577,6 +583,7 @@ impl Runtime {
         let engine = &self.inner.engine;
         let mut linker = self.baseline_linker()?;
         secrets::add_to_linker::<HostState, NoSecrets>(&mut linker, |_| NoSecrets)?;
+        super::legacy::add_no_secrets(&mut linker)?;
         // Imports come in dependency order: a resource an interface only `use`s from an
         // earlier one (a `pollable`, an `input-stream`) is already known and is not
         // defined again; the interface's own resources get an inert host type.
@@ -633,27 +640,29 @@ impl secrets::Host for NoSecrets {
     }
 }
 
+/// The component's exports bound to the bindings of the version it was built against:
+/// the current one, else 0.2.0 (its imports name the version; its exports' types decide).
 fn wrap_pre(
     world: World,
     pre: wasmtime::component::InstancePre<HostState>,
 ) -> Result<PreKind, LoadError> {
+    let refused = |world: &'static str, e: wasmtime::Error| LoadError::Signature {
+        world,
+        reason: format!("{e:#}"),
+    };
     match world {
-        World::Adapter => {
-            AdapterPre::new(pre)
-                .map(PreKind::Adapter)
-                .map_err(|e| LoadError::Signature {
-                    world: "adapter",
-                    reason: format!("{e:#}"),
-                })
-        }
-        World::Handler => {
-            HandlerPre::new(pre)
-                .map(PreKind::Handler)
-                .map_err(|e| LoadError::Signature {
-                    world: "handler",
-                    reason: format!("{e:#}"),
-                })
-        }
+        World::Adapter => match AdapterPre::new(pre.clone()) {
+            Ok(current) => Ok(PreKind::Adapter(AnyAdapterPre::Current(current))),
+            Err(e) => AdapterPreV2::new(pre)
+                .map(|old| PreKind::Adapter(AnyAdapterPre::V0_2(old)))
+                .map_err(|_| refused("adapter", e)),
+        },
+        World::Handler => match HandlerPre::new(pre.clone()) {
+            Ok(current) => Ok(PreKind::Handler(AnyHandlerPre::Current(current))),
+            Err(e) => HandlerPreV2::new(pre)
+                .map(|old| PreKind::Handler(AnyHandlerPre::V0_2(old)))
+                .map_err(|_| refused("handler", e)),
+        },
     }
 }
 
@@ -665,7 +674,7 @@ fn check_contract_version(imports: &[String]) -> Result<(), LoadError> {
             continue;
         };
         let built_for = rest.split_once('@').map(|(_, v)| v);
-        if built_for == Some(PLUGIN_PACKAGE_VERSION) {
+        if built_for == Some(PLUGIN_PACKAGE_VERSION) || built_for == Some(LEGACY_PACKAGE_VERSION) {
             continue;
         }
         let hint = match built_for {
@@ -889,6 +898,8 @@ mod tests {
                     outbound_hosts: hosts,
                     secrets,
                 },
+                observes: false,
+                batch: None,
             }),
         }
     }

@@ -13,6 +13,7 @@ mod cache;
 mod call;
 mod egress;
 mod keepalive;
+mod legacy;
 mod load;
 mod pipe;
 mod state;

@@ -3,7 +3,7 @@
 //!
 //! One `HostState` lives for exactly one call; nothing a plugin does survives it.
 
-use super::bindings::adapter::docket::plugin::{clock, log, secrets, settings};
+use super::bindings::adapter::docket::plugin0_3_0::{clock, log, secrets, settings};
 use super::egress::Egress;
 use super::pipe::CappedPipe;
 use crate::capabilities::{Grant, Redactor, SecretSource};
@@ -366,7 +366,7 @@ impl secrets::Host for HostState {
     }
 }
 
-impl super::bindings::adapter::docket::plugin::types::Host for HostState {}
+impl super::bindings::adapter::docket::plugin0_3_0::types::Host for HostState {}
 
 /// Shorter identities are left as they are: a few characters are no capability, and
 /// replacing them would garble every word that contains them.

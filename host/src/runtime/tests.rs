@@ -197,7 +197,7 @@ async fn a_component_built_for_the_previous_contract_is_refused_naming_both_vers
     for want in [
         "built against docket:plugin@0.1.0",
         "`docket:plugin/types@0.1.0`",
-        "rebuild it against `wit/docket.wit` (package docket:plugin@0.2.0)",
+        "rebuild it against `wit/docket.wit` (package docket:plugin@0.3.0)",
         "compensation-request",
     ] {
         assert!(message.contains(want), "missing {want:?} in: {message}");
@@ -289,4 +289,87 @@ async fn an_oversized_component_is_refused_before_compiling() {
             "{err}"
         );
     }
+}
+
+/// A component built against `docket:plugin@0.2.0` loads and runs as it did: its contract
+/// (which neither observes nor batches), `invoke` (its log through the 0.2.0 `log`, and its
+/// `unavailable` without a retry-after), `query` and `compensate`, all in the current types.
+#[tokio::test]
+async fn a_component_built_against_0_2_0_keeps_working() {
+    use crate::contract::{CompensationRequest, EffectError, EffectStatus, Lookup, PluginReceipt};
+    let rt = cached_runtime(4);
+    let path = crate::guests::path("legacy-0-2").expect("the 0.2.0 test plugin is built");
+    let component = rt.load_file(std::path::Path::new(path)).await.unwrap();
+    let contract = component.contract().expect("an adapter").clone();
+    assert_eq!(contract.name, "legacy-0-2");
+    assert!(contract.idempotency.supported && contract.compensation.supported);
+    let prepared = rt
+        .prepare(&component, &Grant::none(), &BTreeMap::new())
+        .unwrap();
+    let env = || CallEnv {
+        settings: Arc::new(BTreeMap::new()),
+        secrets: Arc::new(SecretSource::default()),
+        clock: ManualClock::new(1_000),
+        label: "legacy".into(),
+    };
+    let limits = CallLimits {
+        timeout: Duration::from_secs(10),
+    };
+    let request = |input: &str| EffectRequest {
+        idempotency_key: "k-1".into(),
+        input: input.into(),
+        attempt: 1,
+    };
+    let report = rt.invoke(&prepared, env(), limits, &request("{}")).await;
+    let receipt = report.outcome.unwrap().unwrap();
+    assert_eq!(receipt.external_reference, "legacy-1");
+    assert_eq!(receipt.output, r#"{"key":"k-1"}"#);
+    assert!(
+        report
+            .log
+            .iter()
+            .any(|l| l.message.contains("invoked with {}")),
+        "{:?}",
+        report.log
+    );
+    let report = rt
+        .invoke(
+            &prepared,
+            env(),
+            limits,
+            &request(r#"{"unavailable": true}"#),
+        )
+        .await;
+    assert_eq!(
+        report.outcome.unwrap().unwrap_err(),
+        EffectError::Unavailable {
+            message: "try again later".into(),
+            retry_after_ms: None
+        }
+    );
+    let report = rt.query(&prepared, env(), limits, "k-1").await;
+    let Lookup::Found { status, .. } = report.outcome.unwrap().unwrap() else {
+        panic!("not found")
+    };
+    assert_eq!(status, EffectStatus::InEffect);
+    let report = rt
+        .compensate(
+            &prepared,
+            env(),
+            limits,
+            &CompensationRequest {
+                idempotency_key: "k-1-undo".into(),
+                input: "{}".into(),
+                original_receipt: PluginReceipt {
+                    external_reference: "legacy-1".into(),
+                    output: "{}".into(),
+                },
+                attempt: 1,
+            },
+        )
+        .await;
+    assert_eq!(
+        report.outcome.unwrap().unwrap().external_reference,
+        "undo-legacy-1"
+    );
 }

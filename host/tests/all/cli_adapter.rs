@@ -35,7 +35,7 @@ fn inspect_prints_contract_imports_and_exports() {
         "idempotency:  yes — retention 86400 s, namespace `reference-provider`",
         "query:        yes",
         "wasi:http/outgoing-handler@0.2.12",
-        "docket:plugin/secrets@0.2.0",
+        "docket:plugin/secrets@0.3.0",
         "invoke",
     ] {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");

@@ -6,6 +6,18 @@
 use super::preflight::{Call, Preflight, PreflightFacts, preflight};
 use super::*;
 
+/// The provider's retry-after, when its answer gave one: a floor for the next attempt.
+pub(super) fn retry_after_of(e: &EffectError) -> Option<Duration> {
+    match e {
+        EffectError::RateLimited { retry_after_ms, .. }
+        | EffectError::Unavailable {
+            retry_after_ms: Some(retry_after_ms),
+            ..
+        } => Some(Duration::from_millis(*retry_after_ms)),
+        _ => None,
+    }
+}
+
 /// Why an attempt stops at a checkpoint.
 pub(super) enum Halt {
     /// The lease is gone: recovery owns the step.
@@ -446,12 +458,7 @@ where
                 | EffectError::Unavailable { .. }
                 | EffectError::NotSent { .. }),
             )) => {
-                let retry_after = match &e {
-                    EffectError::RateLimited { retry_after_ms, .. } => {
-                        Some(Duration::from_millis(*retry_after_ms))
-                    }
-                    _ => None,
-                };
+                let retry_after = retry_after_of(&e);
                 let (t, event) = retry_or_fail(
                     claimed,
                     step,
@@ -547,6 +554,27 @@ where
                     Some(c.note),
                     vec![seen, c.event],
                     AttemptOutcome::LookupAbsent,
+                )
+            }
+            Ok(Ok(Lookup::Found {
+                status: EffectStatus::Refused,
+                provider_status,
+                ..
+            })) => {
+                let note = format!(
+                    "the provider says the request did not take effect ({provider_status}); a person decides: docket never retries on this alone"
+                );
+                let event = NewEvent::step(
+                    EventKind::Conclusion,
+                    id,
+                    att,
+                    format!("{} waits for review: {note}", step.label),
+                );
+                (
+                    StepTransition::Terminal(StepState::WaitingForReview),
+                    Some(note),
+                    vec![event],
+                    AttemptOutcome::LookupFound,
                 )
             }
             Ok(Ok(Lookup::Found { receipt, .. })) if step.output_of(&receipt.output).is_err() => {

@@ -94,6 +94,32 @@ fn a_providers_retry_after_is_a_floor() {
 }
 
 #[test]
+fn a_rate_limit_or_an_unavailability_that_says_when_gives_the_floor() {
+    use crate::contract::EffectError;
+    let limited = EffectError::RateLimited {
+        retry_after_ms: 1_500,
+        message: "slow down".into(),
+    };
+    let later = EffectError::Unavailable {
+        message: "maintenance".into(),
+        retry_after_ms: Some(30_000),
+    };
+    let unsaid = EffectError::Unavailable {
+        message: "busy".into(),
+        retry_after_ms: None,
+    };
+    assert_eq!(
+        super::adapter::retry_after_of(&limited),
+        Some(Duration::from_millis(1_500))
+    );
+    assert_eq!(
+        super::adapter::retry_after_of(&later),
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(super::adapter::retry_after_of(&unsaid), None);
+}
+
+#[test]
 fn the_last_attempt_fails_the_step_for_good() {
     let (t, event) = retry_or_fail(&claimed(5, FAR), &step(), None, "boom".into(), NOW, 0.0);
     assert_eq!(t, StepTransition::Terminal(StepState::FailedTerminal));
