@@ -16,6 +16,12 @@ pub struct Contract {
     pub query: QueryClaim,
     pub compensation: CompensationClaim,
     pub capabilities: DeclaredCapabilities,
+    /// The adapter reads its provider's own deliveries (webhooks): it exports `observer`.
+    #[serde(default)]
+    pub observes: bool,
+    /// The most items one batch call takes, when the adapter exports `batcher`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
 }
 
 impl Contract {
@@ -185,6 +191,45 @@ pub enum EffectStatus {
     Refused,
 }
 
+/// A delivery a provider posted to the host (a webhook), its signature verified, as the
+/// adapter's `observe` reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inbound {
+    pub method: String,
+    pub path: String,
+    /// Lower-case names, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// One piece of evidence a provider's delivery carries about one effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    pub external_reference: Option<String>,
+    /// The idempotency key the host sent for the effect, when the delivery carries it back.
+    pub idempotency_key: Option<String>,
+    /// The provider's id of the event: seen twice, recorded once.
+    pub event_id: Option<String>,
+    pub status: EffectStatus,
+    /// The provider's own word: recorded and shown, never interpreted.
+    pub provider_status: String,
+    pub observed_at_ms: Option<Millis>,
+    /// JSON text of the effect's output, when the delivery holds it.
+    pub output: Option<String>,
+}
+
+/// Why a provider's delivery yields no observation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ObserveError {
+    /// Not a delivery the adapter understands (another event type, another shape).
+    #[error("not a delivery this adapter reads: {message}")]
+    Unrecognized { message: String },
+    /// A delivery of the right kind that cannot be read.
+    #[error("a malformed delivery: {message}")]
+    Malformed { message: String },
+}
+
 /// The answer of a lookup by stable reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "lookup", rename_all = "snake_case")]
@@ -314,6 +359,8 @@ mod tests {
             },
             compensation: CompensationClaim { supported: false },
             capabilities: DeclaredCapabilities::default(),
+            observes: false,
+            batch: None,
         }
     }
 

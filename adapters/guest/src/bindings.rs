@@ -55,6 +55,31 @@ pub mod adapter {
     });
 }
 
+/// Bindings for the `observing-adapter` world: the `adapter` world and `observer`.
+#[cfg(feature = "observing-adapter")]
+#[allow(clippy::too_many_arguments)]
+pub mod observing_adapter {
+    wit_bindgen::generate!({
+        world: "docket:plugin/observing-adapter@0.3.0",
+        path: "../../wit",
+        with: {
+            "docket:plugin/types@0.3.0": crate::bindings::common::docket::plugin0_3_0::types,
+            "docket:plugin/log@0.3.0": crate::bindings::common::docket::plugin0_3_0::log,
+            "docket:plugin/clock@0.3.0": crate::bindings::common::docket::plugin0_3_0::clock,
+            "wasi:http/types@0.2.12": wasip2::http::types,
+            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+            "wasi:io/poll@0.2.12": wasip2::io::poll,
+            "wasi:io/error@0.2.12": wasip2::io::error,
+            "wasi:io/streams@0.2.12": wasip2::io::streams,
+            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+        },
+        additional_derives: [PartialEq, Eq],
+        pub_export_macro: true,
+        export_macro_name: "__export_observing_adapter_world",
+        default_bindings_module: "docket_guest::bindings::observing_adapter",
+    });
+}
+
 /// Bindings for the `handler` world.
 #[cfg(feature = "handler")]
 pub mod handler {
@@ -71,3 +96,10 @@ pub mod handler {
         default_bindings_module: "docket_guest::bindings::handler",
     });
 }
+
+/// The adapter world this crate was built for: the host interfaces only adapters import
+/// (`settings`, `secrets`) are reached through it.
+#[cfg(feature = "adapter")]
+pub use adapter as world;
+#[cfg(all(feature = "observing-adapter", not(feature = "adapter")))]
+pub use observing_adapter as world;

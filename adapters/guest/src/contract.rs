@@ -32,6 +32,13 @@ impl Contract {
         }
     }
 
+    /// Claims that the adapter reads its provider's deliveries: it implements
+    /// [`crate::Observer`] and is exported with `export_observing_adapter!`.
+    pub fn observes(mut self) -> Self {
+        self.observes = true;
+        self
+    }
+
     /// Sets the deduplication domain (typically the provider and account). The host derives
     /// the external key from it, so versions that share a namespace share keys.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {

@@ -36,14 +36,14 @@
 pub mod bindings;
 pub mod clock;
 mod contract;
-#[cfg(feature = "adapter")]
+#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
 pub mod http;
 #[cfg(feature = "json")]
 pub mod json;
 pub mod log;
-#[cfg(feature = "adapter")]
+#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
 pub mod secrets;
-#[cfg(feature = "adapter")]
+#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
 pub mod settings;
 
 pub use bindings::common::docket::plugin0_3_0::types::{
@@ -51,12 +51,13 @@ pub use bindings::common::docket::plugin0_3_0::types::{
     FoundEffect, HandlerContract, HandlerError, Idempotency, Json, Lookup, QuerySupport, RateLimit,
     Receipt, Rejection, Request, Unavailability,
 };
+pub use bindings::common::docket::plugin0_3_0::types::{Inbound, Observation, ObserveError};
 
 /// A component that causes an external side effect (the WIT `adapter` world).
 ///
 /// The functions take no `self`: the host may give every call a fresh instance, so an
 /// adapter keeps no state between calls.
-#[cfg(feature = "adapter")]
+#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
 pub trait Adapter {
     /// The declared contract. Must be cheap and deterministic: the host calls it at load
     /// time and records the answer with every attempt.
@@ -93,6 +94,15 @@ pub trait Adapter {
     }
 }
 
+/// An adapter that reads the deliveries its provider posts (webhooks): the WIT
+/// `observing-adapter` world's `observer`. Its contract says `observes`. Pure: it reads the
+/// delivery and nothing else.
+#[cfg(feature = "observing-adapter")]
+pub trait Observer {
+    /// The observations one delivery carries, or why it carries none.
+    fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError>;
+}
+
 /// Pure step computation (the WIT `handler` world): the same input always gives the same
 /// output.
 #[cfg(feature = "handler")]
@@ -123,6 +133,32 @@ impl<T: Adapter> bindings::adapter::Guest for T {
     }
 }
 
+#[cfg(feature = "observing-adapter")]
+impl<T: Adapter> bindings::observing_adapter::Guest for T {
+    fn describe() -> Contract {
+        <T as Adapter>::describe()
+    }
+
+    fn invoke(request: Request) -> Result<Receipt, EffectError> {
+        <T as Adapter>::invoke(request)
+    }
+
+    fn query(reference: String) -> Result<Lookup, EffectError> {
+        <T as Adapter>::query(reference)
+    }
+
+    fn compensate(request: CompensationRequest) -> Result<Receipt, EffectError> {
+        <T as Adapter>::compensate(request)
+    }
+}
+
+#[cfg(feature = "observing-adapter")]
+impl<T: Observer> bindings::observing_adapter::exports::docket::plugin0_3_0::observer::Guest for T {
+    fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError> {
+        <T as Observer>::observe(delivery)
+    }
+}
+
 #[cfg(feature = "handler")]
 impl<T: Handler> bindings::handler::Guest for T {
     fn describe() -> HandlerContract {
@@ -143,6 +179,18 @@ macro_rules! export_adapter {
     ($ty:ident) => {
         $crate::bindings::adapter::__export_adapter_world!(
             $ty with_types_in $crate::bindings::adapter
+        );
+    };
+}
+
+/// Exports a type implementing [`Adapter`] and [`Observer`] as the component's
+/// `observing-adapter` world.
+#[cfg(feature = "observing-adapter")]
+#[macro_export]
+macro_rules! export_observing_adapter {
+    ($ty:ident) => {
+        $crate::bindings::observing_adapter::__export_observing_adapter_world!(
+            $ty with_types_in $crate::bindings::observing_adapter
         );
     };
 }

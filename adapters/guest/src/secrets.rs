@@ -4,11 +4,11 @@
 //! what it sees, but a plugin should not rely on that.
 
 use crate::EffectError;
-pub use crate::bindings::adapter::docket::plugin0_3_0::secrets::SecretError;
+pub use crate::bindings::world::docket::plugin0_3_0::secrets::SecretError;
 
 /// The value of granted secret `name`.
 pub fn get(name: &str) -> Result<String, SecretError> {
-    crate::bindings::adapter::docket::plugin0_3_0::secrets::get(name)
+    crate::bindings::world::docket::plugin0_3_0::secrets::get(name)
 }
 
 /// A missing secret is a credentials problem: the host blocks the step for review.

@@ -4,7 +4,7 @@ use crate::EffectError;
 
 /// The value of setting `name`, or `None` when the operator did not set it.
 pub fn get(name: &str) -> Option<String> {
-    crate::bindings::adapter::docket::plugin0_3_0::settings::get(name)
+    crate::bindings::world::docket::plugin0_3_0::settings::get(name)
 }
 
 /// The value of setting `name`; a missing or blank value is a `rejected` error with code

@@ -15,8 +15,8 @@ mod provider;
 
 use docket_guest::http::Method;
 use docket_guest::{
-    Adapter, CompensationRequest, Contract, EffectError, EffectStatus, Lookup, Receipt, Request,
-    log,
+    Adapter, CompensationRequest, Contract, EffectError, EffectStatus, Inbound, Lookup,
+    Observation, ObserveError, Receipt, Request, log,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -134,7 +134,9 @@ impl Adapter for HttpDelivery {
         if VARIANT.compensable {
             contract = contract.compensable();
         }
-        contract
+        // Every variant reads the provider's events: the evidence arrives whatever the
+        // variant claims of its calls.
+        contract.observes()
     }
 
     fn invoke(request: Request) -> Result<Receipt, EffectError> {
@@ -299,4 +301,49 @@ fn fail(response: &docket_guest::http::Response, action: &str) -> EffectError {
     provider::error_for(response, action)
 }
 
-docket_guest::export_adapter!(HttpDelivery);
+/// The provider's events (reference protocol, as the simulator posts them): `{"id",
+/// "type": "delivery.accepted" | "delivery.cancelled", "occurred_at", "data": <the
+/// delivery>}`. An accepted delivery is in effect, a cancelled one reversed; the delivery's
+/// `client_reference` is the key docket sent, its `id` the external reference.
+impl docket_guest::Observer for HttpDelivery {
+    fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError> {
+        let event: Value = serde_json::from_slice(&delivery.body)
+            .map_err(|e| ObserveError::Malformed(format!("the event is not JSON: {e}")))?;
+        let status = match event.get("type").and_then(Value::as_str) {
+            Some("delivery.accepted") => EffectStatus::InEffect,
+            Some("delivery.cancelled") => EffectStatus::Reversed,
+            Some(other) => {
+                return Err(ObserveError::Unrecognized(format!(
+                    "event type `{other}` is not one this adapter reads"
+                )));
+            }
+            None => return Err(ObserveError::Malformed("the event has no `type`".into())),
+        };
+        let data = event
+            .get("data")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ObserveError::Malformed("the event has no `data` object".into()))?;
+        let text = |field: &str| data.get(field).and_then(Value::as_str).map(str::to_string);
+        let id = text("id").ok_or_else(|| {
+            ObserveError::Malformed("the delivery in the event has no `id`".into())
+        })?;
+        // The receipt's shape is `invoke`'s answer: what later steps read.
+        let output = json!({
+            "id": id,
+            "client_reference": text("client_reference"),
+            "status": text("status"),
+            "replayed": false,
+        });
+        Ok(vec![Observation {
+            external_reference: Some(id),
+            idempotency_key: text("client_reference"),
+            event_id: event.get("id").and_then(Value::as_str).map(str::to_string),
+            status,
+            provider_status: text("status").unwrap_or_default(),
+            observed_at_ms: None,
+            output: Some(output.to_string()),
+        }])
+    }
+}
+
+docket_guest::export_observing_adapter!(HttpDelivery);

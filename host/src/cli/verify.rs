@@ -1100,6 +1100,8 @@ mod tests {
                 outbound_hosts: hosts.iter().map(ToString::to_string).collect(),
                 secrets: secrets.iter().map(ToString::to_string).collect(),
             },
+            observes: false,
+            batch: None,
         }
     }
 

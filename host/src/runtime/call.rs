@@ -6,13 +6,13 @@
 
 use super::Runtime;
 use super::bindings::adapter::docket::plugin0_3_0::types as wit;
-use super::legacy::AnyAdapter;
+use super::legacy::{AnyAdapter, AnyAdapterPre};
 use super::load::{PreKind, Prepared};
 use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
 use crate::capabilities::{Grant, Redactor};
 use crate::contract::{
-    CompensationRequest, EffectError, EffectRequest, EffectStatus, HandlerError, Lookup,
-    PluginReceipt,
+    CompensationRequest, EffectError, EffectRequest, EffectStatus, HandlerError, Inbound, Lookup,
+    Observation, ObserveError, PluginReceipt,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -308,6 +308,63 @@ impl Runtime {
         .await
     }
 
+    /// Calls an adapter's `observe` on one delivery its provider posted. It runs with
+    /// nothing granted (reading a delivery needs no network and no secret), under the
+    /// usual limits.
+    pub async fn observe(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        delivery: &Inbound,
+    ) -> CallReport<Result<Vec<Observation>, ObserveError>> {
+        let Some(indices) = prepared.observer.clone() else {
+            return CallReport::not_supported(format!(
+                "{} exports no `observer`; only an adapter whose contract says `observes` reads its provider's deliveries",
+                prepared.name()
+            ));
+        };
+        let inbound = wit::Inbound {
+            method: delivery.method.clone(),
+            path: delivery.path.clone(),
+            headers: delivery.headers.clone(),
+            body: delivery.body.clone(),
+        };
+        self.call(
+            &prepared.pre,
+            Arc::new(Grant::none()),
+            env,
+            limits,
+            async move |store, pre| {
+                let PreKind::Adapter(AnyAdapterPre::Current(pre)) = pre else {
+                    return Err(wasmtime::format_err!("not an adapter of the current contract"));
+                };
+                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
+                let observer = indices.load(&mut *store, &instance)?;
+                let result = observer.call_observe(&mut *store, &inbound).await?;
+                Ok(match result {
+                    Ok(found) if found.len() > MAX_OBSERVATIONS => Err(ObserveError::Malformed {
+                        message: format!(
+                            "the adapter read {} observations from one delivery, over the limit of {MAX_OBSERVATIONS}",
+                            found.len()
+                        ),
+                    }),
+                    Ok(found) => Ok(found.into_iter().map(observation_from_wit).collect()),
+                    Err(wit::ObserveError::Unrecognized(message)) => {
+                        Err(ObserveError::Unrecognized {
+                            message: cut_text(message),
+                        })
+                    }
+                    Err(wit::ObserveError::Malformed(message)) => Err(ObserveError::Malformed {
+                        message: cut_text(message),
+                    }),
+                })
+            },
+            |r, _| r,
+        )
+        .await
+    }
+
     /// Calls a handler's `run` on a JSON input.
     pub async fn run_handler(
         &self,
@@ -515,6 +572,25 @@ fn effect_from_wit(
             }
         }
         Err(e) => Err(effect_error_from_wit(e)),
+    }
+}
+
+/// Most observations one delivery may carry.
+const MAX_OBSERVATIONS: usize = 100;
+
+fn observation_from_wit(o: wit::Observation) -> Observation {
+    Observation {
+        external_reference: o.external_reference.map(cut_text),
+        idempotency_key: o.idempotency_key.map(cut_text),
+        event_id: o.event_id.map(cut_text),
+        status: match o.status {
+            wit::EffectStatus::InEffect => EffectStatus::InEffect,
+            wit::EffectStatus::Reversed => EffectStatus::Reversed,
+            wit::EffectStatus::Refused => EffectStatus::Refused,
+        },
+        provider_status: cut_text(o.provider_status),
+        observed_at_ms: o.observed_at_ms,
+        output: o.output,
     }
 }
 

@@ -125,7 +125,13 @@ pub struct Prepared {
     /// The grant of `compensate`.
     pub(super) compensate_grant: Arc<Grant>,
     pub(super) pre: PreKind,
+    /// Where the `observer` export is, for an adapter that exports it.
+    pub(super) observer: Option<ObserverIndices>,
 }
+
+/// The indices of an adapter's `observer` export.
+pub(super) type ObserverIndices =
+    super::bindings::full::exports::docket::plugin0_3_0::observer::GuestIndices;
 
 impl Prepared {
     /// `name@version`, for messages.
@@ -369,6 +375,7 @@ impl Runtime {
             });
         }
         let kind = self.describe(&component, world).await?;
+        check_optional_exports(&kind, &exports)?;
         let loaded = Arc::new(LoadedComponent {
             digest: digest.clone(),
             kind,
@@ -505,12 +512,23 @@ impl Runtime {
                 reason: format!("{e:#}"),
             })?;
         let world = component.world();
+        let observer = if component.exports.iter().any(|e| e == OBSERVER_EXPORT) {
+            Some(
+                ObserverIndices::new(&pre).map_err(|e| LoadError::Signature {
+                    world: "observing-adapter",
+                    reason: format!("{e:#}"),
+                })?,
+            )
+        } else {
+            None
+        };
         let prepared = Arc::new(Prepared {
             component: component.clone(),
             grant: Arc::new(grants.invoke.clone()),
             query_grant: Arc::new(grants.query.clone()),
             compensate_grant: Arc::new(grants.compensate.clone()),
             pre: wrap_pre(world, pre)?,
+            observer,
         });
         self.inner
             .prepared
@@ -872,7 +890,44 @@ fn contract_from_wit(c: types::Contract) -> Contract {
             outbound_hosts: c.capabilities.outbound_hosts,
             secrets: c.capabilities.secrets,
         },
+        observes: c.observes,
+        batch: c.batch,
     }
+}
+
+/// The interface an adapter that `observes` exports.
+pub(super) const OBSERVER_EXPORT: &str = "docket:plugin/observer@0.3.0";
+/// The interface an adapter with a `batch` size exports.
+pub(super) const BATCHER_EXPORT: &str = "docket:plugin/batcher@0.3.0";
+
+/// A contract's `observes` and `batch` are claims about the component's exports: each must
+/// hold (a world has no optional exports, so they are found at load).
+fn check_optional_exports(kind: &ComponentKind, exports: &[String]) -> Result<(), LoadError> {
+    let ComponentKind::Adapter { contract } = kind else {
+        return Ok(());
+    };
+    let exports_named = |n: &str| exports.iter().any(|e| e == n);
+    let refuse = |reason: String| LoadError::UnusableContract {
+        name: contract.name.clone(),
+        version: contract.version.clone(),
+        reason,
+    };
+    if contract.observes && !exports_named(OBSERVER_EXPORT) {
+        return Err(refuse(format!(
+            "its contract says `observes`, but it exports no `{OBSERVER_EXPORT}`; build it against the `observing-adapter` world (or `full-adapter`), or declare `observes: false`"
+        )));
+    }
+    if contract.batch.is_some() && !exports_named(BATCHER_EXPORT) {
+        return Err(refuse(format!(
+            "its contract gives a `batch` size, but it exports no `{BATCHER_EXPORT}`; build it against the `batching-adapter` world (or `full-adapter`), or declare `batch: none`"
+        )));
+    }
+    if contract.batch == Some(0) {
+        return Err(refuse(
+            "its contract gives a `batch` size of 0; give the most items one call takes, at least 1".into(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -373,3 +373,100 @@ async fn a_component_built_against_0_2_0_keeps_working() {
         "undo-legacy-1"
     );
 }
+
+/// `observe` reads a provider's delivery: the reference provider's `delivery.accepted`
+/// event is an observation of an effect in effect, named by its id and the key docket sent;
+/// an event of another type is unrecognized; a component that exports no `observer` (one
+/// built against 0.2.0) is not asked.
+#[tokio::test]
+async fn an_observing_adapter_reads_its_providers_events() {
+    use crate::contract::{EffectStatus, Inbound, ObserveError};
+    let rt = cached_runtime(4);
+    let path = crate::guests::path("http-delivery").expect("built");
+    let component = rt.load_file(std::path::Path::new(path)).await.unwrap();
+    assert!(component.contract().unwrap().observes);
+    let prepared = rt
+        .prepare(
+            &component,
+            &Grant::new(
+                ["http://127.0.0.1:9".parse().unwrap()],
+                ["provider_token".to_string()],
+            ),
+            &BTreeMap::from([("base_url".to_string(), "http://127.0.0.1:9".to_string())]),
+        )
+        .unwrap();
+    let env = || CallEnv {
+        settings: Arc::new(BTreeMap::new()),
+        secrets: Arc::new(SecretSource::default()),
+        clock: ManualClock::new(1_000),
+        label: "observe".into(),
+    };
+    let limits = CallLimits {
+        timeout: Duration::from_secs(10),
+    };
+    let event = |body: serde_json::Value| Inbound {
+        method: "POST".into(),
+        path: "/v1/evidence/http-delivery".into(),
+        headers: vec![("webhook-id".into(), "evt_1".into())],
+        body: body.to_string().into_bytes(),
+    };
+    let accepted = event(serde_json::json!({
+        "id": "evt_1", "type": "delivery.accepted", "occurred_at": "2026-12-06T00:00:00.000Z",
+        "data": {"id": "dlv_7", "client_reference": "dk-abc", "recipient": "a@example.com",
+                 "status": "accepted"}
+    }));
+    let report = rt.observe(&prepared, env(), limits, &accepted).await;
+    let found = report.outcome.unwrap().unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].external_reference.as_deref(), Some("dlv_7"));
+    assert_eq!(found[0].idempotency_key.as_deref(), Some("dk-abc"));
+    assert_eq!(found[0].event_id.as_deref(), Some("evt_1"));
+    assert_eq!(found[0].status, EffectStatus::InEffect);
+    assert_eq!(found[0].provider_status, "accepted");
+    let output: serde_json::Value =
+        serde_json::from_str(found[0].output.as_deref().unwrap()).unwrap();
+    assert_eq!(output["id"], "dlv_7");
+    let cancelled = event(serde_json::json!({
+        "id": "evt_2", "type": "delivery.cancelled",
+        "data": {"id": "dlv_7", "client_reference": "dk-abc", "status": "cancelled"}
+    }));
+    let found = rt.observe(&prepared, env(), limits, &cancelled).await;
+    assert_eq!(
+        found.outcome.unwrap().unwrap()[0].status,
+        EffectStatus::Reversed
+    );
+    let other = event(serde_json::json!({"id": "evt_3", "type": "invoice.paid", "data": {}}));
+    let report = rt.observe(&prepared, env(), limits, &other).await;
+    assert!(
+        matches!(
+            report.outcome.unwrap(),
+            Err(ObserveError::Unrecognized { .. })
+        ),
+        "an event of another type is unrecognized"
+    );
+    let report = rt
+        .observe(
+            &prepared,
+            env(),
+            limits,
+            &event(serde_json::json!("not an event")),
+        )
+        .await;
+    assert!(matches!(
+        report.outcome.unwrap(),
+        Err(ObserveError::Malformed { .. })
+    ));
+
+    let legacy = crate::guests::path("legacy-0-2").expect("built");
+    let legacy = rt.load_file(std::path::Path::new(legacy)).await.unwrap();
+    assert!(!legacy.contract().unwrap().observes);
+    let legacy = rt
+        .prepare(&legacy, &Grant::none(), &BTreeMap::new())
+        .unwrap();
+    assert!(
+        rt.observe(&legacy, env(), limits, &accepted)
+            .await
+            .outcome
+            .is_err()
+    );
+}

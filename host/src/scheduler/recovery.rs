@@ -241,6 +241,8 @@ mod tests {
             },
             compensation: CompensationClaim { supported: false },
             capabilities: DeclaredCapabilities::default(),
+            observes: false,
+            batch: None,
         }
     }
 

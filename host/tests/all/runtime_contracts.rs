@@ -27,6 +27,9 @@ fn delivery(name: &str, idempotent: bool, query: bool, compensation: bool) -> Co
             outbound_hosts: vec!["$base_url".into()],
             secrets: vec!["provider_token".into()],
         },
+        // Every delivery variant reads the provider's events.
+        observes: true,
+        batch: None,
     }
 }
 

@@ -61,6 +61,8 @@ fn contract(runner: Runner) -> Option<Contract> {
         // As the shipped variants: queryable adapters can cancel a delivery.
         compensation: CompensationClaim { supported: query },
         capabilities: DeclaredCapabilities::default(),
+        observes: false,
+        batch: None,
     })
 }
 

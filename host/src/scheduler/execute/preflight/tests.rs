@@ -38,6 +38,8 @@ fn contract(compensation: bool) -> Contract {
             supported: compensation,
         },
         capabilities: DeclaredCapabilities::default(),
+        observes: false,
+        batch: None,
     }
 }
 
