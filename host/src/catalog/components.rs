@@ -399,11 +399,15 @@ impl Components {
             return Ok(None);
         };
         match self.load_stored(store, c).await {
-            Ok(found) => Ok(found),
+            Ok(Some(found)) => Ok(Some(found)),
             Err(SyncError::Store(e)) => Err(e),
+            // The host may have registered its own bytes under that version while the stored
+            // ones compiled (a host starting with a cold cache): those are kept, as a sync
+            // keeps them, and answer for the version.
+            Ok(None) => Ok(self.exact(name, version)),
             Err(e) => {
                 tracing::warn!("{e}");
-                Ok(None)
+                Ok(self.exact(name, version))
             }
         }
     }
