@@ -85,8 +85,28 @@ pub(super) fn registry<S>(
 {
     tasks.every("registry", REGISTRY_POLL, Tick::Registry, move || {
         let (components, store, now) = (components.clone(), store.clone(), clock.now_ms());
-        async move { crate::catalog::catch_up(&components, &store, now).await }
+        async move {
+            crate::catalog::catch_up(&components, &store, now).await;
+            approvals_due(&store, now).await;
+        }
     });
+}
+
+/// Approvals nobody decided in time fail their step, as a rejection would, and those with a
+/// fifth of their wait left are told, once: run with the registry's round, whose pace (a
+/// second) is the precision an approval's expiry needs.
+async fn approvals_due<S: crate::store::ApprovalStore>(store: &S, now: Millis) {
+    match store.expire_approvals(now).await {
+        Ok((expired, warned)) => {
+            if expired > 0 {
+                tracing::info!("{expired} approvals expired before anyone decided them");
+            }
+            if warned > 0 {
+                tracing::info!("{warned} approvals have a fifth of their time left");
+            }
+        }
+        Err(e) => tracing::warn!("expiring approvals failed: {e}"),
+    }
 }
 
 /// Notifications are delivered after their transitions commit, by every host: rows are

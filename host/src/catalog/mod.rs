@@ -16,13 +16,13 @@ pub use definitions::{DeployError, DeployedDef, Deployments};
 pub use governance::{DEFAULT_ENVIRONMENT, Governance};
 
 use crate::intent::Millis;
-use crate::store::{ApprovalStore, BudgetStore, ComponentStore, PolicyStore};
+use crate::store::{BudgetStore, ComponentStore, PolicyStore};
 
 /// One catch-up with the adapter registry and the policy: activations and rollbacks made
 /// elsewhere (another host, `docket adapter activate`) and newer policy versions take
-/// effect here, deadlines that draw near are told, and approvals nobody decided in time
-/// expire. A failure is logged and the next catch-up tries again.
-pub async fn catch_up<S: ComponentStore + PolicyStore + BudgetStore + ApprovalStore>(
+/// effect here, and deadlines that draw near are told. A failure is logged and the next
+/// catch-up tries again.
+pub async fn catch_up<S: ComponentStore + PolicyStore + BudgetStore>(
     components: &Components,
     store: &S,
     now: Millis,
@@ -53,17 +53,5 @@ pub async fn catch_up<S: ComponentStore + PolicyStore + BudgetStore + ApprovalSt
         Ok(0) => {}
         Ok(n) => tracing::info!("{n} workflows waiting for review are near their deadline"),
         Err(e) => tracing::warn!("looking for deadlines that draw near failed: {e}"),
-    }
-    // An approval step nobody decided before it expired fails, as a rejection would.
-    match store.expire_approvals(now).await {
-        Ok((expired, warned)) => {
-            if expired > 0 {
-                tracing::info!("{expired} approvals expired before anyone decided them");
-            }
-            if warned > 0 {
-                tracing::info!("{warned} approvals have a fifth of their time left");
-            }
-        }
-        Err(e) => tracing::warn!("expiring approvals failed: {e}"),
     }
 }
