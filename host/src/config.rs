@@ -188,6 +188,9 @@ pub struct AdapterToml {
     /// Lets the granted host names resolve to private addresses (default false).
     #[serde(default)]
     pub allow_private: bool,
+    /// The name of the secret (`whsec_…`) the provider signs its deliveries to
+    /// `POST /v1/evidence/<adapter>` with; without it the adapter takes no deliveries.
+    pub webhook_secret: Option<String>,
 }
 
 /// Host limits.
@@ -439,6 +442,20 @@ impl HostConfig {
                     }
                 })
                 .collect::<Result<_, _>>()?;
+            let webhook_key = match &a.webhook_secret {
+                None => None,
+                Some(name) => {
+                    let at = format!("[adapters.{component}] webhook_secret");
+                    let secret = secrets.get(name).ok_or_else(|| {
+                        invalid(format!(
+                            "{at}: secret {name:?} is not configured; add it under [secrets] values or through [secrets] env_prefix"
+                        ))
+                    })?;
+                    let key = crate::notify::signing_key(secret.expose())
+                        .map_err(|e| invalid(format!("{at}: secret {name:?}: {e}")))?;
+                    Some(crate::capabilities::WebhookKey(key))
+                }
+            };
             adapters.insert(
                 component,
                 AdapterPolicy {
@@ -447,6 +464,7 @@ impl HostConfig {
                     settings: a.settings,
                     digests,
                     allow_private: a.allow_private,
+                    webhook_key,
                 },
             );
         }

@@ -22,6 +22,7 @@ pub trait ContextStore:
     + DefinitionStore
     + OperatorStore
     + crate::store::ApprovalStore
+    + crate::store::EvidenceStore
     + CourseStore
     + PolicyStore
     + BudgetStore
@@ -43,6 +44,7 @@ impl<S> ContextStore for S where
         + DefinitionStore
         + OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::EvidenceStore
         + CourseStore
         + PolicyStore
         + BudgetStore
@@ -119,6 +121,8 @@ pub struct Context<S> {
     pub health: Arc<crate::health::Health>,
     /// Uploads being compiled, by deployer: one at a time each.
     pub uploads: Arc<Uploads>,
+    /// Notified after a provider's delivery is kept, so the host reads it at once.
+    pub evidence_wake: Arc<Notify>,
 }
 
 /// The deployers whose upload is being compiled now. Compiling cannot be stopped partway,
@@ -173,6 +177,7 @@ impl<S> Context<S> {
             metrics: Arc::default(),
             health: Arc::default(),
             uploads: Arc::default(),
+            evidence_wake: Arc::default(),
         }
     }
 

@@ -191,6 +191,31 @@ pub enum EffectStatus {
     Refused,
 }
 
+impl EffectStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectStatus::InEffect => "in_effect",
+            EffectStatus::Reversed => "reversed",
+            EffectStatus::Refused => "refused",
+        }
+    }
+}
+
+impl std::str::FromStr for EffectStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            EffectStatus::InEffect,
+            EffectStatus::Reversed,
+            EffectStatus::Refused,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+        .ok_or_else(|| format!("`{s}` is not an effect status (in_effect, reversed, refused)"))
+    }
+}
+
 /// A delivery a provider posted to the host (a webhook), its signature verified, as the
 /// adapter's `observe` reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

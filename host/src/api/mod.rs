@@ -23,6 +23,7 @@ mod budgets;
 mod controls;
 mod course;
 mod error;
+mod evidence;
 mod intents;
 #[cfg(test)]
 pub(crate) use intents::parse_submission;
@@ -114,6 +115,12 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
             post(actions::act::<S>),
         ),
         (Method::GET, "/v1/approvals", get(approvals::list::<S>)),
+        (
+            Method::POST,
+            "/v1/evidence/{adapter}",
+            post(evidence::receive::<S>),
+        ),
+        (Method::GET, "/v1/evidence", get(evidence::list::<S>)),
         (
             Method::POST,
             "/v1/workflows/{id}/cancel",

@@ -44,6 +44,8 @@ enum Who {
     /// An operator, or for approve and reject an approver.
     OperatorOrApprover,
     Approver,
+    /// A provider posting its own deliveries: a signature, not a token.
+    Provider,
     TestControls,
 }
 
@@ -62,6 +64,9 @@ impl Who {
             }
             Who::Approver => {
                 "Role `approver` (where the approval step names `approvers`, one of them); an approver who may not otherwise see the workflow hears 404 for any other step."
+            }
+            Who::Provider => {
+                "No token: the provider signs the body per Standard Webhooks (`webhook-id`, `webhook-timestamp` within five minutes, `webhook-signature`) with the adapter's `[adapters.<name>] webhook_secret`. An unsigned or forged body is 401 and kept nowhere; no `Idempotency-Key` is needed (a replayed `webhook-id` is kept once) and failures are not throttled. The body (any media type, at most 256 KiB) is read by the adapter's `observe`."
             }
             Who::TestControls => "Only on a host started with `--test-controls` (loopback).",
         }
@@ -115,6 +120,7 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
     let attempt = s.of::<AttemptView>();
     let summary = s.of::<SummaryView>();
     let notification = s.of::<NotificationView>();
+    let observation = s.of::<crate::view::ObservationView>();
     let ticks = s.of::<TickCounts>();
     let input_body = json!({
         "type": "object",
@@ -287,6 +293,49 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             query: &[],
             body: None,
             responses: vec![(200, "The approvals.", Some(approvals_schema()))],
+        },
+        Op {
+            method: Method::POST,
+            path: "/v1/evidence/{adapter}",
+            id: "receiveEvidence",
+            summary: "A provider's own delivery (a webhook) about the effects an adapter caused: verified, kept once, read by the adapter's `observe` and applied to the steps it names",
+            who: Who::Provider,
+            keyed: false,
+            query: &[],
+            body: None,
+            responses: vec![(
+                202,
+                "Kept (or, for a replayed `webhook-id`, already kept: `replayed` is true); it is read and applied shortly.",
+                Some(json!({
+                    "type": "object",
+                    "required": ["adapter", "webhook_id", "replayed"],
+                    "properties": {
+                        "adapter": {"type": "string"},
+                        "webhook_id": {"type": "string"},
+                        "replayed": {"type": "boolean"}
+                    }
+                })),
+            )],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/evidence",
+            id: "listEvidence",
+            summary: "Observations read from providers' deliveries, oldest first; `matched=false` is the inbox of those that matched no step or could not be read",
+            who: Who::Operator,
+            keyed: false,
+            query: &[
+                (
+                    "matched",
+                    "`false`: the inbox (unmatched and unreadable); `true`: those matched to a step.",
+                ),
+                ("adapter", "Only this adapter's."),
+                ("workflow_id", "Only those matched to this workflow."),
+                ("limit", "Rows per page, 1–500 (default 50)."),
+                ("cursor", "The `next_cursor` of the previous page."),
+            ],
+            body: None,
+            responses: vec![(200, "A page of observations.", Some(page(observation)))],
         },
         Op {
             method: Method::POST,
@@ -807,7 +856,7 @@ fn build() -> Value {
             operation["requestBody"] =
                 json!({"required": true, "content": {"application/json": {"schema": body}}});
         }
-        if matches!(op.who, Who::Anyone | Who::TestControls) {
+        if matches!(op.who, Who::Anyone | Who::Provider | Who::TestControls) {
             operation["security"] = json!([]);
         }
         let item = paths

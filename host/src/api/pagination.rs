@@ -26,6 +26,8 @@ pub enum Cursor {
     Workflow(Millis, WorkflowId),
     /// Notifications after this outbox `seq`.
     Notification(u64),
+    /// Observations after this id.
+    Observation(String),
 }
 
 impl Cursor {
@@ -36,6 +38,7 @@ impl Cursor {
             Cursor::Attempt(number) => format!("a:{number}"),
             Cursor::Workflow(at, id) => format!("w:{at}:{id}"),
             Cursor::Notification(seq) => format!("n:{seq}"),
+            Cursor::Observation(id) => format!("o:{id}"),
         };
         hex::encode(plain)
     }
@@ -49,6 +52,9 @@ impl Cursor {
             "t" => stored_number(rest).map(Cursor::Seq),
             "a" => rest.parse().ok().map(Cursor::Attempt),
             "n" => stored_number(rest).map(Cursor::Notification),
+            "o" => (rest.starts_with("obs_")
+                && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .then(|| Cursor::Observation(rest.to_string())),
             "w" => {
                 let (at, id) = rest.split_once(':')?;
                 let valid_id = id.starts_with("wf_")

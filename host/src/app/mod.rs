@@ -29,6 +29,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::HostConfig;
 use crate::context::{Context, ContextStore, Limits};
 use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::evidence::EvidenceReader;
 use crate::scheduler::notifier::Notifier;
 use crate::scheduler::{Scheduler, SchedulerConfig, Ticks};
 use crate::sim::{ProviderSim, RunningSim, SimConfig};
@@ -359,16 +360,51 @@ async fn embed_simulator(
     tracing::warn!(
         "development mode: no delivery service configured, so http-delivery (and its variants) point at the built-in provider simulator at {url}; nothing leaves this machine"
     );
+    if config.secrets.get(SIM_WEBHOOK_SECRET).is_none() {
+        use base64::Engine;
+        use rand::Rng;
+        let key: [u8; 24] = rand::rng().random();
+        let secret = format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        );
+        config.secrets.insert(SIM_WEBHOOK_SECRET, secret.as_str());
+    }
     point_at_simulator(config, &url, &token)?;
     Ok(Some(running))
 }
 
+/// The secret the embedded simulator signs its events with, generated when it starts.
+pub(super) const SIM_WEBHOOK_SECRET: &str = "provider_webhook_secret";
+
+/// Points the embedded simulator's events at this host's `POST /v1/evidence/http-delivery`,
+/// once the host listens at `addr`: in development, the provider's own evidence arrives as
+/// it would in production.
+fn simulator_posts_here(sim: &RunningSim, config: &HostConfig, addr: SocketAddr) {
+    let Some(secret) = config.secrets.get(SIM_WEBHOOK_SECRET) else {
+        return;
+    };
+    let patch = serde_json::json!({
+        "webhook_url": format!("http://{addr}/v1/evidence/http-delivery"),
+        "webhook_secret": secret.expose(),
+    });
+    if let Err(e) = sim.sim().set_faults(patch) {
+        tracing::warn!("the built-in provider simulator posts no events: {e}");
+    }
+}
+
 /// Gives the delivery adapters the simulator at `url` as their provider (and `token`,
-/// unless the operator configured one).
+/// unless the operator configured one), and takes its signed events.
 fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result<(), AppError> {
     let rule = url
         .parse::<HostRule>()
         .setup(|| format!("the simulator's address {url}"))?;
+    // The simulator's events are taken by every delivery adapter it stands behind.
+    let webhook_key = config
+        .secrets
+        .get(SIM_WEBHOOK_SECRET)
+        .and_then(|s| crate::notify::signing_key(s.expose()).ok())
+        .map(crate::capabilities::WebhookKey);
     for name in SIM_ADAPTERS {
         config.policy.adapters.insert(
             name.to_string(),
@@ -378,6 +414,7 @@ fn point_at_simulator(config: &mut HostConfig, url: &str, token: &str) -> Result
                 settings: [("base_url".to_string(), url.to_string())].into(),
                 digests: Default::default(),
                 allow_private: false,
+                webhook_key: webhook_key.clone(),
             },
         );
     }
@@ -434,6 +471,15 @@ where
 
     tasks::scheduler(&mut tasks, scheduler.clone(), options.pause_execution);
     tasks::registry(&mut tasks, components.clone(), store.clone(), clock.clone());
+    let evidence_wake = Arc::new(Notify::new());
+    let reader = EvidenceReader::new(
+        store.clone(),
+        components.clone(),
+        clock.clone(),
+        owner.clone(),
+        failpoint(options),
+    );
+    tasks::evidence(&mut tasks, reader, clock.clone(), evidence_wake.clone());
     let notifier = notifier(&config, &store, &clock, owner, metrics.clone())?;
     tasks::notifier(&mut tasks, notifier, clock.clone());
     tasks::checker(
@@ -451,7 +497,7 @@ where
 
     let base = Context::new(store, deployments, clock.clone());
     let health = tasks.health();
-    let ctx = context(
+    let mut ctx = context(
         base,
         &config,
         options,
@@ -460,6 +506,7 @@ where
         wake,
         health,
     );
+    ctx.evidence_wake = evidence_wake;
     if let Some(path) = options.config_path.clone() {
         // SIGHUP rotates tokens and secrets and changes allowances without a restart.
         let secrets = scheduler.live_secrets();
@@ -467,6 +514,9 @@ where
         reload::on_hangup(&mut tasks, reload)?;
     }
     let served = serve(&mut tasks, Arc::new(ctx), &config, listen).await?;
+    if let Some(sim) = &sim {
+        simulator_posts_here(sim, &config, served.addr);
+    }
     let draining = scheduler.clone();
     let drain: Drain =
         Box::new(move |grace| Box::pin(async move { draining.shutdown(grace).await }));

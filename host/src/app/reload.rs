@@ -17,8 +17,9 @@ pub(super) struct Reload {
     auth: Auth,
     secrets: LiveSecrets,
     components: Arc<Components>,
-    /// The embedded simulator's address and token, which a reload keeps pointing at.
-    sim: Option<(String, String)>,
+    /// The embedded simulator's address, token and event secret, which a reload keeps
+    /// pointing at.
+    sim: Option<(String, String, Option<String>)>,
 }
 
 impl Reload {
@@ -35,7 +36,8 @@ impl Reload {
         let sim = sim.map(|s| {
             let token = config.secrets.get("provider_token");
             let token = token.map(|t| t.expose().to_string()).unwrap_or_default();
-            (s.base_url(), token)
+            let events = config.secrets.get(super::SIM_WEBHOOK_SECRET);
+            (s.base_url(), token, events.map(|e| e.expose().to_string()))
         });
         Self {
             path,
@@ -57,9 +59,16 @@ impl Reload {
                     .into(),
             );
         }
-        if let Some((url, token)) = &self.sim
+        if let Some((url, token, events)) = &self.sim
             && !config.policy.adapters.contains_key("http-delivery")
         {
+            if let Some(events) = events
+                && config.secrets.get(super::SIM_WEBHOOK_SECRET).is_none()
+            {
+                config
+                    .secrets
+                    .insert(super::SIM_WEBHOOK_SECRET, events.as_str());
+            }
             point_at_simulator(&mut config, url, token).map_err(|e| e.to_string())?;
         }
         self.auth.replace(&auth(&config));

@@ -80,8 +80,24 @@ impl Supervisor {
     /// stop comes finishes, as a drain does (a round that may be cut short races the stop
     /// itself), and is not counted: the stop is seen between rounds. A round reports its
     /// own failures, and the next one tries again.
-    pub fn every<F, R>(&mut self, name: &'static str, period: Duration, tick: Tick, mut round: F)
+    pub fn every<F, R>(&mut self, name: &'static str, period: Duration, tick: Tick, round: F)
     where
+        F: FnMut() -> R + Send + 'static,
+        R: Future<Output = ()> + Send + 'static,
+    {
+        self.every_or_woken(name, period, tick, Arc::default(), round);
+    }
+
+    /// [`Supervisor::every`], and at once when `wake` is notified (work that should not
+    /// wait for the period).
+    pub fn every_or_woken<F, R>(
+        &mut self,
+        name: &'static str,
+        period: Duration,
+        tick: Tick,
+        wake: Arc<tokio::sync::Notify>,
+        mut round: F,
+    ) where
         F: FnMut() -> R + Send + 'static,
         R: Future<Output = ()> + Send + 'static,
     {
@@ -91,6 +107,7 @@ impl Supervisor {
                 tokio::select! {
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(period) => {}
+                    _ = wake.notified() => {}
                 }
                 round().await;
                 if stop.is_cancelled() {

@@ -10,6 +10,7 @@ use crate::catalog::Components;
 use crate::clock::Clock;
 use crate::intent::{Millis, WorkflowId};
 use crate::metrics::Metrics;
+use crate::scheduler::evidence::EvidenceReader;
 use crate::scheduler::notifier::Notifier;
 use crate::scheduler::{Scheduler, Tick};
 use crate::store::{
@@ -107,6 +108,27 @@ async fn approvals_due<S: crate::store::ApprovalStore>(store: &S, now: Millis) {
         }
         Err(e) => tracing::warn!("expiring approvals failed: {e}"),
     }
+}
+
+/// How often a host looks for providers' deliveries nobody read (one it received itself
+/// wakes the round at once).
+const EVIDENCE_POLL: Duration = Duration::from_millis(500);
+
+/// Providers' deliveries are read by every host: each is claimed under a lease, so it is
+/// read by one host and applied once. [`EvidenceReader::tick`] is its tick.
+pub(super) fn evidence<S>(
+    tasks: &mut Supervisor,
+    reader: EvidenceReader<S>,
+    clock: Arc<dyn Clock>,
+    wake: Arc<tokio::sync::Notify>,
+) where
+    S: crate::store::EvidenceStore + 'static,
+{
+    let reader = Arc::new(reader);
+    tasks.every_or_woken("evidence", EVIDENCE_POLL, Tick::Evidence, wake, move || {
+        let (reader, now) = (reader.clone(), clock.now_ms());
+        async move { reader.tick(now).await }
+    });
 }
 
 /// Notifications are delivered after their transitions commit, by every host: rows are

@@ -13,7 +13,7 @@ mod secrets;
 
 pub use hosts::{AddressDecision, HostRule, HostRuleError, Scheme, check_resolved_address};
 pub use imports::{ImportVerdict, WASI_BASELINE, check_import};
-pub use policy::{AdapterPolicy, HostPolicy, PolicyError};
+pub use policy::{AdapterPolicy, HostPolicy, PolicyError, WebhookKey};
 pub use secrets::{LiveSecrets, Redactor, SecretSource, SecretValue};
 
 use std::collections::BTreeSet;

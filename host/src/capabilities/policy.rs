@@ -19,6 +19,19 @@ pub struct AdapterPolicy {
     /// Whether a granted host name may resolve to a private or otherwise non-public
     /// address (default: only the public internet).
     pub allow_private: bool,
+    /// The key the provider signs its deliveries to `POST /v1/evidence/<adapter>` with
+    /// (Standard Webhooks); `None`: the adapter takes no deliveries.
+    pub webhook_key: Option<WebhookKey>,
+}
+
+/// A webhook signing key's bytes. Its `Debug` never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookKey(pub Vec<u8>);
+
+impl std::fmt::Debug for WebhookKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookKey(..)")
+    }
 }
 
 /// Allowances for every adapter, by component name.
@@ -138,6 +151,7 @@ mod tests {
                 settings: [("base_url".to_string(), "http://127.0.0.1:8090".to_string())].into(),
                 digests: Default::default(),
                 allow_private: false,
+                webhook_key: None,
             },
         );
         HostPolicy { adapters }

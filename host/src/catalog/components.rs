@@ -528,6 +528,32 @@ impl Components {
             .prepare_actions(component, &grants, &settings)?)
     }
 
+    /// The version of `name` that reads its provider's deliveries: the active one, else the
+    /// highest loaded. It is linked for the operator's allowance, as `observe` runs with
+    /// nothing granted: reading a delivery reaches no network and no secret.
+    pub fn observer(&self, name: &str) -> Result<(Arc<LoadedComponent>, Arc<Prepared>), String> {
+        let active = self.active_digest(name);
+        let component = {
+            let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+            let versions = by_name.get(name).map(Vec::as_slice).unwrap_or_default();
+            active
+                .and_then(|d| versions.iter().find(|(_, c)| c.digest == d))
+                .or_else(|| versions.last())
+                .map(|(_, c)| c.clone())
+        }
+        .ok_or_else(|| format!("no version of adapter `{name}` is loaded on this host"))?;
+        let allowance = self.policy().adapter(name);
+        let grant = crate::capabilities::Grant::new(
+            allowance.allow_hosts.clone(),
+            allowance.allow_secrets.iter().cloned(),
+        );
+        let prepared = self
+            .runtime
+            .prepare(&component, &grant, &allowance.settings)
+            .map_err(|e| format!("{name}@{} cannot be linked: {e}", component.version()))?;
+        Ok((component, prepared))
+    }
+
     /// Whether this host's config has an `[adapters.<component>]` section.
     pub fn has_allowance(&self, component: &str) -> bool {
         self.policy().adapters.contains_key(component)

@@ -32,6 +32,7 @@ async fn check_env(config: Option<&Path>) -> anyhow::Result<Components> {
                     settings: [("base_url".to_string(), stand_in.to_string())].into(),
                     digests: Default::default(),
                     allow_private: false,
+                    webhook_key: None,
                 },
             );
         }

@@ -1,4 +1,4 @@
-//! Opaque, prefixed identifiers (`wf_…`, `att_…`, `rcp_…`, `cnl_…`, `ntf_…`).
+//! Opaque, prefixed identifiers (`wf_…`, `att_…`, `rcp_…`, `cnl_…`, `ntf_…`, `obs_…`).
 //!
 //! Ids start with the creation time in hex so they sort by age, then carry 64 random bits
 //! so two hosts never collide.
@@ -52,6 +52,11 @@ id_type!(
     /// One receipt.
     ReceiptId,
     "rcp"
+);
+id_type!(
+    /// One observation a provider's delivery carried.
+    ObservationId,
+    "obs"
 );
 id_type!(
     /// A workflow's cancellation: an intent of its own.

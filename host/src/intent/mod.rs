@@ -11,14 +11,15 @@ mod json;
 mod states;
 
 pub use ids::{
-    AttemptId, CancellationId, NotificationId, ReceiptId, WorkflowId, external_idempotency_key,
+    AttemptId, CancellationId, NotificationId, ObservationId, ReceiptId, WorkflowId,
+    external_idempotency_key,
 };
 /// JSON text parsed as I-JSON (each object names a member once).
 pub use json::parse as parse_json;
 pub use json::{CanonicalInput, InputError, canonicalize, sha256_digest};
 pub use states::{
-    ApprovalOutcome, AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind, StepRole,
-    StepState, Trigger, WorkflowState,
+    ApprovalOutcome, AttemptOutcome, CompensationTrigger, EventKind, EvidenceKind,
+    ObservationVerdict, StepRole, StepState, Trigger, WorkflowState,
 };
 
 use serde::{Deserialize, Serialize};

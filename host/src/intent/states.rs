@@ -164,6 +164,32 @@ snake_enum!(
         Manual = "manual",
         /// A person approved the consequence (an approval step's receipt).
         Approval = "approval",
+        /// The provider's own event, posted to the host, read by the adapter's `observe`.
+        Observation = "observation",
+    }
+);
+
+snake_enum!(
+    /// What a provider's observation did to the step it was matched to.
+    ObservationVerdict, "observation verdict" {
+        /// It settled the step's unknown outcome with a receipt.
+        Settled = "settled",
+        /// It named another reference than the step's receipt, or said the effect did
+        /// not happen while a receipt stands: a person decides.
+        Contradicted = "contradicted",
+        /// It settled the step's running compensation.
+        Reversed = "reversed",
+        /// The provider refused the request whose outcome was unknown: a person decides.
+        Review = "review",
+        /// Kept as evidence: stronger evidence already stands, or the step waits on
+        /// nothing it could settle.
+        Kept = "kept",
+        /// The step's attempt was under way: judged again once it ends.
+        Held = "held",
+        /// No step of this host's database sent the effect it names: in the inbox.
+        Unmatched = "unmatched",
+        /// The adapter could not read the delivery: in the inbox, with its reason.
+        Unreadable = "unreadable",
     }
 );
 

@@ -6,6 +6,7 @@
 //! drive the ticks with a controlled clock, and every completed tick is counted in
 //! [`Ticks`] so that a test can wait for the host to have looked.
 
+pub mod evidence;
 mod execute;
 pub mod notifier;
 pub(crate) use execute::step_of;
@@ -97,15 +98,21 @@ pub enum Failpoint {
     /// Panic the scheduler's task when it first claims a step: how a test shows that a
     /// dead task stops the host.
     SchedulerPanic,
+    /// Abort the process once a provider's delivery was read, before its reading is
+    /// applied: the delivery was answered `202` and kept, and nothing of it applied.
+    EvidenceRead,
 }
 
 /// The failpoint asked for by the environment: `DOCKET_FAILPOINT=checkpoint-N`,
-/// `compensation-checkpoint-N` or `scheduler-panic`. The caller decides whether test
+/// `compensation-checkpoint-N`, `scheduler-panic` or `evidence-read`. The caller decides whether test
 /// controls allow it; `None` when unset or malformed.
 pub fn failpoint_from_env() -> Option<Failpoint> {
     let value = std::env::var("DOCKET_FAILPOINT").ok()?;
     if value == "scheduler-panic" {
         return Some(Failpoint::SchedulerPanic);
+    }
+    if value == "evidence-read" {
+        return Some(Failpoint::EvidenceRead);
     }
     let number = |prefix: &str| {
         value
@@ -120,7 +127,7 @@ pub fn failpoint_from_env() -> Option<Failpoint> {
         return Some(Failpoint::Checkpoint(n));
     }
     tracing::error!(
-        "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6, compensation-checkpoint-1 … 6 or scheduler-panic; ignored"
+        "DOCKET_FAILPOINT={value:?} is not checkpoint-1 … checkpoint-6, compensation-checkpoint-1 … 6, scheduler-panic or evidence-read; ignored"
     );
     None
 }

@@ -164,6 +164,7 @@ impl Harness {
                 settings: [("base_url".to_string(), url.clone())].into(),
                 digests: Default::default(),
                 allow_private: false,
+                webhook_key: None,
             },
         );
         let mut secrets = SecretSource::default();

@@ -19,6 +19,7 @@ pub struct Ticks {
     retention: AtomicU64,
     checker: AtomicU64,
     notifier: AtomicU64,
+    evidence: AtomicU64,
 }
 
 /// The kinds of tick.
@@ -38,6 +39,8 @@ pub enum Tick {
     Checker,
     /// A round of the notification outbox (sent or not).
     Notifier,
+    /// A round of providers' deliveries (read or not).
+    Evidence,
 }
 
 /// A snapshot of [`Ticks`], as `GET /v1/_test/ticks` answers it.
@@ -55,6 +58,8 @@ pub struct TickCounts {
     pub checker: u64,
     #[serde(default)]
     pub notifier: u64,
+    #[serde(default)]
+    pub evidence: u64,
 }
 
 impl Ticks {
@@ -67,6 +72,7 @@ impl Ticks {
             Tick::Retention => &self.retention,
             Tick::Checker => &self.checker,
             Tick::Notifier => &self.notifier,
+            Tick::Evidence => &self.evidence,
         }
     }
 
@@ -90,6 +96,7 @@ impl Ticks {
             retention: self.get(Tick::Retention),
             checker: self.get(Tick::Checker),
             notifier: self.get(Tick::Notifier),
+            evidence: self.get(Tick::Evidence),
         }
     }
 }
@@ -115,6 +122,7 @@ mod tests {
                 retention: 0,
                 checker: 1,
                 notifier: 0,
+                evidence: 0,
             }
         );
     }

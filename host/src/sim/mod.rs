@@ -253,7 +253,18 @@ impl ProviderSim {
     /// As [`Faults::patched`]; on error nothing changes.
     pub fn set_faults(&self, patch: Value) -> Result<Faults, SimError> {
         let faults = self.lock().patch_faults(&patch)?;
-        tracing::info!(%patch, ?faults, "provider fault settings changed");
+        // The events' signing secret stays out of the log.
+        let mut shown_patch = patch;
+        if let Some(fields) = shown_patch.as_object_mut()
+            && fields.contains_key("webhook_secret")
+        {
+            fields.insert("webhook_secret".into(), Value::from("<redacted>"));
+        }
+        let mut shown = faults.clone();
+        if shown.webhook_secret.is_some() {
+            shown.webhook_secret = Some("<redacted>".into());
+        }
+        tracing::info!(patch = %shown_patch, faults = ?shown, "provider fault settings changed");
         Ok(faults)
     }
 

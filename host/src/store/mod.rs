@@ -31,6 +31,7 @@ mod budgets;
 mod components;
 mod course;
 mod definitions;
+mod evidence;
 mod executor;
 mod late;
 mod leases;
@@ -48,6 +49,7 @@ pub mod sqlite;
 mod tx;
 
 pub use components::GRANDFATHERED;
+pub use evidence::DELIVERY_LEASE_MS;
 pub use records::*;
 
 use crate::intent::{Millis, WorkflowId};
@@ -695,6 +697,41 @@ pub trait ApprovalStore: Send + Sync {
     /// its wait or less left; returns how many expired and how many were warned of.
     fn expire_approvals(&self, now: Millis)
     -> impl Future<Output = StoreResult<(u64, u64)>> + Send;
+}
+
+/// Evidence from providers: deliveries kept once verified, read by one host at a time,
+/// and the observations read from them, each applied to its step once.
+pub trait EvidenceStore: Send + Sync {
+    /// Keeps a verified delivery, once per adapter and `webhook-id`: `false` when that
+    /// delivery was already kept (a replay), which changes nothing.
+    fn receive_delivery(
+        &self,
+        delivery: NewDelivery,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Whether a delivery waits to be read, or a held observation to be judged again: a
+    /// read, so an idle host's round writes nothing.
+    fn evidence_due(&self, now: Millis) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Claims up to `limit` deliveries waiting to be read, for [`DELIVERY_LEASE_MS`].
+    fn claim_deliveries(
+        &self,
+        owner: &str,
+        now: Millis,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<Vec<ClaimedDelivery>>> + Send;
+    /// Ends a claimed delivery with its reading and applies its observations, in one
+    /// transaction; nothing when the claim is no longer the owner's (another host read it).
+    fn read_delivery(
+        &self,
+        reading: ReadDelivery,
+    ) -> impl Future<Output = StoreResult<Vec<ObservationRecord>>> + Send;
+    /// Judges again the observations held while their step's attempt was under way, now
+    /// that it ended; returns how many were judged.
+    fn rejudge_held(&self, now: Millis) -> impl Future<Output = StoreResult<u64>> + Send;
+    /// Kept observations, oldest first.
+    fn observations(
+        &self,
+        filter: EvidenceFilter,
+    ) -> impl Future<Output = StoreResult<Vec<ObservationRecord>>> + Send;
 }
 
 /// Operator actions on steps (query, retry, resolve, escalate), idempotent per key.

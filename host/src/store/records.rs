@@ -984,3 +984,88 @@ pub struct ApprovalDecision {
     /// details gain `{"current_digest": …}`.
     pub changed: StoredRefusal,
 }
+
+/// A provider's delivery whose signature was verified, to keep once per adapter and
+/// `webhook-id`.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub adapter: String,
+    pub webhook_id: String,
+    pub inbound: crate::contract::Inbound,
+    pub received_at: Millis,
+}
+
+/// A kept delivery a host claimed to read with its adapter's `observe`.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    pub delivery_id: i64,
+    pub adapter: String,
+    pub webhook_id: String,
+    pub inbound: crate::contract::Inbound,
+    pub received_at: Millis,
+}
+
+/// What reading a delivery came to.
+#[derive(Debug, Clone)]
+pub enum DeliveryReading {
+    /// The adapter read these observations (perhaps none).
+    Read {
+        component_version: String,
+        observations: Vec<crate::contract::Observation>,
+    },
+    /// The adapter could not read it, or no version of it could run here: the reason goes
+    /// to the inbox.
+    Unreadable {
+        component_version: Option<String>,
+        error: String,
+    },
+}
+
+/// A claimed delivery's reading, to apply: its observations kept, matched and judged in
+/// one transaction with the delivery's end, so a reading is applied exactly once.
+#[derive(Debug, Clone)]
+pub struct ReadDelivery {
+    pub delivery: ClaimedDelivery,
+    /// The claim's owner: a reading whose claim another host took over is not applied.
+    pub owner: String,
+    pub reading: DeliveryReading,
+    pub now: Millis,
+}
+
+/// One observation as kept, with what it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservationRecord {
+    pub observation_id: crate::intent::ObservationId,
+    pub delivery_id: i64,
+    pub adapter: String,
+    /// The delivery's `webhook-id`.
+    pub webhook_id: String,
+    pub event_id: Option<String>,
+    pub external_reference: Option<String>,
+    /// The full key: shown only shortened.
+    pub idempotency_key: Option<String>,
+    /// `None` for an unreadable delivery.
+    pub effect_status: Option<crate::contract::EffectStatus>,
+    pub provider_status: String,
+    pub observed_at: Option<Millis>,
+    pub output: Option<String>,
+    pub recorded_at: Millis,
+    pub workflow_id: Option<WorkflowId>,
+    pub step: Option<String>,
+    pub verdict: crate::intent::ObservationVerdict,
+    pub receipt_id: Option<ReceiptId>,
+    /// What it did, in words (an unreadable delivery's reason).
+    pub note: Option<String>,
+}
+
+/// Which observations to list, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct EvidenceFilter {
+    /// `Some(false)`: the inbox (unmatched and unreadable); `Some(true)`: the matched.
+    pub matched: Option<bool>,
+    pub adapter: Option<String>,
+    pub workflow_id: Option<WorkflowId>,
+    /// Only those after this id (the page's cursor).
+    pub after: Option<String>,
+    pub limit: u32,
+}

@@ -30,6 +30,7 @@ pub(crate) struct Statements {
     pub components: super::components::Sql,
     pub course: super::course::Sql,
     pub definitions: super::definitions::Sql,
+    pub evidence: super::evidence::Sql,
     pub executor: super::executor::Sql,
     pub late: super::late::Sql,
     pub leases: super::leases::Sql,

@@ -1,9 +1,10 @@
 //! What people and clients are shown of a workflow, built from stored records by pure
 //! functions: the projection (steps, milestones, receipts, status text), list summaries,
-//! timeline entries, attempts and notifications. The API serialises these as JSON and the console renders
+//! timeline entries, attempts, notifications and providers' observations. The API serialises these as JSON and the console renders
 //! them as pages, so both say the same thing.
 
 mod course;
+mod evidence;
 mod notifications;
 mod projection;
 mod status;
@@ -13,6 +14,7 @@ pub use course::{
     CancellationProgress, CancellationView, CompensationProgress, CourseActionView, RevisionView,
     course_actions, course_steps,
 };
+pub use evidence::ObservationView;
 pub use notifications::NotificationView;
 pub use projection::{
     ApprovalView, AttemptView, CompensationView, ContractView, IntentView, MilestoneView,

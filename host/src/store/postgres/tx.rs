@@ -7,8 +7,8 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
-    StoreResult, actions, admission, approvals, budgets, components, course, definitions, executor,
-    late, leases, metrics, notifications, policies, sessions, settings,
+    StoreResult, actions, admission, approvals, budgets, components, course, definitions, evidence,
+    executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
@@ -21,6 +21,7 @@ static STATEMENTS: Statements = Statements {
     components: components::SQL,
     course: course::SQL,
     definitions: definitions::SQL,
+    evidence: evidence::SQL,
     executor: executor::SQL,
     late: late::SQL,
     leases: leases::SQL,

@@ -8,8 +8,8 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write, run_now};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult,
-    actions, admission, approvals, budgets, components, course, definitions, executor, late,
-    leases, metrics, notifications, policies, sessions, settings,
+    actions, admission, approvals, budgets, components, course, definitions, evidence, executor,
+    late, leases, metrics, notifications, policies, sessions, settings,
 };
 use rusqlite::Connection;
 
@@ -22,6 +22,7 @@ static STATEMENTS: Statements = Statements {
     components: components::sqlite::SQL,
     course: course::sqlite::SQL,
     definitions: definitions::SQL,
+    evidence: evidence::SQL,
     executor: executor::sqlite::SQL,
     late: late::SQL,
     leases: leases::SQL,
