@@ -43,6 +43,7 @@ mod console;
 mod console_page;
 mod course;
 mod crash_matrix;
+mod evidence;
 mod governance;
 mod host_e2e;
 mod host_postgres;

@@ -64,7 +64,8 @@ impl Contract {
     }
 }
 
-/// `docket.toml` text pointing every delivery adapter at the provider at `base`.
+/// `docket.toml` text pointing every delivery adapter at the provider at `base`, each
+/// taking the provider's events signed with `hook_secret`.
 pub fn provider_config(base: &str) -> String {
     let mut text = format!(
         // `api_token` is the hostile test plugin's, for tests that run it in a host.
@@ -76,7 +77,7 @@ pub fn provider_config(base: &str) -> String {
         Contract::FireAndForget,
     ] {
         text.push_str(&format!(
-            "[adapters.{}]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\n",
+            "[adapters.{}]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\nwebhook_secret = \"hook_secret\"\n",
             contract.component()
         ));
     }

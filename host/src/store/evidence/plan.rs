@@ -42,15 +42,13 @@ pub(crate) struct Judged {
 
 /// States an unknown outcome waits in, which an observation may settle or send to review.
 fn waits_on_outcome(t: &Target) -> bool {
-    t.uncertain
-        && t.receipt.is_none()
-        && matches!(
-            t.state,
-            StepState::Ready
-                | StepState::FailedRetryable
-                | StepState::OutcomeUnknown
-                | StepState::WaitingForReview
-        )
+    t.receipt.is_none()
+        && (t.state == StepState::OutcomeUnknown
+            || (t.uncertain
+                && matches!(
+                    t.state,
+                    StepState::Ready | StepState::FailedRetryable | StepState::WaitingForReview
+                )))
 }
 
 /// Judges one observation (`status`, naming `reference`, seen by the provider at
@@ -141,7 +139,7 @@ pub(crate) fn judge(
                     ),
                 );
             }
-            if c.uncertain && waits_on_outcome(c) {
+            if waits_on_outcome(c) {
                 return about(
                     c,
                     ObservationVerdict::Reversed,
