@@ -8,6 +8,7 @@
 //! into the same typed order and renders the same result as a page.
 
 mod approvals;
+mod evidence;
 mod pages;
 mod session;
 
@@ -57,6 +58,7 @@ pub fn router<S: ContextStore>(ctx: Arc<Context<S>>) -> Router {
             post(act::<S>),
         )
         .route("/console/adapters", get(adapters::<S>))
+        .route("/console/evidence", get(evidence_page::<S>))
         .route("/console/approvals", get(approval_list::<S>))
         .route(
             "/console/workflows/{id}/approvals/{step}",
@@ -812,6 +814,21 @@ async fn adapters<S: crate::store::SessionStore + crate::store::ComponentStore>(
         Err(r) => return *r,
     };
     match pages::adapters(&c.ctx, &who).await {
+        Ok(page) => html(StatusCode::OK, page),
+        Err(e) => page_error(&who, e),
+    }
+}
+
+/// `GET /console/evidence`: what providers posted, the inbox first.
+async fn evidence_page<S: crate::store::SessionStore + crate::store::EvidenceStore>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+) -> Response {
+    let who = match operator_in(&c, &headers).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    match evidence::page(&c.ctx, &who).await {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => page_error(&who, e),
     }

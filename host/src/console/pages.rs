@@ -115,6 +115,7 @@ fn layout_at(
                             a href="/console/workflows?state=needs_review" { "Needs review" }
                             a href="/console/workflows" { "Workflows" }
                             a href="/console/adapters" { "Adapters" }
+                            a href="/console/evidence" { "Evidence" }
                         }
                         @if who.principal.has(crate::access::Role::Approver) {
                             a href="/console/approvals" { "Approvals" }

@@ -687,3 +687,96 @@ role = "approver"
     assert_eq!(world[1]["recipient"], "other@example.com", "{world:?}");
     let _ = browser.client.clone().close().await;
 }
+
+/// The operator reads what providers posted: the inbox holds the event that matched no
+/// step (and why), the matched table the event that met a delivery, linked to its
+/// workflow.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_reads_the_providers_evidence_in_a_browser() {
+    const SECRET: &str = "whsec_c2lnbmluZy1rZXktb2YtdGhlLWNvbnNvbGUtdGVzdA==";
+    let host = HostProcess::start(HostOptions {
+        config: format!("[secrets]\nvalues = {{ provider_webhook_secret = {SECRET:?} }}\n"),
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("document-delivery", "evidence-in-browser", document("Seen"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let body = json!({"id": "evt_stray", "type": "delivery.accepted",
+                      "data": {"id": "dlv_stray", "client_reference": "dk-nobody", "status": "accepted"}})
+    .to_string();
+    let key = docket::notify::signing_key(SECRET).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/evidence/http-delivery", host.url))
+        .header("webhook-id", "wh-stray")
+        .header("webhook-timestamp", now.to_string())
+        .header(
+            "webhook-signature",
+            docket::notify::signature(&key, "wh-stray", now, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    wait::until(
+        "both observations kept",
+        Duration::from_secs(30),
+        || async {
+            let (_, page) = host.get("/v1/evidence").await;
+            let data = page["data"].as_array().cloned().unwrap_or_default();
+            if data.len() == 2 && data.iter().all(|o| o["verdict"] != "held") {
+                Ok(())
+            } else {
+                Err(format!("{page:#}"))
+            }
+        },
+    )
+    .await;
+
+    let browser = Browser::start().await;
+    let b = &browser;
+    b.client
+        .goto(&format!("{}/console/workflows", host.url))
+        .await
+        .unwrap();
+    b.click("form[action='/console/sign-in'] button").await;
+    b.wait_text("Workflows").await;
+    b.click("header a[href='/console/evidence']").await;
+    let text = b.wait_text("Evidence from providers").await;
+    let inbox = b
+        .client
+        .find(Locator::Css("table#inbox"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        inbox.contains("dlv_stray") && inbox.contains("unmatched"),
+        "{inbox}"
+    );
+    let matched = b
+        .client
+        .find(Locator::Css("table#matched"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        matched.contains(&id) && matched.contains("kept") && matched.contains("deliver"),
+        "{matched}\n{text}"
+    );
+    b.screenshot("evidence").await;
+    b.click("table#matched a").await;
+    b.wait_text("Delivery verified").await;
+}
