@@ -43,7 +43,7 @@ pub const MATRIX: &[(&str, &[Role])] = &[
         &[Role::Client, Role::Operator],
     ),
     (
-        "act on steps, extend budgets, read notifications and /metrics, use the console",
+        "act on steps, extend budgets, read notifications, providers' evidence and /metrics, use the console",
         &[Role::Operator],
     ),
     (

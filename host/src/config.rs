@@ -1007,4 +1007,30 @@ mod tests {
             .to_string();
         assert!(err.contains("ftp://h:1"), "{err}");
     }
+
+    #[test]
+    fn a_webhook_secret_names_a_configured_signing_secret() {
+        let load = |text: &str| {
+            HostConfig::from_toml("c.toml", HostConfig::parse_toml("c.toml", text).unwrap())
+        };
+        let err = load("[adapters.x]\nwebhook_secret = \"events\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[adapters.x] webhook_secret") && err.contains("\"events\""),
+            "{err}"
+        );
+        let err = load(
+            "[secrets]\nvalues = { events = \"not-a-webhook-secret\" }\n[adapters.x]\nwebhook_secret = \"events\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("whsec_"), "{err}");
+        let config = load(
+            "[secrets]\nvalues = { events = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\" }\n[adapters.x]\nwebhook_secret = \"events\"\n",
+        )
+        .unwrap();
+        let key = config.policy.adapter("x").webhook_key.expect("a key");
+        assert_eq!(format!("{key:?}"), "WebhookKey(..)");
+    }
 }
