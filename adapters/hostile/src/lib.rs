@@ -24,7 +24,10 @@
 use std::hint::black_box;
 use std::io::Write as _;
 
-use docket_guest::{Adapter, Contract, EffectError, Receipt, Request, http, log, secrets};
+use docket_guest::{
+    Adapter, Contract, EffectError, Inbound, Observation, ObserveError, Observer, Receipt, Request,
+    http, log, secrets,
+};
 use serde_json::{Value, json};
 
 /// Files a sandboxed component must not be able to read.
@@ -51,6 +54,7 @@ impl Adapter for Hostile {
         Contract::new("hostile", "1.0.0")
             .namespace("hostile")
             .secret("api_token")
+            .observes()
     }
 
     fn invoke(request: Request) -> Result<Receipt, EffectError> {
@@ -324,4 +328,24 @@ fn describe_bomb() {
     fields_bomb();
 }
 
-docket_guest::export_adapter!(Hostile);
+/// Reads a delivery's body as `{"do": <mode>}`: `loop`, `alloc` and `panic` misbehave as
+/// `invoke` does; anything else is refused as unrecognized.
+impl Observer for Hostile {
+    fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError> {
+        let body: Value = serde_json::from_slice(&delivery.body)
+            .map_err(|e| ObserveError::Malformed(format!("not JSON: {e}")))?;
+        match body.get("do").and_then(Value::as_str).unwrap_or_default() {
+            "loop" => spin(),
+            "alloc" => {
+                allocate();
+                Ok(Vec::new())
+            }
+            "panic" => panic!("hostile observe panics on purpose"),
+            other => Err(ObserveError::Unrecognized(format!(
+                "`do` is {other:?}; expected loop, alloc or panic"
+            ))),
+        }
+    }
+}
+
+docket_guest::export_observing_adapter!(Hostile);

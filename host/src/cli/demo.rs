@@ -5,7 +5,10 @@
 //! running host's API, and every delivery count from the simulator's own record. The tour
 //! makes the simulator lose one response after committing the delivery, so the host must
 //! recover by asking the provider; then it does the same with an adapter that can neither
-//! be asked nor safely retried, which must end in review.
+//! be asked nor safely retried, which must end in review. Both scenes run with the
+//! simulator's own events turned off, so the host has only its own means; the third scene
+//! turns them back on for that same adapter, and the provider's signed event settles the
+//! lost answer that would otherwise wait for a person.
 
 use crate::app::{App, Options};
 use crate::config::HostConfig;
@@ -221,6 +224,10 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
         "body": "Numbers are up."
     });
 
+    // The first two scenes are about what the host does alone: the provider posts no events.
+    let events = sim.faults();
+    sim.set_faults(json!({"webhook_url": null, "webhook_secret": null}))?;
+
     // Part 1: the idempotent, queryable adapter; the provider commits and loses the answer.
     println!();
     println!("1. A lost response, with an adapter that can ask the provider (http-delivery)");
@@ -270,7 +277,7 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     );
     sim.set_faults(json!({"lose_next": 1}))?;
     let created = api
-        .submit(FIRE_AND_FORGET, "demo-fire-and-forget", input)
+        .submit(FIRE_AND_FORGET, "demo-fire-and-forget", input.clone())
         .await?;
     let id = text(&created["workflow_id"]);
     println!("   Submitted intent demo-fire-and-forget: workflow {id}");
@@ -309,9 +316,49 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     if wf_after["state"] != "needs_review" || attempts.len() != before {
         bail!("expected the fire-and-forget step to wait for review; the host says: {wf_after}");
     }
+
+    // Part 3: the adapter that cannot ask, but the provider posts its own signed event.
     println!();
     println!(
-        "In total the provider recorded {} deliveries for 2 intents.",
+        "3. The same lost response with the same adapter, but the provider posts its own signed event (delivery.accepted)"
+    );
+    let (Some(url), Some(secret)) = (events.webhook_url, events.webhook_secret) else {
+        bail!("the simulator was not posting its events to the host");
+    };
+    let url = url.replace("/http-delivery", "/http-delivery-fire-and-forget");
+    sim.set_faults(json!({"lose_next": 1, "webhook_url": url, "webhook_secret": secret}))?;
+    println!("   The simulator signs each event and posts it to {url}.");
+    let created = api
+        .submit(FIRE_AND_FORGET, "demo-providers-event", input)
+        .await?;
+    let id = text(&created["workflow_id"]);
+    println!("   Submitted intent demo-providers-event: workflow {id}");
+    let wf = api.settle(&id).await?;
+    let deliver = step(&wf, "deliver")?;
+    println!(
+        "   Workflow state: {} — {}",
+        text(&wf["state"]),
+        text(&wf["status_text"])
+    );
+    println!(
+        "   Receipt of `deliver`: evidence {} for {}",
+        text(&deliver["receipt"]["evidence_kind"]),
+        text(&deliver["receipt"]["external_reference"])
+    );
+    api.print_timeline(&id).await?;
+    let attempts = api.print_attempts(&id, "deliver").await?;
+    let found = deliveries_for(sim, &attempts);
+    println!(
+        "   The provider's own record holds {} {} for this intent; GET /v1/evidence?workflow_id={id} shows its event.",
+        found.len(),
+        plural(found.len())
+    );
+    if wf["state"] != "completed" || deliver["receipt"]["evidence_kind"] != "observation" {
+        bail!("expected the provider's event to settle the lost answer; the host says: {wf}");
+    }
+    println!();
+    println!(
+        "In total the provider recorded {} deliveries for 3 intents.",
         sim.world().len()
     );
     Ok(ExitCode::SUCCESS)

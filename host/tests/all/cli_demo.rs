@@ -51,9 +51,12 @@ fn the_demo_shows_recovery_by_query_one_delivery_and_review() {
     let err = std::fs::read_to_string(&stderr).unwrap();
     assert!(status.success(), "{status}\n{out}\n{err}");
 
-    let (lost, fire_and_forget) = out
+    let (lost, rest) = out
         .split_once("\n2. ")
         .unwrap_or_else(|| panic!("the demo has no second part:\n{out}"));
+    let (fire_and_forget, observed) = rest
+        .split_once("\n3. ")
+        .unwrap_or_else(|| panic!("the demo has no third part:\n{out}"));
     // Part 1: the host's own timeline tells the recovery by query; the provider holds one.
     for text in [
         "Workflow state: completed",
@@ -78,5 +81,15 @@ fn the_demo_shows_recovery_by_query_one_delivery_and_review() {
             fire_and_forget.contains(text),
             "part 2 lacks {text:?}:\n{out}"
         );
+    }
+    // Part 3: the same adapter, and the provider's own event settles it without a person.
+    for text in [
+        "Workflow state: completed",
+        "evidence observation for dlv_",
+        "Settled by the provider's event",
+        "record holds 1 delivery for this intent",
+        "recorded 3 deliveries for 3 intents",
+    ] {
+        assert!(observed.contains(text), "part 3 lacks {text:?}:\n{out}");
     }
 }

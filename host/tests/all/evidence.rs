@@ -448,6 +448,71 @@ async fn a_delivery_answered_before_a_kill_is_applied_once_after_the_restart(db:
     assert_eq!(sim.sim().world().len(), 1, "never a second delivery");
 }
 
+/// An adapter's `observe` that spins, panics or exhausts its memory ends only its own
+/// delivery's reading, as unreadable in the inbox: the provider's requests are answered at
+/// once meanwhile, and the host goes on running workflows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_observe_costs_only_its_own_delivery() {
+    let host = HostProcess::start(HostOptions {
+        config: format!(
+            "[secrets]\nvalues = {{ provider_webhook_secret = {EVENTS_SECRET:?}, api_token = \"hostile-api-token\" }}\n\
+             [limits]\nmemory_mib = 64\n\
+             [adapters.hostile]\nallow_hosts = [\"http://127.0.0.1:9\"]\nallow_secrets = [\"api_token\"]\n\
+             webhook_secret = \"provider_webhook_secret\"\n"
+        ),
+        ..HostOptions::default()
+    })
+    .await;
+    for mode in ["loop", "panic", "alloc"] {
+        let body = json!({"do": mode}).to_string();
+        let (status, kept) = deliver(
+            &host,
+            "hostile",
+            &format!("wh-{mode}"),
+            &body,
+            EVENTS_SECRET,
+            None,
+        )
+        .await;
+        assert_eq!(status, 202, "{kept}");
+    }
+    // While the first spins, the API answers and workflows run.
+    let (status, created) = host
+        .submit(
+            "document-delivery",
+            "beside-hostile",
+            document("Still here"),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    host.wait_for(&id, &["completed"], Duration::from_secs(60))
+        .await;
+    let found = crate::wait::poll(
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        || async {
+            let found = observations(&host, "matched=false&adapter=hostile").await;
+            if found.len() == 3 {
+                Ok(found)
+            } else {
+                Err(format!("{found:#?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the hostile deliveries were not all read: {last}"));
+    for o in &found {
+        assert_eq!(o["verdict"], "unreadable", "{found:#?}");
+        assert!(
+            o["note"].as_str().unwrap().contains("observe failed"),
+            "{found:#?}"
+        );
+    }
+    let (status, _) = host.get("/readyz").await;
+    assert_eq!(status, 200);
+}
+
 on_both_stores!(
     a_lost_answer_is_settled_by_the_providers_event,
     only_signed_deliveries_are_kept_and_the_unmatched_wait_in_the_inbox,

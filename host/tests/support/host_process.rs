@@ -120,6 +120,10 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The secret a development host's simulator signs its events with; a test that configures
+/// it is one where the provider posts events (see [`HostProcess::start`]).
+pub const PROVIDER_EVENTS_SECRET: &str = "provider_webhook_secret";
+
 /// Options of a host under test.
 #[derive(Default)]
 pub struct HostOptions {
@@ -246,7 +250,8 @@ impl HostProcess {
             }
             break (child, port, sim_port, log);
         };
-        Self {
+        let embeds_simulator = options.provider.is_none() && own_provider.is_none();
+        let host = Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
             sim_url: options
@@ -256,7 +261,18 @@ impl HostProcess {
             log,
             client: client_with(options.token.as_deref()),
             _provider: own_provider,
+        };
+        // A development host's simulator posts its signed events to the host, which settles
+        // lost answers before any recovery query could. Only a test that names the events'
+        // signing secret is about them; the others rehearse a provider that posts none.
+        if embeds_simulator
+            && !options.no_provider
+            && !options.config.contains(PROVIDER_EVENTS_SECRET)
+        {
+            host.faults(serde_json::json!({"webhook_url": null, "webhook_secret": null}))
+                .await;
         }
+        host
     }
 
     /// Waits until the process exits by itself (e.g. a failpoint aborted it); `None` if it
