@@ -236,39 +236,15 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
         "   The simulator will commit the next delivery and close the connection without answering (lose_next = {}).",
         faults.lose_next
     );
-    let created = api
-        .submit("document-delivery", "demo-lost-response", input.clone())
-        .await?;
-    let id = text(&created["workflow_id"]);
-    println!("   Submitted intent demo-lost-response: workflow {id}");
-    let wf = api.settle(&id).await?;
-    let deliver = step(&wf, "deliver")?;
-    println!(
-        "   Workflow state: {} — {}",
-        text(&wf["state"]),
-        text(&wf["status_text"])
-    );
-    println!(
-        "   Receipt of `deliver`: evidence {} for {}",
-        text(&deliver["receipt"]["evidence_kind"]),
-        text(&deliver["receipt"]["external_reference"])
-    );
-    api.print_timeline(&id).await?;
-    let attempts = api.print_attempts(&id, "deliver").await?;
-    let found = deliveries_for(sim, &attempts);
-    println!(
-        "   The provider's own record holds {} {} for this intent ({}).",
-        found.len(),
-        plural(found.len()),
-        found
-            .iter()
-            .map(|d| d.id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if wf["state"] != "completed" || deliver["receipt"]["evidence_kind"] != "query" {
-        bail!("expected recovery by query to complete the workflow; the host says: {wf}");
-    }
+    completed_scene(
+        &api,
+        sim,
+        "document-delivery",
+        "demo-lost-response",
+        input.clone(),
+        "query",
+    )
+    .await?;
 
     // Part 2: an adapter that claims neither lookups nor idempotency.
     println!();
@@ -328,11 +304,38 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     let url = url.replace("/http-delivery", "/http-delivery-fire-and-forget");
     sim.set_faults(json!({"lose_next": 1, "webhook_url": url, "webhook_secret": secret}))?;
     println!("   The simulator signs each event and posts it to {url}.");
-    let created = api
-        .submit(FIRE_AND_FORGET, "demo-providers-event", input)
-        .await?;
+    let id = completed_scene(
+        &api,
+        sim,
+        FIRE_AND_FORGET,
+        "demo-providers-event",
+        input,
+        "observation",
+    )
+    .await?;
+    println!("   The provider's event itself: GET /v1/evidence?workflow_id={id}");
+    println!();
+    println!(
+        "In total the provider recorded {} deliveries for 3 intents.",
+        sim.world().len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Submits `input` to `workflow` under `key`, prints how it settled (state, receipt,
+/// timeline, attempts, the provider's record) and checks that it completed with a receipt
+/// of `evidence` kind. Returns the workflow's id.
+async fn completed_scene(
+    api: &Api,
+    sim: &ProviderSim,
+    workflow: &str,
+    key: &str,
+    input: Value,
+    evidence: &str,
+) -> anyhow::Result<String> {
+    let created = api.submit(workflow, key, input).await?;
     let id = text(&created["workflow_id"]);
-    println!("   Submitted intent demo-providers-event: workflow {id}");
+    println!("   Submitted intent {key}: workflow {id}");
     let wf = api.settle(&id).await?;
     let deliver = step(&wf, "deliver")?;
     println!(
@@ -349,19 +352,19 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     let attempts = api.print_attempts(&id, "deliver").await?;
     let found = deliveries_for(sim, &attempts);
     println!(
-        "   The provider's own record holds {} {} for this intent; GET /v1/evidence?workflow_id={id} shows its event.",
+        "   The provider's own record holds {} {} for this intent ({}).",
         found.len(),
-        plural(found.len())
+        plural(found.len()),
+        found
+            .iter()
+            .map(|d| d.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    if wf["state"] != "completed" || deliver["receipt"]["evidence_kind"] != "observation" {
-        bail!("expected the provider's event to settle the lost answer; the host says: {wf}");
+    if wf["state"] != "completed" || deliver["receipt"]["evidence_kind"] != evidence {
+        bail!("expected a receipt by {evidence} to complete the workflow; the host says: {wf}");
     }
-    println!();
-    println!(
-        "In total the provider recorded {} deliveries for 3 intents.",
-        sim.world().len()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(id)
 }
 
 fn plural(n: usize) -> &'static str {

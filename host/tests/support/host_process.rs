@@ -264,12 +264,18 @@ impl HostProcess {
         };
         // A development host's simulator posts its signed events to the host, which settles
         // lost answers before any recovery query could. Only a test that names the events'
-        // signing secret is about them; the others rehearse a provider that posts none.
+        // signing secret is about them; the others rehearse a provider that posts none. A
+        // host whose config gives the adapters a provider embeds no simulator, and one
+        // without test controls hides its fault settings: neither posts events to turn off.
         if embeds_simulator
             && !options.no_provider
             && !options.config.contains(PROVIDER_EVENTS_SECRET)
         {
-            host.faults(serde_json::json!({"webhook_url": null, "webhook_secret": null}))
+            let _ = host
+                .client
+                .post(format!("{}/v1/_faults", host.sim_url))
+                .json(&serde_json::json!({"webhook_url": null, "webhook_secret": null}))
+                .send()
                 .await;
         }
         host
