@@ -5,7 +5,7 @@
 //! running host's API, and every delivery count from the simulator's own record. The tour
 //! makes the simulator lose one response after committing the delivery, so the host must
 //! recover by asking the provider; then it does the same with an adapter that can neither
-//! be asked nor safely retried, which must end in review. Both scenes run with the
+//! be asked nor safely retried, which must end in review. These two scenes run with the
 //! simulator's own events turned off, so the host has only its own means; the third scene
 //! turns them back on for that same adapter, and the provider's signed event settles the
 //! lost answer that would otherwise wait for a person.
@@ -298,10 +298,11 @@ async fn tour(host: &App) -> anyhow::Result<ExitCode> {
     println!(
         "3. The same lost response with the same adapter, but the provider posts its own signed event (delivery.accepted)"
     );
-    let (Some(url), Some(secret)) = (events.webhook_url, events.webhook_secret) else {
-        bail!("the simulator was not posting its events to the host");
+    let Some(secret) = events.webhook_secret else {
+        bail!("the simulator was not signing events for the host");
     };
-    let url = url.replace("/http-delivery", "/http-delivery-fire-and-forget");
+    // The events go to the endpoint of the adapter that delivered them.
+    let url = format!("{}/v1/evidence/http-delivery-fire-and-forget", api.base);
     sim.set_faults(json!({"lose_next": 1, "webhook_url": url, "webhook_secret": secret}))?;
     println!("   The simulator signs each event and posts it to {url}.");
     let id = completed_scene(
