@@ -4,7 +4,7 @@
 
 use crate::access::Auth;
 use crate::catalog::{Components, Deployments};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::scheduler::{Progress, Ticks};
 use crate::store::{
     AdmissionStore, BudgetStore, ComponentStore, CourseStore, DefinitionStore, NotificationStore,
@@ -94,7 +94,7 @@ pub struct Context<S> {
     /// Deployed definitions; new intents run the latest version of their workflow.
     pub deployments: Arc<Deployments<S>>,
     /// The host's clock (advanced by the test control).
-    pub clock: Arc<SystemClock>,
+    pub clock: Arc<dyn Clock>,
     pub auth: Auth,
     pub limits: Limits,
     /// Whether clients reach the host over TLS (here or at a proxy): cookies are `Secure`.
@@ -160,7 +160,7 @@ impl Drop for UploadSlot {
 
 impl<S> Context<S> {
     /// A context with open auth, default limits, no test controls and a fresh `wake`.
-    pub fn new(store: S, deployments: Arc<Deployments<S>>, clock: Arc<SystemClock>) -> Self {
+    pub fn new(store: S, deployments: Arc<Deployments<S>>, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
             deployments,

@@ -73,6 +73,7 @@ pub mod operator;
 pub mod outbound;
 pub mod policy;
 pub mod runtime;
+pub mod scenario;
 pub mod scheduler;
 pub mod sim;
 pub mod store;

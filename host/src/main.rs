@@ -13,7 +13,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static MALLOC_CONF: &[u8; 47] = b"narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> std::process::ExitCode {
-    // The demo's story and the verifier's table are on stdout; routine logs of the host and
+    // The demo's story and the verifier's and scenarios' tables are on stdout; routine logs of the host and
     // the plugin would only bury them.
     let args: Vec<String> = std::env::args().skip(1).take(2).collect();
     let quiet = matches!(
@@ -21,7 +21,7 @@ fn main() -> std::process::ExitCode {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .as_slice(),
-        ["demo", ..] | ["adapter", "verify"]
+        ["demo", ..] | ["adapter", "verify"] | ["scenario", ..]
     );
     let default = if quiet { "warn" } else { "info" };
     // Kept to the end: dropping it flushes the spans still to be exported.

@@ -11,7 +11,6 @@ use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use crate::access::Role;
-use crate::clock::Clock;
 use crate::scheduler::TickCounts;
 use crate::view::rfc3339;
 use axum::Json;

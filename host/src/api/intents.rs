@@ -9,7 +9,6 @@ use super::Ctx;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorCode, quote};
 use crate::access::Role;
-use crate::clock::Clock;
 use crate::intake::IntakeRefusal;
 use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};
 use crate::store::{

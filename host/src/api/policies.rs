@@ -8,7 +8,6 @@ use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
 use super::keyed;
 use crate::access::Role;
-use crate::clock::Clock;
 use crate::intent::{canonicalize, sha256_digest};
 use crate::policy::PolicyDoc;
 use crate::store::{NewPolicy, StoredPolicy};

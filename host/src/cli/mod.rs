@@ -12,6 +12,7 @@ mod export;
 mod policy;
 mod registry;
 mod scaffold;
+mod scenario;
 pub mod serve;
 mod verify;
 mod workflow;
@@ -166,6 +167,9 @@ enum Command {
     /// Check or deploy workflow definitions.
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Rehearse workflows against scripted providers, host kills and a simulated clock.
+    #[command(subcommand)]
+    Scenario(ScenarioCommand),
     /// Deploy or list policy versions (the rules at the side-effect boundary).
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -227,6 +231,13 @@ enum PolicyCommand {
         #[command(flatten)]
         target: DbArgs,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ScenarioCommand {
+    /// Run scenario files (`scenarios/*.toml`) in-process on a temporary SQLite store and
+    /// report each case; exit status 1 if any fails.
+    Run(scenario::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -324,6 +335,7 @@ pub fn run() -> ExitCode {
                 policy::run(policy::Operation::List, &target.database()?).await
             }
             Command::Workflow(WorkflowCommand::Schema) => workflow::schema().await,
+            Command::Scenario(ScenarioCommand::Run(args)) => scenario::run(args).await,
             Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }

@@ -5,7 +5,6 @@
 use super::{DeskError, InvalidOrder, required};
 use crate::access::{Principal, Role};
 use crate::budget::{Amounts, BudgetView};
-use crate::clock::Clock;
 use crate::context::Context;
 use crate::intent::canonicalize;
 use crate::store::{ActionAnswer, ActionScope, ExtendAnswer, ExtendRequest, StoreError};

@@ -4,7 +4,6 @@
 
 use super::{DeskError, InvalidOrder, required};
 use crate::access::Principal;
-use crate::clock::Clock;
 use crate::context::Context;
 use crate::intent::{CancellationId, canonicalize};
 use crate::store::{

@@ -6,7 +6,6 @@
 
 use super::{CancelOrder, CancelResult, DeskError, InvalidOrder, cancel, required};
 use crate::access::Principal;
-use crate::clock::Clock;
 use crate::context::Context;
 use crate::intake::{IntakeRefusal, new_workflow};
 use crate::intent::{CanonicalInput, Millis, WorkflowId, canonicalize};

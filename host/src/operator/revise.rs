@@ -6,7 +6,6 @@
 
 use super::{DeskError, InvalidOrder, required};
 use crate::access::Principal;
-use crate::clock::Clock;
 use crate::context::Context;
 use crate::course::{RevisionStep, plan_revision};
 use crate::intent::{WorkflowState, canonicalize};

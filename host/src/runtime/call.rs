@@ -128,8 +128,7 @@ impl Runtime {
             grant,
             self.inner.config.memory_cap_bytes,
             limits.timeout,
-            self.inner.config.resolver.clone(),
-            self.inner.config.tap.clone(),
+            &self.inner.config,
             self.inner.connections.clone(),
         );
         let mut store = Store::new(&self.inner.engine, state);

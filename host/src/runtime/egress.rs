@@ -157,6 +157,50 @@ pub trait EgressTap: Send + Sync + std::fmt::Debug {
     fn answered(&self, request: &TappedRequest, answer: &TappedAnswer, delivered: bool);
 }
 
+/// An outbound request as a [`ScriptedHosts`] provider receives it, once the grant allowed it.
+#[derive(Debug, Clone)]
+pub struct ScriptedRequest {
+    pub method: String,
+    /// The host name as the plugin wrote it (lower case).
+    pub host: String,
+    /// The path with its query, e.g. `/v1/deliveries?client_reference=k`.
+    pub path_and_query: String,
+    /// Header names in lower case, in the order sent.
+    pub headers: Vec<(String, String)>,
+    pub body: bytes::Bytes,
+    /// The call's own time limit: an answer slower than this reaches the plugin as a timeout.
+    pub call_timeout: Duration,
+}
+
+/// How a scripted provider answers.
+#[derive(Debug, Clone)]
+pub enum ScriptedAnswer {
+    /// An HTTP response.
+    Response {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: bytes::Bytes,
+    },
+    /// The connection closes without a byte of answer.
+    Lost,
+    /// No answer before the call's time limit: the plugin's read times out.
+    TimedOut,
+}
+
+/// Providers answered inside the runtime instead of over the network (`docket scenario`): a
+/// request to a host name one of them claims is answered here, after the grant check, with
+/// no name lookup and no connection, so a component runs unchanged — HTTPS and fixed host
+/// names included — within its grants.
+pub trait ScriptedHosts: Send + Sync + std::fmt::Debug {
+    /// Whether requests to `host` are answered here.
+    fn answers(&self, host: &str) -> bool;
+    /// The answer to `request`.
+    fn answer(
+        &self,
+        request: ScriptedRequest,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ScriptedAnswer> + Send>>;
+}
+
 /// The egress policy of one call, installed as the `wasi:http` hooks of its store.
 pub(super) struct Egress {
     grant: Arc<Grant>,
@@ -171,6 +215,7 @@ pub(super) struct Egress {
     open_requests: Arc<tokio::sync::Semaphore>,
     label: Arc<str>,
     tap: Option<Arc<dyn EgressTap>>,
+    scripted: Option<Arc<dyn ScriptedHosts>>,
     connections: Arc<super::keepalive::Pool>,
 }
 
@@ -179,21 +224,21 @@ impl Egress {
         grant: Arc<Grant>,
         call_timeout: Duration,
         label: Arc<str>,
-        resolver: Resolver,
         redactor: crate::capabilities::Redactor,
-        tap: Option<Arc<dyn EgressTap>>,
+        outbound: &super::RuntimeConfig,
         connections: Arc<super::keepalive::Pool>,
     ) -> Self {
         Self {
+            scripted: outbound.scripted.clone(),
             connections,
             grant,
-            resolver,
+            resolver: outbound.resolver.clone(),
             redactor,
             call_timeout,
             denials: Arc::default(),
             open_requests: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REQUESTS)),
             label,
-            tap,
+            tap: outbound.tap.clone(),
         }
     }
 
@@ -273,6 +318,15 @@ impl WasiHttpHooks for Egress {
             ));
             return Box::new(async move { Err(err) });
         };
+        if let Some(scripted) = self.scripted.clone()
+            && scripted.answers(&host.to_ascii_lowercase())
+        {
+            let call_timeout = self.call_timeout;
+            return Box::new(async move {
+                let response = answer_scripted(request, scripted.as_ref(), call_timeout).await?;
+                Ok((holding(response, permit), done()))
+            });
+        }
         let options = self.options(options);
         let denials = self.denials.clone();
         let label = self.label.clone();
@@ -330,6 +384,65 @@ impl WasiHttpHooks for Egress {
 
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
         super::state::OUTGOING_CHUNK_BYTES
+    }
+}
+
+/// The connection future of an answer that used no connection.
+fn done() -> Box<dyn Future<Output = Result<(), HttpError>> + Send> {
+    Box::new(async { Ok(()) })
+}
+
+/// Asks a scripted provider for the answer to `request`.
+async fn answer_scripted(
+    request: http::Request<WasiBody>,
+    scripted: &dyn ScriptedHosts,
+    call_timeout: Duration,
+) -> Result<http::Response<WasiBody>, HttpError> {
+    use http_body_util::BodyExt;
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let seen = ScriptedRequest {
+        method: parts.method.to_string(),
+        host: parts.uri.host().unwrap_or_default().to_ascii_lowercase(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_string(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+        call_timeout,
+    };
+    match scripted.answer(seen).await {
+        ScriptedAnswer::Response {
+            status,
+            headers,
+            body,
+        } => {
+            let mut response = http::Response::new(whole_body(body));
+            *response.status_mut() =
+                http::StatusCode::from_u16(status).map_err(|_| HttpError::HttpProtocolError)?;
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    http::HeaderValue::from_str(&value),
+                ) {
+                    response.headers_mut().append(name, value);
+                }
+            }
+            Ok(response)
+        }
+        ScriptedAnswer::Lost => Err(HttpError::ConnectionTerminated),
+        ScriptedAnswer::TimedOut => Err(HttpError::ConnectionReadTimeout),
     }
 }
 

@@ -40,7 +40,10 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often the engine's epoch advances; the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-pub use egress::{EgressTap, Resolver, TapAction, TappedAnswer, TappedRequest};
+pub use egress::{
+    EgressTap, Resolver, ScriptedAnswer, ScriptedHosts, ScriptedRequest, TapAction, TappedAnswer,
+    TappedRequest,
+};
 
 /// Most components compiled at once.
 const MAX_COMPILES: usize = 2;
@@ -59,6 +62,8 @@ pub struct RuntimeConfig {
     pub resolver: Resolver,
     /// Watches and steers every outbound request (`docket adapter verify`); none in a host.
     pub tap: Option<Arc<dyn EgressTap>>,
+    /// Providers answered in place of the network (`docket scenario`); none in a host.
+    pub scripted: Option<Arc<dyn ScriptedHosts>>,
 }
 
 impl Default for RuntimeConfig {
@@ -69,6 +74,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             resolver: Resolver::System,
             tap: None,
+            scripted: None,
         }
     }
 }

@@ -176,8 +176,7 @@ impl HostState {
         grant: Arc<Grant>,
         memory_cap: usize,
         call_timeout: std::time::Duration,
-        resolver: super::Resolver,
-        tap: Option<Arc<dyn super::EgressTap>>,
+        outbound: &super::RuntimeConfig,
         connections: Arc<super::keepalive::Pool>,
     ) -> Self {
         let stdout = CappedPipe::new(PIPE_CAPACITY);
@@ -206,9 +205,8 @@ impl HostState {
                 grant.clone(),
                 call_timeout,
                 env.label.clone(),
-                resolver,
                 redactor.clone(),
-                tap,
+                outbound,
                 connections,
             ),
             limits: Limits {

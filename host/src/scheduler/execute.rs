@@ -248,7 +248,7 @@ where
                 );
                 // Checkpoint 6: the receipt and the release of dependents are durable.
                 if receipt_of_adapter {
-                    self.failpoint(6, &claimed);
+                    self.failpoint(6, &claimed).await;
                 }
                 // Released steps this worker does not run next are the loop's.
                 if finished.released.len() > usize::from(next.is_some()) {
@@ -276,7 +276,7 @@ where
             // The claim holds the lease for one duration from (about) now.
             let mut held_until = self.clock.now_ms().saturating_add(lease_ms);
             loop {
-                tokio::time::sleep(period).await;
+                self.clock.sleep(period).await;
                 let renewed = self.renew_tick(&fence, held_until).await;
                 self.ticks.done(super::Tick::LeaseRenewal);
                 match renewed {
@@ -388,7 +388,7 @@ where
         }
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {
-            self.failpoint(1, claimed);
+            self.failpoint(1, claimed).await;
         }
         // A definition deployed by another host may ask for an adapter this host was given
         // no allowance for: it is not this host's to run, and never with an empty grant.

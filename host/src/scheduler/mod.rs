@@ -63,7 +63,52 @@ pub struct SchedulerConfig {
     /// A fault to inject (test controls only; see [`failpoint_from_env`]). `None` in
     /// production.
     pub failpoint: Option<Failpoint>,
+    /// Told of every checkpoint an adapter attempt passes (`docket scenario`); `None` in a
+    /// host.
+    pub checkpoints: Option<CheckpointHook>,
 }
+
+/// What a simulation does with an attempt standing at a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtCheckpoint {
+    /// The attempt goes on.
+    Continue,
+    /// The host dies here: the attempt's task ends without writing anything more, and
+    /// its lease runs out for recovery to find.
+    Kill,
+}
+
+/// An attempt standing at a checkpoint, as a [`CheckpointHook`] is told of it.
+#[derive(Debug, Clone)]
+pub struct CheckpointSeen {
+    /// The scheduler's owner name.
+    pub owner: String,
+    pub workflow_id: String,
+    /// The step, `<step>.compensate` for a compensation.
+    pub step: String,
+    pub checkpoint: u8,
+}
+
+/// Told of each checkpoint an adapter attempt passes, once it is durable; the attempt
+/// waits for the answer, so a simulation can act while it stands there.
+#[derive(Clone)]
+pub struct CheckpointHook(
+    pub  Arc<
+        dyn Fn(CheckpointSeen) -> std::pin::Pin<Box<dyn Future<Output = AtCheckpoint> + Send>>
+            + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for CheckpointHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckpointHook")
+    }
+}
+
+/// The panic payload with which a simulated host's attempt ends at a kill.
+#[derive(Debug)]
+pub struct HostKilled;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -74,6 +119,7 @@ impl Default for SchedulerConfig {
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             poll: Duration::from_secs(1),
             failpoint: None,
+            checkpoints: None,
         }
     }
 }
@@ -248,6 +294,11 @@ where
         self.ticks.clone()
     }
 
+    /// Steps claimed by this scheduler and not yet finished (a simulation waits for them).
+    pub fn busy(&self) -> usize {
+        self.config.max_concurrent * HELD_PER_CALL - self.slots.available_permits()
+    }
+
     /// Graceful shutdown, once the run loop has stopped claiming: waits up to `grace` for
     /// the attempts under way to finish, then ends this host's remaining leases at once so
     /// recovery need not wait for them to run out. Returns how many leases were ended.
@@ -262,9 +313,10 @@ where
             .await
     }
 
-    /// Aborts the process if the failpoint is set at checkpoint `n` (test controls only).
-    /// Aborts the process if the failpoint names checkpoint `n` of this kind of attempt.
-    fn failpoint(&self, n: u8, claimed: &crate::store::Claimed) {
+    /// At checkpoint `n` of an adapter attempt, once it is durable: aborts the process if
+    /// the failpoint names it (test controls only), and tells the checkpoint hook, which may
+    /// end the attempt's task as a host's death would.
+    async fn failpoint(&self, n: u8, claimed: &crate::store::Claimed) {
         let compensation = crate::course::compensated_step(&claimed.fence.step).is_some();
         let hit = match self.config.failpoint {
             Some(Failpoint::Checkpoint(at)) => at == n && !compensation,
@@ -275,6 +327,18 @@ where
             let kind = if compensation { "compensation-" } else { "" };
             eprintln!("docket: failpoint {kind}checkpoint-{n} reached; aborting");
             std::process::abort();
+        }
+        if let Some(hook) = &self.config.checkpoints {
+            let seen = CheckpointSeen {
+                owner: self.config.owner.clone(),
+                workflow_id: claimed.fence.workflow_id.to_string(),
+                step: claimed.fence.step.to_string(),
+                checkpoint: n,
+            };
+            if (hook.0)(seen).await == AtCheckpoint::Kill {
+                // Unwinds the attempt's task alone (no panic message: it is no bug).
+                std::panic::resume_unwind(Box::new(HostKilled));
+            }
         }
     }
 

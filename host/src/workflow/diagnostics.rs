@@ -208,7 +208,7 @@ fn floor_char_boundary(source: &str, offset: usize) -> usize {
 
 /// A diagnostic for an error from the `toml` crate: a syntax error, or a shape error
 /// raised while deserializing (unknown field, wrong type, invalid value).
-pub(super) fn from_toml(err: &toml::de::Error, syntax: bool) -> Diagnostic {
+pub fn from_toml(err: &toml::de::Error, syntax: bool) -> Diagnostic {
     let raw = err.message().trim_end();
     let (message, help) = match raw.split_once(HELP_MARKER) {
         Some((message, help)) => (message.to_string(), Some(help.to_string())),
@@ -320,10 +320,7 @@ fn expected_names(message: &str) -> Vec<String> {
 }
 
 /// The candidate closest to `word` by edit distance, when it is close enough to be a typo.
-pub(super) fn closest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let limit = (word.chars().count() / 3).max(1);
     candidates
         .into_iter()
@@ -361,7 +358,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// `a`, `b` and `c` — for listing names in a message.
-pub(super) fn list(names: impl IntoIterator<Item = impl fmt::Display>) -> String {
+pub fn list(names: impl IntoIterator<Item = impl fmt::Display>) -> String {
     let names: Vec<String> = names.into_iter().map(|n| format!("`{n}`")).collect();
     match names.as_slice() {
         [] => "none".to_string(),

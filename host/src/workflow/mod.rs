@@ -90,13 +90,17 @@ pub use def::{
     CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities, StepDef,
     StepKind, WorkflowDef,
 };
-pub use diagnostics::{Diagnostic, Diagnostics, LocatedDiagnostic};
+pub use diagnostics::{
+    Diagnostic, Diagnostics, LocatedDiagnostic, closest, from_toml as toml_diagnostic,
+    list as name_list,
+};
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};
 pub use mapping::{InputMapping, MappingError, ReceiptView, Reference, ReferenceError};
 pub use retry::RetryPolicy;
 pub use schema::{InputError, InputValidator, SchemaError};
+pub use spans::toml_to_json as toml_value_to_json;
 pub use validate::DEFAULT_TIMEOUT;
-pub use values::{NameError, StepId, WorkflowName};
+pub use values::{NameError, StepId, TomlDuration, WorkflowName};
 
 use sha2::{Digest, Sha256};
 

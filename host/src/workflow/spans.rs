@@ -104,7 +104,7 @@ impl<'i> SourceTree<'i> {
 
 /// The JSON form of a TOML value; datetimes become their RFC 3339 text. `Err` names a
 /// float JSON cannot hold (NaN, infinity).
-pub(super) fn toml_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
+pub fn toml_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
     use serde_json::Value as J;
     Ok(match value {
         toml::Value::String(s) => J::String(s.clone()),

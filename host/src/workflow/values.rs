@@ -179,7 +179,7 @@ impl StepId {
 /// A duration written as text with units (`"5s"`, `"200ms"`, `"1h 30m"`), parsed with
 /// `humantime`. Only used at the TOML boundary; validated types hold [`Duration`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct TomlDuration(pub Duration);
+pub struct TomlDuration(pub Duration);
 
 /// The longest duration a definition may write.
 const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 86_400);

@@ -67,7 +67,7 @@ where
         let late = (n == 5).then(|| (request.facts.clone(), request.events.clone()));
         match self.store.checkpoint(request).await {
             Ok(()) => {
-                self.failpoint(n, claimed);
+                self.failpoint(n, claimed).await;
                 Ok(())
             }
             Err(StoreError::Cancelled { .. }) => Err(Halt::Cancelled),
@@ -326,7 +326,7 @@ where
             }
         };
         // Checkpoint 4 is the call itself: nothing is written before it returns.
-        self.failpoint(4, claimed);
+        self.failpoint(4, claimed).await;
         self.after_invoke(claimed, step, prepared, sent, input, report)
             .await
     }

@@ -1,0 +1,834 @@
+//! Runs one scenario in-process: the real scheduler, store (a SQLite file in a temporary
+//! directory), runtime and components, on a simulated clock, with the scenario's scripted
+//! providers answering the adapters' requests.
+//!
+//! The run settles, acts, and lets time pass, in that order, until every intent's workflow
+//! has ended or waits for a person and no event is left:
+//! - *settle*: recovery and claims run until neither finds anything, each claimed attempt
+//!   running to its end, to a checkpoint an event waits at, or to an answer a provider
+//!   holds;
+//! - *act*: the next event fires — an event without `at` once the run has settled, one with
+//!   `at` while an attempt of that step stands at that checkpoint;
+//! - *let time pass*: with nothing to do, the clock moves to the next instant anything
+//!   waits for (a retry, a lease's end, a held answer, a renewal), within `run_for`.
+//!
+//! A kill ends the attempt's task right after its checkpoint and the host with it: its
+//! lease is left to run out, and a new host (another scheduler instance on the same store)
+//! recovers the step.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Request;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::capabilities::{AdapterPolicy, HostPolicy, HostRule, SecretSource};
+use crate::catalog::{Components, Deployments};
+use crate::clock::{Clock, ManualClock};
+use crate::context::Context;
+use crate::intent::WorkflowId;
+use crate::runtime::{Runtime, RuntimeConfig, ScriptedAnswer, ScriptedHosts, ScriptedRequest};
+use crate::scheduler::{AtCheckpoint, CheckpointHook, CheckpointSeen, Scheduler, SchedulerConfig};
+use crate::store::sqlite::SqliteStore;
+use crate::store::{
+    ActiveChange, ActiveTarget, ComponentStore, ExecutorStore, NewComponent, ReadStore,
+};
+
+use super::file::{Event, EventAction, Kill, Scenario};
+use super::provider::ScriptedProviders;
+
+/// Where every run's clock starts: 2026-01-01T00:00:00Z, so runs compare.
+pub const START_MS: u64 = 1_767_225_600_000;
+
+/// The longest a run may wait, in real time, for its attempts to settle.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Most times the clock may move on its own in one run.
+const MAX_CLOCK_MOVES: usize = 10_000;
+
+/// Why a run could not be made at all (as opposed to a scenario that fails).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The components and definitions every case of one invocation runs with.
+pub struct Bench {
+    runtime: Runtime,
+    switchboard: Arc<Switchboard>,
+    /// Component bytes by name (highest version wins the first activation).
+    components: Vec<Vec<u8>>,
+    /// Definition files: name, source.
+    definitions: Vec<(String, String)>,
+    names: Vec<String>,
+}
+
+impl Bench {
+    /// Compiles `components` once (cached in `cache_dir` across invocations) for every case:
+    /// each with whether it is one of docket's examples, which is left out when this
+    /// engine refuses it (the hostile test plugins) where a file of the team's is an error.
+    pub async fn new(
+        components: Vec<(Vec<u8>, bool)>,
+        definitions: Vec<(String, String)>,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Self, EngineError> {
+        let switchboard = Arc::new(Switchboard::default());
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir,
+            max_instances: 16,
+            scripted: Some(switchboard.clone()),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| EngineError::Setup(e.to_string()))?;
+        let probe = Components::new(runtime.clone(), HostPolicy::default());
+        let mut names = Vec::new();
+        let mut usable = Vec::new();
+        for (bytes, example) in components {
+            match probe.load_bytes(&bytes).await {
+                Ok(c) => {
+                    names.push(c.name().to_string());
+                    usable.push(bytes);
+                }
+                Err(_) if example => {}
+                Err(e) => return Err(EngineError::Setup(format!("loading a component: {e}"))),
+            }
+        }
+        let components = usable;
+        names.sort();
+        names.dedup();
+        Ok(Self {
+            runtime,
+            switchboard,
+            components,
+            definitions,
+            names,
+        })
+    }
+
+    /// The names of the loaded components.
+    pub fn component_names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+/// The runtime's scripted hosts: the current case's providers.
+#[derive(Debug, Default)]
+struct Switchboard(Mutex<Option<ScriptedProviders>>);
+
+impl ScriptedHosts for Switchboard {
+    fn answers(&self, host: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|p| p.answers(host))
+    }
+
+    fn answer(
+        &self,
+        request: ScriptedRequest,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ScriptedAnswer> + Send>> {
+        match self.0.lock().unwrap().clone() {
+            Some(p) => p.answer(request),
+            None => Box::pin(async { ScriptedAnswer::Lost }),
+        }
+    }
+}
+
+/// How one case ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub name: String,
+    pub file: String,
+    /// Every assertion that did not hold (empty: passed).
+    pub failures: Vec<String>,
+    /// Each intent's timeline, as text.
+    pub timelines: Vec<String>,
+    /// The providers' world record.
+    pub world: Value,
+    /// Each intent's projection.
+    pub projections: Vec<Value>,
+    /// What the run did, in order (events fired, kills, clock moves).
+    pub log: Vec<String>,
+    pub real_ms: u64,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// An attempt standing at a checkpoint an event waits for.
+struct Parked {
+    seen: CheckpointSeen,
+    release: tokio::sync::oneshot::Sender<AtCheckpoint>,
+}
+
+/// What the checkpoint hook shares with the run.
+#[derive(Default)]
+struct Shared {
+    /// The kill still to happen.
+    kill: Option<Kill>,
+    /// The `at` of the next event, if it has one.
+    waiting_at: Option<Kill>,
+    parked: Vec<Parked>,
+    /// Owners that died.
+    dead: Vec<String>,
+    log: Vec<String>,
+}
+
+/// One case's host: store, scheduler(s), API.
+struct Run {
+    store: SqliteStore,
+    clock: Arc<ManualClock>,
+    providers: ScriptedProviders,
+    api: axum::Router,
+    schedulers: Vec<Arc<Scheduler<SqliteStore>>>,
+    make: Box<dyn Fn(usize) -> Arc<Scheduler<SqliteStore>> + Send + Sync>,
+    shared: Arc<Mutex<Shared>>,
+    workflows: Vec<WorkflowId>,
+    adapters_hosts: BTreeMap<String, String>,
+    workflow: String,
+}
+
+/// Runs `scenario`; an error only when the run could not be set up.
+pub async fn run(bench: &Bench, scenario: &Scenario) -> Result<Outcome, EngineError> {
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().map_err(|e| EngineError::Setup(e.to_string()))?;
+    let mut run = Run::start(bench, scenario, dir.path()).await?;
+    let mut failures = Vec::new();
+    for intent in &scenario.intents {
+        match run.submit(&intent.key, &intent.input).await {
+            Ok(id) => run.workflows.push(id),
+            Err(e) => failures.push(e),
+        }
+    }
+    if failures.is_empty()
+        && let Err(e) = run.drive(scenario).await
+    {
+        failures.push(e);
+    }
+    bench.switchboard.0.lock().unwrap().take();
+    let (projections, timelines) = run.read_back().await;
+    if failures.is_empty() {
+        failures.extend(run.check(scenario, &projections, &timelines).await);
+    }
+    let log = std::mem::take(&mut run.shared.lock().unwrap().log);
+    Ok(Outcome {
+        name: scenario.name.clone(),
+        file: scenario.file.clone(),
+        failures,
+        timelines,
+        world: run.providers.world(),
+        projections,
+        log,
+        real_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+impl Run {
+    async fn start(
+        bench: &Bench,
+        scenario: &Scenario,
+        dir: &std::path::Path,
+    ) -> Result<Run, EngineError> {
+        let setup =
+            |what: &str, e: &dyn std::fmt::Display| EngineError::Setup(format!("{what}: {e}"));
+        let store = SqliteStore::open(&dir.join("docket.db"))
+            .await
+            .map_err(|e| setup("opening the store", &e))?;
+        let clock = ManualClock::new(START_MS);
+        let providers = ScriptedProviders::new(
+            scenario
+                .adapters
+                .values()
+                .filter_map(|a| a.provider.clone())
+                .collect(),
+            clock.clone(),
+        );
+        *bench.switchboard.0.lock().unwrap() = Some(providers.clone());
+        let mut policy = HostPolicy::default();
+        let mut secrets = SecretSource::default();
+        let mut adapters_hosts = BTreeMap::new();
+        for (name, a) in &scenario.adapters {
+            let mut hosts: Vec<HostRule> = Vec::new();
+            for value in a.settings.values() {
+                if value.contains("://")
+                    && let Ok(rule) = value.parse::<HostRule>()
+                {
+                    hosts.push(rule);
+                }
+            }
+            if let Some(p) = &a.provider {
+                adapters_hosts.insert(name.clone(), p.host.clone());
+                for url in [format!("https://{}", p.host), format!("http://{}", p.host)] {
+                    if let Ok(rule) = url.parse::<HostRule>() {
+                        hosts.push(rule);
+                    }
+                }
+            }
+            for (k, v) in &a.secrets {
+                secrets.insert(k.clone(), v.clone());
+            }
+            policy.adapters.insert(
+                name.clone(),
+                AdapterPolicy {
+                    allow_hosts: hosts,
+                    allow_secrets: a.secrets.keys().cloned().collect(),
+                    settings: a.settings.clone(),
+                    digests: Default::default(),
+                    allow_private: false,
+                    webhook_key: None,
+                },
+            );
+        }
+        let components = Components::new(bench.runtime.clone(), policy);
+        let mut highest: BTreeMap<String, (semver::Version, String)> = BTreeMap::new();
+        for bytes in &bench.components {
+            let c = components
+                .load_bytes(bytes)
+                .await
+                .map_err(|e| setup("loading a component", &e))?;
+            store
+                .store_component(NewComponent {
+                    digest: c.digest.clone(),
+                    name: c.name().to_string(),
+                    version: c.version().to_string(),
+                    kind: c.world_name().to_string(),
+                    bytes: bytes.clone(),
+                    registered_at: clock.now_ms(),
+                    author: "scenario".into(),
+                })
+                .await
+                .map_err(|e| setup("storing a component", &e))?;
+            if let Ok(v) = semver::Version::parse(c.version()) {
+                let entry = highest
+                    .entry(c.name().to_string())
+                    .or_insert((v.clone(), c.digest.clone()));
+                if v > entry.0 {
+                    *entry = (v, c.digest.clone());
+                }
+            }
+        }
+        for (name, (_, digest)) in highest {
+            store
+                .set_active(ActiveChange {
+                    name,
+                    target: ActiveTarget::IfNone(digest),
+                    author: "scenario".into(),
+                    now: clock.now_ms(),
+                })
+                .await
+                .map_err(|e| setup("activating a component", &e))?;
+        }
+        let components = Arc::new(components);
+        let deployments = Arc::new(Deployments::new(store.clone()));
+        for (file, text) in &bench.definitions {
+            deployments
+                .deploy(file, text, components.as_ref(), clock.now_ms())
+                .await
+                .map_err(|e| setup(&format!("deploying {file}"), &e))?;
+        }
+        let shared = Arc::new(Mutex::new(Shared {
+            kill: scenario.kill.clone(),
+            ..Shared::default()
+        }));
+        let hook = {
+            let shared = shared.clone();
+            CheckpointHook(Arc::new(move |seen: CheckpointSeen| {
+                let shared = shared.clone();
+                Box::pin(async move { at_checkpoint(&shared, seen).await })
+            }))
+        };
+        let secrets = Arc::new(secrets);
+        let lease = scenario.lease;
+        let make = {
+            let store = store.clone();
+            let deployments = deployments.clone();
+            let components = components.clone();
+            let clock = clock.clone();
+            Box::new(move |n: usize| {
+                Scheduler::new(
+                    store.clone(),
+                    deployments.clone(),
+                    components.clone(),
+                    secrets.clone(),
+                    clock.clone(),
+                    SchedulerConfig {
+                        owner: format!("host-{n}"),
+                        lease,
+                        max_concurrent: 16,
+                        checkpoints: Some(hook.clone()),
+                        ..SchedulerConfig::default()
+                    },
+                    Arc::new(tokio::sync::Notify::new()),
+                )
+            }) as Box<dyn Fn(usize) -> Arc<Scheduler<SqliteStore>> + Send + Sync>
+        };
+        let mut context = Context::new(store.clone(), deployments.clone(), clock.clone());
+        context.components = Some(components.clone());
+        let api = crate::api::router(context);
+        let first = make(1);
+        Ok(Run {
+            store,
+            clock,
+            providers,
+            api,
+            schedulers: vec![first],
+            make,
+            shared,
+            workflows: Vec::new(),
+            adapters_hosts,
+            workflow: scenario.workflow.clone(),
+        })
+    }
+
+    /// The scheduler of the host alive now; a new one after a kill.
+    fn host(&mut self) -> Arc<Scheduler<SqliteStore>> {
+        let dead = self.shared.lock().unwrap().dead.len();
+        while self.schedulers.len() <= dead {
+            let n = self.schedulers.len() + 1;
+            self.schedulers.push((self.make)(n));
+        }
+        self.schedulers[dead].clone()
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let request = request
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .expect("a request");
+        let response = self.api.clone().oneshot(request).await.expect("infallible");
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
+            .await
+            .unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn submit(&self, key: &str, input: &Value) -> Result<WorkflowId, String> {
+        let workflow = self.definition_name();
+        let (status, answer) = self
+            .call(
+                "POST",
+                "/v1/intents",
+                Some(key),
+                Some(json!({"workflow": workflow, "input": input})),
+            )
+            .await;
+        match answer["workflow_id"].as_str() {
+            Some(id) if status < 300 => Ok(WorkflowId(id.to_string())),
+            _ => Err(format!(
+                "submitting intent `{key}` was answered {status}: {answer}"
+            )),
+        }
+    }
+
+    fn definition_name(&self) -> String {
+        self.workflow.clone()
+    }
+
+    /// Settles, acts and lets time pass until every workflow rests and no event is left.
+    async fn drive(&mut self, scenario: &Scenario) -> Result<(), String> {
+        let mut next = 0;
+        let horizon = START_MS.saturating_add(scenario.run_for.as_millis() as u64);
+        let mut moves = 0;
+        loop {
+            self.shared.lock().unwrap().waiting_at =
+                scenario.events.get(next).and_then(|e| e.at.clone());
+            let parked = self.settle().await?;
+            if let Some(parked) = parked {
+                // An attempt stands where the next event waits: it fires, with any that
+                // follow at the same place, and the attempt goes on.
+                let at = scenario.events[next].at.clone();
+                self.note(format!(
+                    "{} {}'s attempt of `{}` stands at checkpoint {}",
+                    crate::intent::rfc3339(self.clock.now_ms()),
+                    parked.seen.owner,
+                    parked.seen.step,
+                    parked.seen.checkpoint
+                ));
+                while let Some(event) = scenario.events.get(next).filter(|e| e.at == at) {
+                    self.fire(event).await?;
+                    next += 1;
+                }
+                let _ = parked.release.send(AtCheckpoint::Continue);
+                continue;
+            }
+            if let Some(event) = scenario.events.get(next)
+                && event.at.is_none()
+            {
+                self.fire(event).await?;
+                next += 1;
+                continue;
+            }
+            let waiting_event = next < scenario.events.len();
+            if !waiting_event && self.all_rest().await {
+                return Ok(());
+            }
+            // Nothing to do now: the clock moves to the next instant anything waits for.
+            let now = self.clock.now_ms();
+            let due = self
+                .store
+                .next_due(now)
+                .await
+                .map_err(|e| format!("reading the next deadline: {e}"))?;
+            let wake = [due, self.clock.next_wake()].into_iter().flatten().min();
+            match wake {
+                Some(at) if at <= horizon && moves < MAX_CLOCK_MOVES => {
+                    moves += 1;
+                    self.clock.advance_to(at.max(now + 1));
+                }
+                _ if waiting_event => {
+                    let e = &scenario.events[next];
+                    return Err(format!(
+                        "the event at line {} never happened: {} (nothing was left to do by {})",
+                        e.line,
+                        describe_at(e),
+                        crate::intent::rfc3339(now)
+                    ));
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Whether every workflow has ended or waits for a person.
+    async fn all_rest(&self) -> bool {
+        for id in &self.workflows {
+            let (_, wf) = self
+                .call("GET", &format!("/v1/workflows/{id}"), None, None)
+                .await;
+            let state = wf["state"].as_str().unwrap_or("");
+            if !matches!(
+                state,
+                "completed" | "failed" | "cancelled" | "compensated" | "needs_review" | "blocked"
+            ) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs recovery and claims until neither finds anything and every attempt has ended,
+    /// stands at a checkpoint an event waits for, or waits for a held answer. Returns the
+    /// parked attempt, if one stands at the next event's checkpoint.
+    async fn settle(&mut self) -> Result<Option<Parked>, String> {
+        let limit = std::time::Instant::now() + SETTLE_LIMIT;
+        loop {
+            let host = self.host();
+            let now = self.clock.now_ms();
+            let recovered = host
+                .recovery_tick(now)
+                .await
+                .map_err(|e| format!("recovery failed: {e}"))?;
+            let claimed = host
+                .clone()
+                .claim_tick(now)
+                .await
+                .map_err(|e| format!("claiming failed: {e}"))?;
+            // Wait for the attempts under way to end or stand still.
+            loop {
+                tokio::task::yield_now().await;
+                if let Some(p) = {
+                    let mut shared = self.shared.lock().unwrap();
+                    (!shared.parked.is_empty()).then(|| shared.parked.remove(0))
+                } {
+                    return Ok(Some(p));
+                }
+                let busy: usize = self.schedulers.iter().map(|s| s.busy()).sum();
+                if busy <= self.providers.held() {
+                    break;
+                }
+                if std::time::Instant::now() > limit {
+                    return Err(format!(
+                        "the run did not settle within {SETTLE_LIMIT:?} of real time ({busy} attempts still running)"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if recovered == 0 && claimed == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn fire(&mut self, event: &Event) -> Result<(), String> {
+        let id = self.workflows.first().cloned();
+        let line = event.line;
+        let text = match &event.action {
+            EventAction::Advance(d) => {
+                self.clock.advance(d.as_millis() as u64);
+                format!("the clock moved {}", humantime::format_duration(*d))
+            }
+            EventAction::Act { action, step, body } => {
+                let Some(id) = id else {
+                    return Err(format!("event at line {line}: no workflow to act on"));
+                };
+                let path = match (action.as_str(), step) {
+                    ("cancel", _) => format!("/v1/workflows/{id}/cancel"),
+                    ("withdraw", _) => format!("/v1/workflows/{id}/cancel"),
+                    (_, Some(step)) => format!("/v1/workflows/{id}/steps/{step}/{action}"),
+                    (_, None) => unreachable!("checked at parse"),
+                };
+                let mut body = body.clone();
+                if let Value::Object(m) = &mut body {
+                    if action == "withdraw" {
+                        m.insert("withdraw".into(), Value::Bool(true));
+                    }
+                    if matches!(
+                        action.as_str(),
+                        "cancel" | "withdraw" | "resolve" | "compensate" | "exception"
+                    ) && !m.contains_key("reason")
+                    {
+                        m.insert("reason".into(), Value::String("scenario".into()));
+                    }
+                }
+                let key = format!("scenario-event-{line}");
+                let (status, answer) = self.call("POST", &path, Some(&key), Some(body)).await;
+                if status >= 400 {
+                    return Err(format!(
+                        "event at line {line}: {action} was answered {status}: {answer}"
+                    ));
+                }
+                format!("{action} → {status}")
+            }
+            EventAction::Script {
+                adapter,
+                route,
+                script,
+            } => {
+                let host = self
+                    .adapters_hosts
+                    .get(adapter)
+                    .cloned()
+                    .unwrap_or_default();
+                if !self.providers.rescript(&host, route, script.clone()) {
+                    return Err(format!(
+                        "event at line {line}: the provider of `{adapter}` has no route `{route}`"
+                    ));
+                }
+                format!("the provider of {adapter} rescripted its `{route}` route")
+            }
+            EventAction::Submit(intent) => {
+                let id = self.submit(&intent.key, &intent.input).await?;
+                self.workflows.push(id);
+                format!("intent `{}` submitted", intent.key)
+            }
+        };
+        self.note(format!(
+            "{} line {line}: {text}",
+            crate::intent::rfc3339(self.clock.now_ms())
+        ));
+        Ok(())
+    }
+
+    fn note(&self, text: String) {
+        self.shared.lock().unwrap().log.push(text);
+    }
+
+    async fn read_back(&self) -> (Vec<Value>, Vec<String>) {
+        let mut projections = Vec::new();
+        let mut timelines = Vec::new();
+        for id in &self.workflows {
+            let (_, wf) = self
+                .call("GET", &format!("/v1/workflows/{id}"), None, None)
+                .await;
+            projections.push(wf);
+            let text = match self.store.timeline(id, 0, 10_000).await {
+                Ok(events) => events
+                    .iter()
+                    .map(|e| format!("{}  {}\n", crate::intent::rfc3339(e.at), e.text))
+                    .collect(),
+                Err(e) => format!("(the timeline could not be read: {e})"),
+            };
+            timelines.push(text);
+        }
+        (projections, timelines)
+    }
+
+    /// The request identities the workflow's attempts sent.
+    async fn identities(&self, id: &WorkflowId, steps: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for step in steps {
+            for s in [step.clone(), format!("{step}.compensate")] {
+                if let Ok(attempts) = self.store.attempts(id, &s, 0, 10_000).await {
+                    out.extend(attempts.into_iter().filter_map(|a| a.request_identity));
+                }
+            }
+        }
+        out
+    }
+
+    async fn check(
+        &self,
+        scenario: &Scenario,
+        projections: &[Value],
+        timelines: &[String],
+    ) -> Vec<String> {
+        let mut failures = Vec::new();
+        let expect = &scenario.expect;
+        let resources = self.providers.resources();
+        for ((id, wf), timeline) in self.workflows.iter().zip(projections).zip(timelines) {
+            let who = format!("workflow {id}");
+            if let Some(state) = &expect.state
+                && wf["state"] != state.as_str()
+            {
+                failures.push(format!("{who}: state is {}, expected {state}", wf["state"]));
+            }
+            let steps: Vec<String> = wf["steps"]
+                .as_array()
+                .map(|s| {
+                    s.iter()
+                        .filter_map(|s| s["id"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (step_id, want) in &expect.steps {
+                let Some(step) = wf["steps"]
+                    .as_array()
+                    .and_then(|s| s.iter().find(|s| s["id"] == step_id.as_str()))
+                else {
+                    failures.push(format!("{who}: no step `{step_id}` in the projection"));
+                    continue;
+                };
+                if let Some(state) = &want.state
+                    && step["state"] != state.as_str()
+                {
+                    failures.push(format!(
+                        "{who}: step `{step_id}` is {}, expected {state}",
+                        step["state"]
+                    ));
+                }
+                if let Some(evidence) = &want.evidence {
+                    let got = step["receipt"]["evidence_kind"].as_str().unwrap_or("none");
+                    if got != evidence {
+                        failures.push(format!(
+                            "{who}: step `{step_id}`'s evidence is {got}, expected {evidence}"
+                        ));
+                    }
+                }
+                if let Some(n) = want.attempts
+                    && step["attempts"] != n
+                {
+                    failures.push(format!(
+                        "{who}: step `{step_id}` has {} attempts, expected {n}",
+                        step["attempts"]
+                    ));
+                }
+            }
+            if let Some(n) = expect.effects {
+                let identities = self.identities(id, &steps).await;
+                let effects = resources
+                    .iter()
+                    .filter(|r| {
+                        r.key.as_ref().is_some_and(|k| identities.contains(k))
+                            || r.reference.as_ref().is_some_and(|k| identities.contains(k))
+                    })
+                    .count() as u64;
+                if effects != n {
+                    failures.push(format!(
+                        "{who}: the world holds {effects} effects of this intent, expected {n}"
+                    ));
+                }
+            }
+            if let Some(actions) = &expect.actions {
+                let got: Vec<String> = wf["actions"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|a| a["action"].as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if &got != actions {
+                    failures.push(format!(
+                        "{who}: the projection offers {got:?}, expected {actions:?}"
+                    ));
+                }
+            }
+            if let Some(next) = &expect.next_action {
+                let got = match (
+                    wf["next_action"]["kind"].as_str(),
+                    wf["next_action"]["step"].as_str(),
+                ) {
+                    (Some(kind), Some(step)) => format!("{kind}:{step}"),
+                    _ => "none".to_string(),
+                };
+                if &got != next {
+                    failures.push(format!("{who}: the next action is {got}, expected {next}"));
+                }
+            }
+            for text in &expect.timeline {
+                if !timeline.contains(text.as_str()) {
+                    failures.push(format!("{who}: the timeline does not say \"{text}\""));
+                }
+            }
+            for text in &expect.timeline_lacks {
+                if timeline.contains(text.as_str()) {
+                    failures.push(format!(
+                        "{who}: the timeline says \"{text}\", which it must not"
+                    ));
+                }
+            }
+        }
+        failures
+    }
+}
+
+fn describe_at(e: &Event) -> String {
+    match &e.at {
+        Some(k) => format!("an attempt of `{}` at checkpoint {}", k.step, k.checkpoint),
+        None => "once the run settled".into(),
+    }
+}
+
+/// The checkpoint hook: kills where the scenario says, parks where the next event waits.
+async fn at_checkpoint(shared: &Mutex<Shared>, seen: CheckpointSeen) -> AtCheckpoint {
+    let wait = {
+        let mut s = shared.lock().unwrap();
+        let here = |k: &Kill| k.step == seen.step && k.checkpoint == seen.checkpoint;
+        if s.kill.as_ref().is_some_and(here) {
+            s.kill = None;
+            s.dead.push(seen.owner.clone());
+            s.log.push(format!(
+                "{} killed after checkpoint {} of `{}`",
+                seen.owner, seen.checkpoint, seen.step
+            ));
+            return AtCheckpoint::Kill;
+        }
+        if s.waiting_at.as_ref().is_some_and(here) {
+            s.waiting_at = None;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            s.parked.push(Parked {
+                seen: seen.clone(),
+                release: tx,
+            });
+            Some(rx)
+        } else {
+            None
+        }
+    };
+    match wait {
+        Some(rx) => rx.await.unwrap_or(AtCheckpoint::Continue),
+        None => AtCheckpoint::Continue,
+    }
+}
