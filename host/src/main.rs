@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
             .as_slice(),
         ["demo", ..] | ["adapter", "verify"] | ["scenario", ..]
     );
-    let default = if quiet { "warn" } else { "info" };
+    let default = if quiet { "error" } else { "info" };
     // Kept to the end: dropping it flushes the spans still to be exported.
     let _telemetry = docket::telemetry::init(default);
     docket::cli::run()

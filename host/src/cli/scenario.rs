@@ -45,8 +45,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let bench = scenario::Bench::new(
         components,
         definitions
-            .values()
-            .map(|(file, text, _)| (file.clone(), text.clone()))
+            .iter()
+            .map(|(name, (file, text, _))| (name.clone(), (file.clone(), text.clone())))
             .collect(),
         super::adapter::cache_dir(),
     )

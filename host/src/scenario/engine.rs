@@ -63,8 +63,8 @@ pub struct Bench {
     switchboard: Arc<Switchboard>,
     /// Component bytes by name (highest version wins the first activation).
     components: Vec<Vec<u8>>,
-    /// Definition files: name, source.
-    definitions: Vec<(String, String)>,
+    /// Definition files by workflow name: file, source.
+    definitions: BTreeMap<String, (String, String)>,
     names: Vec<String>,
 }
 
@@ -74,7 +74,7 @@ impl Bench {
     /// engine refuses it (the hostile test plugins) where a file of the team's is an error.
     pub async fn new(
         components: Vec<(Vec<u8>, bool)>,
-        definitions: Vec<(String, String)>,
+        definitions: BTreeMap<String, (String, String)>,
         cache_dir: Option<PathBuf>,
     ) -> Result<Self, EngineError> {
         let switchboard = Arc::new(Switchboard::default());
@@ -329,7 +329,8 @@ impl Run {
         }
         let components = Arc::new(components);
         let deployments = Arc::new(Deployments::new(store.clone()));
-        for (file, text) in &bench.definitions {
+        // Only the scenario's own workflow: the others may use adapters it sets up nothing for.
+        if let Some((file, text)) = bench.definitions.get(&scenario.workflow) {
             deployments
                 .deploy(file, text, components.as_ref(), clock.now_ms())
                 .await
@@ -545,7 +546,9 @@ impl Run {
                 .claim_tick(now)
                 .await
                 .map_err(|e| format!("claiming failed: {e}"))?;
-            // Wait for the attempts under way to end or stand still.
+            // Wait for the attempts under way to end or stand still; one that ended may
+            // have made work ready, so the host looks again after any wait.
+            let mut waited = false;
             loop {
                 tokio::task::yield_now().await;
                 if let Some(p) = {
@@ -558,6 +561,7 @@ impl Run {
                 if busy <= self.providers.held() {
                     break;
                 }
+                waited = true;
                 if std::time::Instant::now() > limit {
                     return Err(format!(
                         "the run did not settle within {SETTLE_LIMIT:?} of real time ({busy} attempts still running)"
@@ -565,7 +569,7 @@ impl Run {
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            if recovered == 0 && claimed == 0 {
+            if recovered == 0 && claimed == 0 && !waited {
                 return Ok(None);
             }
         }

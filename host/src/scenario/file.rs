@@ -180,6 +180,8 @@ struct ProviderToml {
     routes: Vec<RouteToml>,
     #[serde(default)]
     scripts: BTreeMap<String, Spanned<Vec<Spanned<BehaviourToml>>>>,
+    #[serde(default)]
+    then: BTreeMap<String, Spanned<BehaviourToml>>,
 }
 
 fn yes() -> bool {
@@ -197,6 +199,7 @@ struct RouteToml {
     reference: Option<Spanned<String>>,
     #[serde(default)]
     script: Vec<Spanned<BehaviourToml>>,
+    then: Option<Spanned<BehaviourToml>>,
     answer: Option<AnswerToml>,
     id_prefix: Option<String>,
 }
@@ -527,6 +530,11 @@ fn provider(
                 .iter()
                 .filter_map(|b| behaviour(b, diags))
                 .collect(),
+            then: r
+                .then
+                .as_ref()
+                .and_then(|b| behaviour(b, diags))
+                .unwrap_or_default(),
             answer: r.answer.as_ref().map(|a| Template {
                 status: a.status,
                 body: a.body.clone(),
@@ -578,6 +586,23 @@ fn provider(
                     .at(script.span())
                     .help(format!(
                         "script one of {}",
+                        name_list(routes.iter().map(|r| &r.name))
+                    )),
+            ),
+        }
+    }
+    for (name, then) in &raw.then {
+        match routes.iter_mut().find(|r| &r.name == name) {
+            Some(route) => {
+                if let Some(b) = behaviour(then, diags) {
+                    route.then = b;
+                }
+            }
+            None => diags.push(
+                Diagnostic::new(format!("the provider has no route `{name}`"))
+                    .at(then.span())
+                    .help(format!(
+                        "name one of {}",
                         name_list(routes.iter().map(|r| &r.name))
                     )),
             ),

@@ -52,9 +52,10 @@ pub enum Where {
 }
 
 /// One entry of a route's script: how the provider answers one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Behaviour {
     /// Does what the route does and answers it.
+    #[default]
     Accept,
     /// Answers this error status; nothing happens.
     Reject(u16),
@@ -109,6 +110,8 @@ pub struct Route {
     /// Where a request carries the stable reference lookups find resources by.
     pub reference: Option<Where>,
     pub script: Vec<Behaviour>,
+    /// How it answers once the script is used up.
+    pub then: Behaviour,
     /// The answer when the route accepts; a default per kind when `None`.
     pub answer: Option<Template>,
     /// Resource ids are this prefix and a number counting from 1.
@@ -139,6 +142,7 @@ pub fn reference_delivery() -> Vec<Route> {
             key: Some(Where::Header("idempotency-key".into())),
             reference: Some(Where::Body("client_reference".into())),
             script: Vec::new(),
+            then: Behaviour::Accept,
             answer: Some(Template {
                 status: 201,
                 body: r#"{"id": {{ id | tojson }}, "client_reference": {{ client_reference | tojson }}, "status": {{ status | tojson }}}"#.into(),
@@ -153,6 +157,7 @@ pub fn reference_delivery() -> Vec<Route> {
             key: None,
             reference: Some(Where::Query("client_reference".into())),
             script: Vec::new(),
+            then: Behaviour::Accept,
             answer: Some(Template {
                 status: 200,
                 body: r#"{"data": {{ records | tojson }}}"#.into(),
@@ -167,6 +172,7 @@ pub fn reference_delivery() -> Vec<Route> {
             key: None,
             reference: None,
             script: Vec::new(),
+            then: Behaviour::Accept,
             answer: Some(Template {
                 status: 200,
                 body: r#"{"id": {{ id | tojson }}, "status": {{ status | tojson }}}"#.into(),
@@ -459,7 +465,7 @@ impl Provider {
             .script
             .get(*used)
             .cloned()
-            .unwrap_or(Behaviour::Accept);
+            .unwrap_or_else(|| route.then.clone());
         *used += 1;
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let value_at = |place: &Option<Where>| -> Option<String> {

@@ -743,6 +743,7 @@ where
             since: lease.uncertain_since.unwrap_or(lease.attempt_started_at),
             now,
             lookup_absent: false,
+            ask_again_after: 0,
             attempts_left,
             remembered_until: lease.key_remembered_until,
         };

@@ -23,6 +23,9 @@ pub struct Uncertainty {
     pub now: Millis,
     /// True when a lookup has just come back empty.
     pub lookup_absent: bool,
+    /// How long to wait before asking again when a lookup has just failed (the provider
+    /// down or erring): a provider that is down is not asked again at once.
+    pub ask_again_after: Millis,
     /// Whether the step's retry policy allows another same-key attempt.
     pub attempts_left: bool,
     /// Until when the provider remembers the key, as recorded when the request was first
@@ -46,7 +49,9 @@ pub fn decide(contract: &Contract, u: Uncertainty) -> Verdict {
     let window_end = u.since.saturating_add(contract.query.visibility_window_ms);
     if contract.query.supported {
         if !u.lookup_absent {
-            return Verdict::Query { at: u.now };
+            return Verdict::Query {
+                at: u.now.saturating_add(u.ask_again_after),
+            };
         }
         if u.now < window_end {
             return Verdict::Query {
@@ -251,6 +256,7 @@ mod tests {
             since: 1_000,
             now,
             lookup_absent,
+            ask_again_after: 0,
             attempts_left: true,
             remembered_until: None,
         }

@@ -686,7 +686,7 @@ where
                     att,
                     format!("Lookup failed: {e}"),
                 );
-                let c = self.uncertain(claimed, step, contract, since, false);
+                let c = self.uncertain_after_failed_lookup(claimed, step, contract, since);
                 (
                     c.transition,
                     Some(c.note),
@@ -701,7 +701,7 @@ where
                     att,
                     format!("Lookup did not complete: {f}"),
                 );
-                let c = self.uncertain(claimed, step, contract, since, false);
+                let c = self.uncertain_after_failed_lookup(claimed, step, contract, since);
                 (
                     c.transition,
                     Some(c.note),
@@ -727,6 +727,7 @@ where
             since,
             now: self.clock.now_ms(),
             lookup_absent: false,
+            ask_again_after: 0,
             attempts_left: false,
             remembered_until: claimed.key_remembered_until,
         };
@@ -756,10 +757,37 @@ where
         since: Millis,
         lookup_absent: bool,
     ) -> Conclusion {
+        self.uncertain_after(claimed, step, contract, since, lookup_absent, 0)
+    }
+
+    /// [`Self::uncertain`] after a lookup that failed: asked again only after the step's
+    /// backoff for this attempt, so a provider that is down is not asked in a tight loop.
+    fn uncertain_after_failed_lookup(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        contract: &Contract,
+        since: Millis,
+    ) -> Conclusion {
+        let wait = step.retry.backoff(claimed.attempt_number, None, 0.0);
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.uncertain_after(claimed, step, contract, since, false, wait)
+    }
+
+    fn uncertain_after(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        contract: &Contract,
+        since: Millis,
+        lookup_absent: bool,
+        ask_again_after: Millis,
+    ) -> Conclusion {
         let u = Uncertainty {
             since,
             now: self.clock.now_ms(),
             lookup_absent,
+            ask_again_after,
             attempts_left: step.retry.allows_another(claimed.attempt_number),
             remembered_until: claimed.key_remembered_until,
         };
