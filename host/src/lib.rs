@@ -48,6 +48,9 @@
 //! - [`app`]: the composition root — builds a host from its configuration and runs its
 //!   parts as named, supervised tasks (a task that dies stops the host); each periodic
 //!   round is a tick run every period ([`app::tasks`]).
+//! - [`scenario`]: rehearsals — like [`app`], a composition of the parts (store, runtime,
+//!   scheduler, API) in one process, on a simulated clock, with scripted providers answered
+//!   inside the runtime and expectations checked at the end.
 //! - [`cli`]: the clap commands; the only place `anyhow` is used.
 
 pub mod access;

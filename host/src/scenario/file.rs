@@ -112,8 +112,6 @@ pub struct Expect {
     pub timeline: Vec<String>,
     /// Texts no timeline entry contains.
     pub timeline_lacks: Vec<String>,
-    /// Notification kinds (`workflow.<state>`) queued for the workflow, in order.
-    pub notifications: Option<Vec<String>>,
 }
 
 /// What must hold of one step.
@@ -267,7 +265,6 @@ struct ExpectToml {
     timeline: Vec<String>,
     #[serde(default)]
     timeline_lacks: Vec<String>,
-    notifications: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -657,7 +654,9 @@ fn behaviour(raw: &Spanned<BehaviourToml>, diags: &mut Vec<Diagnostic>) -> Optio
     };
     let duration = |v: &toml::Value| -> Result<Duration, String> {
         match v {
-            toml::Value::String(s) => humantime::parse_duration(s).map_err(|e| e.to_string()),
+            toml::Value::String(s) => {
+                humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration ({e})"))
+            }
             other => Err(format!("`{other}` is not a duration")),
         }
     };
@@ -796,16 +795,15 @@ fn event(
         });
     }
     if let Some(change) = &e.script {
-        match adapters.get(change.adapter.get_ref()) {
-            None => diags.push(
+        if !adapters.contains_key(change.adapter.get_ref()) {
+            diags.push(
                 Diagnostic::new(format!(
                     "the scenario sets up no adapter `{}`",
                     change.adapter.get_ref()
                 ))
                 .at(change.adapter.span())
                 .help(format!("name one of {}", name_list(adapters.keys()))),
-            ),
-            Some(_) => {}
+            );
         }
         actions.push(EventAction::Script {
             adapter: change.adapter.get_ref().clone(),
@@ -876,6 +874,5 @@ fn expect(
         next_action: raw.next_action.clone(),
         timeline: raw.timeline.clone(),
         timeline_lacks: raw.timeline_lacks.clone(),
-        notifications: raw.notifications.clone(),
     }
 }

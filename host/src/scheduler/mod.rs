@@ -92,13 +92,10 @@ pub struct CheckpointSeen {
 /// Told of each checkpoint an adapter attempt passes, once it is durable; the attempt
 /// waits for the answer, so a simulation can act while it stands there.
 #[derive(Clone)]
-pub struct CheckpointHook(
-    pub  Arc<
-        dyn Fn(CheckpointSeen) -> std::pin::Pin<Box<dyn Future<Output = AtCheckpoint> + Send>>
-            + Send
-            + Sync,
-    >,
-);
+pub struct CheckpointHook(pub Arc<dyn Fn(CheckpointSeen) -> AtCheckpointFuture + Send + Sync>);
+
+/// What a [`CheckpointHook`] answers, once it has decided.
+pub type AtCheckpointFuture = std::pin::Pin<Box<dyn Future<Output = AtCheckpoint> + Send>>;
 
 impl std::fmt::Debug for CheckpointHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

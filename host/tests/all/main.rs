@@ -64,6 +64,7 @@ mod runtime_http_delivery;
 mod runtime_load;
 mod runtime_sandbox;
 mod runtime_secrets;
+mod scenarios;
 mod security;
 mod source_rules;
 mod store_conformance;

@@ -35,8 +35,17 @@ fn env() -> StaticEnv {
             Version::new(1, 0, 0),
             ComponentWorld::Adapter,
         )
+        .component(
+            "http-delivery-query-only",
+            Version::new(1, 0, 0),
+            ComponentWorld::Adapter,
+        )
         .allow_host("http-delivery", "$base_url")
         .allow_secret("http-delivery", "provider_token")
+        .allow_host("http-delivery-query-only", "$base_url")
+        .allow_secret("http-delivery-query-only", "provider_token")
+        .allow_host("http-delivery-fire-and-forget", "$base_url")
+        .allow_secret("http-delivery-fire-and-forget", "provider_token")
         .compensation("http-delivery", Version::new(1, 0, 0), true)
         .compensation(
             "http-delivery-fire-and-forget",

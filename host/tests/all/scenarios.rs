@@ -1,0 +1,179 @@
+//! `docket scenario`: the shipped scenarios pass through the real binary (and JUnit reports
+//! them), a failing case exits non-zero telling its assertion, timeline and world record,
+//! and invalid scenario files get golden `file:line:col` diagnostics
+//! (`tests/scenario_ui/<name>.toml` against `<name>.err`; `DOCKET_BLESS=1` rewrites them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `docket scenario run ARGS…` in the repository root: exit success, stdout, stderr.
+fn scenario_run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_docket"))
+        .current_dir(repo_root())
+        .args(["scenario", "run"])
+        .args(args)
+        .output()
+        .expect("docket runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_shipped_scenarios_pass_and_junit_lists_each_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("scenarios.xml");
+    let (ok, stdout, stderr) = scenario_run(&["--junit", junit.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let shipped = std::fs::read_dir(repo_root().join("scenarios"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "toml")
+        })
+        .count();
+    assert!(shipped >= 12, "{shipped} shipped scenarios");
+    assert!(
+        stdout.contains(&format!("{shipped} cases: {shipped} passed, 0 failed")),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), shipped, "{xml}");
+    assert!(xml.contains("failures=\"0\""), "{xml}");
+    for name in [
+        "core-lost-answer-recovered-by-query",
+        "fire-and-forget-lost-answer-waits-for-a-person",
+        "failover-accepted-then-down-stops-for-a-manual-check",
+        "retention-passes-while-paused",
+        "cancellation-races-an-accepted-effect",
+    ] {
+        assert!(stdout.contains(&format!("PASS  {name}")), "{stdout}");
+    }
+}
+
+/// A scenario whose expectation does not hold: exit status 1, the assertion, the timeline
+/// and the world record; a `checkpoint = "each"` kill runs once per checkpoint.
+#[test]
+fn a_failing_case_tells_its_assertion_timeline_and_world() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = std::fs::read_to_string(
+        repo_root().join("scenarios/core-lost-answer-recovered-by-query.toml"),
+    )
+    .unwrap();
+    let wrong = core
+        .replace("effects = 1", "effects = 2")
+        .replace("checkpoint = 4", "checkpoint = \"each\"");
+    assert_ne!(wrong, core);
+    let file = dir.path().join("wrong.toml");
+    std::fs::write(&file, wrong).unwrap();
+    let (ok, stdout, stderr) = scenario_run(&[file.to_str().unwrap()]);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("6 cases: 0 passed, 6 failed"), "{stdout}");
+    for n in 1..=6 {
+        assert!(
+            stdout.contains(&format!("FAIL  wrong [checkpoint {n}]")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("the world holds 1 effects of this intent, expected 2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("timeline of intent 1:"), "{stdout}");
+    assert!(
+        stdout.contains("Request recorded: document-delivery"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("the world record:"), "{stdout}");
+    assert!(stdout.contains("\"route\": \"create\""), "{stdout}");
+    assert!(
+        stdout.contains("host-1 killed after checkpoint 4 of `deliver`"),
+        "{stdout}"
+    );
+}
+
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn scenario_errors_match_golden_files() {
+    let bless = std::env::var("DOCKET_BLESS").is_ok_and(|v| v == "1");
+    let definitions = docket::scenario::definitions_in(&repo_root().join("workflows")).unwrap();
+    let defs = definitions
+        .iter()
+        .map(|(k, (_, _, d))| (k.clone(), d.clone()))
+        .collect();
+    let components: Vec<String> = [
+        "http-delivery",
+        "http-delivery-query-only",
+        "http-delivery-fire-and-forget",
+        "render-document",
+        "validate-document",
+    ]
+    .map(String::from)
+    .to_vec();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/scenario_ui");
+    let cases = files(&dir, "toml");
+    assert!(cases.len() >= 5, "{cases:?}");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let shown = format!("tests/scenario_ui/{name}");
+        let source = std::fs::read_to_string(case).unwrap();
+        let actual = match docket::scenario::parse(&shown, &source, &defs, &components) {
+            Ok(_) => {
+                failures.push(format!("{shown}: expected errors, but it checked clean"));
+                continue;
+            }
+            Err(d) => d.to_string(),
+        };
+        let golden = case.with_extension("err");
+        if bless {
+            std::fs::write(&golden, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        if actual != expected {
+            failures.push(format!(
+                "{shown}: diagnostics differ\n--- expected\n{expected}--- actual\n{actual}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\n(set DOCKET_BLESS=1 to accept the new output)",
+        failures.join("\n\n")
+    );
+}
+
+/// `docket scenario run` on an invalid file prints the diagnostic and exits non-zero.
+#[test]
+fn an_invalid_scenario_file_is_a_located_error() {
+    let (ok, stdout, stderr) = scenario_run(&["host/tests/scenario_ui/unknown_workflow.toml"]);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("host/tests/scenario_ui/unknown_workflow.toml:1:12"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("did you mean `document-delivery`?"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("1 scenario files are invalid"), "{stdout}");
+}
