@@ -238,6 +238,10 @@ enum ScenarioCommand {
     /// Run scenario files (`scenarios/*.toml`) in-process on a temporary SQLite store and
     /// report each case; exit status 1 if any fails.
     Run(scenario::RunArgs),
+    /// Explore seeded fault schedules of a workflow (host kills, lost, slow and refused
+    /// answers, pauses, clock jumps, duplicate submissions, cancellations) and check the
+    /// invariants after each; a failing seed prints its schedule and the replay command.
+    Explore(scenario::ExploreArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -336,6 +340,7 @@ pub fn run() -> ExitCode {
             }
             Command::Workflow(WorkflowCommand::Schema) => workflow::schema().await,
             Command::Scenario(ScenarioCommand::Run(args)) => scenario::run(args).await,
+            Command::Scenario(ScenarioCommand::Explore(args)) => scenario::explore(args).await,
             Command::Workflow(WorkflowCommand::Deploy { files, target }) => {
                 workflow::deploy(&files, &target.database()?, target.config.as_deref()).await
             }

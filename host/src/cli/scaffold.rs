@@ -5,7 +5,8 @@
 //! helper (`vendor/docket-guest`) and the WIT (`wit/`) travel with it, copied from this
 //! binary so that they match the host that made them. It comes with a README, a test that
 //! runs the component through `docket adapter invoke`, and (adapters) a `verify.toml` for
-//! `docket adapter verify`.
+//! `docket adapter verify` and two rehearsals (`scenarios/`, with a workflow in
+//! `workflows/`) its test runs through `docket scenario run`.
 
 use anyhow::{Context, bail};
 use std::path::PathBuf;
@@ -27,6 +28,23 @@ const HANDLER_TEST: &str = include_str!("../../../adapters/template/handler/test
 const CARGO_TOML: &str = include_str!("../../../adapters/template/Cargo.toml.in");
 const README: &str = include_str!("../../../adapters/template/README.md.in");
 const VERIFY_TOML: &str = include_str!("../../../adapters/template/verify.toml");
+const ADAPTER_WORKFLOW: &str =
+    include_str!("../../../adapters/template/adapter/workflows/delivery.toml");
+/// The adapter's rehearsals, run by its `cargo test` through `docket scenario run`.
+const ADAPTER_SCENARIOS: &[(&str, &str)] = &[
+    (
+        "scenarios/lost-answer-recovered-by-query.toml",
+        include_str!(
+            "../../../adapters/template/adapter/scenarios/lost-answer-recovered-by-query.toml"
+        ),
+    ),
+    (
+        "scenarios/rate-limited-then-delivered.toml",
+        include_str!(
+            "../../../adapters/template/adapter/scenarios/rate-limited-then-delivered.toml"
+        ),
+    ),
+];
 const GUEST_MANIFEST: &str = include_str!("../../../adapters/guest/Cargo.toml");
 const WORKSPACE_MANIFEST: &str = include_str!("../../../Cargo.toml");
 
@@ -137,6 +155,13 @@ fn files(s: &Scaffold) -> anyhow::Result<Vec<(PathBuf, String)>> {
     ];
     if !s.handler {
         out.push((PathBuf::from("verify.toml"), VERIFY_TOML.to_string()));
+        out.push((
+            PathBuf::from(format!("workflows/{}-delivery.toml", s.name)),
+            fill(ADAPTER_WORKFLOW),
+        ));
+        for (path, text) in ADAPTER_SCENARIOS {
+            out.push((PathBuf::from(path), fill(text)));
+        }
     }
     for (path, text) in crate::guests::VENDORED {
         out.push((PathBuf::from(path), text.to_string()));

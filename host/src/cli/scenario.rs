@@ -95,3 +95,153 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// `docket scenario explore`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ExploreArgs {
+    /// The workflow to explore; the first scenario of it in `--scenarios` gives its intents
+    /// and providers.
+    pub workflow: String,
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 1000)]
+    pub seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    pub from: u64,
+    /// Stop starting new seeds after this long (e.g. `2m`); all of them when unset.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub budget: Option<std::time::Duration>,
+    /// Where the base scenarios are.
+    #[arg(long, default_value = "scenarios")]
+    pub scenarios: PathBuf,
+    /// The workflow definitions.
+    #[arg(long, default_value = "workflows")]
+    pub workflows: PathBuf,
+    /// Component files (`.wasm`) besides the examples built into docket.
+    #[arg(long = "components", value_name = "FILE")]
+    pub components: Vec<PathBuf>,
+    /// A deliberately broken host, to show exploration finds what it should (test control):
+    /// `blind-retry` retries an unknown outcome without asking the adapter's contract.
+    #[arg(long, hide = true)]
+    pub broken_host: Option<String>,
+}
+
+/// Explores seeded fault schedules; exit status 1 when a seed breaks an invariant.
+pub async fn explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {
+    let definitions = scenario::definitions_in(&args.workflows)?;
+    let Some((_, _, def)) = definitions.get(&args.workflow) else {
+        anyhow::bail!(
+            "no workflow named `{}` in {}",
+            args.workflow,
+            args.workflows.display()
+        );
+    };
+    let broken = match args.broken_host.as_deref() {
+        None => false,
+        Some("blind-retry") => true,
+        Some(other) => {
+            anyhow::bail!("unknown --broken-host `{other}`; the one known is blind-retry")
+        }
+    };
+    let adapter_steps: Vec<String> = def
+        .steps
+        .iter()
+        .filter(|s| s.kind == crate::workflow::StepKind::Adapter)
+        .map(|s| s.id.to_string())
+        .collect();
+    let mut components: Vec<(Vec<u8>, bool)> = crate::guests::EMBEDDED
+        .iter()
+        .map(|(_, bytes)| (bytes.to_vec(), true))
+        .collect();
+    for path in &args.components {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading component {}", path.display()))?;
+        components.push((bytes, false));
+    }
+    let mut bench = scenario::Bench::new(
+        components,
+        definitions
+            .iter()
+            .map(|(name, (file, text, _))| (name.clone(), (file.clone(), text.clone())))
+            .collect(),
+        super::adapter::cache_dir(),
+    )
+    .await?;
+    if broken {
+        bench.break_host_with_blind_retries();
+    }
+    let files = scenario::scenario_files(std::slice::from_ref(&args.scenarios))?;
+    let (cases, errors) = scenario::load(&files, &definitions, bench.component_names())?;
+    for e in &errors {
+        eprintln!("{e}\n");
+    }
+    let Some(base) = cases.iter().find(|c| c.workflow == args.workflow) else {
+        anyhow::bail!(
+            "no scenario in {} runs `{}`: write one (its intents and providers are what the schedules vary)",
+            args.scenarios.display(),
+            args.workflow
+        );
+    };
+    let started = std::time::Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(args.seeds);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} seeds {per_sec} {wide_msg}",
+            )
+            .expect("a valid template"),
+        );
+        bar
+    });
+    let mut ran = 0u64;
+    let mut failed = Vec::new();
+    for seed in args.from..args.from.saturating_add(args.seeds) {
+        if args.budget.is_some_and(|b| started.elapsed() >= b) {
+            break;
+        }
+        let schedule = scenario::explore::schedule(seed, base, &adapter_steps);
+        let outcome = scenario::explore_one(&bench, &schedule.scenario).await?;
+        ran += 1;
+        if let Some(bar) = &bar {
+            bar.inc(1);
+        }
+        if !outcome.passed() {
+            let report =
+                scenario::explore::replay_report(&args.workflow, &schedule, &outcome.failures);
+            if let Some(bar) = &bar {
+                bar.suspend(|| println!("{report}"));
+            } else {
+                println!("{report}");
+            }
+            failed.push(seed);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{ran} schedules of {} explored from seed {} in {secs:.1} s ({:.1} schedules/s): {} broke an invariant{}",
+        args.workflow,
+        args.from,
+        ran as f64 / secs.max(1e-9),
+        failed.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (seeds {})",
+                failed
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    Ok(if failed.is_empty() && errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -66,6 +66,8 @@ pub struct Bench {
     /// Definition files by workflow name: file, source.
     definitions: BTreeMap<String, (String, String)>,
     names: Vec<String>,
+    /// The hosts retry unknown outcomes blindly (exploring a deliberately broken host).
+    blind_retry: bool,
 }
 
 impl Bench {
@@ -107,7 +109,14 @@ impl Bench {
             components,
             definitions,
             names,
+            blind_retry: false,
         })
+    }
+
+    /// Makes every host of later runs a broken one that retries unknown outcomes without
+    /// asking the contract (a test control: exploring must find it).
+    pub fn break_host_with_blind_retries(&mut self) {
+        self.blind_retry = true;
     }
 
     /// The names of the loaded components.
@@ -138,6 +147,40 @@ impl ScriptedHosts for Switchboard {
             None => Box::pin(async { ScriptedAnswer::Lost }),
         }
     }
+}
+
+/// One host's view of the run's clock: while the host is paused its timers (a lease's
+/// renewal) do not end, though the clock moves on for everyone else.
+struct HostClock {
+    clock: Arc<ManualClock>,
+    paused: tokio::sync::watch::Sender<bool>,
+}
+
+impl Clock for HostClock {
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn advance(&self, ms: u64) {
+        self.clock.advance(ms)
+    }
+
+    fn sleep_until(&self, at_ms: u64) -> crate::clock::Sleep {
+        let sleep = self.clock.sleep_until(at_ms);
+        let mut paused = self.paused.subscribe();
+        Box::pin(async move {
+            sleep.await;
+            // A paused host wakes only once it goes on.
+            let _ = paused.wait_for(|p| !*p).await;
+        })
+    }
+}
+
+/// A host of the run: its scheduler and its view of the clock.
+struct Host {
+    scheduler: Arc<Scheduler<SqliteStore>>,
+    clock: Arc<HostClock>,
+    owner: String,
 }
 
 /// How one case ended.
@@ -189,23 +232,52 @@ struct Run {
     clock: Arc<ManualClock>,
     providers: ScriptedProviders,
     api: axum::Router,
-    schedulers: Vec<Arc<Scheduler<SqliteStore>>>,
-    make: Box<dyn Fn(usize) -> Arc<Scheduler<SqliteStore>> + Send + Sync>,
+    hosts: Vec<Host>,
+    make: Box<dyn Fn(usize) -> Host + Send + Sync>,
+    /// Hosts paused now, by owner.
+    paused: Vec<String>,
+    /// How many hosts share the store and take turns looking for work.
+    want_hosts: usize,
+    /// Whose turn it is.
+    turn: usize,
     shared: Arc<Mutex<Shared>>,
     workflows: Vec<WorkflowId>,
+    /// Each key submitted, with the workflow its admission answered.
+    submitted: Vec<(String, Option<WorkflowId>)>,
     adapters_hosts: BTreeMap<String, String>,
     workflow: String,
+    /// Exploring: an event that cannot happen any more is skipped, and a refused action is
+    /// noted, not a failure (a schedule is drawn, not written).
+    lenient: bool,
 }
 
 /// Runs `scenario`; an error only when the run could not be set up.
 pub async fn run(bench: &Bench, scenario: &Scenario) -> Result<Outcome, EngineError> {
+    run_with(bench, scenario, false).await
+}
+
+/// Runs a drawn schedule and checks the invariants every run must keep (see
+/// [`super::explore`]); the outcome's failures are the broken invariants.
+pub async fn explore(bench: &Bench, scenario: &Scenario) -> Result<Outcome, EngineError> {
+    run_with(bench, scenario, true).await
+}
+
+async fn run_with(
+    bench: &Bench,
+    scenario: &Scenario,
+    lenient: bool,
+) -> Result<Outcome, EngineError> {
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().map_err(|e| EngineError::Setup(e.to_string()))?;
     let mut run = Run::start(bench, scenario, dir.path()).await?;
+    run.lenient = lenient;
     let mut failures = Vec::new();
     for intent in &scenario.intents {
         match run.submit(&intent.key, &intent.input).await {
-            Ok(id) => run.workflows.push(id),
+            Ok(id) => {
+                run.submitted.push((intent.key.clone(), Some(id.clone())));
+                run.workflows.push(id);
+            }
             Err(e) => failures.push(e),
         }
     }
@@ -217,7 +289,11 @@ pub async fn run(bench: &Bench, scenario: &Scenario) -> Result<Outcome, EngineEr
     bench.switchboard.0.lock().unwrap().take();
     let (projections, timelines) = run.read_back().await;
     if failures.is_empty() {
-        failures.extend(run.check(scenario, &projections, &timelines).await);
+        if lenient {
+            failures.extend(run.invariants(&projections).await);
+        } else {
+            failures.extend(run.check(scenario, &projections, &timelines).await);
+        }
     }
     let log = std::mem::take(&mut run.shared.lock().unwrap().log);
     Ok(Outcome {
@@ -349,28 +425,42 @@ impl Run {
         };
         let secrets = Arc::new(secrets);
         let lease = scenario.lease;
+        let failpoint = bench
+            .blind_retry
+            .then_some(crate::scheduler::Failpoint::BlindRetry);
         let make = {
             let store = store.clone();
             let deployments = deployments.clone();
             let components = components.clone();
             let clock = clock.clone();
             Box::new(move |n: usize| {
-                Scheduler::new(
+                let owner = format!("host-{n}");
+                let host_clock = Arc::new(HostClock {
+                    clock: clock.clone(),
+                    paused: tokio::sync::watch::Sender::new(false),
+                });
+                let scheduler = Scheduler::new(
                     store.clone(),
                     deployments.clone(),
                     components.clone(),
                     secrets.clone(),
-                    clock.clone(),
+                    host_clock.clone(),
                     SchedulerConfig {
-                        owner: format!("host-{n}"),
+                        owner: owner.clone(),
                         lease,
                         max_concurrent: 16,
                         checkpoints: Some(hook.clone()),
+                        failpoint,
                         ..SchedulerConfig::default()
                     },
                     Arc::new(tokio::sync::Notify::new()),
-                )
-            }) as Box<dyn Fn(usize) -> Arc<Scheduler<SqliteStore>> + Send + Sync>
+                );
+                Host {
+                    scheduler,
+                    clock: host_clock,
+                    owner,
+                }
+            }) as Box<dyn Fn(usize) -> Host + Send + Sync>
         };
         let mut context = Context::new(store.clone(), deployments.clone(), clock.clone());
         context.components = Some(components.clone());
@@ -381,23 +471,84 @@ impl Run {
             clock,
             providers,
             api,
-            schedulers: vec![first],
+            hosts: vec![first],
             make,
+            paused: Vec::new(),
+            want_hosts: scenario.hosts.max(1),
+            turn: 0,
             shared,
             workflows: Vec::new(),
+            submitted: Vec::new(),
             adapters_hosts,
+            lenient: false,
             workflow: scenario.workflow.clone(),
         })
     }
 
     /// The scheduler of the host alive now; a new one after a kill.
+    /// The scheduler whose turn it is among the hosts that are neither dead nor paused;
+    /// new hosts replace those that died, so `hosts` of them are up.
     fn host(&mut self) -> Arc<Scheduler<SqliteStore>> {
-        let dead = self.shared.lock().unwrap().dead.len();
-        while self.schedulers.len() <= dead {
-            let n = self.schedulers.len() + 1;
-            self.schedulers.push((self.make)(n));
+        let dead = self.shared.lock().unwrap().dead.clone();
+        let up =
+            |h: &Host, paused: &[String]| !dead.contains(&h.owner) && !paused.contains(&h.owner);
+        while self.hosts.iter().filter(|h| up(h, &self.paused)).count() < self.want_hosts {
+            let host = (self.make)(self.hosts.len() + 1);
+            self.hosts.push(host);
         }
-        self.schedulers[dead].clone()
+        let live: Vec<&Host> = self.hosts.iter().filter(|h| up(h, &self.paused)).collect();
+        let chosen = live[self.turn % live.len()].scheduler.clone();
+        self.turn += 1;
+        chosen
+    }
+
+    /// Steps under way on the hosts that are not paused.
+    fn busy(&self) -> usize {
+        self.hosts
+            .iter()
+            .filter(|h| !self.paused.contains(&h.owner))
+            .map(|h| h.scheduler.busy())
+            .sum()
+    }
+
+    /// The attempt of `parked` stands still on its paused host for `pause` while the clock
+    /// moves on and the other hosts work; then it goes on, and only once it has finished
+    /// do its host's timers run again (so its result, late or not, is what it makes of
+    /// what it had, not what a lost lease cut short).
+    async fn pause(&mut self, parked: Parked, pause: Duration) -> Result<(), String> {
+        let owner = parked.seen.owner.clone();
+        self.paused.push(owner.clone());
+        let Some(i) = self.hosts.iter().position(|h| h.owner == owner) else {
+            return Err(format!("no host {owner} to pause"));
+        };
+        self.hosts[i].clock.paused.send_replace(true);
+        self.clock.advance(pause.as_millis() as u64);
+        self.note(format!(
+            "{} {owner} paused for {} with its attempt of `{}` at checkpoint {}",
+            crate::intent::rfc3339(self.clock.now_ms()),
+            humantime::format_duration(pause),
+            parked.seen.step,
+            parked.seen.checkpoint
+        ));
+        if let Some(other) = self.settle().await? {
+            let _ = other.release.send(AtCheckpoint::Continue);
+            self.settle().await?;
+        }
+        let _ = parked.release.send(AtCheckpoint::Continue);
+        let limit = std::time::Instant::now() + SETTLE_LIMIT;
+        while self.hosts[i].scheduler.busy() > 0 {
+            if std::time::Instant::now() > limit {
+                return Err(format!("{owner}'s attempt did not finish after its pause"));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        self.paused.retain(|p| *p != owner);
+        self.hosts[i].clock.paused.send_replace(false);
+        self.note(format!(
+            "{} {owner} went on",
+            crate::intent::rfc3339(self.clock.now_ms())
+        ));
+        Ok(())
     }
 
     async fn call(
@@ -459,6 +610,11 @@ impl Run {
             if let Some(parked) = parked {
                 // An attempt stands where the next event waits: it fires, with any that
                 // follow at the same place, and the attempt goes on.
+                if let EventAction::Pause(pause) = scenario.events[next].action {
+                    next += 1;
+                    self.pause(parked, pause).await?;
+                    continue;
+                }
                 let at = scenario.events[next].at.clone();
                 self.note(format!(
                     "{} {}'s attempt of `{}` stands at checkpoint {}",
@@ -482,8 +638,19 @@ impl Run {
                 continue;
             }
             let waiting_event = next < scenario.events.len();
-            if !waiting_event && self.all_rest().await {
-                return Ok(());
+            if self.all_rest().await {
+                if !waiting_event {
+                    return Ok(());
+                }
+                if self.lenient {
+                    // Nothing is under way: an event waiting for a checkpoint cannot happen.
+                    self.note(format!(
+                        "skipped: {} (the run had already come to rest)",
+                        describe_at(&scenario.events[next])
+                    ));
+                    next += 1;
+                    continue;
+                }
             }
             // Nothing to do now: the clock moves to the next instant anything waits for.
             let now = self.clock.now_ms();
@@ -557,7 +724,7 @@ impl Run {
                 } {
                     return Ok(Some(p));
                 }
-                let busy: usize = self.schedulers.iter().map(|s| s.busy()).sum();
+                let busy = self.busy();
                 if busy <= self.providers.held() {
                     break;
                 }
@@ -583,6 +750,11 @@ impl Run {
                 self.clock.advance(d.as_millis() as u64);
                 format!("the clock moved {}", humantime::format_duration(*d))
             }
+            EventAction::Pause(_) => {
+                return Err(format!(
+                    "event at line {line}: a pause needs an attempt standing at its `at`"
+                ));
+            }
             EventAction::Act { action, step, body } => {
                 let Some(id) = id else {
                     return Err(format!("event at line {line}: no workflow to act on"));
@@ -606,9 +778,26 @@ impl Run {
                         m.insert("reason".into(), Value::String("scenario".into()));
                     }
                 }
+                // An approval decides the consequence the projection shows, unless the
+                // scenario names another digest (to rehearse a stale one).
+                if action == "approve"
+                    && let (Value::Object(m), Some(step)) = (&mut body, step)
+                    && !m.contains_key("digest")
+                {
+                    let (_, wf) = self
+                        .call("GET", &format!("/v1/workflows/{id}"), None, None)
+                        .await;
+                    let digest = wf["steps"]
+                        .as_array()
+                        .and_then(|s| s.iter().find(|s| s["id"] == step.as_str()))
+                        .and_then(|s| s["approval"]["digest"].as_str())
+                        .unwrap_or_default()
+                        .to_string();
+                    m.insert("digest".into(), Value::String(digest));
+                }
                 let key = format!("scenario-event-{line}");
                 let (status, answer) = self.call("POST", &path, Some(&key), Some(body)).await;
-                if status >= 400 {
+                if status >= 400 && !self.lenient {
                     return Err(format!(
                         "event at line {line}: {action} was answered {status}: {answer}"
                     ));
@@ -634,8 +823,27 @@ impl Run {
             }
             EventAction::Submit(intent) => {
                 let id = self.submit(&intent.key, &intent.input).await?;
-                self.workflows.push(id);
-                format!("intent `{}` submitted", intent.key)
+                let earlier = self
+                    .submitted
+                    .iter()
+                    .find(|(k, _)| *k == intent.key)
+                    .and_then(|(_, id)| id.clone());
+                self.submitted.push((intent.key.clone(), Some(id.clone())));
+                match earlier {
+                    Some(first) if first == id => {
+                        format!("intent `{}` submitted again: the same workflow", intent.key)
+                    }
+                    Some(first) => {
+                        return Err(format!(
+                            "intent `{}` submitted again made a second workflow ({id} beside {first})",
+                            intent.key
+                        ));
+                    }
+                    None => {
+                        self.workflows.push(id);
+                        format!("intent `{}` submitted", intent.key)
+                    }
+                }
             }
         };
         self.note(format!(
@@ -795,6 +1003,66 @@ impl Run {
             }
         }
         failures
+    }
+}
+
+impl Run {
+    /// The invariants every run keeps, whatever was injected.
+    async fn invariants(&self, projections: &[Value]) -> Vec<String> {
+        let mut identities = Vec::new();
+        let mut checked = Vec::new();
+        for (id, wf) in self.workflows.iter().zip(projections) {
+            let steps: Vec<String> = wf["steps"]
+                .as_array()
+                .map(|s| {
+                    s.iter()
+                        .filter_map(|s| s["id"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            identities.push(self.identities(id, &steps).await);
+            match self.store.workflow(id).await {
+                Ok(Some(record)) => {
+                    match crate::check::records_of(&self.store, record, None).await {
+                        Ok(records) => {
+                            checked.extend(crate::check::check(&records).into_iter().map(|v| {
+                                format!(
+                                    "docket check: {:?} at {:?}: {}",
+                                    v.invariant, v.step, v.detail
+                                )
+                            }))
+                        }
+                        Err(e) => {
+                            checked.push(format!("workflow {id}: reading its records failed: {e}"))
+                        }
+                    }
+                }
+                Ok(None) => checked.push(format!("workflow {id} is not in the store")),
+                Err(e) => checked.push(format!("workflow {id}: reading it failed: {e}")),
+            }
+        }
+        let mut submitted = Vec::new();
+        for (key, _) in &self.submitted {
+            let (status, answer) = self
+                .call(
+                    "GET",
+                    &format!("/v1/intents/{key}?workflow={}", self.workflow),
+                    None,
+                    None,
+                )
+                .await;
+            let found = (status == 200)
+                .then(|| answer["workflow_id"].as_str().map(str::to_string))
+                .flatten();
+            submitted.push((key.clone(), found));
+        }
+        super::explore::violations(
+            &submitted,
+            projections,
+            &self.providers.resources(),
+            &identities,
+            &checked,
+        )
     }
 }
 

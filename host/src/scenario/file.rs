@@ -31,6 +31,8 @@ pub struct Scenario {
     pub seed: u64,
     /// The hosts' lease.
     pub lease: Duration,
+    /// How many hosts share the store and take turns looking for work (default 1).
+    pub hosts: usize,
     /// How far the simulated clock may run on its own before the run ends.
     pub run_for: Duration,
     pub intents: Vec<Intent>,
@@ -79,6 +81,9 @@ pub struct Event {
 pub enum EventAction {
     /// The clock moves forward.
     Advance(Duration),
+    /// The host whose attempt stands at the event's `at` stands still this long (its lease
+    /// renewals too) while the clock moves on and other hosts work; then it goes on.
+    Pause(Duration),
     /// An operator's action through the API on the first intent's workflow: `cancel` and
     /// `withdraw` on the workflow, the step actions (`query`, `retry`, `resolve`,
     /// `escalate`, `compensate`, `exception`, `approve`, `reject`) on `step`.
@@ -136,6 +141,7 @@ struct ScenarioToml {
     workflow: Spanned<String>,
     seed: Option<u64>,
     lease: Option<TomlDuration>,
+    hosts: Option<Spanned<u32>>,
     run_for: Option<TomlDuration>,
     #[serde(default)]
     intents: Vec<IntentToml>,
@@ -237,6 +243,7 @@ struct AtToml {
 struct EventToml {
     at: Option<AtToml>,
     advance: Option<TomlDuration>,
+    pause: Option<Spanned<TomlDuration>>,
     action: Option<Spanned<String>>,
     step: Option<Spanned<String>>,
     body: Option<toml::Table>,
@@ -355,6 +362,15 @@ pub fn parse(
         }
     };
 
+    if let Some(h) = &raw.hosts
+        && !(1..=8).contains(h.get_ref())
+    {
+        diags.push(
+            Diagnostic::new(format!("{} hosts is not 1 … 8", h.get_ref()))
+                .at(h.span())
+                .help("write how many hosts share the store, from 1 to 8"),
+        );
+    }
     let mut intents = Vec::new();
     for i in &raw.intents {
         intents.push(intent(i, &mut diags));
@@ -448,6 +464,7 @@ pub fn parse(
         workflow: raw.workflow.get_ref().clone(),
         seed: raw.seed.unwrap_or(0),
         lease: raw.lease.map_or(Duration::from_secs(30), |d| d.0),
+        hosts: raw.hosts.as_ref().map_or(1, |h| *h.get_ref() as usize),
         run_for: raw.run_for.map_or(Duration::from_secs(7 * 86_400), |d| d.0),
         intents,
         adapters,
@@ -756,6 +773,16 @@ fn event(
     if let Some(d) = e.advance {
         actions.push(EventAction::Advance(d.0));
     }
+    if let Some(d) = &e.pause {
+        if at.is_none() {
+            diags.push(
+                Diagnostic::new("a pause needs `at`: the host that pauses is the one whose attempt stands there")
+                    .at(d.span())
+                    .help("add at = { step = \"<step id>\", checkpoint = N } to the event"),
+            );
+        }
+        actions.push(EventAction::Pause(d.get_ref().0));
+    }
     if let Some(action) = &e.action {
         if !ACTIONS.contains(&action.get_ref().as_str()) {
             let help = match closest(action.get_ref(), ACTIONS.iter().copied()) {
@@ -828,7 +855,7 @@ fn event(
             diags.push(
                 Diagnostic::new(format!("an event does one thing; this one does {n}"))
                     .at(raw.span())
-                    .help("give each [[events]] exactly one of advance, action, script or submit"),
+                    .help("give each [[events]] exactly one of advance, pause, action, script or submit"),
             );
             None
         }

@@ -7,14 +7,17 @@
 //! - `provider.rs`: scripted providers, answered inside the runtime by host name, and the
 //!   world record they keep;
 //! - `engine.rs`: one case run in-process on a temporary SQLite store and a manual clock;
+//! - `explore.rs`: schedules drawn from a seed over a base scenario, and the invariants
+//!   every run keeps (`docket scenario explore`);
 //! - `report.rs`: the table of cases, a failure's story, and JUnit XML.
 
 mod engine;
+pub mod explore;
 mod file;
 mod provider;
 mod report;
 
-pub use engine::{Bench, EngineError, Outcome, START_MS, run};
+pub use engine::{Bench, EngineError, Outcome, START_MS, explore as explore_one, run};
 pub use file::{Event, EventAction, Expect, Intent, Kill, Scenario, StepExpect, parse};
 pub use provider::{
     Behaviour, ProviderSpec, REFERENCE_DELIVERY, Resource, Route, RouteKind, ScriptedProviders,

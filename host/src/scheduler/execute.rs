@@ -13,7 +13,7 @@ mod preflight;
 mod tests;
 
 use super::Scheduler;
-use super::recovery::{Cause, Conclusion, Told, Uncertainty, conclude, decide};
+use super::recovery::{Cause, Conclusion, Told, Uncertainty, conclude};
 use crate::budget::{self, AttemptKind, Charge};
 use crate::catalog::{DeployError, ResolveError};
 use crate::contract::{

@@ -144,6 +144,24 @@ pub enum Failpoint {
     /// Abort the process once a provider's delivery was read, before its reading is
     /// applied: the delivery was answered `202` and kept, and nothing of it applied.
     EvidenceRead,
+    /// A deliberately broken host: every unknown outcome is retried at once without asking
+    /// the adapter's contract (`docket scenario explore --broken-host blind-retry` shows
+    /// that exploring finds it).
+    BlindRetry,
+}
+
+impl Failpoint {
+    /// The verdict on an unknown outcome: the contract's, unless the host is broken.
+    pub(crate) fn verdict(
+        failpoint: Option<Failpoint>,
+        contract: &crate::contract::Contract,
+        u: Uncertainty,
+    ) -> recovery::Verdict {
+        if failpoint == Some(Failpoint::BlindRetry) {
+            return recovery::Verdict::RetrySameKey { at: u.now };
+        }
+        decide(contract, u)
+    }
 }
 
 /// The failpoint asked for by the environment: `DOCKET_FAILPOINT=checkpoint-N`,
@@ -751,7 +769,8 @@ where
                 expired: &expired_text,
             },
         };
-        let c = recovery::conclude(&contract, u, decide(&contract, u), told);
+        let verdict = Failpoint::verdict(self.config.failpoint, &contract, u);
+        let c = recovery::conclude(&contract, u, verdict, told);
         Ok((c.transition, c.note, c.event, AttemptOutcome::Interrupted))
     }
 }

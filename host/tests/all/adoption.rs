@@ -331,6 +331,9 @@ fn a_scaffolded_adapter_builds_invokes_and_verifies_outside_the_repository() {
         "verify.toml",
         "src/lib.rs",
         "tests/invoke.rs",
+        "scenarios/lost-answer-recovered-by-query.toml",
+        "scenarios/rate-limited-then-delivered.toml",
+        "workflows/acme-mailer-delivery.toml",
         "wit/docket.wit",
         "vendor/docket-guest/Cargo.toml",
     ] {
@@ -360,6 +363,12 @@ fn a_scaffolded_adapter_builds_invokes_and_verifies_outside_the_repository() {
     }
     let out = test.output().unwrap();
     assert!(out.status.success(), "{}", output_text(&out));
+    // Its tests are the invocation and the scenarios (which fail unless both cases pass).
+    assert!(
+        output_text(&out).contains("test result: ok. 2 passed"),
+        "{}",
+        output_text(&out)
+    );
 
     let wasm = crate_dir.join("target/component-test/wasm32-wasip2/release/acme_mailer.wasm");
     let out = docket()

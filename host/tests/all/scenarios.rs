@@ -177,3 +177,100 @@ fn an_invalid_scenario_file_is_a_located_error() {
     );
     assert!(stdout.contains("1 scenario files are invalid"), "{stdout}");
 }
+
+/// `docket scenario explore ARGS…` in the repository root: exit success and stdout+stderr.
+fn explore(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_docket"))
+        .current_dir(repo_root())
+        .args(["scenario", "explore"])
+        .args(args)
+        .output()
+        .expect("docket runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// docket's own deterministic-simulation test: seeded fault schedules over the shipped
+/// workflows — both contract kinds and the query-less one — break no invariant. Each
+/// workflow's exploration is bounded by a time budget so CI stays bounded on a slow machine.
+#[test]
+fn exploring_the_shipped_workflows_breaks_no_invariant() {
+    let mut explored = 0;
+    for workflow in [
+        "document-delivery",
+        "document-delivery-query-only",
+        "document-delivery-fire-and-forget",
+    ] {
+        let (ok, out) = explore(&[workflow, "--seeds", "200", "--budget", "100s"]);
+        assert!(ok, "{out}");
+        let ran: u64 = out
+            .lines()
+            .find(|l| l.contains(" schedules of "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no summary: {out}"));
+        assert!(
+            out.contains(&format!("schedules of {workflow} explored from seed 0")),
+            "{out}"
+        );
+        assert!(out.contains(": 0 broke an invariant"), "{out}");
+        explored += ran;
+    }
+    assert!(
+        explored >= 150,
+        "only {explored} schedules ran within the budget"
+    );
+}
+
+/// A deliberately broken host — it retries an unknown outcome without asking the contract —
+/// is caught within 200 seeds, and the replay command printed for the failing seed
+/// reproduces the failure.
+#[test]
+fn a_broken_host_is_caught_and_its_seed_replays() {
+    let (ok, out) = explore(&[
+        "document-delivery-fire-and-forget",
+        "--seeds",
+        "200",
+        "--broken-host",
+        "blind-retry",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("effects of one intent"), "{out}");
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: docket scenario explore "))
+        .unwrap_or_else(|| panic!("no replay command: {out}"))
+        .to_string();
+    let mut args: Vec<&str> = replay.split_whitespace().collect();
+    args.extend(["--broken-host", "blind-retry"]);
+    let (ok, again) = explore(&args);
+    assert!(!ok, "{again}");
+    assert!(again.contains("1 schedules of"), "{again}");
+    assert!(again.contains(": 1 broke an invariant"), "{again}");
+    // The same seed injects the same schedule.
+    let schedule = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.contains("its schedule:"))
+            .skip(1)
+            .take_while(|l| l.trim_start().starts_with("- "))
+            .map(str::to_string)
+            .collect()
+    };
+    let seed = args[2];
+    let first_report: String = out
+        .split(&format!("seed {seed} broke an invariant:"))
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        schedule(&first_report),
+        schedule(&again),
+        "{out}\n---\n{again}"
+    );
+}

@@ -86,3 +86,22 @@ fn invoke_creates_one_delivery_and_answers_with_its_receipt() {
     let receipt: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
     assert_eq!(receipt["ok"]["external_reference"], reference);
 }
+
+/// The rehearsals in `scenarios/`: the workflow in `workflows/` with this component, against
+/// a scripted provider, host kills and a simulated clock (`docket scenario run`).
+#[test]
+fn the_scenarios_pass() {
+    let wasm = component();
+    let out = docket()
+        .args(["scenario", "run", "scenarios", "--workflows", "workflows", "--components"])
+        .arg(&wasm)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("docket runs");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 cases: 2 passed, 0 failed"),
+        "{}",
+        text(&out)
+    );
+}

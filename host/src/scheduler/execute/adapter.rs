@@ -796,7 +796,8 @@ where
             attempt: Some(&claimed.attempt_id),
             cause: Cause::Call { label: &step.label },
         };
-        conclude(contract, u, decide(contract, u), told)
+        let verdict = super::super::Failpoint::verdict(self.config.failpoint, contract, u);
+        conclude(contract, u, verdict, told)
     }
 }
 
