@@ -11,7 +11,8 @@
 //!   [`budget`] (limits as spent and extended, what an attempt may draw on) and [`notify`]
 //!   (which transitions are told, Standard Webhooks signatures, the retry schedule) and
 //!   [`metrics`] (this host's counters and the Prometheus text of a scrape) and [`health`]
-//!   (whether the supervised tasks run and the host is stopping).
+//!   (whether the supervised tasks run and the host is stopping) and [`entropy`] (the
+//!   randomness of ids and jitter, seedable by a simulation).
 //! - [`check`]: the invariants a workflow's records must keep — the check itself pure, its
 //!   sweep reading the records through the store's traits.
 //! - [`outbound`]: the host's own HTTP client (notifications, the CLI): HTTPS through
@@ -67,6 +68,7 @@ pub mod console;
 pub mod context;
 pub mod contract;
 pub mod course;
+pub mod entropy;
 pub mod health;
 pub mod intake;
 pub mod intent;

@@ -23,6 +23,10 @@ pub struct RunArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// The seed of the randomness the hosts draw (ids, retry jitter): the same seed gives
+    /// the same run.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// Runs the scenarios; exit status 1 when a case fails or a file is invalid.
@@ -69,7 +73,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(bar) = &bar {
             bar.set_message(case.name.clone());
         }
+        crate::entropy::seed(Some(args.seed));
         outcomes.push(scenario::run(&bench, case).await?);
+        crate::entropy::seed(None);
         if let Some(bar) = &bar {
             bar.inc(1);
         }
@@ -120,6 +126,13 @@ pub struct ExploreArgs {
     /// Component files (`.wasm`) besides the examples built into docket.
     #[arg(long = "components", value_name = "FILE")]
     pub components: Vec<PathBuf>,
+    /// Print every seed's schedule and how long it took, not only the failing ones'.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Write each seed's trace — what it injected, the final projections and the world
+    /// record — as one JSON line to this file; the same seed writes the same line.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// A deliberately broken host, to show exploration finds what it should (test control):
     /// `blind-retry` retries an unknown outcome without asking the adapter's contract.
     #[arg(long, hide = true)]
@@ -195,15 +208,50 @@ pub async fn explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {
     });
     let mut ran = 0u64;
     let mut failed = Vec::new();
+    let mut trace = match &args.trace {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => None,
+    };
     for seed in args.from..args.from.saturating_add(args.seeds) {
         if args.budget.is_some_and(|b| started.elapsed() >= b) {
             break;
         }
         let schedule = scenario::explore::schedule(seed, base, &adapter_steps);
-        let outcome = scenario::explore_one(&bench, &schedule.scenario).await?;
+        // Ids and jitter come from the seed too, so the run repeats.
+        crate::entropy::seed(Some(seed));
+        let outcome = scenario::explore_one(&bench, &schedule.scenario).await;
+        crate::entropy::seed(None);
+        let outcome = outcome?;
         ran += 1;
+        if let Some(out) = trace.as_mut() {
+            use std::io::Write as _;
+            let line = serde_json::json!({
+                "seed": seed,
+                "injected": schedule.injected,
+                "projections": scenario::explore::traced(&outcome.projections),
+                "world": outcome.world,
+            });
+            writeln!(out, "{line}")?;
+        }
         if let Some(bar) = &bar {
             bar.inc(1);
+        }
+        if args.verbose && outcome.passed() {
+            let text = format!(
+                "seed {seed} ({} ms): {}",
+                outcome.real_ms,
+                if schedule.injected.is_empty() {
+                    "nothing injected".to_string()
+                } else {
+                    schedule.injected.join("; ")
+                }
+            );
+            match &bar {
+                Some(bar) => bar.suspend(|| println!("{text}")),
+                None => println!("{text}"),
+            }
         }
         if !outcome.passed() {
             let report =
@@ -218,6 +266,10 @@ pub async fn explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+    if let Some(mut out) = trace {
+        use std::io::Write as _;
+        out.flush()?;
     }
     let secs = started.elapsed().as_secs_f64();
     println!(

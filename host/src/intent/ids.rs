@@ -1,14 +1,13 @@
 //! Opaque, prefixed identifiers (`wf_…`, `att_…`, `rcp_…`, `cnl_…`, `ntf_…`, `obs_…`).
 //!
 //! Ids start with the creation time in hex so they sort by age, then carry 64 random bits
-//! so two hosts never collide.
+//! so two hosts never collide (drawn from [`crate::entropy`], so a simulation's ids repeat).
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 fn new_id(prefix: &str, now_ms: u64) -> String {
-    let random: u64 = rand::rng().random();
+    let random = crate::entropy::u64();
     format!("{prefix}_{now_ms:012x}{random:016x}")
 }
 

@@ -3,7 +3,8 @@
 //! its lease, the clock jumping across retry windows and key retention, a cancellation, a
 //! duplicate submission — run by the scenario engine on a base scenario of the workflow,
 //! and the invariants checked afterwards:
-//! - no intent lost: every key submitted finds its one workflow;
+//! - no intent lost: every admitted intent's workflow is there, and submitting the key
+//!   again gives the same one;
 //! - at most one effect per intent in the world;
 //! - no `completed` contradicted by the world: each adapter step's receipt names a resource
 //!   the provider holds, in force;
@@ -172,7 +173,9 @@ pub fn violations(
     let mut out = Vec::new();
     for (key, id) in submitted {
         if id.is_none() {
-            out.push(format!("intent `{key}` was accepted but has no workflow"));
+            out.push(format!(
+                "intent `{key}` was admitted but its workflow is gone"
+            ));
         }
     }
     for (wf, ids) in projections.iter().zip(identities) {
@@ -245,4 +248,19 @@ pub fn replay_report(workflow: &str, schedule: &Schedule, broken: &[String]) -> 
         schedule.seed
     );
     out
+}
+
+/// The projections as a trace keeps them: everything but the time plugin calls took, which
+/// is real time (the simulation moves its own clock, not the CPU's).
+pub fn traced(projections: &[Value]) -> Vec<Value> {
+    projections
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(used) = p.pointer_mut("/budget/runtime_ms/used") {
+                *used = Value::Null;
+            }
+            p
+        })
+        .collect()
 }

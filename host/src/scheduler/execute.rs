@@ -730,8 +730,14 @@ where
                 // Pure code: running it again may give another answer; no effect to keep.
                 Err(mismatch) => {
                     let why = format!("the handler's output {mismatch}");
-                    let (t, e) =
-                        retry_or_fail(claimed, step, None, why.clone(), now, rand::random());
+                    let (t, e) = retry_or_fail(
+                        claimed,
+                        step,
+                        None,
+                        why.clone(),
+                        now,
+                        crate::entropy::unit(),
+                    );
                     (t, AttemptOutcome::Rejected, Some(why), vec![e])
                 }
             },
@@ -750,8 +756,14 @@ where
                 )
             }
             Ok(Err(crate::contract::HandlerError::Failed { message })) => {
-                let (t, e) =
-                    retry_or_fail(claimed, step, None, message.clone(), now, rand::random());
+                let (t, e) = retry_or_fail(
+                    claimed,
+                    step,
+                    None,
+                    message.clone(),
+                    now,
+                    crate::entropy::unit(),
+                );
                 (t, AttemptOutcome::Rejected, Some(message), vec![e])
             }
             Err(failure @ CallFailure::Capacity { .. }) => {
@@ -760,7 +772,14 @@ where
             Err(failure) => {
                 let outcome = self.failure_outcome(&failure);
                 let why = failure.to_string();
-                let (t, e) = retry_or_fail(claimed, step, None, why.clone(), now, rand::random());
+                let (t, e) = retry_or_fail(
+                    claimed,
+                    step,
+                    None,
+                    why.clone(),
+                    now,
+                    crate::entropy::unit(),
+                );
                 (t, outcome, Some(why), vec![e])
             }
         };

@@ -465,7 +465,7 @@ where
                     retry_after,
                     e.to_string(),
                     now,
-                    rand::random(),
+                    crate::entropy::unit(),
                 );
                 ending(t, Some(e.to_string()), vec![event], 5)
             }
