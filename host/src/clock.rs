@@ -116,9 +116,27 @@ impl ManualClock {
         self.moved.send_replace(now);
     }
 
-    /// The earliest instant a sleeper waits for, if any sleeps.
+    /// The earliest instant a sleeper waits for that has not come yet, if any.
     pub fn next_wake(&self) -> Option<u64> {
-        self.sleepers.lock().unwrap().keys().next().copied()
+        let now = self.now_ms();
+        self.sleepers
+            .lock()
+            .unwrap()
+            .range(now.saturating_add(1)..)
+            .next()
+            .map(|(at, _)| *at)
+    }
+
+    /// Sleepers whose instant has come but whose task has not yet run on: a simulation
+    /// waits for none to be left before it looks at what the move changed.
+    pub fn woken(&self) -> usize {
+        let now = self.now_ms();
+        self.sleepers
+            .lock()
+            .unwrap()
+            .range(..=now)
+            .map(|(_, n)| *n)
+            .sum()
     }
 }
 

@@ -29,8 +29,30 @@ pub struct RunArgs {
     pub seed: u64,
 }
 
+/// Runs `work` on a runtime of one thread of its own: the host's tasks and the run's take
+/// turns there, so what a simulation sees between two of its steps is what they left.
+async fn on_one_thread<A, F>(args: A, work: fn(A) -> F) -> anyhow::Result<ExitCode>
+where
+    A: Send + 'static,
+    F: Future<Output = anyhow::Result<ExitCode>> + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the simulation's runtime")?
+            .block_on(work(args))
+    })
+    .await
+    .context("the simulation's thread ended abnormally")?
+}
+
 /// Runs the scenarios; exit status 1 when a case fails or a file is invalid.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    on_one_thread(args, run_here).await
+}
+
+async fn run_here(args: RunArgs) -> anyhow::Result<ExitCode> {
     let paths = if args.paths.is_empty() {
         vec![PathBuf::from("scenarios")]
     } else {
@@ -141,6 +163,10 @@ pub struct ExploreArgs {
 
 /// Explores seeded fault schedules; exit status 1 when a seed breaks an invariant.
 pub async fn explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {
+    on_one_thread(args, explore_here).await
+}
+
+async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
     let definitions = scenario::definitions_in(&args.workflows)?;
     let Some((_, _, def)) = definitions.get(&args.workflow) else {
         anyhow::bail!(

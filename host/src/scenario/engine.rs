@@ -502,6 +502,31 @@ impl Run {
         chosen
     }
 
+    /// Lease renewals under way on the hosts that are not paused.
+    fn renewing(&self) -> usize {
+        self.hosts
+            .iter()
+            .filter(|h| !self.paused.contains(&h.owner))
+            .map(|h| h.scheduler.renewing())
+            .sum()
+    }
+
+    /// Waits until every sleeper the clock woke has run on and no renewal is under way.
+    async fn quiet(&self, limit: std::time::Instant) -> Result<(), String> {
+        loop {
+            tokio::task::yield_now().await;
+            if self.clock.woken() == 0 && self.renewing() == 0 {
+                return Ok(());
+            }
+            if std::time::Instant::now() > limit {
+                return Err(format!(
+                    "the hosts' timers did not settle within {SETTLE_LIMIT:?} of real time"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Steps under way on the hosts that are not paused.
     fn busy(&self) -> usize {
         self.hosts
@@ -540,12 +565,17 @@ impl Run {
             if std::time::Instant::now() > limit {
                 return Err(format!("{owner}'s attempt did not finish after its pause"));
             }
-            // Its call may wait for an answer a provider holds: time passes for it.
-            if self.hosts[i].scheduler.busy() <= self.providers.held()
+            // Its call may wait for an answer a provider holds: once everything else stands
+            // still too, time passes for it.
+            let busy = self.busy() + self.hosts[i].scheduler.busy();
+            if busy <= self.providers.held()
+                && self.clock.woken() == 0
+                && self.renewing() == 0
                 && let Some(at) = self.clock.next_wake()
             {
                 self.clock.advance_to(at);
             }
+            tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         self.paused.retain(|p| *p != owner);
@@ -707,6 +737,8 @@ impl Run {
     /// parked attempt, if one stands at the next event's checkpoint.
     async fn settle(&mut self) -> Result<Option<Parked>, String> {
         let limit = std::time::Instant::now() + SETTLE_LIMIT;
+        // What the clock's last move woke (renewals, held answers) runs first.
+        self.quiet(limit).await?;
         loop {
             let host = self.host();
             let now = self.clock.now_ms();
@@ -731,7 +763,8 @@ impl Run {
                     return Ok(Some(p));
                 }
                 let busy = self.busy();
-                if busy <= self.providers.held() {
+                if busy <= self.providers.held() && self.clock.woken() == 0 && self.renewing() == 0
+                {
                     break;
                 }
                 waited = true;

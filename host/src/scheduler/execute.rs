@@ -275,8 +275,12 @@ where
             let period = Duration::from_millis((lease_ms / 3).max(10));
             // The claim holds the lease for one duration from (about) now.
             let mut held_until = self.clock.now_ms().saturating_add(lease_ms);
+            let mut next = self.clock.sleep(period);
             loop {
-                self.clock.sleep(period).await;
+                next.await;
+                // Counted from its wake-up until the next sleep is set, so a simulation
+                // knows when this host has done what the clock's move asked of it.
+                let renewing = Renewing::start(&self.renewing);
                 let renewed = self.renew_tick(&fence, held_until).await;
                 self.ticks.done(super::Tick::LeaseRenewal);
                 match renewed {
@@ -286,6 +290,8 @@ where
                         return why;
                     }
                 }
+                next = self.clock.sleep(period);
+                drop(renewing);
             }
         })
     }
@@ -974,4 +980,20 @@ impl<S> Scheduler<S> {
 /// The first characters of a key: enough to recognise, not to reuse.
 pub fn short(key: &str) -> String {
     key.chars().take(12).collect()
+}
+
+/// A lease renewal under way, counted while it lasts.
+struct Renewing<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Renewing<'a> {
+    fn start(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Renewing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }

@@ -247,6 +247,8 @@ pub struct Scheduler<S> {
     /// Set by [`Scheduler::shutdown`]: a finishing attempt no longer claims its dependent.
     stopping: std::sync::atomic::AtomicBool,
     ticks: Arc<Ticks>,
+    /// Lease renewals under way (see [`Scheduler::renewing`]).
+    renewing: std::sync::atomic::AtomicUsize,
     progress: Arc<Progress>,
     /// This host's counters of attempts, traps and recovered leases.
     metrics: Arc<crate::metrics::Metrics>,
@@ -282,6 +284,7 @@ where
             starved: std::sync::atomic::AtomicBool::new(false),
             stopping: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
+            renewing: Default::default(),
             progress: Arc::default(),
             metrics: Arc::default(),
             sweep_told: std::sync::atomic::AtomicU64::new(0),
@@ -307,6 +310,12 @@ where
     /// The counts of this scheduler's completed ticks.
     pub fn ticks(&self) -> Arc<Ticks> {
         self.ticks.clone()
+    }
+
+    /// Lease renewals under way: woken by the clock and not yet asleep again (a simulation
+    /// waits for them before it moves the clock on).
+    pub fn renewing(&self) -> usize {
+        self.renewing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Steps claimed by this scheduler and not yet finished (a simulation waits for them).
