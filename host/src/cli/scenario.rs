@@ -47,6 +47,28 @@ where
     .context("the simulation's thread ended abnormally")?
 }
 
+/// The components (docket's examples and the `files` given) and definitions every case of
+/// a command runs with, compiled once.
+async fn bench(
+    definitions: &scenario::Definitions,
+    files: &[PathBuf],
+) -> anyhow::Result<scenario::Bench> {
+    let mut components: Vec<(Vec<u8>, bool)> = crate::guests::EMBEDDED
+        .iter()
+        .map(|(_, bytes)| (bytes.to_vec(), true))
+        .collect();
+    for path in files {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading component {}", path.display()))?;
+        components.push((bytes, false));
+    }
+    let definitions = definitions
+        .iter()
+        .map(|(name, (file, text, _))| (name.clone(), (file.clone(), text.clone())))
+        .collect();
+    Ok(scenario::Bench::new(components, definitions, super::adapter::cache_dir()).await?)
+}
+
 /// Runs the scenarios; exit status 1 when a case fails or a file is invalid.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     on_one_thread(args, run_here).await
@@ -59,24 +81,7 @@ async fn run_here(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.paths
     };
     let definitions = scenario::definitions_in(&args.workflows)?;
-    let mut components: Vec<(Vec<u8>, bool)> = crate::guests::EMBEDDED
-        .iter()
-        .map(|(_, bytes)| (bytes.to_vec(), true))
-        .collect();
-    for path in &args.components {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("reading component {}", path.display()))?;
-        components.push((bytes, false));
-    }
-    let bench = scenario::Bench::new(
-        components,
-        definitions
-            .iter()
-            .map(|(name, (file, text, _))| (name.clone(), (file.clone(), text.clone())))
-            .collect(),
-        super::adapter::cache_dir(),
-    )
-    .await?;
+    let bench = bench(&definitions, &args.components).await?;
     let files = scenario::scenario_files(&paths)?;
     let (cases, errors) = scenario::load(&files, &definitions, bench.component_names())?;
     for e in &errors {
@@ -188,24 +193,7 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
         .filter(|s| s.kind == crate::workflow::StepKind::Adapter)
         .map(|s| s.id.to_string())
         .collect();
-    let mut components: Vec<(Vec<u8>, bool)> = crate::guests::EMBEDDED
-        .iter()
-        .map(|(_, bytes)| (bytes.to_vec(), true))
-        .collect();
-    for path in &args.components {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("reading component {}", path.display()))?;
-        components.push((bytes, false));
-    }
-    let mut bench = scenario::Bench::new(
-        components,
-        definitions
-            .iter()
-            .map(|(name, (file, text, _))| (name.clone(), (file.clone(), text.clone())))
-            .collect(),
-        super::adapter::cache_dir(),
-    )
-    .await?;
+    let mut bench = bench(&definitions, &args.components).await?;
     if broken {
         bench.break_host_with_blind_retries();
     }

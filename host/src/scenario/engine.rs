@@ -945,14 +945,7 @@ impl Run {
             {
                 failures.push(format!("{who}: state is {}, expected {state}", wf["state"]));
             }
-            let steps: Vec<String> = wf["steps"]
-                .as_array()
-                .map(|s| {
-                    s.iter()
-                        .filter_map(|s| s["id"].as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let steps = step_ids(wf);
             for (step_id, want) in &expect.steps {
                 let Some(step) = wf["steps"]
                     .as_array()
@@ -990,10 +983,7 @@ impl Run {
                 let identities = self.identities(id, &steps).await;
                 let effects = resources
                     .iter()
-                    .filter(|r| {
-                        r.key.as_ref().is_some_and(|k| identities.contains(k))
-                            || r.reference.as_ref().is_some_and(|k| identities.contains(k))
-                    })
+                    .filter(|r| r.caused_by(&identities))
                     .count() as u64;
                 if effects != n {
                     failures.push(format!(
@@ -1051,14 +1041,7 @@ impl Run {
         let mut identities = Vec::new();
         let mut checked = Vec::new();
         for (id, wf) in self.workflows.iter().zip(projections) {
-            let steps: Vec<String> = wf["steps"]
-                .as_array()
-                .map(|s| {
-                    s.iter()
-                        .filter_map(|s| s["id"].as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let steps = step_ids(wf);
             identities.push(self.identities(id, &steps).await);
             match self.store.workflow(id).await {
                 Ok(Some(record)) => {
@@ -1103,6 +1086,18 @@ impl Run {
             &checked,
         )
     }
+}
+
+/// The step ids of a projection, in order.
+fn step_ids(wf: &Value) -> Vec<String> {
+    wf["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|s| s["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn describe_at(e: &Event) -> String {

@@ -180,13 +180,8 @@ pub fn violations(
     }
     for (wf, ids) in projections.iter().zip(identities) {
         let id = wf["workflow_id"].as_str().unwrap_or("?");
-        let mine: Vec<&super::provider::Resource> = world
-            .iter()
-            .filter(|r| {
-                r.key.as_ref().is_some_and(|k| ids.contains(k))
-                    || r.reference.as_ref().is_some_and(|k| ids.contains(k))
-            })
-            .collect();
+        let mine: Vec<&super::provider::Resource> =
+            world.iter().filter(|r| r.caused_by(ids)).collect();
         if mine.len() > 1 {
             out.push(format!(
                 "workflow {id}: the world holds {} effects of one intent ({})",

@@ -213,6 +213,16 @@ pub struct Resource {
     created_ms: u64,
 }
 
+impl Resource {
+    /// Whether a request sent under one of `identities` (its key or reference) made it.
+    pub fn caused_by(&self, identities: &[String]) -> bool {
+        [&self.key, &self.reference]
+            .into_iter()
+            .flatten()
+            .any(|k| identities.contains(k))
+    }
+}
+
 /// One request a provider saw and how it answered.
 #[derive(Debug, Clone, Serialize)]
 pub struct Exchange {
