@@ -83,7 +83,7 @@ async fn run_here(args: RunArgs) -> anyhow::Result<ExitCode> {
     let definitions = scenario::definitions_in(&args.workflows)?;
     let bench = bench(&definitions, &args.components).await?;
     let files = scenario::scenario_files(&paths)?;
-    let (cases, errors) = scenario::load(&files, &definitions, bench.component_names())?;
+    let (cases, errors) = scenario::load(&files, &definitions, bench.components())?;
     for e in &errors {
         eprintln!("{e}\n");
     }
@@ -147,6 +147,10 @@ pub struct ExploreArgs {
     /// Where the base scenarios are.
     #[arg(long, default_value = "scenarios")]
     pub scenarios: PathBuf,
+    /// Seeds that once broke an invariant, run first every time (default:
+    /// `<scenarios>/regressions/seeds.toml`, when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub regressions: Option<PathBuf>,
     /// The workflow definitions.
     #[arg(long, default_value = "workflows")]
     pub workflows: PathBuf,
@@ -156,7 +160,7 @@ pub struct ExploreArgs {
     /// Print every seed's schedule and how long it took, not only the failing ones'.
     #[arg(long)]
     pub verbose: bool,
-    /// Write each seed's trace — what it injected, the final projections and the world
+    /// Write each seed's trace — what it injected, what the run did, the final projections and the world
     /// record — as one JSON line to this file; the same seed writes the same line.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -164,6 +168,50 @@ pub struct ExploreArgs {
     /// `blind-retry` retries an unknown outcome without asking the adapter's contract.
     #[arg(long, hide = true)]
     pub broken_host: Option<String>,
+}
+
+/// The regression file: seeds that once broke an invariant, kept so they run every time.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Regressions {
+    #[serde(default)]
+    seed: Vec<Regression>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Regression {
+    workflow: String,
+    seed: u64,
+    /// What it broke and what fixed it, for people.
+    #[allow(dead_code)]
+    broke: String,
+}
+
+/// The regression seeds of the workflow explored, in the file's order.
+fn regression_seeds(args: &ExploreArgs) -> anyhow::Result<Vec<u64>> {
+    let (path, given) = match &args.regressions {
+        Some(p) => (p.clone(), true),
+        None => (args.scenarios.join("regressions").join("seeds.toml"), false),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if !given && e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let file: Regressions = toml::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a regression file: write [[seed]] tables with workflow, seed and broke",
+            path.display()
+        )
+    })?;
+    let mut seeds: Vec<u64> = Vec::new();
+    for r in file.seed.iter().filter(|r| r.workflow == args.workflow) {
+        if !seeds.contains(&r.seed) {
+            seeds.push(r.seed);
+        }
+    }
+    Ok(seeds)
 }
 
 /// Explores seeded fault schedules; exit status 1 when a seed breaks an invariant.
@@ -198,7 +246,7 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
         bench.break_host_with_blind_retries();
     }
     let files = scenario::scenario_files(std::slice::from_ref(&args.scenarios))?;
-    let (cases, errors) = scenario::load(&files, &definitions, bench.component_names())?;
+    let (cases, errors) = scenario::load(&files, &definitions, bench.components())?;
     for e in &errors {
         eprintln!("{e}\n");
     }
@@ -209,9 +257,10 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
             args.workflow
         );
     };
+    let regressions = regression_seeds(&args)?;
     let started = std::time::Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(args.seeds);
+        let bar = indicatif::ProgressBar::new(args.seeds + regressions.len() as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
                 "{bar:30} {pos}/{len} seeds {per_sec} {wide_msg}",
@@ -228,8 +277,16 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
-    for seed in args.from..args.from.saturating_add(args.seeds) {
-        if args.budget.is_some_and(|b| started.elapsed() >= b) {
+    let range = args.from..args.from.saturating_add(args.seeds);
+    let earlier: Vec<u64> = regressions
+        .iter()
+        .copied()
+        .filter(|s| !range.contains(s))
+        .collect();
+    let regressed = earlier.len();
+    for (n, seed) in earlier.into_iter().chain(range).enumerate() {
+        // The regression seeds always run; the budget bounds the range.
+        if n >= regressed && args.budget.is_some_and(|b| started.elapsed() >= b) {
             break;
         }
         let schedule = scenario::explore::schedule(seed, base, &adapter_steps);
@@ -244,6 +301,7 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
             let line = serde_json::json!({
                 "seed": seed,
                 "injected": schedule.injected,
+                "log": outcome.log,
                 "projections": scenario::explore::traced(&outcome.projections),
                 "world": outcome.world,
             });
@@ -287,9 +345,14 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{ran} schedules of {} explored from seed {} in {secs:.1} s ({:.1} schedules/s): {} broke an invariant{}",
+        "{ran} schedules of {} explored from seed {}{} in {secs:.1} s ({:.1} schedules/s): {} broke an invariant{}",
         args.workflow,
         args.from,
+        if regressed > 0 {
+            format!(" and {regressed} regression seeds")
+        } else {
+            String::new()
+        },
         ran as f64 / secs.max(1e-9),
         failed.len(),
         if failed.is_empty() {

@@ -92,6 +92,7 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         s.events.push(Event {
             at: Some(Kill { step, checkpoint }),
             action: EventAction::Pause(std::time::Duration::from_secs(secs)),
+            at_rest: false,
             line: 0,
         });
     }
@@ -101,6 +102,7 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         s.events.push(Event {
             at: None,
             action: EventAction::Submit(Intent { ..intent }),
+            at_rest: false,
             line: 0,
         });
     }
@@ -110,6 +112,7 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         s.events.push(Event {
             at: None,
             action: EventAction::Advance(std::time::Duration::from_secs(secs)),
+            at_rest: false,
             line: 0,
         });
     }
@@ -134,7 +137,24 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
                 action: "cancel".into(),
                 step: None,
                 body: serde_json::json!({"reason": "explored"}),
+                status: None,
             },
+            at_rest: false,
+            line: 0,
+        });
+    }
+    // Once the run is at rest, a person may act on what waits for them (and the run goes
+    // on from what they did, perhaps to rest again, where another may act).
+    let people = [0, 0, 1, 1, 2][rng.random_range(0..5)];
+    for _ in 0..people {
+        let draw = rng.random_range(0..12u32);
+        injected.push(format!(
+            "an operator acts once the run is at rest (draw {draw})"
+        ));
+        s.events.push(Event {
+            at: None,
+            at_rest: true,
+            action: EventAction::TruthfulOperator(draw),
             line: 0,
         });
     }
@@ -240,6 +260,11 @@ pub fn replay_report(workflow: &str, schedule: &Schedule, broken: &[String]) -> 
     let _ = writeln!(
         out,
         "  replay: docket scenario explore {workflow} --from {} --seeds 1",
+        schedule.seed
+    );
+    let _ = writeln!(
+        out,
+        "  once fixed, keep it: add [[seed]] workflow = \"{workflow}\", seed = {}, broke = \"…\" to scenarios/regressions/seeds.toml",
         schedule.seed
     );
     out

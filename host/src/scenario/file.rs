@@ -53,6 +53,8 @@ pub struct Intent {
 /// service.
 #[derive(Debug, Clone, Default)]
 pub struct AdapterSetup {
+    /// The version active when the run starts (default: the highest loaded).
+    pub version: Option<String>,
     pub settings: BTreeMap<String, String>,
     pub secrets: BTreeMap<String, String>,
     pub provider: Option<ProviderSpec>,
@@ -71,6 +73,8 @@ pub struct Event {
     /// When: once the run has settled (nothing left to do without the clock moving), or
     /// while an attempt of this step stands at this checkpoint.
     pub at: Option<Kill>,
+    /// Only once the run is at rest: every workflow has ended or waits for a person.
+    pub at_rest: bool,
     pub action: EventAction,
     /// 1-based line in the file, for reports.
     pub line: usize,
@@ -84,13 +88,16 @@ pub enum EventAction {
     /// The host whose attempt stands at the event's `at` stands still this long (its lease
     /// renewals too) while the clock moves on and other hosts work; then it goes on.
     Pause(Duration),
-    /// An operator's action through the API on the first intent's workflow: `cancel` and
-    /// `withdraw` on the workflow, the step actions (`query`, `retry`, `resolve`,
-    /// `escalate`, `compensate`, `exception`, `approve`, `reject`) on `step`.
+    /// An operator's action through the API on the first intent's workflow: `cancel`,
+    /// `withdraw`, `revise`, `replace` and `budget` on the workflow, the step actions
+    /// (`query`, `retry`, `resolve`, `escalate`, `compensate`, `exception`, `approve`,
+    /// `reject`) on `step`.
     Act {
         action: String,
         step: Option<String>,
         body: Value,
+        /// The status the API must answer (default: any 2xx), to rehearse a refusal.
+        status: Option<u16>,
     },
     /// A provider's route answers from a new script from now on.
     Script {
@@ -100,6 +107,12 @@ pub enum EventAction {
     },
     /// Another intent is submitted.
     Submit(Intent),
+    /// A deployer activates another stored version of a component.
+    Activate { adapter: String, version: String },
+    /// An operator who knows the world acts on the step the first workflow's next action
+    /// names (exploring only): asks the provider, retries, escalates, or resolves it with
+    /// what the world holds. The number draws which.
+    TruthfulOperator(u32),
 }
 
 /// What must hold when the run ends, for every intent.
@@ -117,6 +130,8 @@ pub struct Expect {
     pub timeline: Vec<String>,
     /// Texts no timeline entry contains.
     pub timeline_lacks: Vec<String>,
+    /// The transitions told (`workflow.completed`, …), in the order written, exactly.
+    pub notifications: Option<Vec<String>>,
 }
 
 /// What must hold of one step.
@@ -127,6 +142,8 @@ pub struct StepExpect {
     /// `none` for no receipt.
     pub evidence: Option<String>,
     pub attempts: Option<u32>,
+    /// The adapter version the step last ran under.
+    pub version: Option<String>,
 }
 
 // ---- the authored shape ----
@@ -164,6 +181,7 @@ struct IntentToml {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AdapterToml {
+    version: Option<Spanned<String>>,
     #[serde(default)]
     settings: BTreeMap<String, String>,
     #[serde(default)]
@@ -242,13 +260,23 @@ struct AtToml {
 #[serde(deny_unknown_fields)]
 struct EventToml {
     at: Option<AtToml>,
+    at_rest: Option<Spanned<bool>>,
     advance: Option<TomlDuration>,
     pause: Option<Spanned<TomlDuration>>,
     action: Option<Spanned<String>>,
     step: Option<Spanned<String>>,
     body: Option<toml::Table>,
+    status: Option<Spanned<u16>>,
     script: Option<ScriptChangeToml>,
     submit: Option<IntentToml>,
+    activate: Option<ActivateToml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivateToml {
+    adapter: Spanned<String>,
+    version: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,6 +300,7 @@ struct ExpectToml {
     timeline: Vec<String>,
     #[serde(default)]
     timeline_lacks: Vec<String>,
+    notifications: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,6 +309,7 @@ struct StepExpectToml {
     state: Option<String>,
     evidence: Option<String>,
     attempts: Option<u32>,
+    version: Option<String>,
 }
 
 /// Workflow end states a scenario may expect.
@@ -295,10 +325,16 @@ const WORKFLOW_STATES: &[&str] = &[
     "blocked",
 ];
 
+/// Operator actions an event may take on the workflow.
+const WORKFLOW_ACTIONS: &[&str] = &["cancel", "withdraw", "revise", "replace", "budget"];
+
 /// Operator actions an event may take.
 const ACTIONS: &[&str] = &[
     "cancel",
     "withdraw",
+    "revise",
+    "replace",
+    "budget",
     "query",
     "retry",
     "resolve",
@@ -315,8 +351,10 @@ pub fn parse(
     file: &str,
     source: &str,
     definitions: &BTreeMap<String, WorkflowDef>,
-    components: &[String],
+    loaded: &[(String, String)],
 ) -> Result<Vec<Scenario>, Diagnostics> {
+    let mut components: Vec<String> = loaded.iter().map(|(n, _)| n.clone()).collect();
+    components.dedup();
     let fail = |items| Diagnostics::new(file, source, items);
     let raw: ScenarioToml = toml::from_str(source).map_err(|e| {
         fail(vec![crate::workflow::toml_diagnostic(
@@ -392,12 +430,15 @@ pub fn parse(
                 Some(near) => d.help(format!("did you mean `{near}`?")),
                 None => d.help(format!(
                     "name one of {}, or load it with --components",
-                    name_list(components)
+                    name_list(&components)
                 )),
             };
             diags.push(d);
         }
         let a = spanned.get_ref();
+        if let Some(v) = &a.version {
+            version_known(name, v, loaded, &mut diags);
+        }
         let provider = a
             .provider
             .as_ref()
@@ -405,6 +446,7 @@ pub fn parse(
         adapters.insert(
             name.clone(),
             AdapterSetup {
+                version: a.version.as_ref().map(|v| v.get_ref().clone()),
                 settings: a.settings.clone(),
                 secrets: a.secrets.clone(),
                 provider,
@@ -442,7 +484,7 @@ pub fn parse(
 
     let mut events = Vec::new();
     for e in &raw.events {
-        if let Some(event) = event(e, source, &raw.adapters, &mut diags, &mut |s, d| {
+        if let Some(event) = event(e, source, &raw.adapters, loaded, &mut diags, &mut |s, d| {
             step_known(s, d)
         }) {
             events.push(event);
@@ -740,10 +782,38 @@ fn behaviour(raw: &Spanned<BehaviourToml>, diags: &mut Vec<Diagnostic>) -> Optio
     }
 }
 
+/// Whether `version` of component `name` is loaded; a diagnostic naming those that are if not.
+fn version_known(
+    name: &str,
+    version: &Spanned<String>,
+    loaded: &[(String, String)],
+    diags: &mut Vec<Diagnostic>,
+) {
+    let versions: Vec<&String> = loaded
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .collect();
+    if !versions.is_empty() && !versions.contains(&version.get_ref()) {
+        diags.push(
+            Diagnostic::new(format!(
+                "no version {} of `{name}` is loaded",
+                version.get_ref()
+            ))
+            .at(version.span())
+            .help(format!(
+                "name one of {}, or load the component file with --components",
+                name_list(versions)
+            )),
+        );
+    }
+}
+
 fn event(
     raw: &Spanned<EventToml>,
     source: &str,
     adapters: &BTreeMap<String, Spanned<AdapterToml>>,
+    loaded: &[(String, String)],
     diags: &mut Vec<Diagnostic>,
     step_known: &mut dyn FnMut(&Spanned<String>, &mut Vec<Diagnostic>),
 ) -> Option<Event> {
@@ -795,15 +865,23 @@ fn event(
                     .help(help),
             );
         }
-        let on_workflow = matches!(action.get_ref().as_str(), "cancel" | "withdraw");
+        let on_workflow = WORKFLOW_ACTIONS.contains(&action.get_ref().as_str());
         match (&e.step, on_workflow) {
-            (Some(step), _) => step_known(step, diags),
+            (Some(step), false) => step_known(step, diags),
             (None, false) => diags.push(
                 Diagnostic::new(format!("action `{}` needs a step", action.get_ref()))
                     .at(action.span())
                     .help("add step = \"<step id>\" to the event"),
             ),
             (None, true) => {}
+            (Some(step), true) => diags.push(
+                Diagnostic::new(format!(
+                    "action `{}` is on the workflow, not on a step",
+                    action.get_ref()
+                ))
+                .at(step.span())
+                .help("remove step from the event"),
+            ),
         }
         let body = e
             .body
@@ -819,7 +897,14 @@ fn event(
             action: action.get_ref().clone(),
             step: e.step.as_ref().map(|s| s.get_ref().clone()),
             body,
+            status: e.status.as_ref().map(|s| *s.get_ref()),
         });
+    } else if let Some(status) = &e.status {
+        diags.push(
+            Diagnostic::new("`status` is the answer an action must get; this event takes none")
+                .at(status.span())
+                .help("remove status, or add the action it is the answer to"),
+        );
     }
     if let Some(change) = &e.script {
         if !adapters.contains_key(change.adapter.get_ref()) {
@@ -845,8 +930,37 @@ fn event(
     if let Some(i) = &e.submit {
         actions.push(EventAction::Submit(intent(i, diags)));
     }
+    if let Some(a) = &e.activate {
+        if loaded.iter().any(|(n, _)| n == a.adapter.get_ref()) {
+            version_known(a.adapter.get_ref(), &a.version, loaded, diags);
+        } else {
+            diags.push(
+                Diagnostic::new(format!(
+                    "no component named `{}` is loaded",
+                    a.adapter.get_ref()
+                ))
+                .at(a.adapter.span())
+                .help("name a loaded component, or load it with --components"),
+            );
+        }
+        actions.push(EventAction::Activate {
+            adapter: a.adapter.get_ref().clone(),
+            version: a.version.get_ref().clone(),
+        });
+    }
+    let at_rest = e.at_rest.as_ref().is_some_and(|r| *r.get_ref());
+    if let (Some(r), true) = (&e.at_rest, at.is_some()) {
+        diags.push(
+            Diagnostic::new(
+                "an event waits either at a checkpoint or for the run's rest, not both",
+            )
+            .at(r.span())
+            .help("remove `at` or `at_rest`"),
+        );
+    }
     match actions.len() {
         1 => Some(Event {
+            at_rest,
             at,
             action: actions.pop().expect("one"),
             line,
@@ -855,7 +969,7 @@ fn event(
             diags.push(
                 Diagnostic::new(format!("an event does one thing; this one does {n}"))
                     .at(raw.span())
-                    .help("give each [[events]] exactly one of advance, pause, action, script or submit"),
+                    .help("give each [[events]] exactly one of advance, pause, action, script, submit or activate"),
             );
             None
         }
@@ -880,6 +994,20 @@ fn expect(
                 .help(help),
         );
     }
+    for n in raw.notifications.iter().flatten() {
+        if crate::notify::EventType::parse(n.get_ref()).is_none() {
+            let names = crate::notify::EventType::ALL.map(|t| t.as_str());
+            let help = match closest(n.get_ref(), names.iter().copied()) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => format!("write one of {}", name_list(names)),
+            };
+            diags.push(
+                Diagnostic::new(format!("`{}` is not a notification type", n.get_ref()))
+                    .at(n.span())
+                    .help(help),
+            );
+        }
+    }
     let mut steps = BTreeMap::new();
     for (id, s) in &raw.steps {
         step_known(&Spanned::new(s.span(), id.clone()), diags);
@@ -890,6 +1018,7 @@ fn expect(
                 state: s.state.clone(),
                 evidence: s.evidence.clone(),
                 attempts: s.attempts,
+                version: s.version.clone(),
             },
         );
     }
@@ -901,5 +1030,9 @@ fn expect(
         next_action: raw.next_action.clone(),
         timeline: raw.timeline.clone(),
         timeline_lacks: raw.timeline_lacks.clone(),
+        notifications: raw
+            .notifications
+            .as_ref()
+            .map(|n| n.iter().map(|n| n.get_ref().clone()).collect()),
     }
 }

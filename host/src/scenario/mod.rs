@@ -72,7 +72,7 @@ pub fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
 pub fn load(
     files: &[PathBuf],
     definitions: &Definitions,
-    components: &[String],
+    components: &[(String, String)],
 ) -> Result<(Vec<Scenario>, Vec<Diagnostics>), LoadError> {
     let defs: BTreeMap<String, WorkflowDef> = definitions
         .iter()

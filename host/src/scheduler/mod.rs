@@ -66,6 +66,9 @@ pub struct SchedulerConfig {
     /// Told of every checkpoint an adapter attempt passes (`docket scenario`); `None` in a
     /// host.
     pub checkpoints: Option<CheckpointHook>,
+    /// The progress signal to move, shared with other schedulers of the process
+    /// (`docket scenario`'s hosts tell one API); `None`: one of its own.
+    pub progress: Option<Arc<Progress>>,
 }
 
 /// What a simulation does with an attempt standing at a checkpoint.
@@ -117,6 +120,7 @@ impl Default for SchedulerConfig {
             poll: Duration::from_secs(1),
             failpoint: None,
             checkpoints: None,
+            progress: None,
         }
     }
 }
@@ -269,6 +273,7 @@ where
         config: SchedulerConfig,
         wake: Arc<Notify>,
     ) -> Arc<Self> {
+        let progress = config.progress.clone().unwrap_or_default();
         let slots = Arc::new(Semaphore::new(config.max_concurrent * HELD_PER_CALL));
         let calls = Arc::new(Semaphore::new(config.max_concurrent));
         Arc::new(Self {
@@ -285,7 +290,7 @@ where
             stopping: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
             renewing: Default::default(),
-            progress: Arc::default(),
+            progress,
             metrics: Arc::default(),
             sweep_told: std::sync::atomic::AtomicU64::new(0),
         })

@@ -168,10 +168,16 @@ impl ApprovalView {
     }
 
     /// Each approval step of `view` gets its latest question of `approvals` (one that a
-    /// revision superseded only while no later one was asked).
+    /// revision superseded only while no later one was asked). Questions asked within the
+    /// same millisecond are told apart by that: the one a revision superseded is the older.
     pub fn fill(view: &mut WorkflowView, approvals: &[crate::store::ApprovalRecord]) {
+        use crate::intent::ApprovalOutcome::Superseded;
         for step in &mut view.steps {
-            if let Some(latest) = approvals.iter().rfind(|a| a.step == step.id) {
+            if let Some(latest) = approvals
+                .iter()
+                .filter(|a| a.step == step.id)
+                .max_by_key(|a| (a.asked_at, a.outcome != Some(Superseded)))
+            {
                 step.approval = Some(Self::of(latest));
             }
         }
