@@ -66,6 +66,9 @@ pub struct Bench {
     switchboard: Arc<Switchboard>,
     /// Component bytes by name (highest version wins the first activation).
     components: Vec<Vec<u8>>,
+    /// A migrated store holding every component, copied to start each run.
+    template: SqliteStore,
+    _template_dir: tempfile::TempDir,
     /// Definition files by workflow name: file, source.
     definitions: BTreeMap<String, (String, String)>,
     /// (name, version) of each loaded component, sorted.
@@ -107,10 +110,36 @@ impl Bench {
         let components = usable;
         names.sort();
         names.dedup();
+        let setup =
+            |what: &str, e: &dyn std::fmt::Display| EngineError::Setup(format!("{what}: {e}"));
+        let template_dir = scratch_dir().map_err(|e| setup("making a directory", &e))?;
+        let template = SqliteStore::open(&template_dir.path().join("template.db"))
+            .await
+            .map_err(|e| setup("opening the store", &e))?;
+        for bytes in &components {
+            let c = probe
+                .load_bytes(bytes)
+                .await
+                .map_err(|e| setup("loading a component", &e))?;
+            template
+                .store_component(NewComponent {
+                    digest: c.digest.clone(),
+                    name: c.name().to_string(),
+                    version: c.version().to_string(),
+                    kind: c.world_name().to_string(),
+                    bytes: bytes.clone(),
+                    registered_at: START_MS,
+                    author: "scenario".into(),
+                })
+                .await
+                .map_err(|e| setup("storing a component", &e))?;
+        }
         Ok(Self {
             runtime,
             switchboard,
             components,
+            template,
+            _template_dir: template_dir,
             definitions,
             names,
             blind_retry: false,
@@ -240,6 +269,8 @@ struct Run {
     components: Arc<Components>,
     /// What the API notifies when an action made work ready.
     wake: Arc<tokio::sync::Notify>,
+    /// Moves whenever an attempt of any host ends.
+    ended: tokio::sync::Mutex<tokio::sync::watch::Receiver<u64>>,
     hosts: Vec<Host>,
     make: Box<dyn Fn(usize) -> Host + Send + Sync>,
     /// Hosts paused now, by owner.
@@ -276,7 +307,7 @@ async fn run_with(
     lenient: bool,
 ) -> Result<Outcome, EngineError> {
     let started = std::time::Instant::now();
-    let dir = tempfile::tempdir().map_err(|e| EngineError::Setup(e.to_string()))?;
+    let dir = scratch_dir().map_err(|e| EngineError::Setup(e.to_string()))?;
     let mut run = Run::start(bench, scenario, dir.path()).await?;
     run.lenient = lenient;
     let mut failures = Vec::new();
@@ -324,7 +355,14 @@ impl Run {
     ) -> Result<Run, EngineError> {
         let setup =
             |what: &str, e: &dyn std::fmt::Display| EngineError::Setup(format!("{what}: {e}"));
-        let store = SqliteStore::open(&dir.join("docket.db"))
+        // Migrated, with the components stored: a copy of the bench's template.
+        let path = dir.join("docket.db");
+        bench
+            .template
+            .copy_into(&path)
+            .await
+            .map_err(|e| setup("copying the prepared store", &e))?;
+        let store = SqliteStore::open(&path)
             .await
             .map_err(|e| setup("opening the store", &e))?;
         let clock = ManualClock::new(START_MS);
@@ -381,18 +419,6 @@ impl Run {
                 .load_bytes(bytes)
                 .await
                 .map_err(|e| setup("loading a component", &e))?;
-            store
-                .store_component(NewComponent {
-                    digest: c.digest.clone(),
-                    name: c.name().to_string(),
-                    version: c.version().to_string(),
-                    kind: c.world_name().to_string(),
-                    bytes: bytes.clone(),
-                    registered_at: clock.now_ms(),
-                    author: "scenario".into(),
-                })
-                .await
-                .map_err(|e| setup("storing a component", &e))?;
             if scenario
                 .adapters
                 .get(c.name())
@@ -492,6 +518,7 @@ impl Run {
         };
         let mut context = Context::new(store.clone(), deployments.clone(), clock.clone());
         context.components = Some(components.clone());
+        let ended = tokio::sync::Mutex::new(progress.subscribe());
         context.progress = progress;
         let wake = context.wake.clone();
         let components = components.clone();
@@ -504,6 +531,7 @@ impl Run {
             api,
             components,
             wake,
+            ended,
             hosts: vec![first],
             make,
             paused: Vec::new(),
@@ -556,7 +584,7 @@ impl Run {
                     "the hosts' timers did not settle within {SETTLE_LIMIT:?} of real time"
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.nap().await;
         }
     }
 
@@ -610,7 +638,7 @@ impl Run {
                 self.clock.advance_to(at);
             }
             tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.nap().await;
         }
         self.paused.retain(|p| *p != owner);
         self.hosts[i].clock.paused.send_replace(false);
@@ -665,7 +693,7 @@ impl Run {
             if std::time::Instant::now() > limit {
                 return Err(format!("{path} was not answered within {SETTLE_LIMIT:?}"));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.nap().await;
         }
         call.await
             .map_err(|e| format!("the request ended abnormally: {e}"))
@@ -804,6 +832,16 @@ impl Run {
         true
     }
 
+    /// Waits a little for the hosts' work to move on: until an attempt ends, or a
+    /// millisecond (what SQLite's threads answer moves nothing this could wait on).
+    async fn nap(&self) {
+        let mut ended = self.ended.lock().await;
+        tokio::select! {
+            _ = ended.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+        }
+    }
+
     /// Waits until the attempts under way have ended, stand at a checkpoint, or wait for a
     /// held answer. A released attempt runs to there before any host claims again: two
     /// tasks talking to SQLite at once would otherwise interleave as its threads happen to
@@ -824,7 +862,7 @@ impl Run {
                     "a released attempt did not come to rest within {SETTLE_LIMIT:?} of real time ({busy} attempts still running)"
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.nap().await;
         }
     }
 
@@ -869,7 +907,7 @@ impl Run {
                         "the run did not settle within {SETTLE_LIMIT:?} of real time ({busy} attempts still running)"
                     ));
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                self.nap().await;
             }
             if recovered == 0 && claimed == 0 && !waited {
                 return Ok(None);
@@ -1074,6 +1112,21 @@ fn describe_at(e: &Event) -> String {
         None if e.at_rest => "once the run was at rest".into(),
         None => "once the run settled".into(),
     }
+}
+
+/// A run's temporary directory: in memory where the system has a RAM file system
+/// (`/dev/shm`), since a run's store is thrown away with it and a commit's fsync there
+/// costs nothing; otherwise the system's temporary directory.
+fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::Builder::new()
+            .prefix("docket-scenario-")
+            .tempdir_in(shm)
+    {
+        return Ok(dir);
+    }
+    tempfile::tempdir()
 }
 
 /// One request to the in-process API: its status and JSON body.

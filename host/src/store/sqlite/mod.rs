@@ -59,6 +59,19 @@ impl SqliteStore {
         self.writer.saturate().await
     }
 
+    /// Writes a consistent copy of the database, as committed now, to the new file `path`
+    /// (`VACUUM INTO`): a simulation starts each run from one prepared store.
+    pub async fn copy_into(&self, path: &Path) -> StoreResult<()> {
+        sqlx::query("VACUUM INTO ?1")
+            .bind(path.display().to_string())
+            .execute(&self.read)
+            .await
+            .map_err(|e| {
+                StoreError::safe(format!("copying the database to `{}`: {e}", path.display()))
+            })?;
+        Ok(())
+    }
+
     /// Opens (creating if needed) the database at `path` and applies migrations.
     pub async fn open(path: &Path) -> StoreResult<Self> {
         // A path, not a URL: `?`, `#` or `%` in it are part of the name.
