@@ -160,8 +160,9 @@ pub struct ExploreArgs {
     /// Print every seed's schedule and how long it took, not only the failing ones'.
     #[arg(long)]
     pub verbose: bool,
-    /// Write each seed's trace — what it injected, what the run did, the final projections and the world
-    /// record — as one JSON line to this file; the same seed writes the same line.
+    /// Write each seed's trace — what it injected, what the run did, the final projections,
+    /// timelines and world record — as one JSON line to this file; the same seed writes the
+    /// same line.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// A deliberately broken host, to show exploration finds what it should (test control):
@@ -303,6 +304,7 @@ async fn explore_here(args: ExploreArgs) -> anyhow::Result<ExitCode> {
                 "injected": schedule.injected,
                 "log": outcome.log,
                 "projections": scenario::explore::traced(&outcome.projections),
+                "timelines": outcome.timelines,
                 "world": outcome.world,
             });
             writeln!(out, "{line}")?;

@@ -325,7 +325,6 @@ async fn run_with(
     {
         failures.push(e);
     }
-    bench.switchboard.0.lock().unwrap().take();
     let (projections, timelines) = run.read_back().await;
     if failures.is_empty() {
         if lenient {
@@ -334,13 +333,22 @@ async fn run_with(
             failures.extend(run.check(scenario, &projections, &timelines).await);
         }
     }
+    let world = run.providers.world();
+    // An attempt may still wait for an answer held past the run's end (one whose step
+    // another host recovered): its answer is lost now, and the run waits for it to end, so
+    // that nothing of this run acts during the next one.
+    run.providers.close();
+    if let Err(e) = run.wind_down().await {
+        failures.push(e);
+    }
+    bench.switchboard.0.lock().unwrap().take();
     let log = std::mem::take(&mut run.shared.lock().unwrap().log);
     Ok(Outcome {
         name: scenario.name.clone(),
         file: scenario.file.clone(),
         failures,
         timelines,
-        world: run.providers.world(),
+        world,
         projections,
         log,
         real_ms: started.elapsed().as_millis() as u64,
@@ -832,6 +840,32 @@ impl Run {
         true
     }
 
+    /// Waits until no attempt of any host, paused or not, is under way (after the run).
+    async fn wind_down(&self) -> Result<(), String> {
+        {
+            let mut shared = self.shared.lock().unwrap();
+            shared.waiting_at = None;
+            shared.kill = None;
+        }
+        let limit = std::time::Instant::now() + SETTLE_LIMIT;
+        loop {
+            // Attempts that come to a checkpoint now go on.
+            for parked in std::mem::take(&mut self.shared.lock().unwrap().parked) {
+                let _ = parked.release.send(AtCheckpoint::Continue);
+            }
+            let busy: usize = self.hosts.iter().map(|h| h.scheduler.busy()).sum();
+            if busy == 0 {
+                return Ok(());
+            }
+            if std::time::Instant::now() > limit {
+                return Err(format!(
+                    "{busy} attempts were still running {SETTLE_LIMIT:?} after the run ended"
+                ));
+            }
+            self.nap().await;
+        }
+    }
+
     /// Waits a little for the hosts' work to move on: until an attempt ends, or a
     /// millisecond (what SQLite's threads answer moves nothing this could wait on).
     async fn nap(&self) {
@@ -871,8 +905,11 @@ impl Run {
     /// parked attempt, if one stands at the next event's checkpoint.
     async fn settle(&mut self) -> Result<Option<Parked>, String> {
         let limit = std::time::Instant::now() + SETTLE_LIMIT;
-        // What the clock's last move woke (renewals, held answers) runs first.
+        // What the clock's last move woke (renewals, held answers) runs first, and the
+        // attempts it woke run to rest before any host looks for work: recovery racing an
+        // attempt whose answer just came would interleave as SQLite's threads answer.
         self.quiet(limit).await?;
+        self.let_attempts_run().await?;
         loop {
             let host = self.host();
             let now = self.clock.now_ms();

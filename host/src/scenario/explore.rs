@@ -1,8 +1,9 @@
 //! Exploring fault schedules: for each seed, a schedule drawn from a ChaCha RNG seeded with
 //! it — what the providers answer, a host killed after some checkpoint, a host paused past
 //! its lease, the clock jumping across retry windows and key retention, a cancellation, a
-//! duplicate submission — run by the scenario engine on a base scenario of the workflow,
-//! and the invariants checked afterwards:
+//! duplicate submission (while an attempt stands at a checkpoint, or once settled), an
+//! operator acting on what waits for a person — run by the scenario engine on a base
+//! scenario of the workflow, and the invariants checked afterwards:
 //! - no intent lost: every admitted intent's workflow is there, and submitting the key
 //!   again gives the same one;
 //! - at most one effect per intent in the world;
@@ -20,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-use super::file::{Event, EventAction, Intent, Kill, Scenario};
+use super::file::{Event, EventAction, Kill, Scenario};
 use super::provider::{Behaviour, RouteKind};
 
 /// One seed's schedule: the scenario it became, and what it injected, in words.
@@ -98,10 +99,25 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
     }
     if rng.random_bool(0.25) {
         let intent = s.intents[0].clone();
-        injected.push(format!("intent `{}` is submitted again", intent.key));
+        // While an attempt stands at a checkpoint (the retry of a client that timed out
+        // while the host was sending), or once the run has settled.
+        let at = match pick_step(&mut rng) {
+            Some(step) if rng.random_bool(0.5) => Some(Kill {
+                step,
+                checkpoint: rng.random_range(1..=5),
+            }),
+            _ => None,
+        };
+        injected.push(match &at {
+            Some(k) => format!(
+                "intent `{}` is submitted again while `{}` stands at checkpoint {}",
+                intent.key, k.step, k.checkpoint
+            ),
+            None => format!("intent `{}` is submitted again", intent.key),
+        });
         s.events.push(Event {
-            at: None,
-            action: EventAction::Submit(Intent { ..intent }),
+            at,
+            action: EventAction::Submit(intent),
             at_rest: false,
             line: 0,
         });

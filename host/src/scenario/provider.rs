@@ -259,6 +259,9 @@ pub struct ScriptedProviders {
     clock: Arc<dyn Clock>,
     /// Answers held by a `delay` now.
     held: Arc<std::sync::atomic::AtomicUsize>,
+    /// Once the run is over: every held answer and every later request is lost, so the
+    /// run's attempts end instead of waiting for a clock that no longer moves.
+    closed: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for ScriptedProviders {
@@ -287,7 +290,13 @@ impl ScriptedProviders {
             providers: Arc::new(providers),
             clock,
             held: Arc::default(),
+            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
+    }
+
+    /// The run is over: held answers and later requests are lost at once.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     /// Answers held by a `delay` right now.
@@ -346,6 +355,10 @@ impl ScriptedHosts for ScriptedProviders {
     ) -> std::pin::Pin<Box<dyn Future<Output = ScriptedAnswer> + Send>> {
         let this = self.clone();
         Box::pin(async move {
+            let mut closed = this.closed.subscribe();
+            if *closed.borrow() {
+                return ScriptedAnswer::Lost;
+            }
             let Some(provider) = this.provider(&request.host) else {
                 return ScriptedAnswer::Lost;
             };
@@ -362,10 +375,14 @@ impl ScriptedHosts for ScriptedProviders {
             } else {
                 delay
             };
-            this.clock
-                .sleep_until(now.saturating_add(wait.as_millis() as u64))
-                .await;
+            let answered = tokio::select! {
+                _ = this.clock.sleep_until(now.saturating_add(wait.as_millis() as u64)) => true,
+                _ = closed.wait_for(|c| *c) => false,
+            };
             this.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            if !answered {
+                return ScriptedAnswer::Lost;
+            }
             if timed_out {
                 provider.lost_answer();
                 ScriptedAnswer::TimedOut
