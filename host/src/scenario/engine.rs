@@ -676,8 +676,14 @@ impl Run {
         key: &str,
         body: Value,
     ) -> Result<(u16, Value), String> {
-        let woken = self.wake.clone();
-        let woken = woken.notified();
+        let wake = self.wake.clone();
+        // A wake-up stored by an earlier request (nobody waited for it) is not this one's.
+        {
+            let stale = wake.notified();
+            tokio::pin!(stale);
+            let _ = tokio::time::timeout(Duration::ZERO, stale).await;
+        }
+        let woken = wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
         let mut call = tokio::spawn(call_api(
@@ -692,12 +698,15 @@ impl Run {
             done = &mut call => return done.map_err(|e| format!("the request ended abnormally: {e}")),
             _ = &mut woken => {}
         }
+        // The hosts settle once, as they would on the wake-up (an attempt standing where an
+        // event waits goes on); then the request is answered. Settling again while it is
+        // answered would make how often the hosts looked depend on real time.
+        while let Some(parked) = self.settle().await? {
+            let _ = parked.release.send(AtCheckpoint::Continue);
+            self.let_attempts_run().await?;
+        }
         let limit = std::time::Instant::now() + SETTLE_LIMIT;
         while !call.is_finished() {
-            if let Some(parked) = self.settle().await? {
-                let _ = parked.release.send(AtCheckpoint::Continue);
-                self.let_attempts_run().await?;
-            }
             if std::time::Instant::now() > limit {
                 return Err(format!("{path} was not answered within {SETTLE_LIMIT:?}"));
             }

@@ -73,6 +73,17 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         (!adapter_steps.is_empty())
             .then(|| adapter_steps[rng.random_range(0..adapter_steps.len())].clone())
     };
+    // Half the time at a checkpoint of an adapter step (an attempt stands there while it
+    // happens), otherwise once the run has settled.
+    let checkpoint_or_settled = |rng: &mut ChaCha8Rng| -> Option<Kill> {
+        match pick_step(rng) {
+            Some(step) if rng.random_bool(0.5) => Some(Kill {
+                step,
+                checkpoint: rng.random_range(1..=5),
+            }),
+            _ => None,
+        }
+    };
     if rng.random_bool(0.5)
         && let Some(step) = pick_step(&mut rng)
     {
@@ -101,13 +112,7 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         let intent = s.intents[0].clone();
         // While an attempt stands at a checkpoint (the retry of a client that timed out
         // while the host was sending), or once the run has settled.
-        let at = match pick_step(&mut rng) {
-            Some(step) if rng.random_bool(0.5) => Some(Kill {
-                step,
-                checkpoint: rng.random_range(1..=5),
-            }),
-            _ => None,
-        };
+        let at = checkpoint_or_settled(&mut rng);
         injected.push(match &at {
             Some(k) => format!(
                 "intent `{}` is submitted again while `{}` stands at checkpoint {}",
@@ -133,13 +138,7 @@ pub fn schedule(seed: u64, base: &Scenario, adapter_steps: &[String]) -> Schedul
         });
     }
     if rng.random_bool(0.2) {
-        let at = match pick_step(&mut rng) {
-            Some(step) if rng.random_bool(0.5) => Some(Kill {
-                step,
-                checkpoint: rng.random_range(1..=5),
-            }),
-            _ => None,
-        };
+        let at = checkpoint_or_settled(&mut rng);
         injected.push(match &at {
             Some(k) => format!(
                 "a cancellation arrives at checkpoint {} of `{}`",
