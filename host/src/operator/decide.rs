@@ -25,6 +25,9 @@ pub const SETTLEABLE: [StepState; 6] = [
 #[derive(Debug, Clone, Copy, Default)]
 pub struct History<'a> {
     pub latest: Option<&'a AttemptRecord>,
+    /// The latest attempt of the current input that ran (got past checkpoint 2): the one an
+    /// attempt a block ended before it ran has no provenance to give.
+    pub ran: Option<&'a AttemptRecord>,
     pub first_sent_at: Option<Millis>,
 }
 
@@ -32,6 +35,10 @@ impl<'a> History<'a> {
     pub fn of(attempts: &'a [AttemptRecord]) -> Self {
         Self {
             latest: attempts.iter().max_by_key(|a| a.number),
+            ran: attempts
+                .iter()
+                .filter(|a| a.provenance.is_some() && a.superseded_by.is_none())
+                .max_by_key(|a| a.number),
             first_sent_at: attempts
                 .iter()
                 .filter(|a| a.checkpoint >= 3 && a.request_identity.is_some())
@@ -579,7 +586,8 @@ fn approval_receipt(
 }
 
 /// The receipt of a step a person resolved as succeeded: their evidence and reason, and
-/// the provenance of the latest attempt.
+/// the provenance of the latest attempt that ran (what the step's attempts ran on, which
+/// `docket check` holds the receipt to).
 fn manual_receipt(
     s: &Situation<'_>,
     evidence: &str,
@@ -592,7 +600,7 @@ fn manual_receipt(
         evidence_kind: EvidenceKind::Manual,
         provenance: s
             .history
-            .latest
+            .ran
             .and_then(|a| a.provenance.clone())
             .unwrap_or_default(),
         external_reference: external_reference.clone(),

@@ -34,6 +34,9 @@ impl Run {
         let resources = self.providers.resources();
         for ((id, wf), timeline) in self.workflows.iter().zip(projections).zip(timelines) {
             let who = format!("workflow {id}");
+            // Whatever a scenario expects, the record it leaves must be one `docket check`
+            // accepts.
+            failures.extend(self.docket_check(id).await);
             if let Some(state) = &expect.state
                 && wf["state"] != state.as_str()
             {
@@ -159,6 +162,27 @@ impl Run {
         failures
     }
 
+    /// What `docket check` finds wrong with the workflow's records, in words.
+    async fn docket_check(&self, id: &WorkflowId) -> Vec<String> {
+        let record = match self.store.workflow(id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return vec![format!("workflow {id} is not in the store")],
+            Err(e) => return vec![format!("workflow {id}: reading it failed: {e}")],
+        };
+        match crate::check::records_of(&self.store, record, None).await {
+            Ok(records) => crate::check::check(&records)
+                .into_iter()
+                .map(|v| {
+                    format!(
+                        "workflow {id}: docket check: {:?} at {:?}: {}",
+                        v.invariant, v.step, v.detail
+                    )
+                })
+                .collect(),
+            Err(e) => vec![format!("workflow {id}: reading its records failed: {e}")],
+        }
+    }
+
     /// The invariants every run keeps, whatever was injected.
     pub(super) async fn invariants(&self, projections: &[Value]) -> Vec<String> {
         let mut identities = Vec::new();
@@ -166,25 +190,7 @@ impl Run {
         for (id, wf) in self.workflows.iter().zip(projections) {
             let steps = step_ids(wf);
             identities.push(self.identities(id, &steps).await);
-            match self.store.workflow(id).await {
-                Ok(Some(record)) => {
-                    match crate::check::records_of(&self.store, record, None).await {
-                        Ok(records) => {
-                            checked.extend(crate::check::check(&records).into_iter().map(|v| {
-                                format!(
-                                    "docket check: {:?} at {:?}: {}",
-                                    v.invariant, v.step, v.detail
-                                )
-                            }))
-                        }
-                        Err(e) => {
-                            checked.push(format!("workflow {id}: reading its records failed: {e}"))
-                        }
-                    }
-                }
-                Ok(None) => checked.push(format!("workflow {id} is not in the store")),
-                Err(e) => checked.push(format!("workflow {id}: reading it failed: {e}")),
-            }
+            checked.extend(self.docket_check(id).await);
         }
         // An admitted intent's workflow is never lost (its key may be released once the
         // workflow has ended and the key's retention passed: that is not a loss).
