@@ -373,7 +373,8 @@ fn the_same_seeds_give_the_same_trace_byte_for_byte() {
         traces.push(std::fs::read(&path).unwrap());
     }
     let text = String::from_utf8(traces[0].clone()).unwrap();
-    assert_eq!(text.lines().count(), 60);
+    // The 60 seeds, after the workflow's kept regression seeds.
+    assert!(text.lines().count() >= 60, "{}", text.lines().count());
     assert!(
         text.contains("hosts share the store"),
         "no multi-host schedule"
