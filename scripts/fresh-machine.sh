@@ -4,20 +4,37 @@
 #
 #   bash scripts/fresh-machine.sh
 #
+#   bash scripts/fresh-machine.sh --in-place
+#
 # The build must add the target itself (host/build.rs) and the host must then serve the
 # shipped definitions with the built-in simulator, so the intent completes. With
-# CARGO_TARGET_DIR set (scripts/test.sh sets it to its own target/), compiled dependencies
-# are reused: docket and its plugins are still built from the clone.
+# CARGO_TARGET_DIR set, compiled dependencies are reused: docket and its plugins are still
+# built from the clone. `--in-place` runs the check in this checkout instead, which must
+# itself be a clean clone that nothing has built yet (CI's is): the suite that follows then
+# reuses the build instead of compiling docket twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+in_place=
+if [ "${1:-}" = "--in-place" ]; then
+    in_place=1
+    if [ -e target ] || [ -n "${CARGO_TARGET_DIR:-}" ] || [ -n "$(git status --porcelain)" ]; then
+        echo "--in-place needs a clean clone that nothing has built (no target/, no CARGO_TARGET_DIR, no changes)" >&2
+        exit 1
+    fi
+fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
 work=$(mktemp -d)
 host_pid=
 cleanup() {
-    if [ -n "$host_pid" ]; then kill "$host_pid" 2>/dev/null || true; fi
+    if [ -n "$host_pid" ]; then
+        kill "$host_pid" 2>/dev/null || true
+        wait "$host_pid" 2>/dev/null || true
+    fi
+    # In place, the host's database is the only thing the check leaves in the checkout.
+    if [ -n "$in_place" ]; then rm -rf "$repo/.docket"; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -30,9 +47,13 @@ if rustup target list --toolchain "$toolchain" --installed | grep -qx wasm32-was
     exit 1
 fi
 
-step "A clean clone"
-git clone --quiet "$repo" "$work/docket"
-cd "$work/docket"
+if [ -n "$in_place" ]; then
+    step "A clean clone: this checkout ($(git rev-parse --short HEAD)), nothing built yet"
+else
+    step "A clean clone"
+    git clone --quiet "$repo" "$work/docket"
+    cd "$work/docket"
+fi
 
 step "The README's first command: cargo run -- serve"
 first=$(grep -m1 -E '^cargo run .*-- serve' README.md)
