@@ -1,12 +1,14 @@
 //! Changing a workflow's course over HTTP: `POST …/cancel` and `GET …/cancellation`,
-//! `POST …/revisions` and `GET …/revisions`, `POST …/replacement`.
+//! `POST …/revisions` and `GET …/revisions`, `POST …/replacement`, `POST …/migration` and
+//! `GET …/migrations`.
 //!
 //! The decisions and their application are [`crate::operator`]'s and the store's; these
 //! handlers read the key and the body into an order and render the answer. A cancel answers
 //! `202` for the cancellation this request created, `200` for the one the workflow already
 //! had (pressing twice acts once); a revision `201`, or `409 revision_refused` pointing to
 //! the replacement; a replacement `201` for the new workflow, `200` for the one there
-//! already is (a workflow has at most one).
+//! already is (a workflow has at most one); a migration `201` with its record, `200` with
+//! what a dry run would do, or `409 migration_refused` naming each reason.
 
 use super::Ctx;
 use super::auth::Caller;
@@ -14,7 +16,8 @@ use super::error::{ApiError, ApiResult, ErrorCode};
 use super::intents::{key_from_headers, read_body};
 use crate::intent::WorkflowId;
 use crate::operator::{
-    CancelOrder, CancelResult, ReplaceOrder, ReviseOrder, ReviseResult, cancel, replace, revise,
+    CancelOrder, CancelResult, MigrateOrder, MigrateResult, ReplaceOrder, ReviseOrder,
+    ReviseResult, cancel, migrate, replace, revise,
 };
 use crate::store::StoredRefusal;
 use crate::view::{CancellationView, RevisionView};
@@ -238,4 +241,117 @@ pub(super) async fn replace_workflow<
     let mut response = (status, Json(replaced.body)).into_response();
     response.headers_mut().insert(header::LOCATION, location);
     Ok(response)
+}
+
+/// The plan's `steps`: old step id → new step id, or null to drop the step.
+fn plan_steps(
+    fields: &serde_json::Map<String, Value>,
+) -> ApiResult<std::collections::BTreeMap<String, Option<String>>> {
+    let mut steps = std::collections::BTreeMap::new();
+    match fields.get("steps") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (from, to) in map {
+                let to = match to {
+                    Value::Null => None,
+                    Value::String(s) => Some(s.clone()),
+                    _ => {
+                        return Err(invalid(
+                            format!(
+                                "`steps.{from}` must be the new step id (a string) or null to drop the step"
+                            ),
+                            &format!("/steps/{from}"),
+                        ));
+                    }
+                };
+                steps.insert(from.clone(), to);
+            }
+        }
+        Some(_) => {
+            return Err(invalid(
+                "`steps` must be an object: old step id → new step id, or null to drop it".into(),
+                "/steps",
+            ));
+        }
+    }
+    Ok(steps)
+}
+
+/// `POST /v1/workflows/{id}/migration`: `201` with the migration, `200` with what a dry run
+/// (`"dry_run": true`, no key needed) would do, `409 migration_refused` naming each reason.
+pub(super) async fn migrate_workflow<S: crate::context::ContextStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let id = workflow_path(id)?;
+    let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
+    let fields = object(&bytes)?;
+    let dry_run = match fields.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(invalid(
+                "`dry_run` must be true or false".into(),
+                "/dry_run",
+            ));
+        }
+    };
+    let key = if dry_run {
+        None
+    } else {
+        Some(key_from_headers(&headers)?)
+    };
+    let to_version = match fields.get("to_version") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            invalid(
+                "`to_version` must be a definition version number, e.g. 2".into(),
+                "/to_version",
+            )
+        })?),
+    };
+    let order = MigrateOrder::new(
+        to_version,
+        plan_steps(&fields)?,
+        text_field(&fields, "reason")?,
+        dry_run,
+    )
+    .map_err(|e| invalid(e.message, &format!("/{}", e.field)))?;
+    Ok(match migrate(&ctx, &caller, &id, order, key).await? {
+        MigrateResult::Applied(m) => (StatusCode::CREATED, Json(json!(m))).into_response(),
+        MigrateResult::WouldApply(plan) => (
+            StatusCode::OK,
+            Json(json!({"dry_run": true, "workflow_id": id, "would": "migrate", "plan": plan})),
+        )
+            .into_response(),
+        MigrateResult::Refused(r) if dry_run => (
+            StatusCode::OK,
+            Json(json!({
+                "dry_run": true,
+                "workflow_id": id,
+                "would": "refuse",
+                "message": r.message,
+                "reasons": r.details,
+            })),
+        )
+            .into_response(),
+        MigrateResult::Refused(r) => ApiError::new(ErrorCode::MigrationRefused, r.message)
+            .with_details(r.details)
+            .into_response(),
+    })
+}
+
+/// `GET /v1/workflows/{id}/migrations`, oldest first.
+pub(super) async fn migrations<S: crate::store::CourseStore + crate::store::ReadStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<Value>> {
+    let id = workflow_path(id)?;
+    let record = super::workflows::visible(&ctx, &caller, &id).await?;
+    let data = ctx.store.migrations(&record.workflow_id).await?;
+    Ok(Json(json!({"data": data, "next_cursor": null})))
 }

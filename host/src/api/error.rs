@@ -39,6 +39,8 @@ pub enum ErrorCode {
     InvalidTransition,
     /// 409: a correction after a consequential effect: it must be a new request.
     RevisionRefused,
+    /// 409: a migration the plan or the workflow does not allow (details name each reason).
+    MigrationRefused,
     /// 409: an approval of a consequence that is no longer the one asked about (details
     /// name the current digest).
     ConsequenceChanged,
@@ -73,6 +75,7 @@ impl ErrorCode {
         ErrorCode::KeyConflict,
         ErrorCode::InvalidTransition,
         ErrorCode::RevisionRefused,
+        ErrorCode::MigrationRefused,
         ErrorCode::ConsequenceChanged,
         ErrorCode::PayloadTooLarge,
         ErrorCode::InvalidInput,
@@ -101,6 +104,7 @@ impl ErrorCode {
             ErrorCode::InvalidTransition => "invalid_transition",
             ErrorCode::ConsequenceChanged => "consequence_changed",
             ErrorCode::RevisionRefused => "revision_refused",
+            ErrorCode::MigrationRefused => "migration_refused",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::InvalidDocument => "invalid_document",
@@ -126,6 +130,7 @@ impl ErrorCode {
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
             ErrorCode::InvalidTransition
             | ErrorCode::RevisionRefused
+            | ErrorCode::MigrationRefused
             | ErrorCode::ConsequenceChanged => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidInput | ErrorCode::InvalidDocument => {

@@ -148,6 +148,16 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
         ),
         (
             Method::POST,
+            "/v1/workflows/{id}/migration",
+            post(course::migrate_workflow::<S>),
+        ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/migrations",
+            get(course::migrations::<S>),
+        ),
+        (
+            Method::POST,
             "/v1/workflows/{id}/budget",
             post(budgets::extend::<S>),
         ),

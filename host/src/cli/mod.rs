@@ -9,6 +9,7 @@ mod check;
 mod client;
 mod demo;
 mod export;
+mod migrate;
 mod policy;
 mod registry;
 mod scaffold;
@@ -118,6 +119,30 @@ enum Command {
         /// Idempotency key (default: a new one).
         #[arg(long)]
         key: Option<String>,
+        #[command(flatten)]
+        server: client::Server,
+    },
+    /// Move every running workflow of one definition version to another by a plan file
+    /// (`[steps] old = "new"`, `drop = […]`, `reason`): a table of what moved and what was
+    /// refused and why. A step keeps its receipt and the key its requests were sent under.
+    ///
+    /// Example: docket migrate --workflow document-delivery --from 1 --to 2 --plan plan.toml --dry-run
+    Migrate {
+        /// The workflow definition name.
+        #[arg(long)]
+        workflow: String,
+        /// The version the workflows run now.
+        #[arg(long)]
+        from: u32,
+        /// The version to move them to (deployed already).
+        #[arg(long)]
+        to: u32,
+        /// The plan file (TOML).
+        #[arg(long)]
+        plan: std::path::PathBuf,
+        /// Judge each workflow and print what would happen; change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         server: client::Server,
     },
@@ -315,6 +340,26 @@ pub fn run() -> ExitCode {
                 key,
                 server,
             } => approvals::reject(&server, &workflow_id, &step, &reason, key).await,
+            Command::Migrate {
+                workflow,
+                from,
+                to,
+                plan,
+                dry_run,
+                server,
+            } => {
+                migrate::run(
+                    &server,
+                    migrate::Migration {
+                        workflow: &workflow,
+                        from,
+                        to,
+                        plan: &plan,
+                        dry_run,
+                    },
+                )
+                .await
+            }
             Command::Cancel {
                 workflow_id,
                 reason,

@@ -444,8 +444,10 @@ fn dependents(step: &str, deps: &[(String, String)]) -> Vec<String> {
     found
 }
 
+mod migration;
 mod revision;
 #[cfg(test)]
 mod tests;
 
+pub use migration::{MigrationPlan, MigrationRefusal, MigrationStep, MovedStep, plan_migration};
 pub use revision::{ADMITTED, Blocker, RevisionPlan, RevisionStep, plan_revision};

@@ -2,7 +2,8 @@
 //! `exception`, and on an approval step `approve` and `reject` — as domain
 //! decisions, below every interface that offers them (the HTTP API and the console render
 //! the same [`ActionResult`]); and a workflow's cancellation, which its owner may ask for
-//! too ([`cancel`]); and the extension of a workflow's budget ([`extend_budget`]).
+//! too ([`cancel`]); the extension of a workflow's budget ([`extend_budget`]); and a
+//! workflow's move to another definition version by an explicit plan ([`migrate`]).
 //!
 //! An action arrives as a typed [`Order`] under an idempotency key. [`decide`] judges it
 //! from the step's state, its attempts and the adapter's declared contract, and returns a
@@ -21,6 +22,7 @@ mod budget;
 mod cancel;
 mod decide;
 mod desk;
+mod migrate;
 mod replace;
 mod revise;
 
@@ -28,6 +30,7 @@ pub use budget::{AMOUNTS, EXTEND, ExtendOrder, extend_budget};
 pub use cancel::{CANCEL, CancelOrder, CancelResult, cancel};
 pub use decide::{CourseFacts, History, Plan, Refusal, SETTLEABLE, Situation, decide};
 pub use desk::{ActionResult, DeskError, Target, approver_of, perform};
+pub use migrate::{MIGRATE, MIGRATION_REFUSED, MigrateOrder, MigrateResult, migrate};
 pub use replace::{REPLACE, ReplaceOrder, Replacement, replace};
 pub use revise::{REVISE, ReviseOrder, ReviseResult, revisable, revise};
 

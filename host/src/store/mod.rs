@@ -554,6 +554,20 @@ pub trait CourseStore: Send + Sync {
         &self,
         id: &WorkflowId,
     ) -> impl Future<Output = StoreResult<Vec<RevisionRecord>>> + Send;
+    /// Moves a workflow to another definition version under a key, in one transaction, if
+    /// the workflow is as the plan saw it ([`MigrateAnswer::Moved`] otherwise, with nothing
+    /// written): its step rows rewritten in the new version's order, the history of
+    /// renamed steps following them, the migration recorded and told. Every answer but
+    /// `Moved` is stored under the key.
+    fn migrate(
+        &self,
+        request: MigrateRequest,
+    ) -> impl Future<Output = StoreResult<MigrateAnswer>> + Send;
+    /// The workflow's migrations, oldest first.
+    fn migrations(
+        &self,
+        id: &WorkflowId,
+    ) -> impl Future<Output = StoreResult<Vec<MigrationRecord>>> + Send;
 }
 
 /// Policy documents in versions, and the steps they block.

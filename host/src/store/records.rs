@@ -249,6 +249,8 @@ pub struct WorkflowRecord {
     pub policy_current: u32,
     /// When the workflow, waiting for a person, was first seen near its deadline.
     pub deadline_warned_at: Option<Millis>,
+    /// The definition version it was last migrated from (`None`: never migrated).
+    pub migrated_from: Option<u32>,
 }
 
 /// A step as stored.
@@ -279,6 +281,8 @@ pub struct StepRecord {
     pub key_remembered_until: Option<Millis>,
     /// When a person was told that this retention draws near.
     pub retention_warned_at: Option<Millis>,
+    /// The step id its external key derives from, when not its own (a migration renamed it).
+    pub key_step: Option<String>,
 }
 
 /// One attempt as stored.
@@ -373,8 +377,19 @@ pub struct Claimed {
     /// The environment its idempotency keys are derived in (`None`: admitted before the
     /// database recorded one).
     pub environment: Option<String>,
+    /// The step id its external key derives from, when not its own (a migration renamed
+    /// it): the provider saw that identity.
+    pub key_step: Option<String>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
+}
+
+impl Claimed {
+    /// The step id its external key derives from: its own, or the id it had when a
+    /// migration renamed it (a compensation's, that of its original's identity).
+    pub fn identity(&self) -> &str {
+        self.key_step.as_deref().unwrap_or(&self.fence.step)
+    }
 }
 
 /// A lease renewal.
@@ -800,6 +815,59 @@ pub enum ReviseAnswer {
     Moved,
     Replayed(ActionRecord),
     KeyConflict,
+}
+
+/// What a migration saw of its workflow: it is applied only if the workflow is still so.
+#[derive(Debug, Clone)]
+pub struct MigrationSnapshot {
+    pub state: WorkflowState,
+    pub definition_version: u32,
+    /// Every step's state and attempt count.
+    pub steps: Vec<(String, StepState, u32)>,
+}
+
+/// What an allowed migration writes: its plan and the new version's step rows, in order.
+#[derive(Debug, Clone)]
+pub struct MigrationChange {
+    pub plan: crate::course::MigrationPlan,
+    pub steps: Vec<NewStep>,
+}
+
+/// A move of a workflow to another definition version under a key (`scope.action` is
+/// `migrate`).
+#[derive(Debug, Clone)]
+pub struct MigrateRequest {
+    pub scope: ActionScope,
+    pub request_digest: String,
+    pub reason: String,
+    pub seen: MigrationSnapshot,
+    /// The change, or the refusal to store under the key.
+    pub change: Result<MigrationChange, StoredRefusal>,
+    pub now: Millis,
+}
+
+/// What a migration request came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MigrateAnswer {
+    Applied(MigrationRecord),
+    Refused(StoredRefusal),
+    /// The workflow moved since the plan was made: nothing was written; plan again.
+    Moved,
+    Replayed(ActionRecord),
+    KeyConflict,
+}
+
+/// A workflow's move to another definition version, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationRecord {
+    pub workflow_id: WorkflowId,
+    /// 1 for the workflow's first migration.
+    pub number: u32,
+    #[serde(flatten)]
+    pub plan: crate::course::MigrationPlan,
+    pub author: String,
+    pub reason: String,
+    pub at: Millis,
 }
 
 /// A policy document to deploy.

@@ -162,7 +162,7 @@ pub(crate) const WORKFLOW_COLUMNS: &str =
     "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms,
      cost_used, recovery_queries_used, budget_added, deadline_warned_at, next_seq, input_revision, replaces, replaced_by, cancel_on, policy_at_admission,
-     policy_current";
+     policy_current, migrated_from";
 
 pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
     Ok(WorkflowRecord {
@@ -191,6 +191,7 @@ pub(crate) fn workflow(r: &impl Columns) -> StoreResult<WorkflowRecord> {
         policy_at_admission: r.small::<u32>("policy_at_admission")?,
         policy_current: r.small::<u32>("policy_current")?,
         deadline_warned_at: r.opt_uint("deadline_warned_at")?,
+        migrated_from: r.opt_uint("migrated_from")?.map(|v| v as u32),
     })
 }
 
@@ -292,6 +293,7 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
         escalated: r.opt_text("escalated")?.map(|s| json(&s)).transpose()?,
         key_remembered_until: r.opt_uint("key_remembered_until")?,
         retention_warned_at: r.opt_uint("retention_warned_at")?,
+        key_step: r.opt_text("key_step")?,
     })
 }
 
@@ -567,6 +569,7 @@ pub(crate) fn claimed(
         context: StepContext::default(),
         trace_parent: None,
         environment: None,
+        key_step: r.opt_text("key_step")?,
     })
 }
 
@@ -677,4 +680,18 @@ mod tests {
         assert_eq!(r.small::<u32>("ok").unwrap(), 7);
         assert_eq!(r.uint("ok").unwrap(), 7);
     }
+}
+
+/// A migration as stored.
+pub(crate) fn migration(r: &impl Columns) -> StoreResult<super::MigrationRecord> {
+    let plan: crate::course::MigrationPlan = serde_json::from_str(&r.text("plan")?)
+        .map_err(|e| StoreError::Corrupt(format!("migration plan: {e}")))?;
+    Ok(super::MigrationRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        number: r.small::<u32>("number")?,
+        plan,
+        author: r.text("author")?,
+        reason: r.text("reason")?,
+        at: r.uint("at")?,
+    })
 }

@@ -35,6 +35,7 @@ pub(crate) struct Statements {
     pub late: super::late::Sql,
     pub leases: super::leases::Sql,
     pub metrics: super::metrics::Sql,
+    pub migration: super::course::migration::Sql,
     pub notifications: super::notifications::Sql,
     pub policies: super::policies::Sql,
     pub sessions: super::sessions::Sql,

@@ -50,6 +50,10 @@ pub struct WorkflowView {
     pub workflow_id: String,
     pub workflow: String,
     pub definition_version: u32,
+    /// The version it ran before its last migration (`GET …/migrations` has each);
+    /// absent if it never moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migrated_from_version: Option<u32>,
     pub subject: String,
     pub idempotency_key: String,
     pub input_digest: String,
@@ -520,6 +524,7 @@ pub fn workflow_view(
         workflow_id: record.workflow_id.to_string(),
         workflow: record.workflow.clone(),
         definition_version: record.definition_version,
+        migrated_from_version: record.migrated_from,
         subject: record.subject.0.clone(),
         idempotency_key: record.idempotency_key.clone(),
         input_digest: record.input_digest.clone(),
@@ -788,6 +793,7 @@ mod tests {
             policy_at_admission: 0,
             policy_current: 0,
             deadline_warned_at: None,
+            migrated_from: None,
         }
     }
 
@@ -809,6 +815,7 @@ mod tests {
             escalated: None,
             key_remembered_until: None,
             retention_warned_at: None,
+            key_step: None,
         }
     }
 

@@ -524,7 +524,7 @@ where
         let mut facts = Self::facts(prepared, &input.digest);
         facts.request_identity = Some(external_idempotency_key(
             &claimed.fence.workflow_id,
-            step.id.as_str(),
+            claimed.identity(),
             &contract.idempotency.namespace,
             claimed.environment.as_deref(),
         ));

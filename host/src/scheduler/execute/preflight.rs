@@ -88,7 +88,9 @@ pub(super) fn preflight<'a>(f: &PreflightFacts<'a>) -> Preflight<'a> {
     let workflow_id = &claimed.fence.workflow_id;
     let namespace = contract.idempotency.namespace.as_str();
     let environment = claimed.environment.as_deref();
-    let key = external_idempotency_key(workflow_id, f.step.id.as_str(), namespace, environment);
+    // The id the provider knows the effect by: the step's own, unless a migration renamed it.
+    let identity = claimed.identity();
+    let key = external_idempotency_key(workflow_id, identity, namespace, environment);
     // The namespace rule: an uncertain request is recovered only under the identity it
     // may have been sent with. A version with another namespace derives another key, which
     // the provider would take for a new request: a person decides instead.
@@ -127,7 +129,10 @@ pub(super) fn preflight<'a>(f: &PreflightFacts<'a>) -> Preflight<'a> {
     };
     if claimed.trigger == Trigger::RecoveryQuery {
         let reference = match original {
-            Some((of, _)) => external_idempotency_key(workflow_id, of, namespace, environment),
+            Some((of, _)) => {
+                let original = crate::course::compensated_step(identity).unwrap_or(of);
+                external_idempotency_key(workflow_id, original, namespace, environment)
+            }
             None => key.clone(),
         };
         return Preflight::Proceed {

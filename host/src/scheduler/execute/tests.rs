@@ -33,6 +33,7 @@ pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
         policy_exception: None,
         trace_parent: None,
         environment: None,
+        key_step: None,
         context: crate::store::StepContext::default(),
     }
 }

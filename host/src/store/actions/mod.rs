@@ -27,7 +27,7 @@ use crate::intent::{AttemptId, Millis, NewEvent, WorkflowState};
 ///   leased), then its own values: `ready` ready at, trigger, whether the uncertainty is
 ///   settled; `succeed` receipt id; `terminal` state, note; `escalate` the escalation;
 ///   `exception` ready at, the grant; `compensating` none; `insert_compensation` (its own
-///   parameters) workflow id, compensation step id, ready at.
+///   parameters) workflow id, compensation step id, ready at, the step it compensates.
 pub(crate) struct Sql {
     pub find: &'static str,
     pub reserve: &'static str,
@@ -84,9 +84,12 @@ pub(crate) const SQL: Sql = Sql {
                 WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
     compensating: "UPDATE steps SET state = 'compensating'
                    WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
+    // A compensation's identity follows its original's (see `Claimed::identity`).
     insert_compensation:
-        "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
-                          VALUES ($1, $2, 'ready', $3, 'compensation', 'compensation')",
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger, key_step)
+         VALUES ($1, $2, 'ready', $3, 'compensation', 'compensation',
+                 (SELECT o.key_step || '.compensate' FROM steps o
+                  WHERE o.workflow_id = $1 AND o.step = $4))",
 };
 
 fn scope_values(s: &ActionScope) -> [Param<'_>; 5] {
@@ -269,7 +272,7 @@ async fn act<T: Tx>(tx: &mut T, req: &ActionRequest) -> StoreResult<ActionOutcom
     if let StepChange::Compensate { id: compensation } = change {
         tx.exec(
             insert_compensation,
-            &values![id.as_str(), compensation.as_str(), now],
+            &values![id.as_str(), compensation.as_str(), now, step],
         )
         .await?;
     }

@@ -31,6 +31,7 @@ pub(crate) fn created(req: &AdmitRequest, new: &NewWorkflow) -> WorkflowRecord {
         policy_at_admission: new.policy_version,
         policy_current: new.policy_version,
         deadline_warned_at: None,
+        migrated_from: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! Changes of a workflow's course, written once for every backend: its cancellation
 //! (under a key, with the course settled in the same transaction), its input's revisions,
-//! and the answers remembered under an operator's key.
+//! its move to another definition version ([`migration`]), and the answers remembered
+//! under an operator's key.
 
+pub(crate) mod migration;
 pub(crate) mod plan;
 pub(crate) mod sqlite;
 
@@ -11,7 +13,8 @@ use super::rows::{self, Columns};
 use super::tx::{Backend, Tx};
 use super::{
     ActionAnswer, ActionRecord, ActionScope, CancelAnswer, CancelRequest, CancellationRecord,
-    CourseStore, ReviseAnswer, ReviseRequest, RevisionRecord, StoreResult,
+    CourseStore, MigrateAnswer, MigrateRequest, MigrationRecord, ReviseAnswer, ReviseRequest,
+    RevisionRecord, StoreResult,
 };
 use crate::course;
 use crate::intent::{Millis, StepState, WorkflowId};
@@ -321,6 +324,16 @@ impl<B: Backend> CourseStore for B {
 
     async fn revisions(&self, id: &WorkflowId) -> StoreResult<Vec<RevisionRecord>> {
         self.read(id.clone(), |tx, id| Box::pin(revisions(tx, id)))
+            .await
+    }
+
+    async fn migrate(&self, request: MigrateRequest) -> StoreResult<MigrateAnswer> {
+        self.write(request, |tx, req| Box::pin(migration::migrate(tx, req)))
+            .await
+    }
+
+    async fn migrations(&self, id: &WorkflowId) -> StoreResult<Vec<MigrationRecord>> {
+        self.read(id.clone(), |tx, id| Box::pin(migration::migrations(tx, id)))
             .await
     }
 }

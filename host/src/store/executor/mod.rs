@@ -39,7 +39,8 @@ use std::sync::LazyLock;
 ///   queries from the reserve;
 /// - `pending`: workflow id; `after`: workflow id, step; `release`: now, workflow id, step;
 /// - `roles`, `deps`: workflow id; `set_step_state`: state, workflow id, step;
-///   `insert_compensation`: workflow id, step, state, ready at; `insert_dep`: workflow id,
+///   `insert_compensation`: workflow id, step, state, ready at, the step it compensates;
+///   `insert_dep`: workflow id,
 ///   step, depends on;
 /// - `set_state`: state, ended at, workflow id; `changed`: workflow id;
 ///   `key_retention`: ended at, workflow id.
@@ -175,8 +176,12 @@ pub(crate) const SQL: Sql = Sql {
     roles: "SELECT role, state FROM steps WHERE workflow_id = $1",
     deps: "SELECT step, depends_on FROM step_deps WHERE workflow_id = $1",
     set_step_state: "UPDATE steps SET state = $1, ready_at = NULL WHERE workflow_id = $2 AND step = $3",
-    insert_compensation: "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger)
-                          VALUES ($1, $2, $3, $4, 'compensation', 'compensation')",
+    // A compensation's identity follows its original's (see `Claimed::identity`).
+    insert_compensation: "INSERT INTO steps (workflow_id, step, state, ready_at, role,
+                              next_trigger, key_step)
+                          VALUES ($1, $2, $3, $4, 'compensation', 'compensation',
+                                  (SELECT o.key_step || '.compensate' FROM steps o
+                                   WHERE o.workflow_id = $1 AND o.step = $5))",
     insert_dep: "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES ($1, $2, $3)",
     set_state: "UPDATE workflows SET state = $1, ended_at = $2, next_seq = next_seq + 1
                 WHERE workflow_id = $3",

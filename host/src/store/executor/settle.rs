@@ -149,7 +149,8 @@ async fn settle_course<T: Tx>(
                 wf,
                 c.id.as_str(),
                 state.as_str(),
-                ready.then_some(now as i64)
+                ready.then_some(now as i64),
+                crate::course::compensated_step(&c.id).unwrap_or(&c.id),
             ],
         )
         .await?;

@@ -75,6 +75,7 @@ pub(crate) const SQL: Sql = Sql {
         "DELETE FROM operator_actions WHERE workflow_id = $1",
         "DELETE FROM cancellations WHERE workflow_id = $1",
         "DELETE FROM revisions WHERE workflow_id = $1",
+        "DELETE FROM migrations WHERE workflow_id = $1",
         "DELETE FROM approvals WHERE workflow_id = $1",
         "DELETE FROM outbox WHERE workflow_id = $1",
         "DELETE FROM intent_keys WHERE workflow_id = $1",

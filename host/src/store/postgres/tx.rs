@@ -26,6 +26,7 @@ static STATEMENTS: Statements = Statements {
     late: late::SQL,
     leases: leases::SQL,
     metrics: metrics::postgres::SQL,
+    migration: course::migration::SQL,
     notifications: notifications::postgres::SQL,
     policies: policies::SQL,
     sessions: sessions::SQL,
