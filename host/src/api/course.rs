@@ -20,7 +20,7 @@ use crate::operator::{
     ReviseResult, cancel, migrate, replace, revise,
 };
 use crate::store::StoredRefusal;
-use crate::view::{CancellationView, RevisionView};
+use crate::view::{CancellationView, MigrationPlanView, MigrationView, RevisionView};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -321,10 +321,17 @@ pub(super) async fn migrate_workflow<S: crate::context::ContextStore>(
     )
     .map_err(|e| invalid(e.message, &format!("/{}", e.field)))?;
     Ok(match migrate(&ctx, &caller, &id, order, key).await? {
-        MigrateResult::Applied(m) => (StatusCode::CREATED, Json(json!(m))).into_response(),
+        MigrateResult::Applied(m) => {
+            (StatusCode::CREATED, Json(MigrationView::from(&m))).into_response()
+        }
         MigrateResult::WouldApply(plan) => (
             StatusCode::OK,
-            Json(json!({"dry_run": true, "workflow_id": id, "would": "migrate", "plan": plan})),
+            Json(json!({
+                "dry_run": true,
+                "workflow_id": id,
+                "would": "migrate",
+                "plan": MigrationPlanView::from(&plan),
+            })),
         )
             .into_response(),
         MigrateResult::Refused(r) if dry_run => (
@@ -352,6 +359,12 @@ pub(super) async fn migrations<S: crate::store::CourseStore + crate::store::Read
 ) -> ApiResult<Json<Value>> {
     let id = workflow_path(id)?;
     let record = super::workflows::visible(&ctx, &caller, &id).await?;
-    let data = ctx.store.migrations(&record.workflow_id).await?;
+    let data: Vec<MigrationView> = ctx
+        .store
+        .migrations(&record.workflow_id)
+        .await?
+        .iter()
+        .map(MigrationView::from)
+        .collect();
     Ok(Json(json!({"data": data, "next_cursor": null})))
 }

@@ -12,8 +12,8 @@ use super::error::ErrorCode;
 use crate::budget::BudgetView;
 use crate::scheduler::TickCounts;
 use crate::view::{
-    AttemptView, CancellationView, IntentView, NotificationView, RevisionView, StepView,
-    SummaryView, TimelineView, WorkflowView,
+    AttemptView, CancellationView, IntentView, MigrationPlanView, MigrationView, NotificationView,
+    RevisionView, StepView, SummaryView, TimelineView, WorkflowView,
 };
 use axum::Json;
 use axum::http::Method;
@@ -115,6 +115,8 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
     let step = s.of::<StepView>();
     let cancellation = s.of::<CancellationView>();
     let revision = s.of::<RevisionView>();
+    let migration = s.of::<MigrationView>();
+    let migration_plan = s.of::<MigrationPlanView>();
     let budget = s.of::<BudgetView>();
     let timeline = s.of::<TimelineView>();
     let attempt = s.of::<AttemptView>();
@@ -395,6 +397,70 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             query: &[],
             body: Some(input_body.clone()),
             responses: vec![(201, "The revision.", Some(revision))],
+        },
+        Op {
+            method: Method::POST,
+            path: "/v1/workflows/{id}/migration",
+            id: "migrateWorkflow",
+            summary: "Move the workflow to another version of its definition by an explicit plan (operator); with `dry_run`, only say what would happen (no key needed)",
+            who: Who::Operator,
+            keyed: true,
+            query: &[],
+            body: Some(json!({
+                "type": "object",
+                "required": ["to_version", "reason"],
+                "properties": {
+                    "to_version": {"type": "integer", "minimum": 1},
+                    "steps": {
+                        "type": "object",
+                        "description": "Old step id → the new version's step id, or null to drop a step that never began; an old step not named keeps its id.",
+                        "additionalProperties": {"type": ["string", "null"]}
+                    },
+                    "reason": {"type": "string", "minLength": 1},
+                    "dry_run": {"type": "boolean"}
+                }
+            })),
+            responses: vec![
+                (
+                    201,
+                    "The migration: the workflow runs the new version.",
+                    Some(migration.clone()),
+                ),
+                (
+                    200,
+                    "A dry run's answer; nothing changed.",
+                    Some(json!({
+                        "type": "object",
+                        "required": ["dry_run", "workflow_id", "would"],
+                        "properties": {
+                            "dry_run": {"const": true},
+                            "workflow_id": {"type": "string"},
+                            "would": {"enum": ["migrate", "refuse"]},
+                            "plan": migration_plan,
+                            "message": {"type": "string"},
+                            "reasons": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["reason"],
+                                    "properties": {"step": {"type": "string"}, "reason": {"type": "string"}}
+                                }
+                            }
+                        }
+                    })),
+                ),
+            ],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/workflows/{id}/migrations",
+            id: "listMigrations",
+            summary: "The workflow's migrations to other definition versions, oldest first",
+            who: Who::Client,
+            keyed: false,
+            query: &[],
+            body: None,
+            responses: vec![(200, "Every migration.", Some(page(migration)))],
         },
         Op {
             method: Method::POST,

@@ -631,6 +631,20 @@ pub(crate) fn notification(r: &impl Columns) -> StoreResult<crate::store::Notifi
     })
 }
 
+/// A migration as stored.
+pub(crate) fn migration(r: &impl Columns) -> StoreResult<super::MigrationRecord> {
+    let plan: crate::course::MigrationPlan = serde_json::from_str(&r.text("plan")?)
+        .map_err(|e| StoreError::Corrupt(format!("migration plan: {e}")))?;
+    Ok(super::MigrationRecord {
+        workflow_id: WorkflowId(r.text("workflow_id")?),
+        number: r.small::<u32>("number")?,
+        plan,
+        author: r.text("author")?,
+        reason: r.text("reason")?,
+        at: r.uint("at")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,18 +694,4 @@ mod tests {
         assert_eq!(r.small::<u32>("ok").unwrap(), 7);
         assert_eq!(r.uint("ok").unwrap(), 7);
     }
-}
-
-/// A migration as stored.
-pub(crate) fn migration(r: &impl Columns) -> StoreResult<super::MigrationRecord> {
-    let plan: crate::course::MigrationPlan = serde_json::from_str(&r.text("plan")?)
-        .map_err(|e| StoreError::Corrupt(format!("migration plan: {e}")))?;
-    Ok(super::MigrationRecord {
-        workflow_id: WorkflowId(r.text("workflow_id")?),
-        number: r.small::<u32>("number")?,
-        plan,
-        author: r.text("author")?,
-        reason: r.text("reason")?,
-        at: r.uint("at")?,
-    })
 }

@@ -234,3 +234,78 @@ impl From<&crate::store::RevisionRecord> for RevisionView {
         }
     }
 }
+
+/// A step a migration carried to the new version, on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct MovedStepView {
+    pub from: String,
+    pub to: String,
+    /// Its state after the move (a step that never began waits for its new dependencies).
+    pub state: StepState,
+    /// The id its external key still derives from, when not `to`: the identity its
+    /// requests were sent under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_step: Option<String>,
+    /// The receipt it keeps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt_id: Option<String>,
+}
+
+/// What a migration does, on the wire: in the new version's order, the steps moved, the
+/// steps added (they start pending) and the old steps dropped (none had begun).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct MigrationPlanView {
+    pub from_version: u32,
+    pub to_version: u32,
+    pub moved: Vec<MovedStepView>,
+    pub added: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+impl From<&crate::course::MigrationPlan> for MigrationPlanView {
+    fn from(p: &crate::course::MigrationPlan) -> Self {
+        Self {
+            from_version: p.from_version,
+            to_version: p.to_version,
+            moved: p
+                .moved
+                .iter()
+                .map(|m| MovedStepView {
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                    state: m.state,
+                    key_step: m.key_step.clone(),
+                    receipt_id: m.receipt_id.clone(),
+                })
+                .collect(),
+            added: p.added.clone(),
+            dropped: p.dropped.clone(),
+        }
+    }
+}
+
+/// A workflow's migration (`POST …/migration` answers one; `GET …/migrations` lists them).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct MigrationView {
+    pub workflow_id: String,
+    /// 1 for the workflow's first migration.
+    pub number: u32,
+    #[serde(flatten)]
+    pub plan: MigrationPlanView,
+    pub author: String,
+    pub reason: String,
+    pub at: String,
+}
+
+impl From<&crate::store::MigrationRecord> for MigrationView {
+    fn from(m: &crate::store::MigrationRecord) -> Self {
+        Self {
+            workflow_id: m.workflow_id.to_string(),
+            number: m.number,
+            plan: MigrationPlanView::from(&m.plan),
+            author: m.author.clone(),
+            reason: m.reason.clone(),
+            at: rfc3339(m.at),
+        }
+    }
+}

@@ -11,8 +11,8 @@ mod status;
 mod time;
 
 pub use course::{
-    CancellationProgress, CancellationView, CompensationProgress, CourseActionView, RevisionView,
-    course_actions, course_steps,
+    CancellationProgress, CancellationView, CompensationProgress, CourseActionView,
+    MigrationPlanView, MigrationView, MovedStepView, RevisionView, course_actions, course_steps,
 };
 pub use evidence::ObservationView;
 pub use notifications::NotificationView;

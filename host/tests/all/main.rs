@@ -51,6 +51,7 @@ mod host_postgres;
 mod host_process;
 mod hostile_soak;
 mod many_hosts;
+mod migration;
 mod notifications;
 mod openapi_check;
 mod operations;

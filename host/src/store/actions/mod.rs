@@ -65,7 +65,7 @@ pub(crate) const SQL: Sql = Sql {
                    input, input_digest, state, created_at, ended_at, deadline_at, attempts_used,
                    external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
                    budget_added, deadline_warned_at, next_seq, input_revision, replaces,
-                   replaced_by, cancel_on, policy_at_admission, policy_current
+                   replaced_by, cancel_on, policy_at_admission, policy_current, migrated_from
                FROM workflows WHERE workflow_id = $1",
     latest_attempt: "SELECT attempt_id FROM attempts WHERE workflow_id = $1 AND step = $2
                      ORDER BY number DESC LIMIT 1",
