@@ -337,3 +337,52 @@ pub(super) async fn migrations<T: Tx>(
     tx.rows(sql, &values![id.as_str()], |r| rows::migration(r))
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    /// The columns of the `steps` table as the migrations of `backend` make it.
+    fn step_columns(backend: &str) -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations")
+            .join(backend);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let mut columns = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(file).unwrap();
+            if let Some(start) = text.find("CREATE TABLE steps (") {
+                let body = &text[start..text[start..].find("\n);").unwrap() + start];
+                for line in body.lines().skip(1) {
+                    let word = line.split_whitespace().next().unwrap_or("");
+                    if !word.is_empty() && !word.starts_with("--") && word != "PRIMARY" {
+                        columns.push(word.to_string());
+                    }
+                }
+            }
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix("ALTER TABLE steps ADD COLUMN ") {
+                    columns.push(rest.split_whitespace().next().unwrap().to_string());
+                }
+            }
+        }
+        columns.retain(|c| c != "ord");
+        columns.sort();
+        columns
+    }
+
+    /// A migration rewrites each row by copying its columns: a column added to `steps`
+    /// and not copied would be lost by every migration.
+    #[test]
+    fn every_step_column_is_carried_by_a_migration() {
+        let sql = super::SQL.move_step;
+        let listed = &sql[sql.find('(').unwrap() + 1..sql.find(')').unwrap()];
+        let mut carried: Vec<String> = listed.split(',').map(|c| c.trim().to_string()).collect();
+        carried.sort();
+        for backend in ["sqlite", "postgres"] {
+            assert_eq!(step_columns(backend), carried, "{backend}");
+        }
+    }
+}
