@@ -306,6 +306,24 @@ async fn workflows_in_every_state_move_as_the_plan_allows(db: Option<String>) {
         "{refused}"
     );
     assert_eq!(refused["error"]["details"][0]["step"], "deliver");
+    // The same key and body answer the same; another body under the key is a conflict.
+    let (status, again) = host
+        .post_with_key(
+            &format!("/v1/workflows/{unknown}/migration"),
+            "to-v3",
+            json!({"to_version": 3, "reason": "another document"}),
+        )
+        .await;
+    assert_eq!((status, &again), (409, &refused));
+    let (status, conflict) = host
+        .post_with_key(
+            &format!("/v1/workflows/{unknown}/migration"),
+            "to-v3",
+            json!({"to_version": 2, "reason": "another document"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["error"]["code"], "key_conflict", "{conflict}");
 
     // A dry run of the whole version answers for each workflow and changes nothing.
     let plan = write(files.path(), "plan.toml", PLAN);
@@ -516,3 +534,77 @@ async fn workflows_in_every_state_move_as_the_plan_allows(db: Option<String>) {
 }
 
 on_both_stores!(workflows_in_every_state_move_as_the_plan_allows);
+
+/// The README's example, as written: version 2 of the shipped delivery deployed beside a
+/// running host, its plan moving a workflow that has not run yet, which then finishes on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_example_moves_a_delivery_to_version_2() {
+    let host = HostProcess::start(HostOptions {
+        pause_execution: true,
+        ..HostOptions::default()
+    })
+    .await;
+    let (status, created) = host
+        .submit("document-delivery", "readme", document("Moved"))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let examples = repo_root().join("docs/examples/migration");
+    let v2 = examples
+        .join("document-delivery-v2.toml")
+        .display()
+        .to_string();
+    let plan = examples.join("plan.toml").display().to_string();
+    let database = host.path().join("docket.db").display().to_string();
+    let config = host.path().join("docket.toml").display().to_string();
+    let (code, out) = docket(&[
+        "workflow", "deploy", &v2, "--db", &database, "--config", &config,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let migrate = |extra: &[&str]| {
+        let mut args = vec![
+            "migrate",
+            "--workflow",
+            "document-delivery",
+            "--from",
+            "1",
+            "--to",
+            "2",
+            "--plan",
+            &plan,
+            "--server",
+            &host.url,
+        ];
+        args.extend(extra);
+        docket(&args)
+    };
+    let (code, table) = migrate(&["--dry-run"]);
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        table.contains(&format!("{id}  running"))
+            && table.contains("would move")
+            && table.contains("deliver → send; added archive"),
+        "{table}"
+    );
+    let (code, table) = migrate(&[]);
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        table.contains("moved") && table.contains("1 moved to v2"),
+        "{table}"
+    );
+    let wf = projection(&host, &id).await;
+    assert_eq!(wf["definition_version"], 2, "{wf:#}");
+    assert_eq!(step_ids(&wf), ["validate", "render", "send", "archive"]);
+
+    let dir = host.kill();
+    let host = HostProcess::start(HostOptions {
+        dir: Some(dir),
+        ..HostOptions::default()
+    })
+    .await;
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(60))
+        .await;
+    assert_eq!(step(&wf, "archive")["state"], "succeeded", "{wf:#}");
+    assert_eq!(host.world().await.len(), 1);
+}
