@@ -54,6 +54,11 @@ pub struct Faults {
     pub lose_next_cancel: u32,
     /// The next N cancel requests are answered `503`; nothing is cancelled.
     pub unavailable_next_cancel: u32,
+    /// Share (0..=1) of the items of a bulk create answered `503` each (nothing created for
+    /// them) while the rest of the batch is taken: a provider that accepts part of a batch.
+    pub item_unavailable: f64,
+    /// The next N items of bulk creates are answered `503` each; nothing is created for them.
+    pub item_unavailable_next: u32,
     /// Whether `Idempotency-Key` is honoured; when false every create request creates.
     pub idempotency: bool,
     /// Whether the lookup endpoint exists; when false it answers `404`.
@@ -94,6 +99,8 @@ impl Default for Faults {
             unavailable_next: 0,
             lose_next_cancel: 0,
             unavailable_next_cancel: 0,
+            item_unavailable: 0.0,
+            item_unavailable_next: 0,
             idempotency: true,
             query: true,
             visibility_delay_ms: 0,
@@ -150,6 +157,7 @@ impl Faults {
             ("slow", self.slow),
             ("rate_limit", self.rate_limit),
             ("unavailable", self.unavailable),
+            ("item_unavailable", self.item_unavailable),
         ];
         for (field, value) in shares {
             if !(0.0..=1.0).contains(&value) {
@@ -222,6 +230,14 @@ impl FaultState {
             lose: draws[2] < f.lose,
             slow: draws[3] < f.slow,
         }
+    }
+
+    /// Whether one item of a bulk create is answered `503`: consumes one
+    /// `item_unavailable_next` first, else draws the item's own share.
+    pub fn take_item_unavailable(&mut self) -> bool {
+        let drawn = self.faults.item_unavailable > 0.0
+            && self.rng.random::<f64>() < self.faults.item_unavailable;
+        take(&mut self.faults.item_unavailable_next, drawn)
     }
 
     /// Whether to answer `503`: consumes one `unavailable_next` first, else uses the roll.

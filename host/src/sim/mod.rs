@@ -14,7 +14,16 @@
 //!   directly so that "lost response after commit" can close a connection without writing a
 //!   single HTTP byte.
 //!
-//! Shares and the plain `*_next` counters apply to `POST /v1/deliveries` only. Cancels
+//! `POST /v1/deliveries/batch` creates up to [`MAX_BATCH_ITEMS`] deliveries at once, each
+//! under its own `idempotency_key` (`{"items": [<delivery request + key>, …]}`), and answers
+//! `200` with each item's answer in order — `{"code", "delivery"}` or `{"code", "error"}`,
+//! the status a single create would have had. Transport efficiency never merges
+//! consequences: an item and a single create with the same key and body replay each other.
+//! The request-level faults (`503`, `429`, a lost or slow answer) apply to a batch as to one
+//! request; `item_unavailable` / `item_unavailable_next` answer single items `503`, a
+//! provider that takes part of a batch.
+//!
+//! Shares and the plain `*_next` counters apply to the create endpoints only. Cancels
 //! (`POST /v1/deliveries/{id}/cancel`) have their own counters: `lose_next_cancel` applies
 //! the cancel and then loses its response, `unavailable_next_cancel` answers `503` and
 //! cancels nothing. Lookups always answer (subject to the token and the `query` switch), so
@@ -50,7 +59,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use faults::Faults;
-pub use state::{Delivery, DeliveryStatus, KeySnapshot, WorldSnapshot};
+pub use state::{Delivery, DeliveryStatus, KeySnapshot, MAX_BATCH_ITEMS, WorldSnapshot};
 
 use state::World;
 

@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::ProviderSim;
-use super::state::{CancelOutcome, CreateOutcome, CreateRequest};
+use super::state::{BatchOutcome, CancelOutcome, CreateOutcome, CreateRequest};
 
 /// Marks a response that must not be sent: the connection is closed instead.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +47,7 @@ struct LostResponse;
 pub(crate) fn router(sim: ProviderSim) -> Router {
     let mut routes = Router::new()
         .route("/v1/deliveries", post(create).get(lookup))
+        .route("/v1/deliveries/batch", post(create_batch))
         .route("/v1/deliveries/{id}/cancel", post(cancel))
         .route("/v1/_world", get(world));
     if sim.shared.fault_endpoint {
@@ -260,6 +261,70 @@ fn answer(outcome: CreateOutcome) -> Response {
         }
         CreateOutcome::Created(accepted) => (StatusCode::CREATED, Json(accepted)).into_response(),
         CreateOutcome::Replayed(accepted) => (StatusCode::OK, Json(accepted)).into_response(),
+    }
+}
+
+/// `POST /v1/deliveries/batch`: up to [`super::state::MAX_BATCH_ITEMS`] deliveries, each
+/// under its own `idempotency_key`; `200` with each item's answer in order.
+async fn create_batch(
+    State(sim): State<ProviderSim>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_token(&sim, &headers)?;
+    let now = sim.now();
+    let decision = sim.lock().create_batch(&body, now);
+    let outcome = decision.outcome;
+    let items = match outcome {
+        BatchOutcome::Unavailable => {
+            info!("injected fault: 503 unavailable, nothing of the batch created");
+            return Ok(answer(CreateOutcome::Unavailable));
+        }
+        BatchOutcome::RateLimited { retry_after_s } => {
+            return Ok(answer(CreateOutcome::RateLimited { retry_after_s }));
+        }
+        BatchOutcome::BadRequest { message } => return Err(ApiError::BadRequest(message)),
+        BatchOutcome::Items(items) => items,
+    };
+    for item in &items {
+        if let CreateOutcome::Created(accepted) = item {
+            sim.emit("delivery.accepted", &accepted.id);
+        }
+    }
+    if decision.lose {
+        info!(
+            items = items.len(),
+            "injected fault: batch response lost after commit"
+        );
+        let mut lost = StatusCode::OK.into_response();
+        lost.extensions_mut().insert(LoseResponse);
+        return Ok(lost);
+    }
+    if let Some(delay) = decision.delay {
+        info!(
+            delay_ms = delay.as_millis(),
+            "injected fault: slow batch answer"
+        );
+        tokio::time::sleep(delay).await;
+    }
+    let answers: Vec<Value> = items.into_iter().map(item_answer).collect();
+    Ok((StatusCode::OK, Json(json!({"items": answers}))).into_response())
+}
+
+/// One item's answer in a batch: the status a single create would have had (`code`), with
+/// the delivery or the error it would have carried.
+fn item_answer(outcome: CreateOutcome) -> Value {
+    let error = |code: u16, error: &str| json!({"code": code, "error": error});
+    match outcome {
+        CreateOutcome::Created(accepted) => json!({"code": 201, "delivery": accepted}),
+        CreateOutcome::Replayed(accepted) => json!({"code": 200, "delivery": accepted}),
+        CreateOutcome::Unavailable => error(503, "unavailable"),
+        CreateOutcome::InvalidRecipient => error(422, "invalid_recipient"),
+        CreateOutcome::KeyReused => error(409, "idempotency_key_reused"),
+        CreateOutcome::BadRequest { message } => {
+            json!({"code": 400, "error": "bad_request", "message": message})
+        }
+        CreateOutcome::RateLimited { .. } => error(429, "rate_limited"),
     }
 }
 

@@ -112,6 +112,34 @@ pub(crate) struct CreateDecision {
     pub delay: Option<Duration>,
 }
 
+/// The most items one bulk create may carry.
+pub const MAX_BATCH_ITEMS: usize = 100;
+
+/// What the protocol answers to a bulk create: the batch refused as a whole (as a single
+/// create would be), or each item's answer in order (`RateLimited` never appears for an
+/// item; `Unavailable` does, for an item the provider did not take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BatchOutcome {
+    /// `503`; nothing created.
+    Unavailable,
+    /// `429` with `Retry-After`; nothing created.
+    RateLimited { retry_after_s: u64 },
+    /// `400`: not JSON, no `items`, or too many or none.
+    BadRequest { message: String },
+    /// `200` with one answer per item.
+    Items(Vec<CreateOutcome>),
+}
+
+/// A bulk create's outcome plus the transport faults to apply when answering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BatchDecision {
+    pub outcome: BatchOutcome,
+    /// Close the connection without answering (only when an item committed).
+    pub lose: bool,
+    /// Answer only after this delay (never set when `lose` is).
+    pub delay: Option<Duration>,
+}
+
 /// What the protocol answers to a cancel request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CancelOutcome {
@@ -235,6 +263,13 @@ impl World {
                 };
             }
         };
+        self.take_create(body, request.idempotency_key, now)
+    }
+
+    /// One create past the infrastructure: the body checked, the key looked up, the
+    /// delivery made. A bulk create decides each of its items here too, so an item and a
+    /// single create under the same key and body replay each other.
+    fn take_create(&mut self, body: Value, key: Option<&str>, now: SystemTime) -> CreateOutcome {
         let fields: CreateBody = match serde_json::from_value(body.clone()) {
             Ok(fields) => fields,
             Err(err) => {
@@ -249,9 +284,7 @@ impl World {
         if !valid_recipient(&fields.recipient) {
             return CreateOutcome::InvalidRecipient;
         }
-        let key = request
-            .idempotency_key
-            .filter(|_| self.faults.faults.idempotency);
+        let key = key.filter(|_| self.faults.faults.idempotency);
         if let Some(key) = key
             && let Some(entry) = self.keys.get(key)
             && !self.expired(entry, now)
@@ -275,6 +308,77 @@ impl World {
             );
         }
         CreateOutcome::Created(answer)
+    }
+
+    /// Decides and applies one bulk create (`POST /v1/deliveries/batch`): the
+    /// infrastructure faults and a lost or slow answer apply to the batch as to one request;
+    /// each item is then decided on its own, under its own key, in order.
+    pub fn create_batch(&mut self, body: &[u8], now: SystemTime) -> BatchDecision {
+        let roll = self.faults.roll();
+        let outcome = self.batch_outcome(body, now, roll);
+        let committed = matches!(&outcome, BatchOutcome::Items(items)
+            if items.iter().any(|i| matches!(i, CreateOutcome::Created(_) | CreateOutcome::Replayed(_))));
+        let lose = committed && self.faults.take_lose(roll);
+        let delay = (!lose && self.faults.take_slow(roll))
+            .then(|| Duration::from_millis(self.faults.faults.slow_ms));
+        BatchDecision {
+            outcome,
+            lose,
+            delay,
+        }
+    }
+
+    fn batch_outcome(&mut self, body: &[u8], now: SystemTime, roll: Roll) -> BatchOutcome {
+        if self.faults.take_unavailable(roll) {
+            return BatchOutcome::Unavailable;
+        }
+        if self.faults.take_rate_limit(roll) {
+            return BatchOutcome::RateLimited {
+                retry_after_s: self.faults.faults.retry_after_s,
+            };
+        }
+        let bad = |message: String| BatchOutcome::BadRequest { message };
+        let body: Value = match serde_json::from_slice(body) {
+            Ok(body) => body,
+            Err(err) => return bad(format!("request body is not valid JSON: {err}")),
+        };
+        let Some(items) = body.get("items").and_then(Value::as_array) else {
+            return bad("request body must be {\"items\": [<delivery request>, …]}".into());
+        };
+        if items.is_empty() || items.len() > MAX_BATCH_ITEMS {
+            return bad(format!(
+                "a batch carries 1 to {MAX_BATCH_ITEMS} items; this one has {}",
+                items.len()
+            ));
+        }
+        let mut outcomes = Vec::with_capacity(items.len());
+        for item in items {
+            let mut item = item.clone();
+            let key = match item.as_object_mut().map(|o| o.remove("idempotency_key")) {
+                None => {
+                    outcomes.push(CreateOutcome::BadRequest {
+                        message: "an item must be a JSON object".into(),
+                    });
+                    continue;
+                }
+                Some(None | Some(Value::Null)) => None,
+                Some(Some(Value::String(key))) => Some(key),
+                Some(Some(_)) => {
+                    outcomes.push(CreateOutcome::BadRequest {
+                        message: "an item's `idempotency_key` must be a string".into(),
+                    });
+                    continue;
+                }
+            };
+            // A provider taking part of a batch: this item never reached the part that
+            // creates things.
+            if self.faults.take_item_unavailable() {
+                outcomes.push(CreateOutcome::Unavailable);
+                continue;
+            }
+            outcomes.push(self.take_create(item, key.as_deref(), now));
+        }
+        BatchOutcome::Items(outcomes)
     }
 
     fn expired(&self, entry: &KeyEntry, now: SystemTime) -> bool {

@@ -330,3 +330,148 @@ fn a_saved_world_loads_with_its_deliveries_and_keys_and_ages_them_as_before() {
         "{e}"
     );
 }
+
+fn item(key: &str, reference: &str, recipient: &str) -> Value {
+    let mut item: Value = serde_json::from_slice(&body(reference, recipient)).unwrap();
+    item["idempotency_key"] = json!(key);
+    item
+}
+
+fn batch(items: &[Value]) -> Vec<u8> {
+    json!({ "items": items }).to_string().into_bytes()
+}
+
+fn answers(decision: &BatchDecision) -> &[CreateOutcome] {
+    match &decision.outcome {
+        BatchOutcome::Items(items) => items,
+        other => panic!("expected item answers, got {other:?}"),
+    }
+}
+
+#[test]
+fn each_item_of_a_batch_is_decided_under_its_own_key() {
+    let mut w = world(Faults::default());
+    // A single create first: an item with its key and body replays it.
+    let single = post(&mut w, Some("k1"), &body("r1", "a@b"), at(0));
+    let CreateOutcome::Created(first) = single.outcome else {
+        panic!("{single:?}")
+    };
+    let d = w.create_batch(
+        &batch(&[
+            item("k1", "r1", "a@b"),
+            item("k2", "r2", "c@d"),
+            item("k3", "r3", "nobody"),
+            item("k1", "r1", "other@b"),
+        ]),
+        at(1),
+    );
+    let got = answers(&d);
+    assert_eq!(got[0], CreateOutcome::Replayed(first));
+    assert!(
+        matches!(&got[1], CreateOutcome::Created(a) if a.id == "dlv_2"),
+        "{got:?}"
+    );
+    assert_eq!(got[2], CreateOutcome::InvalidRecipient);
+    assert_eq!(got[3], CreateOutcome::KeyReused);
+    assert!(!d.lose && d.delay.is_none());
+    assert_eq!(w.deliveries().len(), 2);
+}
+
+#[test]
+fn a_provider_takes_part_of_a_batch_and_the_rest_on_a_retry() {
+    let mut w = world(Faults {
+        item_unavailable_next: 2,
+        ..Faults::default()
+    });
+    let items: Vec<Value> = (0..5)
+        .map(|i| item(&format!("k{i}"), &format!("r{i}"), "a@b"))
+        .collect();
+    let d = w.create_batch(&batch(&items), at(0));
+    let got = answers(&d);
+    assert_eq!(
+        got[..2],
+        [CreateOutcome::Unavailable, CreateOutcome::Unavailable]
+    );
+    assert!(
+        got[2..]
+            .iter()
+            .all(|o| matches!(o, CreateOutcome::Created(_))),
+        "{got:?}"
+    );
+    assert_eq!(w.deliveries().len(), 3);
+    // The same batch again: the taken items replay, the others are created, once each.
+    let again = w.create_batch(&batch(&items), at(1));
+    let got = answers(&again);
+    assert!(
+        got[..2]
+            .iter()
+            .all(|o| matches!(o, CreateOutcome::Created(_))),
+        "{got:?}"
+    );
+    assert!(
+        got[2..]
+            .iter()
+            .all(|o| matches!(o, CreateOutcome::Replayed(_))),
+        "{got:?}"
+    );
+    assert_eq!(w.deliveries().len(), 5);
+}
+
+#[test]
+fn a_lost_batch_answer_commits_every_item_it_took() {
+    let mut w = world(Faults {
+        lose_next: 1,
+        ..Faults::default()
+    });
+    let items = [item("k1", "r1", "a@b"), item("k2", "r2", "a@b")];
+    let d = w.create_batch(&batch(&items), at(0));
+    assert!(d.lose);
+    assert_eq!(w.deliveries().len(), 2);
+    let again = w.create_batch(&batch(&items), at(1));
+    assert!(!again.lose);
+    assert!(
+        answers(&again)
+            .iter()
+            .all(|o| matches!(o, CreateOutcome::Replayed(_)))
+    );
+    assert_eq!(w.deliveries().len(), 2);
+}
+
+#[test]
+fn a_batch_the_infrastructure_refuses_or_that_is_malformed_creates_nothing() {
+    let mut w = world(Faults {
+        unavailable_next: 1,
+        rate_limit_next: 1,
+        ..Faults::default()
+    });
+    let one = batch(&[item("k1", "r1", "a@b")]);
+    assert_eq!(
+        w.create_batch(&one, at(0)).outcome,
+        BatchOutcome::Unavailable
+    );
+    assert!(matches!(
+        w.create_batch(&one, at(0)).outcome,
+        BatchOutcome::RateLimited { .. }
+    ));
+    let too_many: Vec<Value> = (0..=MAX_BATCH_ITEMS)
+        .map(|i| item(&format!("k{i}"), "r", "a@b"))
+        .collect();
+    for bad in [
+        batch(&too_many),
+        batch(&[]),
+        b"{}".to_vec(),
+        b"nope".to_vec(),
+    ] {
+        assert!(matches!(
+            w.create_batch(&bad, at(0)).outcome,
+            BatchOutcome::BadRequest { .. }
+        ));
+    }
+    let odd = w.create_batch(br#"{"items": [3, {"idempotency_key": 4}]}"#, at(0));
+    assert!(
+        answers(&odd)
+            .iter()
+            .all(|o| matches!(o, CreateOutcome::BadRequest { .. }))
+    );
+    assert!(w.deliveries().is_empty());
+}

@@ -686,3 +686,86 @@ async fn the_provider_posts_signed_events_late_and_twice_on_request() {
     .await;
     assert_eq!(next, "evt_4", "the replayed create made no event");
 }
+
+async fn post_batch(
+    client: &Client,
+    sim: &RunningSim,
+    items: &[Value],
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .post(format!("{}/v1/deliveries/batch", sim.base_url()))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "items": items }))
+        .send()
+        .await
+}
+
+fn keyed(key: &str, reference: &str, recipient: &str) -> Value {
+    let mut item = delivery(reference, recipient);
+    item["idempotency_key"] = json!(key);
+    item
+}
+
+#[tokio::test]
+async fn a_bulk_create_answers_each_item_and_a_lost_answer_is_replayed_item_by_item() {
+    let (sim, client) = start(Faults::default()).await;
+    let items = vec![
+        keyed("k1", "r1", "a@b.c"),
+        keyed("k2", "r2", "nobody"),
+        keyed("k3", "r3", "a@b.c"),
+    ];
+    // The provider takes part of the batch: the first item it does not take.
+    patch(&client, &sim, r#"{"item_unavailable_next": 1}"#).await;
+    let answer = post_batch(&client, &sim, &items).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(
+        answer,
+        json!({"items": [
+            {"code": 503, "error": "unavailable"},
+            {"code": 422, "error": "invalid_recipient"},
+            {"code": 201, "delivery": {"id": "dlv_1", "client_reference": "r3", "status": "accepted"}},
+        ]})
+    );
+    // The batch again, its answer lost after commit: what it took is in the world.
+    patch(&client, &sim, r#"{"lose_next": 1}"#).await;
+    let err = post_batch(&client, &sim, &items)
+        .await
+        .expect_err("the answer is lost");
+    assert!(err.status().is_none(), "{err:?}");
+    assert_eq!(world(&client, &sim).await.len(), 2);
+    // And once more: every item that was taken replays; nothing is made twice.
+    let answer: Value = post_batch(&client, &sim, &items)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let codes: Vec<&Value> = answer["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["code"])
+        .collect();
+    assert_eq!(codes, [&json!(200), &json!(422), &json!(200)]);
+    assert_eq!(world(&client, &sim).await.len(), 2);
+    // A single create under an item's key replays the item's delivery.
+    let single = post(&client, &sim, Some("k1"), &delivery("r1", "a@b.c"))
+        .await
+        .unwrap();
+    assert_eq!(single.status(), StatusCode::OK);
+    // A batch without a token, or over the limit, creates nothing.
+    let anonymous = client
+        .post(format!("{}/v1/deliveries/batch", sim.base_url()))
+        .json(&json!({"items": items}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let many: Vec<Value> = (0..=crate::sim::MAX_BATCH_ITEMS)
+        .map(|i| keyed(&format!("m{i}"), "m", "a@b.c"))
+        .collect();
+    let refused = post_batch(&client, &sim, &many).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(world(&client, &sim).await.len(), 2);
+}
