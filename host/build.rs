@@ -27,6 +27,7 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
         "http-delivery",
         "other-namespace",
     ),
+    ("http-delivery-batching", "http-delivery", "batching"),
     ("ledger", "ledger", ""),
     ("ledger-lying", "ledger", "lying"),
     ("noop", "noop", ""),
@@ -41,7 +42,11 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
 ];
 
 /// Components above that are later versions of an example: built, not loaded by `serve`.
-const LATER_VERSIONS: &[&str] = &["http-delivery-2", "http-delivery-3-other-namespace"];
+const LATER_VERSIONS: &[&str] = &[
+    "http-delivery-2",
+    "http-delivery-3-other-namespace",
+    "http-delivery-batching",
+];
 
 /// Components above whose `describe()` is hostile: built for the sandbox tests only, never
 /// listed with the examples (loading one is refused, or takes its whole deadline).

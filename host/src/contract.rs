@@ -156,6 +156,23 @@ pub struct EffectRequest {
     pub attempt: u32,
 }
 
+/// One item of a batch call: an effect of its own, under its own key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchItem {
+    pub idempotency_key: String,
+    /// JSON text of the item's mapped input.
+    pub input: String,
+}
+
+/// Many effects sent in one `invoke-batch` call (an adapter whose contract gives `batch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRequest {
+    /// The batch's own key: the same for every attempt of the same set of items.
+    pub batch_key: String,
+    pub items: Vec<BatchItem>,
+    pub attempt: u32,
+}
+
 /// A request to reverse an effect that is known to have happened (`compensate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompensationRequest {

@@ -55,8 +55,10 @@ pub mod adapter {
     });
 }
 
-/// Bindings for the `observing-adapter` world: the `adapter` world and `observer`.
-#[cfg(feature = "observing-adapter")]
+/// Bindings for the `observing-adapter` world: the `adapter` world and `observer`. With
+/// `full-adapter` enabled too (one crate's feature, another's), `full-adapter` wins: one
+/// world's exports per component.
+#[cfg(all(feature = "observing-adapter", not(feature = "full-adapter")))]
 #[allow(clippy::too_many_arguments)]
 pub mod observing_adapter {
     wit_bindgen::generate!({
@@ -77,6 +79,31 @@ pub mod observing_adapter {
         pub_export_macro: true,
         export_macro_name: "__export_observing_adapter_world",
         default_bindings_module: "docket_guest::bindings::observing_adapter",
+    });
+}
+
+/// Bindings for the `full-adapter` world: the `adapter` world, `observer` and `batcher`.
+#[cfg(feature = "full-adapter")]
+#[allow(clippy::too_many_arguments)]
+pub mod full_adapter {
+    wit_bindgen::generate!({
+        world: "docket:plugin/full-adapter@0.3.0",
+        path: "../../wit",
+        with: {
+            "docket:plugin/types@0.3.0": crate::bindings::common::docket::plugin0_3_0::types,
+            "docket:plugin/log@0.3.0": crate::bindings::common::docket::plugin0_3_0::log,
+            "docket:plugin/clock@0.3.0": crate::bindings::common::docket::plugin0_3_0::clock,
+            "wasi:http/types@0.2.12": wasip2::http::types,
+            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+            "wasi:io/poll@0.2.12": wasip2::io::poll,
+            "wasi:io/error@0.2.12": wasip2::io::error,
+            "wasi:io/streams@0.2.12": wasip2::io::streams,
+            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+        },
+        additional_derives: [PartialEq, Eq],
+        pub_export_macro: true,
+        export_macro_name: "__export_full_adapter_world",
+        default_bindings_module: "docket_guest::bindings::full_adapter",
     });
 }
 
@@ -101,5 +128,11 @@ pub mod handler {
 /// (`settings`, `secrets`) are reached through it.
 #[cfg(feature = "adapter")]
 pub use adapter as world;
-#[cfg(all(feature = "observing-adapter", not(feature = "adapter")))]
+#[cfg(all(feature = "full-adapter", not(feature = "adapter")))]
+pub use full_adapter as world;
+#[cfg(all(
+    feature = "observing-adapter",
+    not(feature = "adapter"),
+    not(feature = "full-adapter")
+))]
 pub use observing_adapter as world;

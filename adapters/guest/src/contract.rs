@@ -39,6 +39,13 @@ impl Contract {
         self
     }
 
+    /// Claims that the adapter sends up to `max_items` effects in one `invoke-batch` call:
+    /// it implements [`crate::Batcher`] and is exported with `export_full_adapter!`.
+    pub fn batches(mut self, max_items: u32) -> Self {
+        self.batch = Some(max_items);
+        self
+    }
+
     /// Sets the deduplication domain (typically the provider and account). The host derives
     /// the external key from it, so versions that share a namespace share keys.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {

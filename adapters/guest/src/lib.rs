@@ -36,28 +36,46 @@
 pub mod bindings;
 pub mod clock;
 mod contract;
-#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
+#[cfg(any(
+    feature = "adapter",
+    feature = "observing-adapter",
+    feature = "full-adapter"
+))]
 pub mod http;
 #[cfg(feature = "json")]
 pub mod json;
 pub mod log;
-#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
+#[cfg(any(
+    feature = "adapter",
+    feature = "observing-adapter",
+    feature = "full-adapter"
+))]
 pub mod secrets;
-#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
+#[cfg(any(
+    feature = "adapter",
+    feature = "observing-adapter",
+    feature = "full-adapter"
+))]
 pub mod settings;
 
+pub use bindings::common::docket::plugin0_3_0::types::{
+    BatchItem, BatchRequest, Inbound, Observation, ObserveError,
+};
 pub use bindings::common::docket::plugin0_3_0::types::{
     Capabilities, CompensationRequest, CompensationSupport, Contract, EffectError, EffectStatus,
     FoundEffect, HandlerContract, HandlerError, Idempotency, Json, Lookup, QuerySupport, RateLimit,
     Receipt, Rejection, Request, Unavailability,
 };
-pub use bindings::common::docket::plugin0_3_0::types::{Inbound, Observation, ObserveError};
 
 /// A component that causes an external side effect (the WIT `adapter` world).
 ///
 /// The functions take no `self`: the host may give every call a fresh instance, so an
 /// adapter keeps no state between calls.
-#[cfg(any(feature = "adapter", feature = "observing-adapter"))]
+#[cfg(any(
+    feature = "adapter",
+    feature = "observing-adapter",
+    feature = "full-adapter"
+))]
 pub trait Adapter {
     /// The declared contract. Must be cheap and deterministic: the host calls it at load
     /// time and records the answer with every attempt.
@@ -97,10 +115,22 @@ pub trait Adapter {
 /// An adapter that reads the deliveries its provider posts (webhooks): the WIT
 /// `observing-adapter` world's `observer`. Its contract says `observes`. Pure: it reads the
 /// delivery and nothing else.
-#[cfg(feature = "observing-adapter")]
+#[cfg(any(feature = "observing-adapter", feature = "full-adapter"))]
 pub trait Observer {
     /// The observations one delivery carries, or why it carries none.
     fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError>;
+}
+
+/// An adapter that sends many effects in one call (the WIT `full-adapter` world's
+/// `batcher`): each item is an effect of its own, with its own key and its own answer. Its
+/// contract gives the most items one call takes ([`Contract::batches`]).
+#[cfg(feature = "full-adapter")]
+pub trait Batcher {
+    /// One answer per item, in the items' order; an error of the whole call means no item
+    /// has an answer (each is as uncertain as the error says).
+    fn invoke_batch(
+        request: BatchRequest,
+    ) -> Result<Vec<Result<Receipt, EffectError>>, EffectError>;
 }
 
 /// Pure step computation (the WIT `handler` world): the same input always gives the same
@@ -133,7 +163,7 @@ impl<T: Adapter> bindings::adapter::Guest for T {
     }
 }
 
-#[cfg(feature = "observing-adapter")]
+#[cfg(all(feature = "observing-adapter", not(feature = "full-adapter")))]
 impl<T: Adapter> bindings::observing_adapter::Guest for T {
     fn describe() -> Contract {
         <T as Adapter>::describe()
@@ -152,10 +182,45 @@ impl<T: Adapter> bindings::observing_adapter::Guest for T {
     }
 }
 
-#[cfg(feature = "observing-adapter")]
+#[cfg(all(feature = "observing-adapter", not(feature = "full-adapter")))]
 impl<T: Observer> bindings::observing_adapter::exports::docket::plugin0_3_0::observer::Guest for T {
     fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError> {
         <T as Observer>::observe(delivery)
+    }
+}
+
+#[cfg(feature = "full-adapter")]
+impl<T: Adapter> bindings::full_adapter::Guest for T {
+    fn describe() -> Contract {
+        <T as Adapter>::describe()
+    }
+
+    fn invoke(request: Request) -> Result<Receipt, EffectError> {
+        <T as Adapter>::invoke(request)
+    }
+
+    fn query(reference: String) -> Result<Lookup, EffectError> {
+        <T as Adapter>::query(reference)
+    }
+
+    fn compensate(request: CompensationRequest) -> Result<Receipt, EffectError> {
+        <T as Adapter>::compensate(request)
+    }
+}
+
+#[cfg(feature = "full-adapter")]
+impl<T: Observer> bindings::full_adapter::exports::docket::plugin0_3_0::observer::Guest for T {
+    fn observe(delivery: Inbound) -> Result<Vec<Observation>, ObserveError> {
+        <T as Observer>::observe(delivery)
+    }
+}
+
+#[cfg(feature = "full-adapter")]
+impl<T: Batcher> bindings::full_adapter::exports::docket::plugin0_3_0::batcher::Guest for T {
+    fn invoke_batch(
+        request: BatchRequest,
+    ) -> Result<Vec<Result<Receipt, EffectError>>, EffectError> {
+        <T as Batcher>::invoke_batch(request)
     }
 }
 
@@ -185,12 +250,24 @@ macro_rules! export_adapter {
 
 /// Exports a type implementing [`Adapter`] and [`Observer`] as the component's
 /// `observing-adapter` world.
-#[cfg(feature = "observing-adapter")]
+#[cfg(all(feature = "observing-adapter", not(feature = "full-adapter")))]
 #[macro_export]
 macro_rules! export_observing_adapter {
     ($ty:ident) => {
         $crate::bindings::observing_adapter::__export_observing_adapter_world!(
             $ty with_types_in $crate::bindings::observing_adapter
+        );
+    };
+}
+
+/// Exports a type implementing [`Adapter`], [`Observer`] and [`Batcher`] as the
+/// component's `full-adapter` world.
+#[cfg(feature = "full-adapter")]
+#[macro_export]
+macro_rules! export_full_adapter {
+    ($ty:ident) => {
+        $crate::bindings::full_adapter::__export_full_adapter_world!(
+            $ty with_types_in $crate::bindings::full_adapter
         );
     };
 }

@@ -90,10 +90,21 @@ pub const VARIANT: Variant = Variant {
 
 /// Version reported by every contract variant; `version-2` and `other-namespace` build
 /// later versions of the honest adapter.
-#[cfg(not(any(feature = "version-2", feature = "other-namespace")))]
+#[cfg(not(any(
+    feature = "version-2",
+    feature = "other-namespace",
+    feature = "batching"
+)))]
 const VERSION: &str = "1.0.0";
 #[cfg(all(feature = "version-2", not(feature = "other-namespace")))]
 const VERSION: &str = "2.0.0";
+/// Version 1.1.0 of the honest adapter also sends deliveries in batches (`batching`).
+#[cfg(all(
+    feature = "batching",
+    not(feature = "version-2"),
+    not(feature = "other-namespace")
+))]
+const VERSION: &str = "1.1.0";
 #[cfg(feature = "other-namespace")]
 const VERSION: &str = "3.0.0";
 /// The provider's deduplication domain; shared by the variants because they talk to the
@@ -107,6 +118,9 @@ const NAMESPACE: &str = "reference-provider-eu";
 const RETENTION_SECONDS: u64 = 86_400;
 /// How long a new delivery may stay invisible to lookups.
 const VISIBILITY_WINDOW_MS: u64 = 5_000;
+/// The most deliveries one batch call sends: the provider's limit per bulk create.
+#[cfg(feature = "batching")]
+const BATCH_ITEMS: u32 = 100;
 
 /// The step input: what to deliver, as produced by `render-document`.
 #[derive(Debug, Deserialize)]
@@ -133,6 +147,10 @@ impl Adapter for HttpDelivery {
         }
         if VARIANT.compensable {
             contract = contract.compensable();
+        }
+        #[cfg(feature = "batching")]
+        {
+            contract = contract.batches(BATCH_ITEMS);
         }
         // Every variant reads the provider's events: the evidence arrives whatever the
         // variant claims of its calls.
@@ -346,4 +364,123 @@ impl docket_guest::Observer for HttpDelivery {
     }
 }
 
+/// `batching`: every item of a batch is a delivery of its own, sent under its own key in
+/// one bulk create (`POST /v1/deliveries/batch`) and answered on its own. A lost answer
+/// leaves every item uncertain; an item the provider did not take is unavailable (nothing
+/// was created for it), one it refused is rejected.
+#[cfg(feature = "batching")]
+impl docket_guest::Batcher for HttpDelivery {
+    fn invoke_batch(
+        request: docket_guest::BatchRequest,
+    ) -> Result<Vec<Result<Receipt, EffectError>>, EffectError> {
+        let mut answers: Vec<Option<Result<Receipt, EffectError>>> = Vec::new();
+        let mut sent = Vec::new();
+        let mut keys = Vec::new();
+        for item in &request.items {
+            let key = &item.idempotency_key;
+            match serde_json::from_str::<DeliveryInput>(&item.input) {
+                Ok(input) => {
+                    sent.push(json!({
+                        "idempotency_key": key,
+                        "client_reference": key,
+                        "recipient": input.recipient,
+                        "document_digest": input.document_digest,
+                        "document": input.document,
+                    }));
+                    keys.push(key.clone());
+                    answers.push(None);
+                }
+                Err(e) => answers.push(Some(Err(EffectError::rejected(
+                    "invalid_input",
+                    format!("the item's input is not a delivery: {e}"),
+                )))),
+            }
+        }
+        if sent.is_empty() {
+            return Ok(answers.into_iter().flatten().collect());
+        }
+        let provider = Provider::from_host()?;
+        log::info(format!(
+            "creating {} deliveries in one batch {} (attempt {})",
+            sent.len(),
+            request.batch_key,
+            request.attempt
+        ));
+        let response = provider
+            .request(Method::Post, "/v1/deliveries/batch")
+            .json(&json!({ "items": sent }))
+            .send()?;
+        if response.status != 200 {
+            return Err(fail(&response, "creating the batch of deliveries"));
+        }
+        let body: Value = serde_json::from_slice(&response.body).map_err(|e| {
+            EffectError::outcome_unknown(format!(
+                "the provider's answer to the batch is not JSON ({e}); it may have created them"
+            ))
+        })?;
+        let items = body
+            .get("items")
+            .and_then(Value::as_array)
+            .filter(|items| items.len() == keys.len())
+            .ok_or_else(|| {
+                EffectError::outcome_unknown(format!(
+                    "the provider answered the batch of {} without one answer per item; it may have created them",
+                    keys.len()
+                ))
+            })?;
+        let mut answered = items
+            .iter()
+            .zip(&keys)
+            .map(|(item, key)| item_answer(item, key));
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| answered.next().expect("one answer per sent item")))
+            .collect())
+    }
+}
+
+/// One item's answer in a batch, as a single create's answer would be mapped.
+#[cfg(feature = "batching")]
+fn item_answer(item: &Value, key: &str) -> Result<Receipt, EffectError> {
+    let code = item.get("code").and_then(Value::as_u64).unwrap_or(0);
+    let error = item
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
+    match code {
+        200 | 201 => {
+            let Some(Value::Object(delivery)) = item.get("delivery").cloned() else {
+                return Err(EffectError::outcome_unknown(format!(
+                    "the provider took item {key} of the batch but named no delivery"
+                )));
+            };
+            let mut delivery = delivery;
+            let id = provider::delivery_id(&delivery).to_string();
+            delivery.insert("replayed".to_string(), Value::Bool(code == 200));
+            Ok(Receipt::new(id, Value::Object(delivery).to_string()))
+        }
+        409 => Err(EffectError::idempotency_conflict(format!(
+            "the provider refused item {key}: the key was already used with a different request"
+        ))),
+        422 => Err(EffectError::rejected(
+            error.clone(),
+            format!("the provider rejected item {key}: {error}"),
+        )),
+        503 => Err(EffectError::unavailable(format!(
+            "the provider did not take item {key} of the batch; nothing was created for it"
+        ))),
+        400..=499 => Err(EffectError::rejected(
+            format!("http_{code}"),
+            format!("the provider refused item {key}: {error}"),
+        )),
+        _ => Err(EffectError::outcome_unknown(format!(
+            "the provider gave item {key} an unexpected answer ({code}); it may have created it"
+        ))),
+    }
+}
+
+#[cfg(not(feature = "batching"))]
 docket_guest::export_observing_adapter!(HttpDelivery);
+#[cfg(feature = "batching")]
+docket_guest::export_full_adapter!(HttpDelivery);

@@ -11,8 +11,8 @@ use super::load::{PreKind, Prepared};
 use super::state::{CallEnv, HostState, LogLevel, LogLine, LogSource};
 use crate::capabilities::{Grant, Redactor};
 use crate::contract::{
-    CompensationRequest, EffectError, EffectRequest, EffectStatus, HandlerError, Inbound, Lookup,
-    Observation, ObserveError, PluginReceipt,
+    BatchRequest, CompensationRequest, EffectError, EffectRequest, EffectStatus, HandlerError,
+    Inbound, Lookup, Observation, ObserveError, PluginReceipt,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -303,6 +303,68 @@ impl Runtime {
                 Ok(effect_from_wit(result))
             },
             redact_effect,
+        )
+        .await
+    }
+
+    /// Calls an adapter's `invoke-batch` once: one answer per item, in the items' order,
+    /// each typed as `invoke`'s; an error of the whole call leaves every item as uncertain
+    /// as the error says. An adapter that answers another number of items than it was
+    /// given has left them all uncertain.
+    pub async fn invoke_batch(
+        &self,
+        prepared: &Prepared,
+        env: CallEnv,
+        limits: CallLimits,
+        request: &BatchRequest,
+    ) -> CallReport<BatchAnswer> {
+        let Some(indices) = prepared.batcher.clone() else {
+            return CallReport::not_supported(format!(
+                "{} exports no `batcher`; only an adapter whose contract gives `batch` takes many items in one call",
+                prepared.name()
+            ));
+        };
+        let count = request.items.len();
+        let request = wit::BatchRequest {
+            batch_key: request.batch_key.clone(),
+            items: request
+                .items
+                .iter()
+                .map(|i| wit::BatchItem {
+                    idempotency_key: i.idempotency_key.clone(),
+                    input: i.input.clone(),
+                })
+                .collect(),
+            attempt: request.attempt,
+        };
+        self.call(
+            &prepared.pre,
+            prepared.grant.clone(),
+            env,
+            limits,
+            async move |store, pre| {
+                store.data_mut().identity = Some(request.batch_key.clone());
+                let PreKind::Adapter(AnyAdapterPre::Current(pre)) = pre else {
+                    return Err(wasmtime::format_err!("not an adapter of the current contract"));
+                };
+                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
+                let batcher = indices.load(&mut *store, &instance)?;
+                let result = batcher.call_invoke_batch(&mut *store, &request).await?;
+                Ok(match result {
+                    Ok(items) if items.len() != count => Err(EffectError::OutcomeUnknown {
+                        observation: format!(
+                            "the adapter answered {} items of a batch of {count}: each may have happened",
+                            items.len()
+                        ),
+                    }),
+                    Ok(items) => Ok(items.into_iter().map(effect_from_wit).collect::<Vec<_>>()),
+                    Err(e) => Err(effect_error_from_wit(e)),
+                })
+            },
+            |r, red| match r {
+                Ok(items) => Ok(items.into_iter().map(|i| redact_effect(i, red)).collect()),
+                Err(e) => Err(e.map_text(|s| red.redact(&s).into_owned())),
+            },
         )
         .await
     }
@@ -651,6 +713,10 @@ fn redact_receipt(r: PluginReceipt, red: &Redactor) -> PluginReceipt {
         output: red.redact(&r.output).into_owned(),
     }
 }
+
+/// What an `invoke-batch` call answers: each item's answer in order, or the whole call's
+/// error.
+pub type BatchAnswer = Result<Vec<Result<PluginReceipt, EffectError>>, EffectError>;
 
 fn redact_effect_err<T>(r: Result<T, EffectError>, red: &Redactor) -> Result<T, EffectError> {
     r.map_err(|e| e.map_text(|s| red.redact(&s).into_owned()))

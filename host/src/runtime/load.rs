@@ -127,7 +127,13 @@ pub struct Prepared {
     pub(super) pre: PreKind,
     /// Where the `observer` export is, for an adapter that exports it.
     pub(super) observer: Option<ObserverIndices>,
+    /// Where the `batcher` export is, for an adapter that exports it.
+    pub(super) batcher: Option<BatcherIndices>,
 }
+
+/// The indices of an adapter's `batcher` export.
+pub(super) type BatcherIndices =
+    super::bindings::full::exports::docket::plugin0_3_0::batcher::GuestIndices;
 
 /// The indices of an adapter's `observer` export.
 pub(super) type ObserverIndices =
@@ -522,6 +528,14 @@ impl Runtime {
         } else {
             None
         };
+        let batcher = if component.exports.iter().any(|e| e == BATCHER_EXPORT) {
+            Some(BatcherIndices::new(&pre).map_err(|e| LoadError::Signature {
+                world: "batching-adapter",
+                reason: format!("{e:#}"),
+            })?)
+        } else {
+            None
+        };
         let prepared = Arc::new(Prepared {
             component: component.clone(),
             grant: Arc::new(grants.invoke.clone()),
@@ -529,6 +543,7 @@ impl Runtime {
             compensate_grant: Arc::new(grants.compensate.clone()),
             pre: wrap_pre(world, pre)?,
             observer,
+            batcher,
         });
         self.inner
             .prepared

@@ -22,7 +22,8 @@ mod tests;
 
 pub use bindings::PLUGIN_PACKAGE_VERSION;
 pub use call::{
-    CallFailure, CallLimits, CallReport, MAX_OUTPUT_BYTES, MAX_REFERENCE_BYTES, MAX_TEXT_BYTES,
+    BatchAnswer, CallFailure, CallLimits, CallReport, MAX_OUTPUT_BYTES, MAX_REFERENCE_BYTES,
+    MAX_TEXT_BYTES,
 };
 #[cfg(test)]
 pub(crate) use call::{bounded, cut_text};

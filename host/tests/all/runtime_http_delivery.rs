@@ -487,3 +487,108 @@ async fn each_action_reaches_only_its_own_grant() {
     };
     f.rt.prepare_actions(&loaded, &query_only, &base).unwrap();
 }
+
+impl Fixture {
+    async fn invoke_batch(&self, items: &[(&str, Value)]) -> docket::runtime::BatchAnswer {
+        let request = docket::contract::BatchRequest {
+            batch_key: "batch-1".into(),
+            items: items
+                .iter()
+                .map(|(key, input)| docket::contract::BatchItem {
+                    idempotency_key: key.to_string(),
+                    input: input.to_string(),
+                })
+                .collect(),
+            attempt: 1,
+        };
+        let env = env(
+            settings(&[("base_url", &self.sim.base_url()), ("timeout_ms", "2000")]),
+            &[("provider_token", TOKEN)],
+        );
+        let report = self
+            .rt
+            .invoke_batch(&self.adapter, env, CallLimits::default(), &request)
+            .await;
+        report
+            .outcome
+            .unwrap_or_else(|f| panic!("the call itself failed: {f}; log: {:?}", report.log))
+    }
+}
+
+/// Version 1.1.0 sends a batch in one bulk create: each item its own delivery under its own
+/// key, answered on its own — taken, refused, or not taken by a provider that accepts part
+/// of a batch; a lost answer leaves every item uncertain, and the same batch again replays
+/// what was taken, one delivery per item.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_is_one_call_with_an_answer_per_item() {
+    let f = fixture("http-delivery-batching").await;
+    assert_eq!(f.adapter.component.contract().unwrap().batch, Some(100));
+    let items = [
+        ("k1", document("a@example.com")),
+        ("k2", document("nobody")),
+        ("k3", json!({"not": "a delivery"})),
+        ("k4", document("b@example.com")),
+    ];
+    f.faults(json!({"item_unavailable_next": 1}));
+    let answers = f.invoke_batch(&items).await.expect("a batch answer");
+    assert_eq!(answers.len(), 4);
+    assert!(
+        matches!(&answers[0], Err(EffectError::Unavailable { .. })),
+        "{answers:?}"
+    );
+    assert!(
+        matches!(&answers[1], Err(EffectError::Rejected { code, .. }) if code == "invalid_recipient"),
+        "{answers:?}"
+    );
+    assert!(
+        matches!(&answers[2], Err(EffectError::Rejected { code, .. }) if code == "invalid_input"),
+        "{answers:?}"
+    );
+    assert_eq!(answers[3].as_ref().unwrap().external_reference, "dlv_1");
+    assert_eq!(f.deliveries(), 1);
+
+    f.faults(json!({"lose_next": 1}));
+    let lost = f.invoke_batch(&items).await;
+    assert!(
+        matches!(lost, Err(EffectError::OutcomeUnknown { .. })),
+        "{lost:?}"
+    );
+    assert_eq!(
+        f.deliveries(),
+        2,
+        "the lost batch created the item not taken before"
+    );
+    let again = f.invoke_batch(&items).await.expect("a batch answer");
+    for (i, answer) in again.iter().enumerate().filter(|(i, _)| [0, 3].contains(i)) {
+        let receipt = answer
+            .as_ref()
+            .unwrap_or_else(|e| panic!("item {i}: {e:?}"));
+        let output: Value = serde_json::from_str(&receipt.output).unwrap();
+        assert_eq!(output["replayed"], true, "item {i}: {output}");
+    }
+    assert_eq!(f.deliveries(), 2);
+    let references: Vec<String> = f
+        .sim
+        .sim()
+        .world()
+        .iter()
+        .map(|d| d.client_reference.clone())
+        .collect();
+    assert_eq!(references, ["k4", "k1"]);
+    // An adapter without `batcher` has no batch call.
+    let plain = fixture("http-delivery").await;
+    let report = plain
+        .rt
+        .invoke_batch(
+            &plain.adapter,
+            env(settings(&[]), &[]),
+            CallLimits::default(),
+            &docket::contract::BatchRequest {
+                batch_key: "b".into(),
+                items: vec![],
+                attempt: 1,
+            },
+        )
+        .await;
+    assert!(report.outcome.is_err(), "{:?}", report.outcome);
+}
