@@ -299,15 +299,10 @@ pub async fn migrate<
 }
 
 fn replay(answer: Option<ActionAnswer>) -> Result<MigrateResult, DeskError> {
-    match answer {
-        Some(ActionAnswer::Refused(r)) => Ok(MigrateResult::Refused(r)),
-        Some(ActionAnswer::Applied(text)) => serde_json::from_str(&text)
-            .map(MigrateResult::Applied)
-            .map_err(|e| {
-                DeskError::Store(StoreError::Corrupt(format!("stored migration answer: {e}")))
-            }),
-        None => Err(DeskError::Store(StoreError::Corrupt(
-            "a migration key without its answer".into(),
-        ))),
-    }
+    super::replayed(
+        answer,
+        "migration",
+        MigrateResult::Applied,
+        MigrateResult::Refused,
+    )
 }

@@ -225,6 +225,28 @@ fn input_object(input: Option<Value>) -> Result<Value, InvalidOrder> {
     }
 }
 
+/// The answer stored under a course change's key, given again: the refusal, or the record
+/// the change applied (`what` names it in the error of a store that lost its text).
+fn replayed<T: serde::de::DeserializeOwned, R>(
+    answer: Option<crate::store::ActionAnswer>,
+    what: &str,
+    applied: impl FnOnce(T) -> R,
+    refused: impl FnOnce(crate::store::StoredRefusal) -> R,
+) -> Result<R, DeskError> {
+    use crate::store::{ActionAnswer, StoreError};
+    match answer {
+        Some(ActionAnswer::Refused(r)) => Ok(refused(r)),
+        Some(ActionAnswer::Applied(text)) => {
+            serde_json::from_str(&text).map(applied).map_err(|e| {
+                DeskError::Store(StoreError::Corrupt(format!("stored {what} answer: {e}")))
+            })
+        }
+        None => Err(DeskError::Store(StoreError::Corrupt(format!(
+            "a {what} key without its answer"
+        )))),
+    }
+}
+
 /// A required, non-empty text.
 fn required(field: &'static str, value: Option<&str>, why: &str) -> Result<String, InvalidOrder> {
     match value {

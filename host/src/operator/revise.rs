@@ -219,17 +219,12 @@ pub async fn revise<
 }
 
 fn replay(answer: Option<ActionAnswer>) -> Result<ReviseResult, DeskError> {
-    match answer {
-        Some(ActionAnswer::Refused(r)) => Ok(ReviseResult::Refused(r)),
-        Some(ActionAnswer::Applied(text)) => serde_json::from_str(&text)
-            .map(ReviseResult::Applied)
-            .map_err(|e| {
-                DeskError::Store(StoreError::Corrupt(format!("stored revision answer: {e}")))
-            }),
-        None => Err(DeskError::Store(StoreError::Corrupt(
-            "a revision key without its answer".into(),
-        ))),
-    }
+    super::replayed(
+        answer,
+        "revision",
+        ReviseResult::Applied,
+        ReviseResult::Refused,
+    )
 }
 
 /// Whether a workflow in `state` may still be corrected by a revision.
