@@ -19,8 +19,8 @@ use crate::intent::{EventKind, NewEvent, StepState, WorkflowId};
 const PARKED: &str = "migrating:";
 
 /// The statements of a migration. Parameters, in order:
-/// - `migration_facts`, `migration_count`, `park_steps`, `drop_parked`, `clear_deps`,
-///   `migrations`, `unready_pending`: workflow id;
+/// - `migration_facts`, `lock_steps`, `migration_count`, `park_steps`, `drop_parked`,
+///   `clear_deps`, `migrations`, `unready_pending`: workflow id;
 /// - `move_step`: workflow id, new id, state, role, compensate-on triggers, reads, key
 ///   step, parked old id;
 /// - `add_step`: workflow id, step, role, compensate-on triggers, reads;
@@ -29,6 +29,7 @@ const PARKED: &str = "migrating:";
 /// - `insert_migration`: the columns [`rows::migration`] reads, in its order.
 pub(crate) struct Sql {
     pub migration_facts: &'static str,
+    pub lock_steps: &'static str,
     pub migration_count: &'static str,
     pub park_steps: &'static str,
     pub move_step: &'static str,
@@ -45,6 +46,9 @@ pub(crate) struct Sql {
 /// The statements as both databases run them.
 pub(crate) const SQL: Sql = Sql {
     migration_facts: "SELECT definition_version FROM workflows WHERE workflow_id = $1",
+    // The rows are locked before they are compared with the plan's view: a claim that
+    // has not committed yet skips them, one that has is seen.
+    lock_steps: "SELECT step, state, attempts FROM steps WHERE workflow_id = $1 FOR UPDATE",
     migration_count: "SELECT COUNT(*) AS n FROM migrations WHERE workflow_id = $1",
     park_steps: "UPDATE steps SET step = 'migrating:' || step WHERE workflow_id = $1",
     // Every column of a step row but the role, triggers and reads the new version gives it.
@@ -79,6 +83,12 @@ pub(crate) const SQL: Sql = Sql {
                  FROM migrations WHERE workflow_id = $1 ORDER BY number",
 };
 
+/// SQLite's: its one writer's transaction already excludes every other.
+pub(crate) const SQLITE: Sql = Sql {
+    lock_steps: "SELECT step, state, attempts FROM steps WHERE workflow_id = $1",
+    ..SQL
+};
+
 /// Moves the workflow as `req` plans, if it is still as the plan saw it.
 pub(super) async fn migrate<T: Tx>(tx: &mut T, req: &MigrateRequest) -> StoreResult<MigrateAnswer> {
     let s = &req.scope;
@@ -94,7 +104,7 @@ pub(super) async fn migrate<T: Tx>(tx: &mut T, req: &MigrateRequest) -> StoreRes
     let (state, _) = lock_workflow(tx, id).await?;
     let (facts, steps_sql) = (
         tx.sql().migration.migration_facts,
-        tx.sql().course.step_revisions,
+        tx.sql().migration.lock_steps,
     );
     let version = tx
         .row(facts, &values![id.as_str()], |r| {

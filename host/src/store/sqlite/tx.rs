@@ -27,7 +27,7 @@ static STATEMENTS: Statements = Statements {
     late: late::SQL,
     leases: leases::SQL,
     metrics: metrics::SQL,
-    migration: course::migration::SQL,
+    migration: course::migration::SQLITE,
     notifications: notifications::SQL,
     policies: policies::sqlite::SQL,
     sessions: sessions::SQL,
