@@ -479,7 +479,8 @@ async fn workflows_in_every_state_move_as_the_plan_allows(db: Option<String>) {
         sent_again.iter().all(|k| k == &sent_under[0]),
         "{sent_again:?}"
     );
-    // The blocked delivery is retried under the policy now in force.
+    // The blocked delivery is retried: the policy that blocked it, still in force, names
+    // `deliver`, which the step no longer is.
     let (status, body) = host
         .post_with_key(
             &format!("/v1/workflows/{blocked}/steps/send/retry"),
