@@ -70,6 +70,7 @@
 //! workflow completes).
 
 mod approval;
+mod batch;
 mod def;
 mod diagnostics;
 mod env;
@@ -86,9 +87,9 @@ mod values;
 
 pub use approval::{APPROVAL_COMPONENT, Consequence, ConsequenceError, approval_provenance};
 pub use def::{
-    ActionCapabilities, AdapterAction, ApprovalDef, Budget, COMPLETION_RECORDED, Compensation,
-    CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities, StepDef,
-    StepKind, WorkflowDef,
+    ActionCapabilities, AdapterAction, ApprovalDef, BatchDef, Budget, COMPLETION_RECORDED,
+    Compensation, CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities,
+    StepDef, StepKind, WorkflowDef,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, LocatedDiagnostic, closest, from_toml as toml_diagnostic,

@@ -57,6 +57,7 @@ pub(super) fn step() -> StepDef {
         compensation: None,
         cost: 1,
         approval: None,
+        batch: None,
     }
 }
 
