@@ -75,6 +75,7 @@ mod def;
 mod diagnostics;
 mod env;
 mod graph;
+mod items;
 mod mapping;
 mod raw;
 mod references;
@@ -96,6 +97,7 @@ pub use diagnostics::{
     list as name_list,
 };
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};
+pub use items::{Item, ItemsError, item_identity};
 pub use mapping::{InputMapping, MappingError, ReceiptView, Reference, ReferenceError};
 pub use retry::RetryPolicy;
 pub use schema::{InputError, InputValidator, SchemaError};
