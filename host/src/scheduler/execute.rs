@@ -441,16 +441,18 @@ where
         // Only committed receipts are in the context: a dependent never sees a result that
         // could still be rolled back.
         let context = &claimed.context;
-        let mapped = step.input.resolve(&context.input, |id| {
-            context
-                .receipts
-                .iter()
-                .find(|r| r.step == id)
-                .map(|r| ReceiptView {
-                    output: r.output.clone(),
-                    external_reference: r.external_reference.clone(),
-                })
-        });
+        let mapped = step
+            .input
+            .resolve_item(&context.input, claimed.item.as_ref(), |id| {
+                context
+                    .receipts
+                    .iter()
+                    .find(|r| r.step == id)
+                    .map(|r| ReceiptView {
+                        output: r.output.clone(),
+                        external_reference: r.external_reference.clone(),
+                    })
+            });
         let mapped = match mapped {
             Ok(v) => v,
             Err(e) => {
@@ -916,8 +918,16 @@ fn retry_or_fail(
 /// compensation of one (`<step>.compensate`).
 pub(crate) fn step_of(def: &crate::workflow::WorkflowDef, id: &str) -> Option<StepDef> {
     match crate::course::compensated_step(id) {
-        Some(of) => def.step(of).map(compensation_def),
-        None => def.step(id).cloned(),
+        Some(of) => step_of(def, of).map(|s| compensation_def(&s)),
+        None => match crate::workflow::item_of(id) {
+            // An item of a batch step runs the step's adapter on its own item.
+            Some((of, key)) => def.step(of).filter(|s| s.batch.is_some()).map(|s| StepDef {
+                id: s.id.item(key),
+                batch: None,
+                ..s.clone()
+            }),
+            None => def.step(id).cloned(),
+        },
     }
 }
 

@@ -380,6 +380,8 @@ pub struct Claimed {
     /// The step id its external key derives from, when not its own (a migration renamed
     /// it): the provider saw that identity.
     pub key_step: Option<String>,
+    /// For an item of a batch step: the item (its input reads it as `$item`).
+    pub item: Option<serde_json::Value>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }

@@ -570,6 +570,13 @@ pub(crate) fn claimed(
         trace_parent: None,
         environment: None,
         key_step: r.opt_text("key_step")?,
+        item: r
+            .opt_text("item")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("batch item: {e}")))
+            })
+            .transpose()?,
     })
 }
 

@@ -42,6 +42,14 @@ pub fn item_identity(step: &str, item_key: &str) -> String {
     format!("{step}[{item_key}]")
 }
 
+/// The batch step and the item key of an item's row id (`<step>[<item key>]`), if it is
+/// one. A step id has no `[`, so the first one ends the step's.
+pub fn item_of(id: &str) -> Option<(&str, &str)> {
+    let open = id.find('[')?;
+    let key = id[open + 1..].strip_suffix(']')?;
+    Some((&id[..open], key))
+}
+
 fn kind_of(value: &Value) -> String {
     match value {
         Value::Null => "null".into(),
@@ -127,6 +135,10 @@ mod tests {
         assert_eq!(keys, ["b@x", "a@x", "7"]);
         assert_eq!(items[1].value, json!({"email": "a@x"}));
         assert_eq!(item_identity("deliver", "a@x"), "deliver[a@x]");
+        assert_eq!(item_of("deliver[a@x]"), Some(("deliver", "a@x")));
+        assert_eq!(item_of("deliver[a[b]]"), Some(("deliver", "a[b]")));
+        assert_eq!(item_of("deliver"), None);
+        assert_eq!(item_of("deliver.compensate"), None);
     }
 
     #[test]

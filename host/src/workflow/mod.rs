@@ -97,7 +97,7 @@ pub use diagnostics::{
     list as name_list,
 };
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};
-pub use items::{Item, ItemsError, item_identity};
+pub use items::{Item, ItemsError, item_identity, item_of};
 pub use mapping::{InputMapping, MappingError, ReceiptView, Reference, ReferenceError};
 pub use retry::RetryPolicy;
 pub use schema::{InputError, InputValidator, SchemaError};
