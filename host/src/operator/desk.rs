@@ -415,8 +415,10 @@ async fn step_view<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let receipts = ctx.store.receipts(&record.workflow_id).await?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
-    // A compensation is shown nested under the step whose effect it reverses.
+    // A compensation is shown nested under the step whose effect it reverses, an item
+    // under its batch step (with the step's counts of items).
     let shown = crate::course::compensated_step(step).unwrap_or(step);
+    let shown = crate::workflow::item_of(shown).map_or(shown, |(batch, _)| batch);
     view.steps
         .into_iter()
         .find(|s| s.id == shown)

@@ -8,6 +8,7 @@
 
 mod adapter;
 mod approval;
+mod batch;
 mod preflight;
 #[cfg(test)]
 mod tests;
@@ -391,6 +392,10 @@ where
         // An approval step runs nothing: it asks a person, and waits.
         if step.kind == StepKind::Approval {
             return self.ask_approval(claimed, step, &deployed.def).await;
+        }
+        // A batch step calls nothing itself: its items, each an effect of its own, do.
+        if let (Some(batch), None) = (&step.batch, reverses) {
+            return self.expand_batch(claimed, step, batch).await;
         }
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {

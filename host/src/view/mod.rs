@@ -17,6 +17,7 @@ pub use course::{
 pub use evidence::ObservationView;
 pub use notifications::NotificationView;
 pub use projection::{
+    ItemCounts, ItemView,
     ApprovalView, AttemptView, CompensationView, ContractView, IntentView, MilestoneView,
     ProvenanceView, ReceiptView, StepView, SummaryView, TimelineView, WorkflowView,
     retention_deadline, shorten_identity, summary_view, workflow_view,

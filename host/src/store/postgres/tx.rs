@@ -7,7 +7,7 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
-    StoreResult, actions, admission, approvals, budgets, components, course, definitions, evidence,
+    StoreResult, actions, admission, approvals, batches, budgets, components, course, definitions, evidence,
     executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use sqlx::postgres::{PgConnection, PgRow};
@@ -15,6 +15,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
     approvals: approvals::SQL,
+    batches: batches::SQL,
     admission: admission::postgres::SQL,
     actions: actions::postgres::SQL,
     budgets: budgets::SQL,

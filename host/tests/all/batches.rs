@@ -1,0 +1,194 @@
+//! Batch steps against real `docket serve` processes, the provider simulator and a real
+//! database, on both stores: each item of a `for_each` step is an effect intent of its own
+//! — its own key, attempts and receipt — and the step gathers them.
+
+use crate::host_process::{HostOptions, HostProcess, PROVIDER_TOKEN};
+use docket::intent::{WorkflowId, external_idempotency_key};
+use docket::sim::{ProviderSim, SimConfig};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const SETTLED: &[&str] = &["completed", "needs_review", "failed", "cancelled"];
+
+/// A mailing: one document delivered to each recipient, `max_parallel` at a time.
+fn mailing(max_parallel: u32) -> String {
+    format!(
+        r#"
+name = "mailing"
+version = 1
+deadline = "1h"
+
+[budget]
+max_attempts = 400
+max_external_calls = 400
+
+[input_schema]
+type = "object"
+required = ["document", "recipients"]
+properties.document.type = "string"
+properties.recipients.type = "array"
+
+[[steps]]
+id = "deliver"
+label = "Deliver to each recipient"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+for_each = "$input.recipients"
+item_key = "$item.email"
+max_parallel = {max_parallel}
+timeout = "30s"
+outputs = ["id", "client_reference", "status", "replayed"]
+
+[steps.input]
+recipient = "$item.email"
+document = "$input.document"
+document_digest = "$input.document"
+
+[steps.retry]
+max_attempts = 3
+initial_backoff = "100ms"
+max_backoff = "1s"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+"#
+    )
+}
+
+fn recipients(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"email": format!("person{i:02}@example.com")}))
+        .collect()
+}
+
+fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == id))
+        .unwrap_or_else(|| panic!("no step {id}: {wf:#}"))
+}
+
+/// The projection once no item of `deliver` is pending or running.
+async fn items_settled(host: &HostProcess, id: &str) -> Value {
+    crate::wait::until(
+        "every item to settle",
+        Duration::from_secs(90),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            let items = &step(&wf, "deliver")["items"];
+            if items["pending"] == 0 && items["running"] == 0 {
+                Ok(wf)
+            } else {
+                Err(format!("{items}"))
+            }
+        },
+    )
+    .await
+}
+
+/// The key an item's request is sent under: derived from its own identity.
+fn key_of(id: &str, item: &str) -> String {
+    external_idempotency_key(
+        &WorkflowId(id.to_string()),
+        &docket::workflow::item_identity("deliver", item),
+        "reference-provider",
+        Some(docket::catalog::DEFAULT_ENVIRONMENT),
+    )
+}
+
+/// 50 items: the provider loses two answers (recovered by contract) and rejects one
+/// recipient; the step waits for a person with 49 delivered and 1 failed, each accepted
+/// item delivered exactly once; a person's `resolve` of the failed item completes it.
+async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
+    db: Option<String>,
+) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), mailing(4))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    let mut people = recipients(50);
+    // The provider refuses an address without `@` for good.
+    people[17] = json!({"email": "nobody-at-example.com"});
+    sim.sim().set_faults(json!({"lose_next": 2})).unwrap();
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "newsletter",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    // The rejected item puts the step in review at once; the other items run on.
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(90)).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let wf = items_settled(&host, &id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "waiting_for_review", "{wf:#}");
+    assert_eq!(
+        deliver["items"],
+        json!({"total": 50, "pending": 0, "running": 0, "succeeded": 49,
+               "outcome_unknown": 0, "failed": 1, "cancelled": 0, "compensated": 0}),
+        "{wf:#}"
+    );
+    // Items are not steps of the workflow's own.
+    assert_eq!(wf["steps"].as_array().unwrap().len(), 1, "{wf:#}");
+
+    // One delivery per accepted item, each under the item's own key.
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 49, "{world:?}");
+    for (i, p) in people.iter().enumerate() {
+        if i == 17 {
+            continue;
+        }
+        let key = key_of(&id, p["email"].as_str().unwrap());
+        let sent = world.iter().filter(|d| d.client_reference == key).count();
+        assert_eq!(sent, 1, "item {i}: {world:?}");
+    }
+
+    // The failed item, paged by state, and its resolution.
+    let (status, failed) = host
+        .get(&format!("/v1/workflows/{id}/steps/deliver/items?state=failed_terminal"))
+        .await;
+    assert_eq!(status, 200, "{failed}");
+    assert_eq!(failed["data"][0]["item_key"], "nobody-at-example.com", "{failed}");
+    let (status, resolved) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/deliver/items/nobody-at-example.com/resolve"),
+            "resolve-17",
+            json!({
+                "outcome": "succeeded",
+                "evidence": "delivered by hand to the corrected address",
+                "reason": "the address had a typo",
+                "external_reference": "manual-17",
+                "output": {"id": "manual-17", "client_reference": "-", "status": "delivered",
+                           "replayed": false},
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{resolved}\n{}", host.log_tail(30));
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["items"]["succeeded"], 50, "{wf:#}");
+
+    assert_eq!(sim.sim().world().len(), 49);
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
+on_both_stores!(a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one);
