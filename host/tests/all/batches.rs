@@ -227,4 +227,122 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
     assert_eq!(code, 0, "{out}");
 }
 
-on_both_stores!(a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one);
+
+/// Short leases: the restarted host's clock is moved past the dead one's.
+const LEASE_MS: u64 = 3_000;
+
+/// A host aborts at checkpoint `checkpoint` of the first item's attempt (one item runs at
+/// a time); restarted on the same database, it recovers that item alone, by the contract,
+/// and the batch ends with one delivery per item.
+async fn crash_at(db: Option<String>, checkpoint: u8) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let options = |dir, failpoint: bool| HostOptions {
+        config: format!("[limits]\nlease = \"{LEASE_MS}ms\"\n"),
+        workflows: vec![("mailing.toml".into(), mailing(1))],
+        env: if failpoint {
+            vec![("DOCKET_FAILPOINT".into(), format!("checkpoint-{checkpoint}"))]
+        } else {
+            Vec::new()
+        },
+        dir,
+        provider: Some(sim.base_url()),
+        db: db.clone(),
+        ..HostOptions::default()
+    };
+    let mut host = HostProcess::start(options(None, true)).await;
+    let people = recipients(3);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            &format!("crash-{checkpoint}"),
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let exit = host.wait_exit(Duration::from_secs(60)).await;
+    assert!(
+        exit.is_some_and(|s| !s.success())
+            && host
+                .log_text()
+                .contains(&format!("failpoint checkpoint-{checkpoint} reached")),
+        "checkpoint {checkpoint}: the host did not abort at the failpoint ({exit:?})"
+    );
+    let at_death = sim.sim().world().len();
+    assert!(at_death <= 1, "checkpoint {checkpoint}: {at_death} deliveries");
+
+    let host = HostProcess::start(options(Some(host.kill()), false)).await;
+    host.advance_clock(LEASE_MS + 1_000).await;
+    let wf = crate::wait::until(
+        &format!("checkpoint {checkpoint}: the batch to complete"),
+        Duration::from_secs(90),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] == "completed" {
+                return Ok(wf);
+            }
+            // Recovery waits on time (a lookup asked again, a backoff): moved on while no
+            // item is running.
+            let (_, running) = host
+                .get(&format!("/v1/workflows/{id}/steps/deliver/items?state=running"))
+                .await;
+            if running["data"].as_array().is_some_and(Vec::is_empty) {
+                host.advance_clock(1_000).await;
+            }
+            Err(format!("{wf}"))
+        },
+    )
+    .await;
+    assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 3, "{wf:#}");
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 3, "checkpoint {checkpoint}: {world:?}");
+    for (i, p) in people.iter().enumerate() {
+        let key = key_of(&id, p["email"].as_str().unwrap());
+        assert_eq!(
+            world.iter().filter(|d| d.client_reference == key).count(),
+            1,
+            "checkpoint {checkpoint}, item {i}: {world:?}"
+        );
+        let row = docket::workflow::item_identity("deliver", p["email"].as_str().unwrap());
+        let attempts = host.attempts(&id, &urlencoding(&row)).await;
+        // The crashed item alone was recovered; each other one sent its request once and
+        // needed no recovery (one claimed in the crashed finish's commit, at checkpoint 1,
+        // had sent nothing).
+        if i > 0 {
+            let sent = attempts
+                .iter()
+                .filter(|a| a["checkpoint"].as_u64() >= Some(3))
+                .count();
+            assert!(
+                sent == 1 && attempts.iter().all(|a| a["trigger"] != "recovery_query"),
+                "checkpoint {checkpoint}, item {i}: {attempts:#?}"
+            );
+        }
+        let identities: std::collections::BTreeSet<&str> = attempts
+            .iter()
+            .filter_map(|a| a["request_identity"].as_str())
+            .collect();
+        assert!(identities.len() <= 1, "{attempts:#?}");
+    }
+    let database = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "checkpoint {checkpoint}: {out}");
+}
+
+async fn a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only(db: Option<String>) {
+    for checkpoint in 1..=6 {
+        crash_at(db.clone(), checkpoint).await;
+    }
+}
+
+on_both_stores!(
+    a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one,
+    a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only,
+);
