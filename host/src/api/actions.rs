@@ -102,7 +102,16 @@ pub(super) async fn act<
     let (workflow_id, step, action_text) = ids
         .map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
-    act_on(&ctx, &caller, workflow_id, step, &action_text, &headers, body).await
+    act_on(
+        &ctx,
+        &caller,
+        workflow_id,
+        step,
+        &action_text,
+        &headers,
+        body,
+    )
+    .await
 }
 
 /// `POST /v1/workflows/{id}/steps/{step}/items/{item_key}/{action}`: an action on one item
@@ -126,7 +135,16 @@ pub(super) async fn act_on_item<
         .map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
     let item = crate::workflow::item_identity(&step, &item_key);
-    act_on(&ctx, &caller, workflow_id, item, &action_text, &headers, body).await
+    act_on(
+        &ctx,
+        &caller,
+        workflow_id,
+        item,
+        &action_text,
+        &headers,
+        body,
+    )
+    .await
 }
 
 async fn act_on<
@@ -145,7 +163,7 @@ async fn act_on<
     headers: &HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let action = Action::parse(&action_text).ok_or_else(|| {
+    let action = Action::parse(action_text).ok_or_else(|| {
         ApiError::not_found(format!(
             "there is no step action `{}`; the actions are query, retry, resolve, escalate, compensate, exception, approve and reject",
             quote(action_text)

@@ -269,7 +269,11 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
                     "digest": {"type": "string", "pattern": "^sha256:"}
                 }
             })),
-            responses: vec![(200, "The step once the action took effect.", Some(step.clone()))],
+            responses: vec![(
+                200,
+                "The step once the action took effect.",
+                Some(step.clone()),
+            )],
         },
         Op {
             method: Method::GET,
@@ -279,7 +283,10 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             who: Who::Client,
             keyed: false,
             query: &[
-                ("state", "Only items in this step state (`failed_terminal`, `outcome_unknown`, …)."),
+                (
+                    "state",
+                    "Only items in this step state (`failed_terminal`, `outcome_unknown`, …).",
+                ),
                 ("limit", "Rows per page, 1–500 (default 50)."),
                 ("cursor", "The `next_cursor` of the previous page."),
             ],
@@ -298,7 +305,11 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
                 "type": "object",
                 "description": "As `POST …/steps/{step}/{action}`."
             })),
-            responses: vec![(200, "The batch step once the action took effect, with its counts of items.", Some(step.clone()))],
+            responses: vec![(
+                200,
+                "The batch step once the action took effect, with its counts of items.",
+                Some(step.clone()),
+            )],
         },
         Op {
             method: Method::GET,

@@ -331,9 +331,10 @@ pub(super) async fn items<S: crate::store::ReadStore>(
     )?;
     let state = match params.get("state").filter(|s| !s.is_empty()) {
         None => None,
-        Some(text) => Some(text.parse::<crate::intent::StepState>().map_err(|e| {
-            ApiError::invalid_parameter("state", text, &e.to_string())
-        })?),
+        Some(text) => Some(
+            text.parse::<crate::intent::StepState>()
+                .map_err(|e| ApiError::invalid_parameter("state", text, &e.to_string()))?,
+        ),
     };
     let (id, step) = path(ids)?;
     let record = visible(&ctx, &caller, &id).await?;

@@ -207,9 +207,7 @@ impl ItemCounts {
                 | StepState::FailedRetryable
                 | StepState::AwaitingApproval => &mut counts.running,
                 StepState::Succeeded => &mut counts.succeeded,
-                StepState::OutcomeUnknown | StepState::Contradicted => {
-                    &mut counts.outcome_unknown
-                }
+                StepState::OutcomeUnknown | StepState::Contradicted => &mut counts.outcome_unknown,
                 StepState::FailedTerminal | StepState::Blocked | StepState::WaitingForReview => {
                     &mut counts.failed
                 }

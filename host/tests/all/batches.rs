@@ -12,6 +12,18 @@ const SETTLED: &[&str] = &["completed", "needs_review", "failed", "cancelled"];
 
 /// A mailing: one document delivered to each recipient, `max_parallel` at a time.
 fn mailing(max_parallel: u32) -> String {
+    mailing_with(max_parallel, "")
+}
+
+/// [`mailing`] whose deliveries a cancellation withdraws, item by item.
+fn withdrawn_mailing(max_parallel: u32) -> String {
+    mailing_with(
+        max_parallel,
+        "\n[steps.compensation]\non = \"workflow_cancelled\"\n",
+    )
+}
+
+fn mailing_with(max_parallel: u32, extra: &str) -> String {
     format!(
         r#"
 name = "mailing"
@@ -55,7 +67,7 @@ max_backoff = "1s"
 [steps.capabilities]
 outbound_hosts = ["$base_url"]
 secrets = ["provider_token"]
-"#
+{extra}"#
     )
 }
 
@@ -74,25 +86,23 @@ fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
 
 /// The projection once no item of `deliver` is pending or running.
 async fn items_settled(host: &HostProcess, id: &str) -> Value {
-    crate::wait::until(
-        "every item to settle",
-        Duration::from_secs(90),
-        || async {
-            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
-            let items = &step(&wf, "deliver")["items"];
-            if items["pending"] == 0 && items["running"] == 0 {
-                Ok(wf)
-            } else {
-                Err(format!("{items}"))
-            }
-        },
-    )
+    crate::wait::until("every item to settle", Duration::from_secs(90), || async {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        let items = &step(&wf, "deliver")["items"];
+        if items["pending"] == 0 && items["running"] == 0 {
+            Ok(wf)
+        } else {
+            Err(format!("{items}"))
+        }
+    })
     .await
 }
 
 /// A row id as one path segment.
 fn urlencoding(text: &str) -> String {
-    text.replace('[', "%5B").replace(']', "%5D").replace('@', "%40")
+    text.replace('[', "%5B")
+        .replace(']', "%5D")
+        .replace('@', "%40")
 }
 
 /// The key an item's request is sent under: derived from its own identity.
@@ -108,9 +118,7 @@ fn key_of(id: &str, item: &str) -> String {
 /// 50 items: the provider loses two answers (recovered by contract) and rejects one
 /// recipient; the step waits for a person with 49 delivered and 1 failed, each accepted
 /// item delivered exactly once; a person's `resolve` of the failed item completes it.
-async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
-    db: Option<String>,
-) {
+async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(db: Option<String>) {
     let sim = ProviderSim::start(
         SimConfig::new(PROVIDER_TOKEN),
         "127.0.0.1:0".parse().unwrap(),
@@ -182,7 +190,9 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
     };
     let by_query = recovered("person05@example.com").await;
     assert!(
-        by_query.iter().any(|a| a["trigger"] == "recovery_query" && a["outcome"] == "lookup_found"),
+        by_query
+            .iter()
+            .any(|a| a["trigger"] == "recovery_query" && a["outcome"] == "lookup_found"),
         "{by_query:#?}"
     );
     let by_retry = recovered("person30@example.com").await;
@@ -196,10 +206,29 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
 
     // The failed item, paged by state, and its resolution.
     let (status, failed) = host
-        .get(&format!("/v1/workflows/{id}/steps/deliver/items?state=failed_terminal"))
+        .get(&format!(
+            "/v1/workflows/{id}/steps/deliver/items?state=failed_terminal"
+        ))
         .await;
     assert_eq!(status, 200, "{failed}");
-    assert_eq!(failed["data"][0]["item_key"], "nobody-at-example.com", "{failed}");
+    assert_eq!(
+        failed["data"][0]["item_key"], "nobody-at-example.com",
+        "{failed}"
+    );
+    // The step itself is acted on through its items.
+    let (status, refused) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/deliver/retry"),
+            "retry-all",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("batch step") && message.contains("/items/{item_key}/retry"),
+        "{refused}"
+    );
     let (status, resolved) = host
         .post_with_key(
             &format!("/v1/workflows/{id}/steps/deliver/items/nobody-at-example.com/resolve"),
@@ -227,7 +256,6 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(
     assert_eq!(code, 0, "{out}");
 }
 
-
 /// Short leases: the restarted host's clock is moved past the dead one's.
 const LEASE_MS: u64 = 3_000;
 
@@ -245,7 +273,10 @@ async fn crash_at(db: Option<String>, checkpoint: u8) {
         config: format!("[limits]\nlease = \"{LEASE_MS}ms\"\n"),
         workflows: vec![("mailing.toml".into(), mailing(1))],
         env: if failpoint {
-            vec![("DOCKET_FAILPOINT".into(), format!("checkpoint-{checkpoint}"))]
+            vec![(
+                "DOCKET_FAILPOINT".into(),
+                format!("checkpoint-{checkpoint}"),
+            )]
         } else {
             Vec::new()
         },
@@ -274,7 +305,10 @@ async fn crash_at(db: Option<String>, checkpoint: u8) {
         "checkpoint {checkpoint}: the host did not abort at the failpoint ({exit:?})"
     );
     let at_death = sim.sim().world().len();
-    assert!(at_death <= 1, "checkpoint {checkpoint}: {at_death} deliveries");
+    assert!(
+        at_death <= 1,
+        "checkpoint {checkpoint}: {at_death} deliveries"
+    );
 
     let host = HostProcess::start(options(Some(host.kill()), false)).await;
     host.advance_clock(LEASE_MS + 1_000).await;
@@ -289,7 +323,9 @@ async fn crash_at(db: Option<String>, checkpoint: u8) {
             // Recovery waits on time (a lookup asked again, a backoff): moved on while no
             // item is running.
             let (_, running) = host
-                .get(&format!("/v1/workflows/{id}/steps/deliver/items?state=running"))
+                .get(&format!(
+                    "/v1/workflows/{id}/steps/deliver/items?state=running"
+                ))
                 .await;
             if running["data"].as_array().is_some_and(Vec::is_empty) {
                 host.advance_clock(1_000).await;
@@ -342,7 +378,82 @@ async fn a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only(db: Optio
     }
 }
 
+/// A cancellation in the middle of a batch: the items not begun end `cancelled`, every item
+/// that delivered is withdrawn once (its own compensation), and the workflow ends
+/// `cancelled`.
+async fn a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once(
+    db: Option<String>,
+) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), withdrawn_mailing(2))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    // Each answer takes a while, so the cancellation finds the batch under way.
+    sim.sim()
+        .set_faults(json!({"slow": 1.0, "slow_ms": 200}))
+        .unwrap();
+    let people = recipients(20);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "to-withdraw",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    crate::wait::until("a few deliveries", Duration::from_secs(30), || async {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        let succeeded = step(&wf, "deliver")["items"]["succeeded"]
+            .as_u64()
+            .unwrap_or(0);
+        if succeeded >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{wf}"))
+        }
+    })
+    .await;
+    let (status, cancel) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/cancel"),
+            "stop",
+            json!({"reason": "the newsletter was sent by mistake"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{cancel}");
+    let wf = host
+        .wait_for(&id, &["cancelled"], Duration::from_secs(60))
+        .await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "cancelled", "{wf:#}");
+    let items = &deliver["items"];
+    let world = sim.sim().world();
+    let delivered = world.len() as u64;
+    assert!((3..20).contains(&delivered), "{world:?}");
+    assert_eq!(items["compensated"], delivered, "{wf:#}");
+    assert_eq!(items["cancelled"], 20 - delivered, "{wf:#}");
+    // Each delivery withdrawn once, none twice, none delivered after the cancellation.
+    for d in &world {
+        assert_eq!(d.status, docket::sim::DeliveryStatus::Cancelled, "{d:?}");
+        assert_eq!(d.cancel_requests, 1, "{d:?}");
+    }
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
 on_both_stores!(
     a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one,
     a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only,
+    a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once,
 );

@@ -8,8 +8,8 @@ use crate::intent::{
 };
 use crate::scheduler::Scheduler;
 use crate::store::{
-    AttemptFacts, Claimed, DefinitionStore, ExecutorStore, ExpandBatch, NewReceipt,
-    StepTransition, StoreError,
+    AttemptFacts, Claimed, DefinitionStore, ExecutorStore, ExpandBatch, NewReceipt, StepTransition,
+    StoreError,
 };
 use crate::workflow::{BatchDef, ReceiptView, StepDef};
 

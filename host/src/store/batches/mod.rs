@@ -100,9 +100,7 @@ pub(crate) async fn expand<T: Tx>(tx: &mut T, req: &ExpandBatch) -> StoreResult<
     let id = fence.workflow_id.as_str();
     let total = req.items.len();
     let parallel = req.max_parallel.max(1) as usize;
-    let note = format!(
-        "{total} items, each an effect of its own; at most {parallel} run at once"
-    );
+    let note = format!("{total} items, each an effect of its own; at most {parallel} run at once");
     let moved = tx
         .exec(
             sql.expanded,
@@ -226,7 +224,9 @@ pub(crate) async fn settle<T: Tx>(
     let room = parallel.unwrap_or(1).max(1) - in_flight;
     if room > 0 {
         let next = tx
-            .rows(sql.next_pending, &values![wf, step, room], |r| r.text("step"))
+            .rows(sql.next_pending, &values![wf, step, room], |r| {
+                r.text("step")
+            })
             .await?;
         for item in next {
             if tx
@@ -285,7 +285,11 @@ pub(crate) async fn settle<T: Tx>(
                     "items need a person: {}{more}; act on each at …/steps/{step}/items/{{item_key}}",
                     named.join(", ")
                 );
-                (None, Some(note.clone()), format!("{step} waits for review: {note}"))
+                (
+                    None,
+                    Some(note.clone()),
+                    format!("{step} waits for review: {note}"),
+                )
             }
             BatchVerdict::Succeeded => {
                 let receipt = batch_receipt(tx, id, step, digest.unwrap_or_default(), now).await?;
@@ -297,7 +301,9 @@ pub(crate) async fn settle<T: Tx>(
             }
             BatchVerdict::Cancelled => (
                 None,
-                Some(format!("{succeeded} of {total} items delivered before the cancellation")),
+                Some(format!(
+                    "{succeeded} of {total} items delivered before the cancellation"
+                )),
                 format!("{step} cancelled: {succeeded} of {total} items had delivered"),
             ),
         };
@@ -359,10 +365,8 @@ async fn batch_receipt<T: Tx>(
             ))
         })
         .await?;
-    let (component, component_version, component_digest) = items
-        .first()
-        .map(|(_, p)| p.clone())
-        .unwrap_or_default();
+    let (component, component_version, component_digest) =
+        items.first().map(|(_, p)| p.clone()).unwrap_or_default();
     let receipt = super::NewReceipt {
         receipt_id: ReceiptId::new(now),
         evidence_kind: EvidenceKind::Items,

@@ -242,9 +242,13 @@ pub(crate) async fn finish_batch_tx(
     for &i in &done {
         if let Some((step, _)) = crate::workflow::item_of(&reqs[i].fence.step) {
             let mut tx = PgTx::on(conn);
-            let settled =
-                crate::store::batches::settle(&mut tx, &reqs[i].fence.workflow_id, step, reqs[i].now)
-                    .await;
+            let settled = crate::store::batches::settle(
+                &mut tx,
+                &reqs[i].fence.workflow_id,
+                step,
+                reqs[i].now,
+            )
+            .await;
             let settled = tx.outcome(settled)?;
             if settled.moved.is_some() {
                 batch_moved.insert(id(i));
@@ -261,10 +265,10 @@ pub(crate) async fn finish_batch_tx(
         "SELECT workflow_id, role, state FROM steps
          WHERE workflow_id = ANY($1) AND batch_of IS NULL",
     )
-        .persistent(false)
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?
+    .persistent(false)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?
     {
         let role = r
             .opt_text("role")?

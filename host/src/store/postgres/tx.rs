@@ -7,8 +7,8 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
-    StoreResult, actions, admission, approvals, batches, budgets, components, course, definitions, evidence,
-    executor, late, leases, metrics, notifications, policies, sessions, settings,
+    StoreResult, actions, admission, approvals, batches, budgets, components, course, definitions,
+    evidence, executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 

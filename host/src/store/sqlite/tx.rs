@@ -8,8 +8,8 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write, run_now};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult,
-    actions, admission, approvals, batches, budgets, components, course, definitions, evidence, executor,
-    late, leases, metrics, notifications, policies, sessions, settings,
+    actions, admission, approvals, batches, budgets, components, course, definitions, evidence,
+    executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use rusqlite::Connection;
 
