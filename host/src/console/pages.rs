@@ -506,6 +506,7 @@ pub async fn workflow_page<
             h1 { (record.workflow) " v" (record.definition_version) " " (state_badge(view.state.as_str())) }
             p { code { (id) } " · key " code { (record.idempotency_key) } " · by " (record.subject.0) " · created " (view.created_at)
                 @if record.input_revision > 1 { " · input revision " (record.input_revision) }
+                @if let Some(v) = record.migrated_from { " · migrated from v" (v) }
                 @if let Some(r) = &record.replaces { " · replaces " a href={ "/console/workflows/" (path_part(r.as_str())) } { (r) } }
                 @if let Some(r) = &record.replaced_by { " · replaced by " a href={ "/console/workflows/" (path_part(r.as_str())) } { (r) } }
             }

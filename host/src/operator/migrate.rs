@@ -169,15 +169,15 @@ pub async fn migrate<
             attempts.push(ctx.store.attempts(&id, &s.step, 0, 10_000).await?);
         }
         // The namespace each step's latest request ran under, from the version that ran it.
+        let histories: Vec<super::StepHistory<'_>> = steps
+            .iter()
+            .zip(&attempts)
+            .map(|(s, tried)| super::StepHistory::of(s, tried, &receipts))
+            .collect();
         let mut namespaces: Vec<Option<String>> = Vec::with_capacity(steps.len());
-        for tried in &attempts {
-            let ran = tried
-                .iter()
-                .rev()
-                .filter(|a| a.superseded_by.is_none())
-                .find_map(|a| a.provenance.as_ref());
+        for history in &histories {
             let mut namespace = None;
-            if let (Some(p), Some(components)) = (ran, &ctx.components)
+            if let (Some(p), Some(components)) = (history.ran, &ctx.components)
                 && let Some(c) = components
                     .exact_or_stored(&ctx.store, &p.component, &p.component_version)
                     .await?
@@ -201,26 +201,16 @@ pub async fn migrate<
                 .map_err(|e| DeskError::Store(StoreError::Corrupt(format!("stored input: {e}"))))?;
             let rows: Vec<MigrationStep<'_>> = steps
                 .iter()
-                .zip(&attempts)
+                .zip(&histories)
                 .zip(&namespaces)
-                .map(|((s, tried), namespace)| MigrationStep {
+                .map(|((s, history), namespace)| MigrationStep {
                     id: s.step.as_str(),
                     role: s.role,
                     state: s.state,
                     attempts: s.attempts,
-                    sent: tried
-                        .iter()
-                        .any(|a| a.superseded_by.is_none() && a.checkpoint >= 3),
-                    receipt: s
-                        .receipt_id
-                        .as_ref()
-                        .and_then(|rid| receipts.iter().find(|r| &r.receipt_id == rid)),
-                    ran_with: tried
-                        .iter()
-                        .rev()
-                        .filter(|a| a.superseded_by.is_none())
-                        .find_map(|a| a.provenance.as_ref())
-                        .map(|p| p.input_digest.as_str()),
+                    sent: history.sent,
+                    receipt: history.receipt,
+                    ran_with: history.ran.map(|p| p.input_digest.as_str()),
                     namespace: namespace.as_deref(),
                     key_step: s.key_step.as_deref(),
                 })

@@ -225,6 +225,33 @@ fn input_object(input: Option<Value>) -> Result<Value, InvalidOrder> {
     }
 }
 
+/// What a change of course reads of one step's history: whether a standing attempt (one no
+/// revision superseded) may have sent its request, the provenance of the latest standing
+/// attempt that ran, and the step's standing receipt.
+struct StepHistory<'a> {
+    sent: bool,
+    ran: Option<&'a crate::intent::Provenance>,
+    receipt: Option<&'a crate::intent::Receipt>,
+}
+
+impl<'a> StepHistory<'a> {
+    fn of(
+        step: &crate::store::StepRecord,
+        tried: &'a [crate::store::AttemptRecord],
+        receipts: &'a [crate::intent::Receipt],
+    ) -> Self {
+        let standing = || tried.iter().filter(|a| a.superseded_by.is_none());
+        Self {
+            sent: standing().any(|a| a.checkpoint >= 3),
+            ran: standing().rev().find_map(|a| a.provenance.as_ref()),
+            receipt: step
+                .receipt_id
+                .as_ref()
+                .and_then(|rid| receipts.iter().find(|r| &r.receipt_id == rid)),
+        }
+    }
+}
+
 /// The answer stored under a course change's key, given again: the refusal, or the record
 /// the change applied (`what` names it in the error of a store that lost its text).
 fn replayed<T: serde::de::DeserializeOwned, R>(

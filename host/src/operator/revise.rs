@@ -143,23 +143,16 @@ pub async fn revise<
             let rows: Vec<RevisionStep<'_>> = steps
                 .iter()
                 .zip(&attempts)
-                .map(|(s, tried)| RevisionStep {
-                    id: s.step.as_str(),
-                    state: s.state,
-                    attempts: s.attempts,
-                    sent: tried
-                        .iter()
-                        .any(|a| a.superseded_by.is_none() && a.checkpoint >= 3),
-                    receipt: s
-                        .receipt_id
-                        .as_ref()
-                        .and_then(|rid| receipts.iter().find(|r| &r.receipt_id == rid)),
-                    ran_with: tried
-                        .iter()
-                        .rev()
-                        .filter(|a| a.superseded_by.is_none())
-                        .find_map(|a| a.provenance.as_ref())
-                        .map(|p| p.input_digest.as_str()),
+                .map(|(s, tried)| {
+                    let history = super::StepHistory::of(s, tried, &receipts);
+                    RevisionStep {
+                        id: s.step.as_str(),
+                        state: s.state,
+                        attempts: s.attempts,
+                        sent: history.sent,
+                        receipt: history.receipt,
+                        ran_with: history.ran.map(|p| p.input_digest.as_str()),
+                    }
                 })
                 .collect();
             plan_revision(&deployed.def, &old, &order.input, &rows).map_err(|blockers| {

@@ -596,6 +596,16 @@ async fn the_readme_example_moves_a_delivery_to_version_2() {
     let wf = projection(&host, &id).await;
     assert_eq!(wf["definition_version"], 2, "{wf:#}");
     assert_eq!(step_ids(&wf), ["validate", "render", "send", "archive"]);
+    // The console says so too, and its timeline tells the plan.
+    let (client, cookie) = crate::course::console_session(&host).await;
+    let html =
+        crate::course::console_page(&host, &client, &cookie, &format!("/console/workflows/{id}"))
+            .await;
+    assert!(
+        html.contains("document-delivery v2") && html.contains("migrated from v1"),
+        "{html}"
+    );
+    assert!(html.contains("Migrated from definition v1 to v2"), "{html}");
 
     let dir = host.kill();
     let host = HostProcess::start(HostOptions {
