@@ -102,17 +102,78 @@ pub(super) async fn act<
     let (workflow_id, step, action_text) = ids
         .map(|Path(p)| p)
         .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
-    let action = Action::parse(&action_text).ok_or_else(|| {
+    act_on(
+        &ctx,
+        &caller,
+        workflow_id,
+        step,
+        &action_text,
+        &headers,
+        body,
+    )
+    .await
+}
+
+/// `POST /v1/workflows/{id}/steps/{step}/items/{item_key}/{action}`: an action on one item
+/// of a batch step, with the same rules as on a step (the item is the row
+/// `<step>[<item key>]`).
+pub(super) async fn act_on_item<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + crate::store::ApprovalStore
+        + 'static,
+>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    ids: Result<Path<(String, String, String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let (workflow_id, step, item_key, action_text) = ids
+        .map(|Path(p)| p)
+        .map_err(|e| ApiError::not_found(format!("{e}; check the path")))?;
+    let item = crate::workflow::item_identity(&step, &item_key);
+    act_on(
+        &ctx,
+        &caller,
+        workflow_id,
+        item,
+        &action_text,
+        &headers,
+        body,
+    )
+    .await
+}
+
+async fn act_on<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + crate::store::ApprovalStore
+        + 'static,
+>(
+    ctx: &Ctx<S>,
+    caller: &crate::access::Principal,
+    workflow_id: String,
+    step: String,
+    action_text: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let action = Action::parse(action_text).ok_or_else(|| {
         ApiError::not_found(format!(
             "there is no step action `{}`; the actions are query, retry, resolve, escalate, compensate, exception, approve and reject",
-            quote(&action_text)
+            quote(action_text)
         ))
     })?;
-    let key = key_from_headers(&headers)?;
-    let bytes = read_body(&headers, body, ctx.limits.max_body_bytes).await?;
+    let key = key_from_headers(headers)?;
+    let bytes = read_body(headers, body, ctx.limits.max_body_bytes).await?;
     let order = order(action, &bytes)?;
     let target = Target { workflow_id, step };
-    Ok(match perform(&ctx, &caller, target, order, key).await? {
+    Ok(match perform(ctx, caller, target, order, key).await? {
         ActionResult::Applied(view) => json_response(StatusCode::OK, view),
         ActionResult::Refused(refusal) if refusal.code == "consequence_changed" => {
             ApiError::new(ErrorCode::ConsequenceChanged, refusal.message)

@@ -114,6 +114,16 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
             "/v1/workflows/{id}/steps/{step}/{action}",
             post(actions::act::<S>),
         ),
+        (
+            Method::GET,
+            "/v1/workflows/{id}/steps/{step}/items",
+            get(workflows::items::<S>),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/steps/{step}/items/{item_key}/{action}",
+            post(actions::act_on_item::<S>),
+        ),
         (Method::GET, "/v1/approvals", get(approvals::list::<S>)),
         (
             Method::POST,

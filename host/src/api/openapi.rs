@@ -120,6 +120,7 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
     let budget = s.of::<BudgetView>();
     let timeline = s.of::<TimelineView>();
     let attempt = s.of::<AttemptView>();
+    let item = s.of::<crate::view::ItemView>();
     let summary = s.of::<SummaryView>();
     let notification = s.of::<NotificationView>();
     let observation = s.of::<crate::view::ObservationView>();
@@ -268,7 +269,47 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
                     "digest": {"type": "string", "pattern": "^sha256:"}
                 }
             })),
-            responses: vec![(200, "The step once the action took effect.", Some(step))],
+            responses: vec![(
+                200,
+                "The step once the action took effect.",
+                Some(step.clone()),
+            )],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/workflows/{id}/steps/{step}/items",
+            id: "getItems",
+            summary: "A batch step's items, each an effect of its own, in the list's order",
+            who: Who::Client,
+            keyed: false,
+            query: &[
+                (
+                    "state",
+                    "Only items in this step state (`failed_terminal`, `outcome_unknown`, …).",
+                ),
+                ("limit", "Rows per page, 1–500 (default 50)."),
+                ("cursor", "The `next_cursor` of the previous page."),
+            ],
+            body: None,
+            responses: vec![(200, "A page of items.", Some(page(item)))],
+        },
+        Op {
+            method: Method::POST,
+            path: "/v1/workflows/{id}/steps/{step}/items/{item_key}/{action}",
+            id: "actOnItem",
+            summary: "An action on one item of a batch step (query, retry, resolve, escalate, compensate or exception), with the same rules and body as on a step",
+            who: Who::Operator,
+            keyed: true,
+            query: &[],
+            body: Some(json!({
+                "type": "object",
+                "description": "As `POST …/steps/{step}/{action}`."
+            })),
+            responses: vec![(
+                200,
+                "The batch step once the action took effect, with its counts of items.",
+                Some(step.clone()),
+            )],
         },
         Op {
             method: Method::GET,

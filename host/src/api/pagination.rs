@@ -28,6 +28,8 @@ pub enum Cursor {
     Notification(u64),
     /// Observations after this id.
     Observation(String),
+    /// A batch step's items after this place in its list.
+    Item(u64),
 }
 
 impl Cursor {
@@ -39,6 +41,7 @@ impl Cursor {
             Cursor::Workflow(at, id) => format!("w:{at}:{id}"),
             Cursor::Notification(seq) => format!("n:{seq}"),
             Cursor::Observation(id) => format!("o:{id}"),
+            Cursor::Item(index) => format!("i:{index}"),
         };
         hex::encode(plain)
     }
@@ -52,6 +55,7 @@ impl Cursor {
             "t" => stored_number(rest).map(Cursor::Seq),
             "a" => rest.parse().ok().map(Cursor::Attempt),
             "n" => stored_number(rest).map(Cursor::Notification),
+            "i" => stored_number(rest).map(Cursor::Item),
             "o" => (rest.starts_with("obs_")
                 && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
             .then(|| Cursor::Observation(rest.to_string())),

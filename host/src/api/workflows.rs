@@ -312,6 +312,65 @@ pub(super) async fn attempts<S: crate::store::ReadStore>(
     )))
 }
 
+/// `GET /v1/workflows/{id}/steps/{step}/items?state=&limit=&cursor=`: a batch step's
+/// items in the list's order, those in `state` only when it is given.
+pub(super) async fn items<S: crate::store::ReadStore>(
+    State(ctx): State<Ctx<S>>,
+    Caller(caller): Caller,
+    ids: Result<Path<(String, String)>, PathRejection>,
+    query: Params,
+) -> ApiResult<Json<Page<crate::view::ItemView>>> {
+    let params = params(query)?;
+    let page = page_request(
+        params.get("limit").map(String::as_str),
+        params.get("cursor").map(String::as_str),
+        |c| match c {
+            Cursor::Item(n) => Some(n),
+            _ => None,
+        },
+    )?;
+    let state = match params.get("state").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(
+            text.parse::<crate::intent::StepState>()
+                .map_err(|e| ApiError::invalid_parameter("state", text, &e.to_string()))?,
+        ),
+    };
+    let (id, step) = path(ids)?;
+    let record = visible(&ctx, &caller, &id).await?;
+    let steps = ctx.store.steps(&record.workflow_id).await?;
+    if !steps.iter().any(|s| s.step == step && s.items.is_some()) {
+        let batches: Vec<&str> = steps
+            .iter()
+            .filter(|s| s.items.is_some())
+            .map(|s| s.step.as_str())
+            .collect();
+        return Err(ApiError::not_found(format!(
+            "workflow {} has no batch step `{}` whose items exist; {}",
+            record.workflow_id,
+            quote(&step),
+            if batches.is_empty() {
+                "none of its steps has items (yet)".to_string()
+            } else {
+                format!("its batch steps with items are: {}", batches.join(", "))
+            }
+        )));
+    }
+    let receipts = ctx.store.receipts(&record.workflow_id).await?;
+    let start = page.after.map_or(0, |after| after + 1);
+    let rows: Vec<crate::view::ItemView> = crate::view::ItemView::of(&step, &steps, &receipts)
+        .into_iter()
+        .filter(|i| i.index >= start && state.is_none_or(|s| i.state == s))
+        .take(page.limit as usize + 1)
+        .collect();
+    Ok(Json(Page::from_probe(
+        rows,
+        page.limit,
+        |i| Cursor::Item(i.index),
+        |i| i,
+    )))
+}
+
 /// `GET /v1/workflows?state=&workflow=&limit=&cursor=`, newest first.
 pub(super) async fn list<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,

@@ -134,6 +134,18 @@ pub fn plan_migration(
             "a compensation is under way: a workflow moves only while its course is its definition's".into(),
         ));
     }
+    if let Some(item) = steps
+        .iter()
+        .find(|s| crate::workflow::item_of(s.id).is_some())
+    {
+        let (batch, _) = crate::workflow::item_of(item.id).unwrap_or_default();
+        refusals.push(refusal(
+            batch,
+            format!(
+                "batch step `{batch}` has items: a workflow moves to another version only before its batch steps begin (their items' rows are not carried by a plan)"
+            ),
+        ));
+    }
     for (from, to) in mapping {
         if !old_ids.contains(&from.as_str()) {
             refusals.push(refusal(

@@ -62,6 +62,9 @@ pub struct CourseStep {
     pub compensate_on: Vec<CompensationTrigger>,
     /// For a running step: the checkpoint its attempt reached.
     pub checkpoint: Option<u8>,
+    /// A batch step's own row once its items exist: its items carry the effects, each
+    /// compensated on its own, so the row itself has none.
+    pub batch: bool,
 }
 
 impl CourseStep {
@@ -76,7 +79,12 @@ impl CourseStep {
 
     /// The effect is known to have happened.
     fn has_effect(&self) -> bool {
-        self.is_adapter() && self.receipt.is_some()
+        self.is_adapter() && self.receipt.is_some() && !self.batch
+    }
+
+    /// An item of a batch step (`<step>[<item key>]`).
+    fn is_item(&self) -> bool {
+        crate::workflow::item_of(&self.id).is_some()
     }
 
     /// The step's effect may have happened and nobody knows yet: a request past
@@ -341,8 +349,10 @@ pub fn settle(cancelled: bool, steps: &[CourseStep], deps: &[(String, String)]) 
     }
     if steps
         .iter()
-        .any(|s| !s.is_compensation() && s.state == StepState::FailedTerminal)
+        .any(|s| !s.is_compensation() && !s.is_item() && s.state == StepState::FailedTerminal)
     {
+        // An item that failed waits for a person (its batch step is in review): it
+        // compensates nothing before anyone looked.
         triggers.extend(FAILURE_TRIGGERS);
     }
     let mut out = Settlement::default();
@@ -444,6 +454,7 @@ fn dependents(step: &str, deps: &[(String, String)]) -> Vec<String> {
     found
 }
 
+pub mod batch;
 mod migration;
 mod revision;
 #[cfg(test)]

@@ -11,6 +11,7 @@ fn step(id: &str, role: StepRole, state: StepState) -> CourseStep {
         receipt: None,
         compensate_on: vec![],
         checkpoint: None,
+        batch: false,
     }
 }
 

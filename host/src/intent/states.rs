@@ -166,6 +166,8 @@ snake_enum!(
         Approval = "approval",
         /// The provider's own event, posted to the host, read by the adapter's `observe`.
         Observation = "observation",
+        /// A batch step's list of its items' receipts (each item keeps its own).
+        Items = "items",
     }
 );
 

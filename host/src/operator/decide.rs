@@ -167,6 +167,13 @@ pub enum Refusal {
         "the consequence changed: step `{step}` now asks approval of {current}, not of the digest given; read GET …/steps/{step}/consequence and approve what it shows"
     )]
     ConsequenceChanged { step: String, current: String },
+    /// An action on a batch step itself: each of its items is an effect of its own.
+    #[error(
+        "step `{step}` is a batch step: each of its items is an effect of its own, so it is {} item by item (POST …/steps/{step}/items/{{item_key}}/{}; GET …/steps/{step}/items?state=failed_terminal lists those waiting)",
+        action.past(),
+        action.as_str()
+    )]
+    BatchStep { step: String, action: Action },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -192,6 +199,7 @@ impl Refusal {
             Refusal::ApprovalStep { .. } => "approval_step",
             Refusal::NotAnApproval { .. } => "not_an_approval",
             Refusal::ConsequenceChanged { .. } => "consequence_changed",
+            Refusal::BatchStep { .. } => "batch_step",
         }
     }
 }

@@ -273,32 +273,41 @@ pub async fn perform<
         .map(|d| d.def.fields_read(&step))
         .unwrap_or_default();
     let now = ctx.clock_now();
-    let decision = decide(&Situation {
-        order: &order,
-        actor: &caller.subject,
-        step: &step,
-        state: step_record.state,
-        label,
-        is_adapter,
-        is_approval,
-        approval: open,
-        outputs: &read,
-        contract: loaded.as_ref().and_then(|c| c.contract()),
-        history,
-        course: super::CourseFacts {
-            workflow: record.state,
-            cancelled: record.cancelled,
-            compensation_started: steps
-                .iter()
-                .any(|s| s.step == crate::course::compensation_id(&step)),
-            policy_block: step_record
-                .blocked
-                .as_ref()
-                .filter(|b| b.reason == crate::policy::BLOCKED_REASON)
-                .and_then(|b| b.policy_version),
-        },
-        now,
-    });
+    // A batch step is acted on through its items; escalating it changes nothing of them.
+    let batch = step_record.items.is_some() && action != Action::Escalate;
+    let decision = if batch {
+        Err(super::Refusal::BatchStep {
+            step: step.clone(),
+            action,
+        })
+    } else {
+        decide(&Situation {
+            order: &order,
+            actor: &caller.subject,
+            step: &step,
+            state: step_record.state,
+            label,
+            is_adapter,
+            is_approval,
+            approval: open,
+            outputs: &read,
+            contract: loaded.as_ref().and_then(|c| c.contract()),
+            history,
+            course: super::CourseFacts {
+                workflow: record.state,
+                cancelled: record.cancelled,
+                compensation_started: steps
+                    .iter()
+                    .any(|s| s.step == crate::course::compensation_id(&step)),
+                policy_block: step_record
+                    .blocked
+                    .as_ref()
+                    .filter(|b| b.reason == crate::policy::BLOCKED_REASON)
+                    .and_then(|b| b.policy_version),
+            },
+            now,
+        })
+    };
     let (change, events) = match decision {
         Ok(plan) => (Ok(plan.change), plan.events),
         Err(refusal) => (Err(stored(&refusal)), Vec::new()),
@@ -415,8 +424,10 @@ async fn step_view<S: crate::store::DefinitionStore + crate::store::ReadStore>(
     let steps = ctx.store.steps(&record.workflow_id).await?;
     let receipts = ctx.store.receipts(&record.workflow_id).await?;
     let view = workflow_view(&record, def.as_ref().map(|d| &d.def), &steps, &receipts);
-    // A compensation is shown nested under the step whose effect it reverses.
+    // A compensation is shown nested under the step whose effect it reverses, an item
+    // under its batch step (with the step's counts of items).
     let shown = crate::course::compensated_step(step).unwrap_or(step);
+    let shown = crate::workflow::item_of(shown).map_or(shown, |(batch, _)| batch);
     view.steps
         .into_iter()
         .find(|s| s.id == shown)

@@ -8,6 +8,7 @@
 
 mod adapter;
 mod approval;
+mod batch;
 mod preflight;
 #[cfg(test)]
 mod tests;
@@ -392,6 +393,10 @@ where
         if step.kind == StepKind::Approval {
             return self.ask_approval(claimed, step, &deployed.def).await;
         }
+        // A batch step calls nothing itself: its items, each an effect of its own, do.
+        if let (Some(batch), None) = (&step.batch, reverses) {
+            return self.expand_batch(claimed, step, batch).await;
+        }
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {
             self.failpoint(1, claimed).await;
@@ -441,16 +446,18 @@ where
         // Only committed receipts are in the context: a dependent never sees a result that
         // could still be rolled back.
         let context = &claimed.context;
-        let mapped = step.input.resolve(&context.input, |id| {
-            context
-                .receipts
-                .iter()
-                .find(|r| r.step == id)
-                .map(|r| ReceiptView {
-                    output: r.output.clone(),
-                    external_reference: r.external_reference.clone(),
-                })
-        });
+        let mapped = step
+            .input
+            .resolve_item(&context.input, claimed.item.as_ref(), |id| {
+                context
+                    .receipts
+                    .iter()
+                    .find(|r| r.step == id)
+                    .map(|r| ReceiptView {
+                        output: r.output.clone(),
+                        external_reference: r.external_reference.clone(),
+                    })
+            });
         let mapped = match mapped {
             Ok(v) => v,
             Err(e) => {
@@ -916,8 +923,16 @@ fn retry_or_fail(
 /// compensation of one (`<step>.compensate`).
 pub(crate) fn step_of(def: &crate::workflow::WorkflowDef, id: &str) -> Option<StepDef> {
     match crate::course::compensated_step(id) {
-        Some(of) => def.step(of).map(compensation_def),
-        None => def.step(id).cloned(),
+        Some(of) => step_of(def, of).map(|s| compensation_def(&s)),
+        None => match crate::workflow::item_of(id) {
+            // An item of a batch step runs the step's adapter on its own item.
+            Some((of, key)) => def.step(of).filter(|s| s.batch.is_some()).map(|s| StepDef {
+                id: s.id.item(key),
+                batch: None,
+                ..s.clone()
+            }),
+            None => def.step(id).cloned(),
+        },
     }
 }
 

@@ -81,6 +81,12 @@ pub struct Faults {
     pub webhook_late_ms: u64,
     /// The next N events are posted twice, under the same `webhook-id` (a replay).
     pub webhook_repeat_next: u32,
+    /// Recipients whose next committing create loses its response, once each: a lost
+    /// answer aimed at one item among many in flight.
+    pub lose_for: Vec<String>,
+    /// Recipients whose deliveries lookups never see (a visibility delay that never ends
+    /// for them alone).
+    pub hidden_for: Vec<String>,
 }
 
 impl Default for Faults {
@@ -110,6 +116,8 @@ impl Default for Faults {
             webhook_late_next: 0,
             webhook_late_ms: 2_000,
             webhook_repeat_next: 0,
+            lose_for: Vec::new(),
+            hidden_for: Vec::new(),
         }
     }
 }
@@ -253,6 +261,19 @@ impl FaultState {
     /// Whether to lose the response: consumes one `lose_next` first, else uses the roll.
     pub fn take_lose(&mut self, roll: Roll) -> bool {
         take(&mut self.faults.lose_next, roll.lose)
+    }
+
+    /// Whether to lose the response of a create for `recipient`: consumes its `lose_for`
+    /// entry.
+    pub fn take_lose_for(&mut self, recipient: Option<&str>) -> bool {
+        let list = &mut self.faults.lose_for;
+        match recipient.and_then(|r| list.iter().position(|l| l == r)) {
+            Some(at) => {
+                list.remove(at);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether to delay the answer: consumes one `slow_next` first, else uses the roll.

@@ -229,7 +229,11 @@ impl World {
             outcome,
             CreateOutcome::Created(_) | CreateOutcome::Replayed(_)
         );
-        let lose = committed && self.faults.take_lose(roll);
+        let recipient = serde_json::from_slice::<Value>(request.body)
+            .ok()
+            .and_then(|b| b["recipient"].as_str().map(str::to_string));
+        let lose = committed
+            && (self.faults.take_lose_for(recipient.as_deref()) || self.faults.take_lose(roll));
         let delay = (!lose && self.faults.take_slow(roll))
             .then(|| Duration::from_millis(self.faults.faults.slow_ms));
         CreateDecision {
@@ -388,6 +392,13 @@ impl World {
     }
 
     fn append(&mut self, fields: CreateBody, now: SystemTime) -> Accepted {
+        let faults = &self.faults.faults;
+        let visible_at = if faults.hidden_for.contains(&fields.recipient) {
+            // Far enough never to come, near enough for any clock's arithmetic.
+            now + Duration::from_secs(100 * 365 * 86_400)
+        } else {
+            now + Duration::from_millis(faults.visibility_delay_ms)
+        };
         let id = format!("dlv_{}", self.records.len() + 1);
         let delivery = Delivery {
             id: id.clone(),
@@ -399,7 +410,6 @@ impl World {
             cancelled_at: None,
             cancel_requests: 0,
         };
-        let visible_at = now + Duration::from_millis(self.faults.faults.visibility_delay_ms);
         let answer = Accepted {
             id,
             client_reference: delivery.client_reference.clone(),

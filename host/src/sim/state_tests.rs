@@ -137,6 +137,21 @@ fn lose_applies_only_to_committed_requests() {
 }
 
 #[test]
+fn a_lost_answer_or_a_hidden_delivery_can_be_aimed_at_one_recipient() {
+    let mut w = world(Faults::default());
+    w.patch_faults(&json!({"lose_for": ["b@x"], "hidden_for": ["c@x"]}))
+        .unwrap();
+    assert!(!post(&mut w, None, &body("a", "a@x"), at(0)).lose);
+    // Once: the same-key retry after it is answered.
+    assert!(post(&mut w, None, &body("b", "b@x"), at(0)).lose);
+    assert!(!post(&mut w, None, &body("b2", "b@x"), at(0)).lose);
+    assert!(w.faults().lose_for.is_empty());
+    post(&mut w, None, &body("c", "c@x"), at(0));
+    assert_eq!(w.lookup("c", at(86_400_000)), Some(vec![]));
+    assert_eq!(w.lookup("a", at(0)).unwrap().len(), 1);
+}
+
+#[test]
 fn slow_commits_first_and_delays_the_answer() {
     let mut w = world(Faults {
         slow_next: 1,

@@ -27,6 +27,7 @@
 mod actions;
 mod admission;
 mod approvals;
+mod batches;
 mod budgets;
 mod components;
 mod course;
@@ -476,6 +477,14 @@ pub trait ExecutorStore: Send + Sync {
     /// open question of the step superseded), the attempt given back to the budget;
     /// [`StoreError::LeaseLost`] if the lease is gone.
     fn ask_approval(&self, request: AskApproval) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Writes a claimed batch step's items as rows of their own under its lease, the
+    /// first `max_parallel` ready; the step runs on, without a lease, until its items say
+    /// how it ends. Returns the items released; [`StoreError::LeaseLost`] if the lease is
+    /// gone.
+    fn expand_batch(
+        &self,
+        request: ExpandBatch,
+    ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     /// Adds what an attempt learned after losing its lease (a late result) to its evidence:
     /// fills only what the attempt has not recorded and appends the events; the step is
     /// untouched, so a late observation never reverses what recovery concluded meanwhile.

@@ -283,6 +283,12 @@ pub struct StepRecord {
     pub retention_warned_at: Option<Millis>,
     /// The step id its external key derives from, when not its own (a migration renamed it).
     pub key_step: Option<String>,
+    /// For an item of a batch step: the step, the item's key and its place in the list.
+    pub batch_of: Option<String>,
+    pub item_key: Option<String>,
+    pub item_index: Option<u64>,
+    /// For a batch step whose items exist: how many there are.
+    pub items: Option<u64>,
 }
 
 /// One attempt as stored.
@@ -380,6 +386,8 @@ pub struct Claimed {
     /// The step id its external key derives from, when not its own (a migration renamed
     /// it): the provider saw that identity.
     pub key_step: Option<String>,
+    /// For an item of a batch step: the item (its input reads it as `$item`).
+    pub item: Option<serde_json::Value>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }
@@ -509,6 +517,20 @@ pub struct NewReceipt {
     pub author: Option<String>,
     pub reason: Option<String>,
     pub evidence: Option<String>,
+}
+
+/// A claimed batch step's items, written as rows of their own under its lease.
+#[derive(Debug, Clone)]
+pub struct ExpandBatch {
+    pub fence: Fence,
+    /// The claim's attempt, which ends here: the items run as intents of their own.
+    pub attempt_id: AttemptId,
+    /// Each item's key and canonical JSON, in the list's order.
+    pub items: Vec<(String, String)>,
+    pub max_parallel: u32,
+    /// The digest of the whole item set (what an approval of the step binds).
+    pub digest: String,
+    pub now: Millis,
 }
 
 /// The end of an attempt.

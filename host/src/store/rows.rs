@@ -230,6 +230,7 @@ pub(crate) fn course_step(r: &impl Columns) -> StoreResult<crate::course::Course
         receipt,
         compensate_on: triggers(r, "compensate_on")?,
         checkpoint: None,
+        batch: r.opt_int("items")?.is_some(),
     })
 }
 
@@ -294,6 +295,10 @@ pub(crate) fn step(r: &impl Columns) -> StoreResult<StepRecord> {
         key_remembered_until: r.opt_uint("key_remembered_until")?,
         retention_warned_at: r.opt_uint("retention_warned_at")?,
         key_step: r.opt_text("key_step")?,
+        batch_of: r.opt_text("batch_of")?,
+        item_key: r.opt_text("item_key")?,
+        item_index: r.opt_uint("item_index")?,
+        items: r.opt_uint("items")?,
     })
 }
 
@@ -570,6 +575,13 @@ pub(crate) fn claimed(
         trace_parent: None,
         environment: None,
         key_step: r.opt_text("key_step")?,
+        item: r
+            .opt_text("item")?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("batch item: {e}")))
+            })
+            .transpose()?,
     })
 }
 

@@ -26,6 +26,7 @@ pub(crate) struct Statements {
     pub admission: super::admission::Sql,
     pub actions: super::actions::Sql,
     pub approvals: super::approvals::Sql,
+    pub batches: super::batches::Sql,
     pub budgets: super::budgets::Sql,
     pub components: super::components::Sql,
     pub course: super::course::Sql,

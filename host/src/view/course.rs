@@ -122,6 +122,7 @@ pub fn course_steps(steps: &[StepRecord], receipts: &[Receipt]) -> Vec<CourseSte
             }),
             compensate_on: s.compensate_on.clone(),
             checkpoint: None,
+            batch: s.items.is_some(),
         })
         .collect()
 }

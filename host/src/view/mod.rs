@@ -17,8 +17,8 @@ pub use course::{
 pub use evidence::ObservationView;
 pub use notifications::NotificationView;
 pub use projection::{
-    ApprovalView, AttemptView, CompensationView, ContractView, IntentView, MilestoneView,
-    ProvenanceView, ReceiptView, StepView, SummaryView, TimelineView, WorkflowView,
+    ApprovalView, AttemptView, CompensationView, ContractView, IntentView, ItemCounts, ItemView,
+    MilestoneView, ProvenanceView, ReceiptView, StepView, SummaryView, TimelineView, WorkflowView,
     retention_deadline, shorten_identity, summary_view, workflow_view,
 };
 pub use status::{Milestone, NextAction, StepStatus, milestones, next_action, status_text};

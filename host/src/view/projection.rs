@@ -130,6 +130,94 @@ pub struct StepView {
     /// For an approval step once asked: the consequence's digest, until when it waits, and
     /// how it was decided.
     pub approval: Option<ApprovalView>,
+    /// For a batch step whose items exist: how many stand where (each item is an effect
+    /// of its own; `GET …/steps/{step}/items` pages them).
+    pub items: Option<ItemCounts>,
+}
+
+/// One item of a batch step: an effect intent of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ItemView {
+    pub item_key: String,
+    /// Its place in the step's list (from 0).
+    pub index: u64,
+    /// The row its attempts, receipt and actions are under (`<step>[<item key>]`):
+    /// `…/steps/{step}/items/{item_key}/{action}` acts on it.
+    pub step: String,
+    pub state: StepState,
+    pub attempts: u32,
+    /// Why it stands where it does, when it was said.
+    pub note: Option<String>,
+    pub receipt: Option<ReceiptView>,
+}
+
+impl ItemView {
+    /// The items of batch step `step`, in the list's order.
+    pub fn of(step: &str, steps: &[StepRecord], receipts: &[Receipt]) -> Vec<ItemView> {
+        let mut items: Vec<ItemView> = steps
+            .iter()
+            .filter(|s| s.batch_of.as_deref() == Some(step))
+            .map(|s| ItemView {
+                item_key: s.item_key.clone().unwrap_or_default(),
+                index: s.item_index.unwrap_or_default(),
+                step: s.step.clone(),
+                state: s.state,
+                attempts: s.attempts,
+                note: s.note.clone(),
+                receipt: receipt_of(s, receipts).map(ReceiptView::from),
+            })
+            .collect();
+        items.sort_by_key(|i| i.index);
+        items
+    }
+}
+
+/// A batch step's items by where they stand.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ItemCounts {
+    pub total: u64,
+    /// Not released yet (at most `max_parallel` run at once).
+    pub pending: u64,
+    /// Ready, running or waiting to retry.
+    pub running: u64,
+    pub succeeded: u64,
+    /// Unknown or contradicted: a person decides.
+    pub outcome_unknown: u64,
+    /// Ended terminally, blocked or waiting for review: a person decides.
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Compensating or compensated.
+    pub compensated: u64,
+}
+
+impl ItemCounts {
+    /// Counts the items of batch step `step` among a workflow's rows.
+    pub fn of(step: &str, steps: &[StepRecord]) -> Option<Self> {
+        let parent = steps.iter().find(|s| s.step == step)?;
+        let total = parent.items?;
+        let mut counts = ItemCounts {
+            total,
+            ..ItemCounts::default()
+        };
+        for item in steps.iter().filter(|s| s.batch_of.as_deref() == Some(step)) {
+            let slot = match item.state {
+                StepState::Pending => &mut counts.pending,
+                StepState::Ready
+                | StepState::Running
+                | StepState::FailedRetryable
+                | StepState::AwaitingApproval => &mut counts.running,
+                StepState::Succeeded => &mut counts.succeeded,
+                StepState::OutcomeUnknown | StepState::Contradicted => &mut counts.outcome_unknown,
+                StepState::FailedTerminal | StepState::Blocked | StepState::WaitingForReview => {
+                    &mut counts.failed
+                }
+                StepState::Cancelled => &mut counts.cancelled,
+                StepState::Compensating | StepState::Compensated => &mut counts.compensated,
+            };
+            *slot += 1;
+        }
+        Some(counts)
+    }
 }
 
 /// An approval step's latest question and its decision.
@@ -416,7 +504,8 @@ fn ordered<'a>(
     };
     let mut out: Vec<(&StepRecord, &str)> = steps
         .iter()
-        .filter(|s| s.role != Some(StepRole::Compensation))
+        // A batch step's items and compensations are told through their step.
+        .filter(|s| s.role != Some(StepRole::Compensation) && s.batch_of.is_none())
         .map(|s| (s, label(&s.step)))
         .collect();
     // Stable: unknown steps keep their stored order.
@@ -579,6 +668,7 @@ pub fn workflow_view(
                 retention_deadline: retention_deadline(s).map(rfc3339),
                 contract: None,
                 approval: None,
+                items: ItemCounts::of(&s.step, steps),
             })
             .collect(),
     };
@@ -816,6 +906,10 @@ mod tests {
             key_remembered_until: None,
             retention_warned_at: None,
             key_step: None,
+            batch_of: None,
+            item_key: None,
+            item_index: None,
+            items: None,
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::mapping::InputMapping;
+use super::mapping::{InputMapping, Reference};
 use super::retry::RetryPolicy;
 use super::values::{StepId, WorkflowName, duration_text};
 
@@ -245,6 +245,63 @@ pub struct StepDef {
     /// What an approval step approves, and who may and until when (approval steps only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalDef>,
+    /// The list whose items each become an effect of their own (adapter steps only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchDef>,
+}
+
+/// A batch step's declaration: each item of a list is an effect intent of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchDef {
+    /// The list: `$input.<path>` or `$steps.<id>.output.<field>[.<path>]`.
+    #[serde(with = "reference_text")]
+    pub for_each: Reference,
+    /// What names an item stably (`$item[.<path>]`); `None`: its canonical JSON digest.
+    #[serde(default, with = "reference_text::option")]
+    pub item_key: Option<Reference>,
+    /// How many items may run at once.
+    pub max_parallel: u32,
+}
+
+impl BatchDef {
+    /// `max_parallel` when a definition does not say.
+    pub const DEFAULT_MAX_PARALLEL: u32 = 8;
+    /// The most `max_parallel` may be.
+    pub const MAX_PARALLEL: u32 = 1000;
+}
+
+/// A reference as its text, for the serialized definition.
+mod reference_text {
+    use super::Reference;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &Reference, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(r)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Reference, D::Error> {
+        let text = String::deserialize(d)?;
+        Reference::parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub mod option {
+        use super::Reference;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(r: &Option<Reference>, s: S) -> Result<S::Ok, S::Error> {
+            match r {
+                Some(r) => s.collect_str(r),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Reference>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|text| Reference::parse(&text).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
 }
 
 /// An approval step's declaration.
@@ -455,6 +512,7 @@ mod tests {
             compensation: None,
             cost: 1,
             approval: None,
+            batch: None,
         }
     }
 

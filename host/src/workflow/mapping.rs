@@ -11,6 +11,7 @@
 //! | `$steps.<id>.output` | the whole output of step `<id>`'s receipt |
 //! | `$steps.<id>.output.<field>[.<path>]` | a named receipt field (listed in `<id>`'s `outputs`) |
 //! | `$steps.<id>.external_reference` | the external reference of adapter step `<id>`'s receipt |
+//! | `$item`, `$item.<path>` | in a step with `for_each`: the item (or a field of it) |
 //! | `$$...` | the literal string `$...` |
 //!
 //! A path is segments separated by `.`; a segment that is a number indexes an array.
@@ -50,6 +51,11 @@ pub enum Reference {
         /// The adapter step whose receipt is read.
         step: StepId,
     },
+    /// `$item` (empty path) or `$item.<path>`: in a step with `for_each`, the item.
+    Item {
+        /// Field names (or array indices) from the root of the item.
+        path: Vec<String>,
+    },
 }
 
 /// A reference string that does not follow the grammar.
@@ -84,6 +90,7 @@ impl Reference {
         let owned = |s: &[&str]| s.iter().map(|s| s.to_string()).collect();
         match segments.as_slice() {
             ["input", path @ ..] => Ok(Reference::Input { path: owned(path) }),
+            ["item", path @ ..] => Ok(Reference::Item { path: owned(path) }),
             ["steps"] => Err(fail("a step id must follow `$steps.`".to_string())),
             ["steps", id, rest @ ..] => {
                 let step = StepId::new(*id).map_err(|err| fail(err.to_string()))?;
@@ -106,7 +113,7 @@ impl Reference {
                 }
             }
             [root, ..] => Err(fail(format!(
-                "unknown root `${root}`; references start with `$input` or `$steps`"
+                "unknown root `${root}`; references start with `$input` or `$steps` (or `$item`, in a step with `for_each`)"
             ))),
             [] => Err(fail("nothing follows `$`".to_string())),
         }
@@ -115,7 +122,7 @@ impl Reference {
     /// The step whose receipt this reads, if any.
     pub fn step(&self) -> Option<&StepId> {
         match self {
-            Reference::Input { .. } => None,
+            Reference::Input { .. } | Reference::Item { .. } => None,
             Reference::Output { step, .. } | Reference::ExternalReference { step } => Some(step),
         }
     }
@@ -133,6 +140,7 @@ impl fmt::Display for Reference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (head, path) = match self {
             Reference::Input { path } => ("$input".to_string(), path),
+            Reference::Item { path } => ("$item".to_string(), path),
             Reference::Output { step, path } => (format!("$steps.{step}.output"), path),
             Reference::ExternalReference { step } => {
                 return write!(f, "$steps.{step}.external_reference");
@@ -172,6 +180,12 @@ pub enum MappingError {
         reference: String,
         /// The step without a receipt.
         step: String,
+    },
+    /// `$item` outside a step with `for_each`.
+    #[error("input mapping reads `{reference}`, but only a step with `for_each` has an item")]
+    NoItem {
+        /// The reference as written.
+        reference: String,
     },
     /// The receipt has no external reference.
     #[error(
@@ -278,32 +292,20 @@ impl InputMapping {
         input: &Value,
         receipts: impl Fn(&str) -> Option<ReceiptView>,
     ) -> Result<Value, MappingError> {
-        fn fill(
-            t: &Template,
-            input: &Value,
-            receipts: &dyn Fn(&str) -> Option<ReceiptView>,
-        ) -> Result<Value, MappingError> {
-            Ok(match t {
-                Template::Literal(v) => v.clone(),
-                Template::Reference(r) => lookup(r, input, receipts)?,
-                Template::Array(items) => Value::Array(
-                    items
-                        .iter()
-                        .map(|i| fill(i, input, receipts))
-                        .collect::<Result<_, _>>()?,
-                ),
-                Template::Object(fields) => Value::Object(
-                    fields
-                        .iter()
-                        .map(|(k, i)| Ok((k.clone(), fill(i, input, receipts)?)))
-                        .collect::<Result<_, _>>()?,
-                ),
-            })
-        }
+        self.resolve_item(input, None, receipts)
+    }
+
+    /// [`Self::resolve`] for one item of a step with `for_each` (`$item` reads `item`).
+    pub fn resolve_item(
+        &self,
+        input: &Value,
+        item: Option<&Value>,
+        receipts: impl Fn(&str) -> Option<ReceiptView>,
+    ) -> Result<Value, MappingError> {
         let fields = self
             .fields
             .iter()
-            .map(|(k, t)| Ok((k.clone(), fill(t, input, &receipts)?)))
+            .map(|(k, t)| Ok((k.clone(), fill(t, input, item, &receipts)?)))
             .collect::<Result<Map<_, _>, _>>()?;
         Ok(Value::Object(fields))
     }
@@ -384,9 +386,36 @@ fn to_value(t: &Template) -> Value {
     }
 }
 
-fn lookup(
+fn fill(
+    t: &Template,
+    input: &Value,
+    item: Option<&Value>,
+    receipts: &dyn Fn(&str) -> Option<ReceiptView>,
+) -> Result<Value, MappingError> {
+    Ok(match t {
+        Template::Literal(v) => v.clone(),
+        Template::Reference(r) => lookup(r, input, item, receipts)?,
+        Template::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| fill(i, input, item, receipts))
+                .collect::<Result<_, _>>()?,
+        ),
+        Template::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, i)| Ok((k.clone(), fill(i, input, item, receipts)?)))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+/// The value one reference names: of the item (`item`, in a step with `for_each`), the
+/// input, or an earlier step's receipt.
+pub fn lookup(
     r: &Reference,
     input: &Value,
+    item: Option<&Value>,
     receipts: &dyn Fn(&str) -> Option<ReceiptView>,
 ) -> Result<Value, MappingError> {
     let receipt = |step: &StepId| {
@@ -397,6 +426,12 @@ fn lookup(
     };
     match r {
         Reference::Input { path } => walk(r, "$input", input, path),
+        Reference::Item { path } => match item {
+            Some(item) => walk(r, "$item", item, path),
+            None => Err(MappingError::NoItem {
+                reference: r.to_string(),
+            }),
+        },
         Reference::Output { step, path } => {
             let view = receipt(step)?;
             walk(r, &format!("$steps.{step}.output"), &view.output, path)

@@ -70,10 +70,12 @@
 //! workflow completes).
 
 mod approval;
+mod batch;
 mod def;
 mod diagnostics;
 mod env;
 mod graph;
+mod items;
 mod mapping;
 mod raw;
 mod references;
@@ -86,15 +88,16 @@ mod values;
 
 pub use approval::{APPROVAL_COMPONENT, Consequence, ConsequenceError, approval_provenance};
 pub use def::{
-    ActionCapabilities, AdapterAction, ApprovalDef, Budget, COMPLETION_RECORDED, Compensation,
-    CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities, StepDef,
-    StepKind, WorkflowDef,
+    ActionCapabilities, AdapterAction, ApprovalDef, BatchDef, Budget, COMPLETION_RECORDED,
+    Compensation, CompensationTrigger, OutputMismatch, REQUEST_RECORDED, RequestedCapabilities,
+    StepDef, StepKind, WorkflowDef,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, LocatedDiagnostic, closest, from_toml as toml_diagnostic,
     list as name_list,
 };
 pub use env::{CheckEnv, ComponentWorld, StaticEnv};
+pub use items::{Item, ItemsError, item_identity, item_of};
 pub use mapping::{InputMapping, MappingError, ReceiptView, Reference, ReferenceError};
 pub use retry::RetryPolicy;
 pub use schema::{InputError, InputValidator, SchemaError};

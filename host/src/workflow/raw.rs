@@ -148,6 +148,18 @@ pub(super) struct StepToml {
     /// What one call of this adapter step costs against `budget.max_cost` (default 1).
     #[schemars(with = "Option<u32>")]
     pub cost: Option<Spanned<i64>>,
+    /// Adapter steps: a batch. The list whose items each become an effect of their own
+    /// (`"$input.recipients"`, or `"$steps.<id>.output.<field>"`); the input reads the item
+    /// as `$item`.
+    #[schemars(with = "Option<String>")]
+    pub for_each: Option<Spanned<String>>,
+    /// With `for_each`: what names an item stably, a reference into it (`"$item.email"`);
+    /// without it, the digest of the item's canonical JSON.
+    #[schemars(with = "Option<String>")]
+    pub item_key: Option<Spanned<String>>,
+    /// With `for_each`: how many items may run at once (default 8).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1000))]
+    pub max_parallel: Option<Spanned<i64>>,
 }
 
 /// `[steps.retry]`: exponential backoff with jitter. Whether a failure is retried at all is

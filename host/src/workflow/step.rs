@@ -159,6 +159,7 @@ pub(super) fn step(
         compensation: None,
         cost,
         approval: super::approval::declaration(raw, deadline, ctx),
+        batch: None,
     };
     let mut compensation_refs = Vec::new();
     let compensation = raw.compensation.as_ref().map(|c| {

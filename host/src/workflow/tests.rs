@@ -259,3 +259,33 @@ fn located_diagnostics_have_positions() {
     assert_eq!(located[0].file, "f.toml");
     assert!(located[0].line.is_some());
 }
+
+#[test]
+fn a_batch_step_names_its_list_its_item_key_and_how_many_run_at_once() {
+    let source = include_str!("../../tests/good/batch.toml");
+    let def = check("batch.toml", source, &env()).unwrap_or_else(|d| panic!("{d}"));
+    let batch = def.steps[0].batch.as_ref().expect("a batch step");
+    assert_eq!(batch.for_each.to_string(), "$input.recipients");
+    assert_eq!(
+        batch.item_key.as_ref().map(ToString::to_string).as_deref(),
+        Some("$item.email")
+    );
+    assert_eq!(batch.max_parallel, 4);
+    // The input reads the item; a plain resolution has none.
+    let input = json!({"recipients": [{"email": "a@example.com"}], "subject": "Hi"});
+    let item = json!({"email": "a@example.com"});
+    let mapped = def.steps[0]
+        .input
+        .resolve_item(&input, Some(&item), |_| None)
+        .unwrap();
+    assert_eq!(mapped["recipient"], "a@example.com");
+    let err = def.steps[0].input.resolve(&input, |_| None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input mapping reads `$item.email`, but only a step with `for_each` has an item"
+    );
+    // Without `max_parallel`, 8 at a time.
+    let default = source.replace("max_parallel = 4\n", "");
+    let def = check("batch.toml", &default, &env()).unwrap();
+    assert_eq!(def.steps[0].batch.as_ref().unwrap().max_parallel, 8);
+}

@@ -19,7 +19,7 @@ use super::raw::{BudgetToml, StepToml, WorkflowToml};
 use super::schema::{pointer_keys, schema_help, schema_problems};
 use super::spans::{Part, Seg, SourceTree, toml_to_json};
 use super::values::TomlDuration;
-use super::{StepKind, WorkflowDef, approval, references, step};
+use super::{StepKind, WorkflowDef, approval, batch, references, step};
 
 /// Default per-attempt timeout (never longer than the workflow's deadline).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -92,7 +92,8 @@ pub(super) fn workflow(raw: &WorkflowToml, ctx: &mut Ctx<'_, '_>, digest: String
     let mut steps = Vec::with_capacity(raw.steps.len());
     let mut input_refs = Vec::with_capacity(raw.steps.len());
     for (i, raw_step) in raw.steps.iter().enumerate() {
-        let (step, refs, compensation_refs) = step::step(raw_step, i, deadline, ctx);
+        let (mut step, refs, compensation_refs) = step::step(raw_step, i, deadline, ctx);
+        step.batch = batch::declaration(raw, i, &refs, &index, &graph, &input_schema, ctx);
         input_refs.push(refs.clone());
         references::references(raw, i, refs, &index, &graph, &input_schema, ctx);
         references::compensation_references(raw, i, compensation_refs, &index, &graph, ctx);

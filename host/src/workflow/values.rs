@@ -174,6 +174,12 @@ impl StepId {
     pub fn compensation(&self) -> StepId {
         StepId(crate::course::compensation_id(&self.0))
     }
+
+    /// The id of the item `key` of this batch step, `<id>[<key>]`: a row of its own, never
+    /// written in a definition (`[` is not in the grammar), so it never collides.
+    pub fn item(&self, key: &str) -> StepId {
+        StepId(super::items::item_identity(&self.0, key))
+    }
 }
 
 /// A duration written as text with units (`"5s"`, `"200ms"`, `"1h 30m"`), parsed with

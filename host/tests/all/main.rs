@@ -35,6 +35,7 @@ macro_rules! on_both_stores {
 mod adoption;
 mod api;
 mod approvals;
+mod batches;
 mod budgets;
 mod cli_adapter;
 mod cli_demo;

@@ -508,7 +508,8 @@ impl HostProcess {
                     .get(&format!("/v1/workflows/{id}/timeline?limit=500"))
                     .await;
                 panic!(
-                    "workflow {id} did not reach {states:?} within {within:?}: {wf}\ntimeline: {timeline:#}"
+                    "workflow {id} did not reach {states:?} within {within:?}: {wf}\ntimeline: {timeline:#}\nthe host's log ends:\n{}",
+                    self.log_tail(20)
                 );
             }
         }

@@ -34,6 +34,7 @@ pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
         trace_parent: None,
         environment: None,
         key_step: None,
+        item: None,
         context: crate::store::StepContext::default(),
     }
 }
@@ -57,6 +58,7 @@ pub(super) fn step() -> StepDef {
         compensation: None,
         cost: 1,
         approval: None,
+        batch: None,
     }
 }
 
@@ -157,4 +159,32 @@ fn a_retry_that_could_not_start_before_the_deadline_fails_the_step() {
     let after = Some(Duration::from_millis(u64::MAX));
     let (t, _) = retry_or_fail(&claimed(1, FAR), &step(), after, "later".into(), NOW, 0.0);
     assert_eq!(t, StepTransition::Terminal(StepState::FailedTerminal));
+}
+
+/// An item row runs its batch step's adapter on its own item, under its own id; its
+/// compensation reverses it under `<step>[<key>].compensate`; a row that names an item of a
+/// step without `for_each` is not a step of the definition.
+#[test]
+fn an_item_row_runs_its_batch_steps_adapter_under_its_own_id() {
+    let source = include_str!("../../../tests/good/batch.toml");
+    let def = crate::workflow::parse("batch.toml", source).unwrap();
+    let item = step_of(&def, "deliver[a@example.com]").expect("an item of `deliver`");
+    assert_eq!(item.id.as_str(), "deliver[a@example.com]");
+    assert_eq!(item.component, "http-delivery");
+    assert!(item.batch.is_none(), "an item is one effect");
+    let compensation = step_of(&def, "deliver[a@example.com].compensate").expect("its reversal");
+    assert_eq!(
+        compensation.id.as_str(),
+        "deliver[a@example.com].compensate"
+    );
+    let plain = crate::workflow::parse(
+        "plain.toml",
+        &source
+            .replace("for_each = \"$input.recipients\"\n", "")
+            .replace("item_key = \"$item.email\"\n", "")
+            .replace("max_parallel = 4\n", "")
+            .replace("\"$item.email\"", "\"$input.subject\""),
+    )
+    .unwrap();
+    assert!(step_of(&plain, "deliver[a@example.com]").is_none());
 }

@@ -57,11 +57,13 @@ pub(crate) const SQL: Sql = Sql {
                     uncertain_since, lease_owner, lease_token, lease_expires_at, receipt_id,
                     note, escalated, role, compensate_on, blocked, policy_exception,
                     input_digest, reads, key_sent_at, key_remembered_until,
-                    retention_warned_at, key_step)
+                    retention_warned_at, key_step, batch_of, item_key, item, item_index,
+                    items, max_parallel)
                 SELECT workflow_id, $2, $3, attempts, ready_at, next_trigger, uncertain_since,
                     lease_owner, lease_token, lease_expires_at, receipt_id, note, escalated, $4,
                     $5, blocked, policy_exception, input_digest, $6, key_sent_at,
-                    key_remembered_until, retention_warned_at, $7
+                    key_remembered_until, retention_warned_at, $7, batch_of, item_key, item,
+                    item_index, items, max_parallel
                 FROM steps WHERE workflow_id = $1 AND step = $8",
     add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads)
                VALUES ($1, $2, 'pending', $3, $4, $5)",

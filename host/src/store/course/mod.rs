@@ -55,7 +55,7 @@ pub(crate) const SQL: Sql = Sql {
                    FROM cancellations WHERE workflow_id = $1",
     // `ord` is the step's place in its definition.
     course_steps: "SELECT s.step, s.role, s.state, s.uncertain_since, s.compensate_on,
-                       s.receipt_id, r.external_reference
+                       s.receipt_id, s.items, r.external_reference
                    FROM steps s LEFT JOIN receipts r ON r.receipt_id = s.receipt_id
                    WHERE s.workflow_id = $1 ORDER BY s.ord",
     running_checkpoints: "SELECT a.step, a.checkpoint FROM steps s JOIN attempts a

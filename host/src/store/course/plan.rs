@@ -130,9 +130,13 @@ pub(crate) fn revision_event(r: &crate::store::RevisionRecord) -> NewEvent {
     }))
 }
 
-/// The rows after a settlement, as the workflow's state is derived from them.
-pub(crate) fn settled(steps: &[CourseStep], s: &Settlement) -> Vec<(Option<StepRole>, StepState)> {
-    let mut out: Vec<(Option<StepRole>, StepState)> = steps
+/// The rows after a settlement (id, role, state), as the workflow's state is derived
+/// from them.
+pub(crate) fn settled(
+    steps: &[CourseStep],
+    s: &Settlement,
+) -> Vec<(String, Option<StepRole>, StepState)> {
+    let mut out: Vec<(String, Option<StepRole>, StepState)> = steps
         .iter()
         .map(|step| {
             let state = if s.cancel.contains(&step.id) {
@@ -144,7 +148,7 @@ pub(crate) fn settled(steps: &[CourseStep], s: &Settlement) -> Vec<(Option<StepR
             } else {
                 step.state
             };
-            (step.role, state)
+            (step.id.clone(), step.role, state)
         })
         .collect();
     out.extend(s.start.iter().map(|c| {
@@ -153,7 +157,7 @@ pub(crate) fn settled(steps: &[CourseStep], s: &Settlement) -> Vec<(Option<StepR
         } else {
             StepState::Pending
         };
-        (Some(StepRole::Compensation), state)
+        (c.id.clone(), Some(StepRole::Compensation), state)
     }));
     out
 }

@@ -173,15 +173,18 @@ pub(crate) const SQL: Sql = Sql {
                   SELECT 1 FROM step_deps d JOIN steps s2
                     ON s2.workflow_id = d.workflow_id AND s2.step = d.depends_on
                   WHERE d.workflow_id = $2 AND d.step = $3 AND s2.state <> 'succeeded')",
-    roles: "SELECT role, state FROM steps WHERE workflow_id = $1",
+    // A workflow's own rows: a batch step's items are judged through their step.
+    roles: "SELECT step, role, state, items FROM steps
+            WHERE workflow_id = $1 AND batch_of IS NULL",
     deps: "SELECT step, depends_on FROM step_deps WHERE workflow_id = $1",
     set_step_state: "UPDATE steps SET state = $1, ready_at = NULL WHERE workflow_id = $2 AND step = $3",
     // A compensation's identity follows its original's (see `Claimed::identity`).
+    // An item's compensation reads its item, as the item did.
     insert_compensation: "INSERT INTO steps (workflow_id, step, state, ready_at, role,
-                              next_trigger, key_step)
-                          VALUES ($1, $2, $3, $4, 'compensation', 'compensation',
-                                  (SELECT o.key_step || '.compensate' FROM steps o
-                                   WHERE o.workflow_id = $1 AND o.step = $5))",
+                              next_trigger, key_step, item)
+                          SELECT $1, $2, $3, $4, 'compensation', 'compensation',
+                                 o.key_step || '.compensate', o.item
+                          FROM steps o WHERE o.workflow_id = $1 AND o.step = $5",
     insert_dep: "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES ($1, $2, $3)",
     set_state: "UPDATE workflows SET state = $1, ended_at = $2, next_seq = next_seq + 1
                 WHERE workflow_id = $3",
@@ -338,7 +341,21 @@ pub(crate) async fn finish<T: Tx>(tx: &mut T, req: &FinishRequest) -> StoreResul
         })
         .await?;
     }
-    let workflow_state = recompute_state(tx, &fence.workflow_id, current, cancelled, now).await?;
+    // An item's end moves its batch step, when it moves it; the workflow's state is derived
+    // from its own steps, so an item's end that leaves its batch step as it was (and no
+    // cancellation to settle) leaves the workflow as it was too, and reads none of its rows.
+    let batch = match crate::workflow::item_of(&fence.step) {
+        Some((step, _)) => {
+            let settled = super::batches::settle(tx, &fence.workflow_id, step, now).await?;
+            released.extend(settled.released);
+            Some(settled.moved)
+        }
+        None => None,
+    };
+    let workflow_state = match batch {
+        Some(None) if !cancelled => current,
+        _ => recompute_state(tx, &fence.workflow_id, current, cancelled, now).await?,
+    };
     if plan::compensated_now(&req.transition, &fence.step) {
         super::notifications::outbox(
             tx,
@@ -393,7 +410,7 @@ pub(crate) async fn release_dependents<T: Tx>(
 
 /// [`release_dependents`] after `step` succeeded: only the steps that run after it can
 /// have become ready, so only they are looked at (a workflow's other steps are not read).
-async fn release_dependents_of<T: Tx>(
+pub(crate) async fn release_dependents_of<T: Tx>(
     tx: &mut T,
     id: &WorkflowId,
     step: &str,
@@ -486,6 +503,16 @@ impl<B: Backend> ExecutorStore for B {
     async fn ask_approval(&self, request: super::AskApproval) -> StoreResult<()> {
         self.write(request, |tx, req| Box::pin(super::approvals::ask(tx, req)))
             .await
+    }
+
+    async fn expand_batch(&self, request: super::ExpandBatch) -> StoreResult<Vec<String>> {
+        let released = self
+            .write(request, |tx, req| Box::pin(super::batches::expand(tx, req)))
+            .await?;
+        if !released.is_empty() {
+            self.poke();
+        }
+        Ok(released)
     }
 
     async fn late_evidence(&self, late: LateEvidence) -> StoreResult<()> {

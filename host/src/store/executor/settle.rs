@@ -81,29 +81,61 @@ pub(crate) async fn recompute_state_tallying<T: Tx>(
     Ok(change.next)
 }
 
+/// One of a workflow's own rows (never a batch step's item), as its state is derived.
+struct Row {
+    id: String,
+    role: Option<StepRole>,
+    state: StepState,
+    /// A batch step whose items exist: its state is judged from them.
+    batch: bool,
+}
+
 /// Applies what the workflow's course asks for now (cancelled steps, compensations to
-/// start, originals compensated); returns every row's role and state afterwards.
+/// start, originals compensated), then moves each batch step as its items say; returns
+/// the role and state of every row of the workflow's own afterwards.
 async fn settle_course<T: Tx>(
     tx: &mut T,
     id: &WorkflowId,
     cancelled: bool,
     now: Millis,
 ) -> StoreResult<Vec<(Option<StepRole>, StepState)>> {
+    let mut rows = settle_steps(tx, id, cancelled, now).await?;
+    for row in rows.iter_mut().filter(|r| r.batch) {
+        if matches!(row.state, StepState::Running | StepState::WaitingForReview)
+            && let Some(state) = crate::store::batches::settle(tx, id, &row.id, now)
+                .await?
+                .moved
+        {
+            row.state = state;
+        }
+    }
+    Ok(rows.into_iter().map(|r| (r.role, r.state)).collect())
+}
+
+/// The course's part of [`settle_course`].
+async fn settle_steps<T: Tx>(
+    tx: &mut T,
+    id: &WorkflowId,
+    cancelled: bool,
+    now: Millis,
+) -> StoreResult<Vec<Row>> {
     let sql = &tx.sql().executor;
     let wf = id.as_str();
     // Most finishes settle nothing: the roles and states decide that, read without the
     // receipts' join (a finish's second most costly statement when it was always read).
     if !cancelled {
-        let states = tx
+        let rows = tx
             .rows(sql.roles, &values![wf], |r| {
-                Ok((
-                    r.opt_text("role")?.map(|t| parse(&t)).transpose()?,
-                    parse::<StepState>(&r.text("state")?)?,
-                ))
+                Ok(Row {
+                    id: r.text("step")?,
+                    role: r.opt_text("role")?.map(|t| parse(&t)).transpose()?,
+                    state: parse::<StepState>(&r.text("state")?)?,
+                    batch: r.opt_int("items")?.is_some(),
+                })
             })
             .await?;
-        if !course::may_settle(false, states.iter().map(|(_, s)| s)) {
-            return Ok(states);
+        if !course::may_settle(false, rows.iter().map(|r| &r.state)) {
+            return Ok(rows);
         }
     }
     let steps = tx
@@ -111,8 +143,20 @@ async fn settle_course<T: Tx>(
             rows::course_step(r)
         })
         .await?;
+    let own = |steps: &[course::CourseStep]| -> Vec<Row> {
+        steps
+            .iter()
+            .filter(|s| crate::workflow::item_of(&s.id).is_none())
+            .map(|s| Row {
+                id: s.id.clone(),
+                role: s.role,
+                state: s.state,
+                batch: s.batch,
+            })
+            .collect()
+    };
     if !course::may_settle(cancelled, steps.iter().map(|s| &s.state)) {
-        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+        return Ok(own(&steps));
     }
     let deps = if steps.iter().any(|s| !s.compensate_on.is_empty()) {
         tx.rows(sql.deps, &values![wf], |r| {
@@ -124,7 +168,7 @@ async fn settle_course<T: Tx>(
     };
     let settlement = course::settle(cancelled, &steps, &deps);
     if settlement.is_empty() {
-        return Ok(steps.iter().map(|s| (s.role, s.state)).collect());
+        return Ok(own(&steps));
     }
     let moved = (settlement.cancel.iter().map(|s| (s, StepState::Cancelled)))
         .chain((settlement.compensated.iter()).map(|s| (s, StepState::Compensated)))
@@ -165,5 +209,14 @@ async fn settle_course<T: Tx>(
         events: &settlement.events,
     })
     .await?;
-    Ok(crate::store::course::plan::settled(&steps, &settlement))
+    Ok(crate::store::course::plan::settled(&steps, &settlement)
+        .into_iter()
+        .filter(|(id, _, _)| crate::workflow::item_of(id).is_none())
+        .map(|(id, role, state)| Row {
+            batch: steps.iter().any(|s| s.id == id && s.batch),
+            id,
+            role,
+            state,
+        })
+        .collect())
 }

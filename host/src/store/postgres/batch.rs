@@ -235,14 +235,40 @@ pub(crate) async fn finish_batch_tx(
     }
     counters_and_timeline(conn, reqs, &done, &events).await?;
 
+    // An item's end moves its batch step: the next items released, the step judged (each
+    // as alone; a batch holds one finish per workflow).
+    let mut items_released: Vec<Vec<String>> = vec![Vec::new(); reqs.len()];
+    let mut batch_moved: HashSet<&str> = HashSet::new();
+    for &i in &done {
+        if let Some((step, _)) = crate::workflow::item_of(&reqs[i].fence.step) {
+            let mut tx = PgTx::on(conn);
+            let settled = crate::store::batches::settle(
+                &mut tx,
+                &reqs[i].fence.workflow_id,
+                step,
+                reqs[i].now,
+            )
+            .await;
+            let settled = tx.outcome(settled)?;
+            if settled.moved.is_some() {
+                batch_moved.insert(id(i));
+            }
+            items_released[i] = settled.released;
+        }
+    }
+
     // Each workflow's state from its steps: most finishes change nothing, and only those
     // that settle a course or change a state run the full recomputation.
     let mut steps: HashMap<String, Vec<(Option<StepRole>, StepState)>> = HashMap::new();
-    for r in sqlx::query("SELECT workflow_id, role, state FROM steps WHERE workflow_id = ANY($1)")
-        .persistent(false)
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?
+    // A batch step's items are judged through their step.
+    for r in sqlx::query(
+        "SELECT workflow_id, role, state FROM steps
+         WHERE workflow_id = ANY($1) AND batch_of IS NULL",
+    )
+    .persistent(false)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?
     {
         let role = r
             .opt_text("role")?
@@ -266,7 +292,9 @@ pub(crate) async fn finish_batch_tx(
             .ok_or_else(|| StoreError::Corrupt(format!("workflow {wf} vanished")))?;
         let now = reqs[i].now;
         let rows = steps.get(wf).map_or(&[][..], Vec::as_slice);
-        let next = if course::may_settle(cancelled, rows.iter().map(|(_, s)| s)) {
+        let next = if batch_moved.contains(wf)
+            || course::may_settle(cancelled, rows.iter().map(|(_, s)| s))
+        {
             // A course to settle (compensations, a cancellation) first: as alone.
             let mut tx = PgTx::on(conn);
             let next = shared::recompute_state_tallying(
@@ -323,7 +351,10 @@ pub(crate) async fn finish_batch_tx(
                     released.get(id(i)).cloned().unwrap_or_default()
                 } else {
                     Vec::new()
-                },
+                }
+                .into_iter()
+                .chain(items_released[i].iter().cloned())
+                .collect(),
             })
         })
         .collect())

@@ -250,7 +250,7 @@ pub(super) async fn claim_tx(
              note = NULL
          FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
          RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
-                   s.key_remembered_until, s.policy_exception, s.reads, s.key_step,
+                   s.key_remembered_until, s.policy_exception, s.reads, s.key_step, s.item,
                    s.lease_token, s.ready_at, s.ord",
     )
     .bind(&req.owner)

@@ -7,14 +7,15 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreError,
-    StoreResult, actions, admission, approvals, budgets, components, course, definitions, evidence,
-    executor, late, leases, metrics, notifications, policies, sessions, settings,
+    StoreResult, actions, admission, approvals, batches, budgets, components, course, definitions,
+    evidence, executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 
 /// PostgreSQL's statements.
 static STATEMENTS: Statements = Statements {
     approvals: approvals::SQL,
+    batches: batches::SQL,
     admission: admission::postgres::SQL,
     actions: actions::postgres::SQL,
     budgets: budgets::SQL,

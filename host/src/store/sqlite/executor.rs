@@ -35,7 +35,7 @@ struct ClaimedWorkflow {
 const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS attempts, \
     next_trigger, uncertain_since, key_remembered_until, \
     lower(hex(randomblob(16))) AS lease_token, \
-    policy_exception, reads, key_step FROM steps";
+    policy_exception, reads, key_step, item FROM steps";
 
 /// Claims up to `req.limit` ready steps, the longest-waiting first.
 pub(super) fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {

@@ -8,14 +8,15 @@ use crate::store::plan::Param;
 use crate::store::tx::{Backend, Statements, Tx, TxArg, TxBody, TxOut, Write, run_now};
 use crate::store::{
     AdmitOutcome, AdmitRequest, ClaimRequest, Claimed, FinishOutcome, FinishRequest, StoreResult,
-    actions, admission, approvals, budgets, components, course, definitions, evidence, executor,
-    late, leases, metrics, notifications, policies, sessions, settings,
+    actions, admission, approvals, batches, budgets, components, course, definitions, evidence,
+    executor, late, leases, metrics, notifications, policies, sessions, settings,
 };
 use rusqlite::Connection;
 
 /// SQLite's statements.
 static STATEMENTS: Statements = Statements {
     approvals: approvals::SQL,
+    batches: batches::SQL,
     admission: admission::SQL,
     actions: actions::SQL,
     budgets: budgets::sqlite::SQL,

@@ -74,11 +74,11 @@ pub async fn a_new_key_creates_a_workflow_and_an_equivalent_resubmission_replays
             {"id": "prepare", "label": "Prepare letter", "state": "ready", "attempts": 0,
              "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
              "superseded_receipts": [], "retention_deadline": null, "contract": null,
-             "approval": null},
+             "approval": null, "items": null},
             {"id": "deliver", "label": "Deliver letter", "state": "pending", "attempts": 0,
              "escalated": null, "receipt": null, "blocked": null, "contradicted": null, "compensation": null,
              "superseded_receipts": [], "retention_deadline": null, "contract": null,
-             "approval": null},
+             "approval": null, "items": null},
         ])
     );
     // The projection's course: its revision (two timeline events so far), the command as

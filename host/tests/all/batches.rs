@@ -1,0 +1,459 @@
+//! Batch steps against real `docket serve` processes, the provider simulator and a real
+//! database, on both stores: each item of a `for_each` step is an effect intent of its own
+//! — its own key, attempts and receipt — and the step gathers them.
+
+use crate::host_process::{HostOptions, HostProcess, PROVIDER_TOKEN};
+use docket::intent::{WorkflowId, external_idempotency_key};
+use docket::sim::{ProviderSim, SimConfig};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const SETTLED: &[&str] = &["completed", "needs_review", "failed", "cancelled"];
+
+/// A mailing: one document delivered to each recipient, `max_parallel` at a time.
+fn mailing(max_parallel: u32) -> String {
+    mailing_with(max_parallel, "")
+}
+
+/// [`mailing`] whose deliveries a cancellation withdraws, item by item.
+fn withdrawn_mailing(max_parallel: u32) -> String {
+    mailing_with(
+        max_parallel,
+        "\n[steps.compensation]\non = \"workflow_cancelled\"\n",
+    )
+}
+
+fn mailing_with(max_parallel: u32, extra: &str) -> String {
+    format!(
+        r#"
+name = "mailing"
+version = 1
+deadline = "1h"
+
+[budget]
+max_attempts = 400
+max_external_calls = 400
+
+[input_schema]
+type = "object"
+required = ["document", "recipients"]
+properties.document.type = "string"
+properties.recipients.type = "array"
+
+[[steps]]
+id = "deliver"
+label = "Deliver to each recipient"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+for_each = "$input.recipients"
+item_key = "$item.email"
+max_parallel = {max_parallel}
+timeout = "30s"
+outputs = ["id", "client_reference", "status", "replayed"]
+
+[steps.input]
+recipient = "$item.email"
+document = "$input.document"
+document_digest = "$input.document"
+
+# Lookups inside the adapter's visibility window (5 s, asked again each second) count as
+# attempts: enough are left for a same-key retry after it.
+[steps.retry]
+max_attempts = 10
+initial_backoff = "100ms"
+max_backoff = "1s"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+{extra}"#
+    )
+}
+
+fn recipients(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"email": format!("person{i:02}@example.com")}))
+        .collect()
+}
+
+fn step<'a>(wf: &'a Value, id: &str) -> &'a Value {
+    wf["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == id))
+        .unwrap_or_else(|| panic!("no step {id}: {wf:#}"))
+}
+
+/// The projection once no item of `deliver` is pending or running.
+async fn items_settled(host: &HostProcess, id: &str) -> Value {
+    crate::wait::until("every item to settle", Duration::from_secs(90), || async {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        let items = &step(&wf, "deliver")["items"];
+        if items["pending"] == 0 && items["running"] == 0 {
+            Ok(wf)
+        } else {
+            Err(format!("{items}"))
+        }
+    })
+    .await
+}
+
+/// A row id as one path segment.
+fn urlencoding(text: &str) -> String {
+    text.replace('[', "%5B")
+        .replace(']', "%5D")
+        .replace('@', "%40")
+}
+
+/// The key an item's request is sent under: derived from its own identity.
+fn key_of(id: &str, item: &str) -> String {
+    external_idempotency_key(
+        &WorkflowId(id.to_string()),
+        &docket::workflow::item_identity("deliver", item),
+        "reference-provider",
+        Some(docket::catalog::DEFAULT_ENVIRONMENT),
+    )
+}
+
+/// 50 items: the provider loses two answers (recovered by contract) and rejects one
+/// recipient; the step waits for a person with 49 delivered and 1 failed, each accepted
+/// item delivered exactly once; a person's `resolve` of the failed item completes it.
+async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(db: Option<String>) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), mailing(4))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    let mut people = recipients(50);
+    // The provider refuses an address without `@` for good.
+    people[17] = json!({"email": "nobody-at-example.com"});
+    // Two answers lost after the provider committed: one delivery the lookup then finds
+    // (recovered by query), one it never sees (recovered by a same-key retry, which the
+    // provider answers from its record).
+    sim.sim()
+        .set_faults(json!({
+            "lose_for": ["person05@example.com", "person30@example.com"],
+            "hidden_for": ["person30@example.com"],
+        }))
+        .unwrap();
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "newsletter",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    // The rejected item puts the step in review at once; the other items run on.
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(90)).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let wf = items_settled(&host, &id).await;
+    assert_eq!(wf["state"], "needs_review", "{wf:#}");
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "waiting_for_review", "{wf:#}");
+    assert_eq!(
+        deliver["items"],
+        json!({"total": 50, "pending": 0, "running": 0, "succeeded": 49,
+               "outcome_unknown": 0, "failed": 1, "cancelled": 0, "compensated": 0}),
+        "{wf:#}"
+    );
+    // Items are not steps of the workflow's own.
+    assert_eq!(wf["steps"].as_array().unwrap().len(), 1, "{wf:#}");
+
+    // One delivery per accepted item, each under the item's own key.
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 49, "{world:?}");
+    for (i, p) in people.iter().enumerate() {
+        if i == 17 {
+            continue;
+        }
+        let key = key_of(&id, p["email"].as_str().unwrap());
+        let sent = world.iter().filter(|d| d.client_reference == key).count();
+        assert_eq!(sent, 1, "item {i}: {world:?}");
+    }
+
+    // Each lost answer was recovered on the item alone, by the contract's means.
+    let recovered = |item: &str| {
+        let host = &host;
+        let id = id.clone();
+        let row = docket::workflow::item_identity("deliver", item);
+        async move { host.attempts(&id, &urlencoding(&row)).await }
+    };
+    let by_query = recovered("person05@example.com").await;
+    assert!(
+        by_query
+            .iter()
+            .any(|a| a["trigger"] == "recovery_query" && a["outcome"] == "lookup_found"),
+        "{by_query:#?}"
+    );
+    let by_retry = recovered("person30@example.com").await;
+    let keys: Vec<&Value> = by_retry.iter().map(|a| &a["request_identity"]).collect();
+    assert!(
+        by_retry.iter().any(|a| a["outcome"] == "lookup_absent")
+            && by_retry.last().unwrap()["outcome"] == "accepted"
+            && keys.iter().filter(|k| k.is_string()).all(|k| *k == keys[0]),
+        "{by_retry:#?}"
+    );
+
+    // The failed item, paged by state, and its resolution.
+    let (status, failed) = host
+        .get(&format!(
+            "/v1/workflows/{id}/steps/deliver/items?state=failed_terminal"
+        ))
+        .await;
+    assert_eq!(status, 200, "{failed}");
+    assert_eq!(
+        failed["data"][0]["item_key"], "nobody-at-example.com",
+        "{failed}"
+    );
+    // The step itself is acted on through its items.
+    let (status, refused) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/deliver/retry"),
+            "retry-all",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("batch step") && message.contains("/items/{item_key}/retry"),
+        "{refused}"
+    );
+    let (status, resolved) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/deliver/items/nobody-at-example.com/resolve"),
+            "resolve-17",
+            json!({
+                "outcome": "succeeded",
+                "evidence": "delivered by hand to the corrected address",
+                "reason": "the address had a typo",
+                "external_reference": "manual-17",
+                "output": {"id": "manual-17", "client_reference": "-", "status": "delivered",
+                           "replayed": false},
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{resolved}\n{}", host.log_tail(30));
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["items"]["succeeded"], 50, "{wf:#}");
+
+    assert_eq!(sim.sim().world().len(), 49);
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Short leases: the restarted host's clock is moved past the dead one's.
+const LEASE_MS: u64 = 3_000;
+
+/// A host aborts at checkpoint `checkpoint` of the first item's attempt (one item runs at
+/// a time); restarted on the same database, it recovers that item alone, by the contract,
+/// and the batch ends with one delivery per item.
+async fn crash_at(db: Option<String>, checkpoint: u8) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let options = |dir, failpoint: bool| HostOptions {
+        config: format!("[limits]\nlease = \"{LEASE_MS}ms\"\n"),
+        workflows: vec![("mailing.toml".into(), mailing(1))],
+        env: if failpoint {
+            vec![(
+                "DOCKET_FAILPOINT".into(),
+                format!("checkpoint-{checkpoint}"),
+            )]
+        } else {
+            Vec::new()
+        },
+        dir,
+        provider: Some(sim.base_url()),
+        db: db.clone(),
+        ..HostOptions::default()
+    };
+    let mut host = HostProcess::start(options(None, true)).await;
+    let people = recipients(3);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            &format!("crash-{checkpoint}"),
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let exit = host.wait_exit(Duration::from_secs(60)).await;
+    assert!(
+        exit.is_some_and(|s| !s.success())
+            && host
+                .log_text()
+                .contains(&format!("failpoint checkpoint-{checkpoint} reached")),
+        "checkpoint {checkpoint}: the host did not abort at the failpoint ({exit:?})"
+    );
+    let at_death = sim.sim().world().len();
+    assert!(
+        at_death <= 1,
+        "checkpoint {checkpoint}: {at_death} deliveries"
+    );
+
+    let host = HostProcess::start(options(Some(host.kill()), false)).await;
+    host.advance_clock(LEASE_MS + 1_000).await;
+    let wf = crate::wait::until(
+        &format!("checkpoint {checkpoint}: the batch to complete"),
+        Duration::from_secs(90),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            if wf["state"] == "completed" {
+                return Ok(wf);
+            }
+            // Recovery waits on time (a lookup asked again, a backoff): moved on while no
+            // item is running.
+            let (_, running) = host
+                .get(&format!(
+                    "/v1/workflows/{id}/steps/deliver/items?state=running"
+                ))
+                .await;
+            if running["data"].as_array().is_some_and(Vec::is_empty) {
+                host.advance_clock(1_000).await;
+            }
+            Err(format!("{wf}"))
+        },
+    )
+    .await;
+    assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 3, "{wf:#}");
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 3, "checkpoint {checkpoint}: {world:?}");
+    for (i, p) in people.iter().enumerate() {
+        let key = key_of(&id, p["email"].as_str().unwrap());
+        assert_eq!(
+            world.iter().filter(|d| d.client_reference == key).count(),
+            1,
+            "checkpoint {checkpoint}, item {i}: {world:?}"
+        );
+        let row = docket::workflow::item_identity("deliver", p["email"].as_str().unwrap());
+        let attempts = host.attempts(&id, &urlencoding(&row)).await;
+        // The crashed item alone was recovered; each other one sent its request once and
+        // needed no recovery (one claimed in the crashed finish's commit, at checkpoint 1,
+        // had sent nothing).
+        if i > 0 {
+            let sent = attempts
+                .iter()
+                .filter(|a| a["checkpoint"].as_u64() >= Some(3))
+                .count();
+            assert!(
+                sent == 1 && attempts.iter().all(|a| a["trigger"] != "recovery_query"),
+                "checkpoint {checkpoint}, item {i}: {attempts:#?}"
+            );
+        }
+        let identities: std::collections::BTreeSet<&str> = attempts
+            .iter()
+            .filter_map(|a| a["request_identity"].as_str())
+            .collect();
+        assert!(identities.len() <= 1, "{attempts:#?}");
+    }
+    let database = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "checkpoint {checkpoint}: {out}");
+}
+
+async fn a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only(db: Option<String>) {
+    for checkpoint in 1..=6 {
+        crash_at(db.clone(), checkpoint).await;
+    }
+}
+
+/// A cancellation in the middle of a batch: the items not begun end `cancelled`, every item
+/// that delivered is withdrawn once (its own compensation), and the workflow ends
+/// `cancelled`.
+async fn a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once(
+    db: Option<String>,
+) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), withdrawn_mailing(2))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    // Each answer takes a while, so the cancellation finds the batch under way.
+    sim.sim()
+        .set_faults(json!({"slow": 1.0, "slow_ms": 200}))
+        .unwrap();
+    let people = recipients(20);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "to-withdraw",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    crate::wait::until("a few deliveries", Duration::from_secs(30), || async {
+        let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+        let succeeded = step(&wf, "deliver")["items"]["succeeded"]
+            .as_u64()
+            .unwrap_or(0);
+        if succeeded >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{wf}"))
+        }
+    })
+    .await;
+    let (status, cancel) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/cancel"),
+            "stop",
+            json!({"reason": "the newsletter was sent by mistake"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{cancel}");
+    let wf = host
+        .wait_for(&id, &["cancelled"], Duration::from_secs(60))
+        .await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "cancelled", "{wf:#}");
+    let items = &deliver["items"];
+    let world = sim.sim().world();
+    let delivered = world.len() as u64;
+    assert!((3..20).contains(&delivered), "{world:?}");
+    assert_eq!(items["compensated"], delivered, "{wf:#}");
+    assert_eq!(items["cancelled"], 20 - delivered, "{wf:#}");
+    // Each delivery withdrawn once, none twice, none delivered after the cancellation.
+    for d in &world {
+        assert_eq!(d.status, docket::sim::DeliveryStatus::Cancelled, "{d:?}");
+        assert_eq!(d.cancel_requests, 1, "{d:?}");
+    }
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
+on_both_stores!(
+    a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one,
+    a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only,
+    a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once,
+);
