@@ -149,6 +149,11 @@ impl Prepared {
     pub fn grant(&self) -> &Grant {
         &self.grant
     }
+
+    /// Whether the adapter exports `batcher` (takes many items in one call).
+    pub fn batches(&self) -> bool {
+        self.batcher.is_some()
+    }
 }
 
 pub(super) enum PreKind {

@@ -7,6 +7,7 @@
 //! [`Ticks`] so that a test can wait for the host to have looked.
 
 pub mod evidence;
+mod bulk;
 mod execute;
 pub mod notifier;
 pub(crate) use execute::step_of;
@@ -258,6 +259,8 @@ pub struct Scheduler<S> {
     metrics: Arc<crate::metrics::Metrics>,
     /// When this host last told the store of a complete recovery sweep.
     sweep_told: std::sync::atomic::AtomicU64,
+    /// Items of batch steps gathering into `invoke-batch` calls.
+    bulk: bulk::Bulk,
 }
 
 impl<S> Scheduler<S>
@@ -293,6 +296,7 @@ where
             progress,
             metrics: Arc::default(),
             sweep_told: std::sync::atomic::AtomicU64::new(0),
+            bulk: bulk::Bulk::default(),
         })
     }
 

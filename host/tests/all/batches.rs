@@ -30,9 +30,10 @@ name = "mailing"
 version = 1
 deadline = "1h"
 
+# Each item's attempts and calls count: room for a thousand items and their recoveries.
 [budget]
-max_attempts = 400
-max_external_calls = 400
+max_attempts = 5000
+max_external_calls = 5000
 
 [input_schema]
 type = "object"
@@ -452,8 +453,107 @@ async fn a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_deliver
     assert_eq!(code, 0, "{out}");
 }
 
+/// `http-delivery` 1.1.0, whose contract takes up to 100 items per call, deployed and made
+/// active on `host`.
+async fn activate_batching(host: &HostProcess) {
+    let bytes = std::fs::read(docket::guests::path("http-delivery-batching").unwrap()).unwrap();
+    let client = reqwest::Client::new();
+    let deployed = client
+        .post(format!("{}/v1/adapters", host.url))
+        .header("Idempotency-Key", "deploy-batching")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deployed.status(), 201, "{:?}", deployed.text().await);
+    let (status, active) = host
+        .post_with_key(
+            "/v1/adapters/http-delivery/activate",
+            "activate-batching",
+            json!({"version": "1.1.0"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{active}");
+}
+
+/// 1,000 items through an adapter that sends up to 100 per call: the provider takes only
+/// part of one call (five items answered `503`, retried on their own) and the answer of
+/// another is lost after it committed (each of its items recovered by its own lookup).
+/// The provider's record holds exactly one delivery per item.
+async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(
+    db: Option<String>,
+) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), mailing(100))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    activate_batching(&host).await;
+    sim.sim()
+        .set_faults(json!({"item_unavailable_next": 5, "lose_next": 1}))
+        .unwrap();
+    let people = recipients(1000);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "thousand",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(120))
+        .await;
+    assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 1000, "{wf:#}");
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 1000);
+    let mut keys: Vec<&str> = world.iter().map(|d| d.client_reference.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 1000, "one delivery per item");
+    let faults = sim.sim().faults();
+    assert_eq!((faults.item_unavailable_next, faults.lose_next), (0, 0));
+    // Sent in calls of many, never more than a call takes: the adapter logs each call. (How
+    // many gather depends on how the items' ends come: in bursts from SQLite's group
+    // commit, one at a time from PostgreSQL's, which records one finish per workflow per
+    // transaction.)
+    let log = host.log_text();
+    let sizes: Vec<usize> = log
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("creating ").nth(1)?;
+            let (n, rest) = rest.split_once(' ')?;
+            rest.starts_with("deliveries in one batch")
+                .then(|| n.parse().ok())
+                .flatten()
+        })
+        .collect();
+    let sent: usize = sizes.iter().sum();
+    assert!(
+        sent >= 1000
+            && sizes.len() < sent
+            && sizes.iter().any(|&n| n > 1)
+            && sizes.iter().all(|&n| n <= 100),
+        "{} calls carried {sent} items: {sizes:?}",
+        sizes.len()
+    );
+    let database = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
 on_both_stores!(
     a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one,
     a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only,
     a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once,
+    a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once,
 );

@@ -298,6 +298,30 @@ where
             Err(Halt::Gone) => return None,
         }
         let report = match original {
+            // An item of a batch step whose adapter takes many items in one call: sent with
+            // the other items of its batch that are at this point now.
+            None if contract.batch.is_some_and(|n| n > 1)
+                && prepared.batches()
+                && crate::workflow::item_of(&claimed.fence.step).is_some() =>
+            {
+                let (batch, _) = crate::workflow::item_of(&claimed.fence.step).unwrap_or_default();
+                let item = crate::contract::BatchItem {
+                    idempotency_key: key,
+                    input: input.text.clone(),
+                };
+                self.bulk
+                    .invoke(
+                        self.components.runtime(),
+                        prepared,
+                        env,
+                        limits,
+                        format!("{}\u{0}{batch}", claimed.fence.workflow_id),
+                        item,
+                        contract.batch.unwrap_or(1) as usize,
+                        claimed.attempt_number,
+                    )
+                    .await
+            }
             None => {
                 let request = EffectRequest {
                     idempotency_key: key,
