@@ -589,8 +589,9 @@ pub struct FinishOutcome {
 /// Inputs of a claimed step's mapping.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepContext {
-    /// The workflow input (canonical JSON).
-    pub input: serde_json::Value,
+    /// The workflow input (canonical JSON), shared: the claims of one workflow's steps (a
+    /// batch's thousands of items) read one copy.
+    pub input: std::sync::Arc<serde_json::Value>,
     /// Receipts by step id.
     pub receipts: Vec<crate::intent::Receipt>,
     /// While the step's outcome is uncertain: the external request identity under which an

@@ -331,10 +331,12 @@ pub(super) async fn claim_tx(
             .push(receipt);
     }
     // Per workflow: its row, its input, and how many of its claims are numbered so far.
-    let mut workflows: HashMap<String, (sqlx::postgres::PgRow, serde_json::Value, i64)> =
-        HashMap::new();
+    let mut workflows: HashMap<
+        String,
+        (sqlx::postgres::PgRow, std::sync::Arc<serde_json::Value>, i64),
+    > = HashMap::new();
     for r in counted {
-        let input = r.json("input")?;
+        let input = std::sync::Arc::new(r.json("input")?);
         workflows.insert(r.text("workflow_id")?, (r, input, 0));
     }
     let mut seqs = Vec::with_capacity(claimed.len());

@@ -112,7 +112,7 @@ fn start_attempts(
     let mut budget = conn.prepare_cached(
         "SELECT workflow, subject, definition_version, deadline_at,
                 attempts_used + 1 AS attempts_used, external_calls_used, runtime_used_ms,
-                cost_used, recovery_queries_used, budget_added, next_seq AS first_seq, input,
+                cost_used, recovery_queries_used, budget_added, next_seq AS first_seq,
                 input_revision, trace_parent, environment
          FROM workflows WHERE workflow_id = ?1",
     )?;
@@ -130,7 +130,7 @@ fn start_attempts(
     // Each attempt's row and its timeline entry, written together after the loop.
     let mut started: Vec<(i64, i64, String, i64)> = Vec::with_capacity(claimed.len());
     for (c, reads) in claimed.iter_mut().zip(reads) {
-        let (wf, seq, input, input_revision, (trace_parent, environment)) = {
+        let (wf, seq, input_revision, (trace_parent, environment)) = {
             let mut found = budget.query([c.fence.workflow_id.as_str()])?;
             let r = found.next()?.ok_or_else(|| {
                 StoreError::Corrupt(format!("workflow {} vanished", c.fence.workflow_id))
@@ -149,7 +149,6 @@ fn start_attempts(
                     budget_added: rows::budget_added(r.opt_text("budget_added")?)?,
                 },
                 r.int("first_seq")?,
-                r.text("input")?,
                 r.int("input_revision")?,
                 (r.opt_text("trace_parent")?, r.opt_text("environment")?),
             )
@@ -180,8 +179,7 @@ fn start_attempts(
             None => None,
         };
         c.context = StepContext {
-            input: serde_json::from_str(&input)
-                .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?,
+            input: inputs::read(conn, &c.fence.workflow_id, input_revision)?,
             receipts: match reads {
                 Some(steps) => super::read::receipts_of_tx(conn, &c.fence.workflow_id, &steps)?,
                 None => super::read::receipts_tx(conn, &c.fence.workflow_id)?,
@@ -271,4 +269,54 @@ pub(super) fn admit_and_claim(
         _ => None,
     };
     Ok((outcome, claimed))
+}
+
+/// The workflow inputs claims read lately, parsed once: a batch's items, claimed one after
+/// another, share their workflow's input rather than each reading and parsing all of it.
+mod inputs {
+    use crate::intent::WorkflowId;
+    use crate::store::{StoreError, StoreResult};
+    use rusqlite::Connection;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    /// How many inputs are kept (the writer thread's own; a revision makes a new entry).
+    const KEPT: usize = 8;
+
+    type Entry = (String, i64, Arc<serde_json::Value>);
+
+    thread_local! {
+        static RECENT: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The input of revision `revision` of workflow `id`.
+    pub(super) fn read(
+        conn: &Connection,
+        id: &WorkflowId,
+        revision: i64,
+    ) -> StoreResult<Arc<serde_json::Value>> {
+        let hit = RECENT.with_borrow(|recent| {
+            recent
+                .iter()
+                .find(|(w, r, _)| w == id.as_str() && *r == revision)
+                .map(|(_, _, v)| v.clone())
+        });
+        if let Some(input) = hit {
+            return Ok(input);
+        }
+        let text: String = conn
+            .prepare_cached("SELECT input FROM workflows WHERE workflow_id = ?1")?
+            .query_row([id.as_str()], |r| r.get(0))?;
+        let input: Arc<serde_json::Value> = Arc::new(
+            serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("stored input: {e}")))?,
+        );
+        RECENT.with_borrow_mut(|recent| {
+            if recent.len() == KEPT {
+                recent.remove(0);
+            }
+            recent.push((id.as_str().to_string(), revision, input.clone()));
+        });
+        Ok(input)
+    }
 }

@@ -39,7 +39,7 @@ pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {
         (1, 0, 0)
     );
     assert_eq!(c.uncertain_since, None);
-    assert_eq!(c.context.input, json!({"key": "a"}));
+    assert_eq!(*c.context.input, json!({"key": "a"}));
     assert!(c.context.receipts.is_empty());
     assert!(!c.fence.lease_token.is_empty());
     assert_ne!(c.fence.lease_token, second[0].fence.lease_token);
