@@ -67,6 +67,9 @@ pub async fn new_workflow<S: crate::store::DefinitionStore>(
                 .collect(),
         }));
     }
+    if let Some(refusal) = over_budget(def, input) {
+        return Ok(Err(refusal));
+    }
     Ok(Ok(NewWorkflow {
         workflow_id: WorkflowId::new(now),
         definition_version: def.version,
@@ -81,6 +84,41 @@ pub async fn new_workflow<S: crate::store::DefinitionStore>(
             .map_or(0, |c| c.governance().in_force().version),
         trace_parent: None,
     }))
+}
+
+/// A batch whose items cannot all be sent within the budget's external calls, refused
+/// before anything runs: each item's request is a call of its own. Only batches whose list
+/// the input holds are counted here (a list from a receipt is known once it exists).
+fn over_budget(def: &WorkflowDef, input: &Value) -> Option<IntakeRefusal> {
+    let mut calls: u64 = 0;
+    let mut batches = Vec::new();
+    for step in def.steps.iter().filter(|s| s.kind == crate::workflow::StepKind::Adapter) {
+        match &step.batch {
+            None => calls += 1,
+            Some(batch) => match batch.items(input, |_| None) {
+                Ok(items) => {
+                    calls += items.len() as u64;
+                    batches.push(format!("`{}` has {} items", step.id, items.len()));
+                }
+                // Read from a receipt, or not a list: the step itself says so when it runs.
+                Err(_) => calls += 1,
+            },
+        }
+    }
+    let limit = u64::from(def.budget.max_external_calls);
+    if batches.is_empty() || calls <= limit {
+        return None;
+    }
+    Some(IntakeRefusal::InvalidInput {
+        message: format!(
+            "the batch step{} {} and each item is an external call of its own, so `{}` v{} needs {calls} external calls, but its budget allows max_external_calls = {limit}; send fewer items, or raise [budget] max_external_calls in the definition",
+            if batches.len() == 1 { "" } else { "s" },
+            batches.join(", "),
+            def.name,
+            def.version
+        ),
+        details: vec![json!({"limit": "max_external_calls", "allowed": limit, "needed": calls})],
+    })
 }
 
 /// The step rows of a new workflow of `def`.

@@ -133,6 +133,24 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(d
         ..HostOptions::default()
     })
     .await;
+    // A batch that cannot fit the budget's external calls is refused before anything runs.
+    let (status, refused) = host
+        .submit(
+            "mailing",
+            "too-many",
+            json!({"document": "December", "recipients": recipients(5001)}),
+        )
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["details"][0]["limit"], "max_external_calls");
+    assert_eq!(refused["error"]["details"][0]["needed"], 5001);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`deliver` has 5001 items"),
+        "{refused}"
+    );
     let mut people = recipients(50);
     // The provider refuses an address without `@` for good.
     people[17] = json!({"email": "nobody-at-example.com"});
