@@ -76,7 +76,10 @@ fn state(db: &Path, id: &str) -> String {
 fn docket(args: &[&str]) {
     let host = std::env::var_os("DOCKET_BENCH_HOST")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_docket").into());
-    let out = std::process::Command::new(host).args(args).output().unwrap();
+    let out = std::process::Command::new(host)
+        .args(args)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "docket {args:?}: {}",
@@ -97,8 +100,20 @@ fn main() {
     let host = Host::start(&["--db", &db_arg], dir.path());
     let server = host.pid();
     // The bulk-capable version, deployed and made active (the host picks it up).
-    docket(&["adapter", "deploy", "http-delivery-batching", "--db", &db_arg]);
-    docket(&["adapter", "activate", "http-delivery@1.1.0", "--db", &db_arg]);
+    docket(&[
+        "adapter",
+        "deploy",
+        "http-delivery-batching",
+        "--db",
+        &db_arg,
+    ]);
+    docket(&[
+        "adapter",
+        "activate",
+        "http-delivery@1.1.0",
+        "--db",
+        &db_arg,
+    ]);
     std::thread::sleep(Duration::from_secs(2));
 
     let rt = tokio::runtime::Builder::new_current_thread()

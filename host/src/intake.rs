@@ -92,7 +92,11 @@ pub async fn new_workflow<S: crate::store::DefinitionStore>(
 fn over_budget(def: &WorkflowDef, input: &Value) -> Option<IntakeRefusal> {
     let mut calls: u64 = 0;
     let mut batches = Vec::new();
-    for step in def.steps.iter().filter(|s| s.kind == crate::workflow::StepKind::Adapter) {
+    for step in def
+        .steps
+        .iter()
+        .filter(|s| s.kind == crate::workflow::StepKind::Adapter)
+    {
         match &step.batch {
             None => calls += 1,
             Some(batch) => match batch.items(input, |_| None) {

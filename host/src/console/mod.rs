@@ -540,7 +540,14 @@ async fn step<
     let notice = q
         .get("done")
         .map(|a| format!("The {a} action was recorded."));
-    step_response(&c, &who, &id, &step, notice, None, StatusCode::OK).await
+    let items_from = q
+        .get("items_from")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    match pages::step(&c.ctx, &who, &id, &step, notice, None, items_from).await {
+        Ok(Some(page)) => html(StatusCode::OK, page),
+        _ => step_response(&c, &who, &id, &step, None, None, StatusCode::OK).await,
+    }
 }
 
 async fn step_response<
@@ -554,7 +561,7 @@ async fn step_response<
     error: Option<String>,
     status: StatusCode,
 ) -> Response {
-    match pages::step(&c.ctx, who, id, step, notice, error).await {
+    match pages::step(&c.ctx, who, id, step, notice, error, 0).await {
         Ok(Some(page)) => html(status, page),
         Ok(None) => html(
             StatusCode::NOT_FOUND,

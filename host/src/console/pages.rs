@@ -25,6 +25,9 @@ pub enum PageError {
 /// The latest events of one step its page shows (a stuck step's story is seldom longer).
 const STEP_EVENTS: u32 = 500;
 
+/// Items of a batch step shown per page of its step page.
+const ITEMS_PAGE: usize = 50;
+
 /// Events shown per page of a workflow's timeline.
 pub const EVENTS_PER_PAGE: usize = 50;
 /// Workflows per page of the list.
@@ -779,6 +782,8 @@ pub async fn step<
     step: &str,
     notice: Option<String>,
     error: Option<String>,
+    // A batch step's items are listed a page at a time, from this place in its list.
+    items_from: u64,
 ) -> Result<Option<Markup>, PageError> {
     let wid = WorkflowId(id.to_string());
     let Some(record) = ctx.store.workflow(&wid).await.map_err(PageError::from)? else {
@@ -845,11 +850,40 @@ pub async fn step<
         .timeline_latest(&wid, Some(step), None, STEP_EVENTS)
         .await
         .map_err(PageError::from)?;
-    let stuck = rec.state.needs_review()
-        || matches!(
-            rec.state,
-            StepState::FailedTerminal | StepState::FailedRetryable
-        );
+    // A batch step is acted on item by item.
+    let stuck = rec.items.is_none()
+        && (rec.state.needs_review()
+            || matches!(
+                rec.state,
+                StepState::FailedTerminal | StepState::FailedRetryable
+            ));
+    let counts = crate::view::ItemCounts::of(step, &steps);
+    let items = if counts.is_some() {
+        crate::view::ItemView::of(step, &steps, &receipts)
+    } else {
+        Vec::new()
+    };
+    let waiting: Vec<&crate::view::ItemView> = items
+        .iter()
+        .filter(|i| crate::course::batch::item_needs_person(i.state))
+        .take(ITEMS_PAGE)
+        .collect();
+    let page: Vec<&crate::view::ItemView> = items
+        .iter()
+        .filter(|i| i.index >= items_from)
+        .take(ITEMS_PAGE)
+        .collect();
+    let next_page = items
+        .iter()
+        .find(|i| i.index >= items_from + ITEMS_PAGE as u64)
+        .map(|i| i.index);
+    let item_link = |i: &crate::view::ItemView| {
+        format!(
+            "/console/workflows/{}/steps/{}",
+            path_part(id),
+            path_part(&i.step)
+        )
+    };
     let base = format!(
         "/console/workflows/{}/steps/{}",
         path_part(id),
@@ -882,6 +916,38 @@ pub async fn step<
             @if let Some(n) = &notice { div.box.notice { (n) } }
             @if let Some(err) = &error { div.box.error { "Refused: " (err) } }
             @if let Some(note) = &rec.note { div.box { (note) } }
+
+            @if let Some(c) = &counts {
+                h2 { "Items" }
+                div.box {
+                    p { (c.total) " items, each an effect of its own: "
+                        (c.succeeded) " succeeded · " (c.running) " running · " (c.pending) " not begun · "
+                        (c.outcome_unknown) " outcome unknown · " (c.failed) " failed · "
+                        (c.cancelled) " cancelled · " (c.compensated) " compensated" }
+                    @if !waiting.is_empty() {
+                        p { strong { "Waiting for a person: " }
+                            @for (n, i) in waiting.iter().enumerate() {
+                                @if n > 0 { ", " }
+                                a href=(item_link(i)) { (i.item_key) } " (" (i.state.as_str().replace('_', " ")) ")"
+                            }
+                        }
+                    }
+                    table {
+                        tr { th { "#" } th { "Item" } th { "State" } th { "Attempts" } }
+                        @for i in &page {
+                            tr {
+                                td { (i.index) }
+                                td { a href=(item_link(i)) { (i.item_key) } }
+                                td { (state_badge(i.state.as_str())) }
+                                td { (i.attempts) }
+                            }
+                        }
+                    }
+                    @if let Some(next) = next_page {
+                        p { a href={ (base) "?items_from=" (next) } { "Next " (ITEMS_PAGE) " items →" } }
+                    }
+                }
+            }
 
             h2 { "What docket intended to request" }
             div.box {
@@ -945,7 +1011,9 @@ pub async fn step<
                     p.muted { "Reverse: not possible — this adapter does not declare compensation." }
                 }
             }
-            @if !stuck {
+            @if counts.is_some() {
+                p.muted { "A batch step is acted on item by item: open an item above." }
+            } @else if !stuck {
                 p.muted { "Nothing to decide: the step is " (rec.state.as_str().replace('_', " ")) "." }
             } @else {
                 @if can_query {

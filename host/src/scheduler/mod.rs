@@ -6,8 +6,8 @@
 //! drive the ticks with a controlled clock, and every completed tick is counted in
 //! [`Ticks`] so that a test can wait for the host to have looked.
 
-pub mod evidence;
 mod bulk;
+pub mod evidence;
 mod execute;
 pub mod notifier;
 pub(crate) use execute::step_of;

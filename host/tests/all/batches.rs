@@ -99,6 +99,36 @@ async fn items_settled(host: &HostProcess, id: &str) -> Value {
     .await
 }
 
+/// A console page as an operator signed in to this open (tokenless) host sees it.
+async fn console_page(host: &HostProcess, path: &str) -> String {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed = client
+        .post(format!("{}/console/sign-in", host.url))
+        .form(&[("token", "")])
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
+        .collect::<Vec<_>>()
+        .join("; ");
+    assert!(!cookie.is_empty(), "no session: {}", signed.status());
+    let page = client
+        .get(format!("{}{path}", host.url))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    page.text().await.unwrap()
+}
+
 /// A row id as one path segment.
 fn urlencoding(text: &str) -> String {
     text.replace('[', "%5B")
@@ -142,7 +172,10 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(d
         )
         .await;
     assert_eq!(status, 422, "{refused}");
-    assert_eq!(refused["error"]["details"][0]["limit"], "max_external_calls");
+    assert_eq!(
+        refused["error"]["details"][0]["limit"],
+        "max_external_calls"
+    );
     assert_eq!(refused["error"]["details"][0]["needed"], 5001);
     assert!(
         refused["error"]["message"]
@@ -247,6 +280,26 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(d
     assert!(
         message.contains("batch step") && message.contains("/items/{item_key}/retry"),
         "{refused}"
+    );
+    // The console's page of the step shows the counts and the items, the one waiting for
+    // a person named first.
+    let page = console_page(&host, &format!("/console/workflows/{id}/steps/deliver")).await;
+    assert!(
+        page.contains("50 items, each an effect of its own: 49 succeeded")
+            && page.contains("Waiting for a person: ")
+            && page.contains("nobody-at-example.com")
+            && page.contains("person49@example.com")
+            && page.contains("A batch step is acted on item by item"),
+        "{page}"
+    );
+    let later = console_page(
+        &host,
+        &format!("/console/workflows/{id}/steps/deliver?items_from=40"),
+    )
+    .await;
+    assert!(
+        later.contains(">person40@example.com</a>") && !later.contains(">person39@example.com</a>"),
+        "{later}"
     );
     let (status, resolved) = host
         .post_with_key(
@@ -498,9 +551,7 @@ async fn activate_batching(host: &HostProcess) {
 /// part of one call (five items answered `503`, retried on their own) and the answer of
 /// another is lost after it committed (each of its items recovered by its own lookup).
 /// The provider's record holds exactly one delivery per item.
-async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(
-    db: Option<String>,
-) {
+async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(db: Option<String>) {
     let sim = ProviderSim::start(
         SimConfig::new(PROVIDER_TOKEN),
         "127.0.0.1:0".parse().unwrap(),
@@ -532,6 +583,13 @@ async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(
         .wait_for(&id, &["completed"], Duration::from_secs(120))
         .await;
     assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 1000, "{wf:#}");
+    let page = console_page(&host, &format!("/console/workflows/{id}/steps/deliver")).await;
+    assert!(
+        page.contains("1000 items, each an effect of its own: 1000 succeeded")
+            && page.contains("?items_from=50")
+            && page.contains("Next 50 items"),
+        "{page}"
+    );
     let world = sim.sim().world();
     assert_eq!(world.len(), 1000);
     let mut keys: Vec<&str> = world.iter().map(|d| d.client_reference.as_str()).collect();

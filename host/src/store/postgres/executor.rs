@@ -333,7 +333,11 @@ pub(super) async fn claim_tx(
     // Per workflow: its row, its input, and how many of its claims are numbered so far.
     let mut workflows: HashMap<
         String,
-        (sqlx::postgres::PgRow, std::sync::Arc<serde_json::Value>, i64),
+        (
+            sqlx::postgres::PgRow,
+            std::sync::Arc<serde_json::Value>,
+            i64,
+        ),
     > = HashMap::new();
     for r in counted {
         let input = std::sync::Arc::new(r.json("input")?);
