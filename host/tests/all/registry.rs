@@ -40,16 +40,28 @@ async fn request(
 ) -> (u16, Value) {
     // Every POST under /v1/ names itself; each call here is a new request.
     static KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut r = reqwest::Client::new().request(method.clone(), url);
-    if method == reqwest::Method::POST {
+    let key = (method == reqwest::Method::POST).then(|| {
         let n = KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        r = r.header("Idempotency-Key", format!("registry-{n}"));
+        format!("registry-{n}")
+    });
+    let body = body.map(|b| b.as_bytes().expect("the tests send whole bodies").to_vec());
+    // A connection the loaded machine dropped before the answer is sent again under the
+    // same key: the same request, answered once.
+    let mut tries = 0;
+    loop {
+        let mut r = reqwest::Client::new().request(method.clone(), url.clone());
+        if let Some(key) = &key {
+            r = r.header("Idempotency-Key", key);
+        }
+        if let Some(b) = &body {
+            r = r.body(b.clone());
+        }
+        match r.send().await {
+            Ok(r) => return (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
+            Err(e) if tries < 3 && (e.is_request() || e.is_connect()) => tries += 1,
+            Err(e) => panic!("{method} {url}: {e}"),
+        }
     }
-    if let Some(b) = body {
-        r = r.body(b);
-    }
-    let r = r.send().await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
 fn docket(args: &[&str]) -> std::process::Output {
