@@ -120,6 +120,11 @@ fn routes<S: ContextStore>(test_controls: bool) -> Vec<Route<S>> {
             get(workflows::items::<S>),
         ),
         (
+            Method::GET,
+            "/v1/workflows/{id}/steps/{step}/items/{item_key}/attempts",
+            get(workflows::item_attempts::<S>),
+        ),
+        (
             Method::POST,
             "/v1/workflows/{id}/steps/{step}/items/{item_key}/{action}",
             post(actions::act_on_item::<S>),

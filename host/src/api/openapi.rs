@@ -246,7 +246,7 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             keyed: false,
             query: PAGED,
             body: None,
-            responses: vec![(200, "A page of attempts.", Some(page(attempt)))],
+            responses: vec![(200, "A page of attempts.", Some(page(attempt.clone())))],
         },
         Op {
             method: Method::POST,
@@ -292,6 +292,17 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
             ],
             body: None,
             responses: vec![(200, "A page of items.", Some(page(item)))],
+        },
+        Op {
+            method: Method::GET,
+            path: "/v1/workflows/{id}/steps/{step}/items/{item_key}/attempts",
+            id: "getItemAttempts",
+            summary: "One item's attempts, oldest first",
+            who: Who::Client,
+            keyed: false,
+            query: PAGED,
+            body: None,
+            responses: vec![(200, "A page of attempts.", Some(page(attempt)))],
         },
         Op {
             method: Method::POST,

@@ -267,6 +267,19 @@ pub(super) async fn timeline<S: crate::store::ReadStore>(
     )))
 }
 
+/// `GET /v1/workflows/{id}/steps/{step}/items/{item_key}/attempts`: the attempts of one
+/// item of a batch step (its row `<step>[<item key>]`), oldest first.
+pub(super) async fn item_attempts<S: crate::store::ReadStore>(
+    state: State<Ctx<S>>,
+    caller: Caller,
+    ids: Result<Path<(String, String, String)>, PathRejection>,
+    query: Params,
+) -> ApiResult<Json<Page<AttemptView>>> {
+    let (id, step, key) = path(ids)?;
+    let row = crate::workflow::item_identity(&step, &key);
+    attempts(state, caller, Ok(Path((id, row))), query).await
+}
+
 /// `GET /v1/workflows/{id}/steps/{step}/attempts`, oldest first.
 pub(super) async fn attempts<S: crate::store::ReadStore>(
     State(ctx): State<Ctx<S>>,
