@@ -366,14 +366,21 @@ impl WorkflowDef {
         })
     }
 
-    /// The steps whose receipts step `id` reads when it runs: those its input references;
-    /// for an approval step, those the steps it approves reference (its consequence is
-    /// their input); for an approved step, its approval's too (checkpoint 2 compares).
+    /// The steps whose receipts step `id` reads when it runs: those its input references
+    /// (and, for a batch step, its `for_each` and `item_key`: its items may come from an
+    /// earlier receipt); for an approval step, those the steps it approves reference (its
+    /// consequence is their input); for an approved step, its approval's too (checkpoint 2
+    /// compares).
     pub fn reads(&self, id: &str) -> std::collections::BTreeSet<String> {
         let referenced = |step: &StepDef| {
+            let batch = step
+                .batch
+                .iter()
+                .flat_map(|b| std::iter::once(&b.for_each).chain(b.item_key.as_ref()));
             step.input
                 .references()
                 .into_iter()
+                .chain(batch)
                 .filter_map(|r| r.step().map(ToString::to_string))
                 .collect::<Vec<_>>()
         };

@@ -288,4 +288,16 @@ fn a_batch_step_names_its_list_its_item_key_and_how_many_run_at_once() {
     let default = source.replace("max_parallel = 4\n", "");
     let def = check("batch.toml", &default, &env()).unwrap();
     assert_eq!(def.steps[0].batch.as_ref().unwrap().max_parallel, 8);
+    // A list read from an earlier receipt: the claim of the batch step reads that receipt.
+    let from_receipt = source
+        .replace(
+            "[[steps]]\nid = \"deliver\"",
+            "[[steps]]\nid = \"pick\"\nlabel = \"Pick\"\nkind = \"handler\"\ncomponent = \"validate-document\"\nversion = \"^1\"\noutputs = [\"people\"]\n[steps.input]\nall = \"$input.recipients\"\n\n[[steps]]\nid = \"deliver\"\nafter = [\"pick\"]",
+        )
+        .replace("for_each = \"$input.recipients\"", "for_each = \"$steps.pick.output.people\"");
+    let def = check("batch.toml", &from_receipt, &env()).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(
+        def.reads("deliver").into_iter().collect::<Vec<_>>(),
+        ["pick"]
+    );
 }

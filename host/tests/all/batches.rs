@@ -423,8 +423,14 @@ async fn crash_at(db: Option<String>, checkpoint: u8) {
         let attempts = host.attempts(&id, &urlencoding(&row)).await;
         // The crashed item alone was recovered; each other one sent its request once and
         // needed no recovery (one claimed in the crashed finish's commit, at checkpoint 1,
-        // had sent nothing).
-        if i > 0 {
+        // had sent nothing). At checkpoint 6 the crashed item's receipt had committed, with
+        // the release of the next item, which may have run before the process died: that
+        // one was in flight too, and the crashed item itself needs nothing.
+        if checkpoint == 6 && i == 0 {
+            assert_eq!(attempts.len(), 1, "checkpoint 6, item 0: {attempts:#?}");
+        }
+        let in_flight_at_death = checkpoint == 6 && i == 1;
+        if i > 0 && !in_flight_at_death {
             let sent = attempts
                 .iter()
                 .filter(|a| a["checkpoint"].as_u64() >= Some(3))
@@ -474,9 +480,9 @@ async fn a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_deliver
     .await;
     // Each answer takes a while, so the cancellation finds the batch under way.
     sim.sim()
-        .set_faults(json!({"slow": 1.0, "slow_ms": 200}))
+        .set_faults(json!({"slow": 1.0, "slow_ms": 300}))
         .unwrap();
-    let people = recipients(20);
+    let people = recipients(40);
     let (status, created) = host
         .submit(
             "mailing",
@@ -514,9 +520,9 @@ async fn a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_deliver
     let items = &deliver["items"];
     let world = sim.sim().world();
     let delivered = world.len() as u64;
-    assert!((3..20).contains(&delivered), "{world:?}");
+    assert!((3..40).contains(&delivered), "{world:?}");
     assert_eq!(items["compensated"], delivered, "{wf:#}");
-    assert_eq!(items["cancelled"], 20 - delivered, "{wf:#}");
+    assert_eq!(items["cancelled"], 40 - delivered, "{wf:#}");
     // Each delivery withdrawn once, none twice, none delivered after the cancellation.
     for d in &world {
         assert_eq!(d.status, docket::sim::DeliveryStatus::Cancelled, "{d:?}");
@@ -583,7 +589,7 @@ async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(db
     assert_eq!(status, 201, "{created}");
     let id = created["workflow_id"].as_str().unwrap().to_string();
     let wf = host
-        .wait_for(&id, &["completed"], Duration::from_secs(120))
+        .wait_for(&id, &["completed"], Duration::from_secs(300))
         .await;
     assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 1000, "{wf:#}");
     let page = console_page(&host, &format!("/console/workflows/{id}/steps/deliver")).await;
