@@ -849,12 +849,18 @@ fn consequence_schema() -> Value {
                     "approval": text,
                     "steps": {"type": "array", "items": {
                         "type": "object",
-                        "required": ["step", "component", "version", "input", "input_digest", "outbound_hosts", "cost"],
+                        "required": ["step", "component", "version", "input_digest", "outbound_hosts", "cost"],
                         "properties": {
                             "step": text, "component": text,
                             "version": {"type": "string", "description": "The version requirement the definition names."},
-                            "input": {"description": "The step's mapped input, as it will be sent."},
-                            "input_digest": text,
+                            "input": {"description": "The step's mapped input, as it will be sent (absent for a batch step)."},
+                            "items": {"type": "array", "description": "A batch step's whole item set in the list's order, each with the input it will send; `input_digest` binds the set.", "items": {
+                                "type": "object",
+                                "required": ["item_key", "input"],
+                                "properties": {"item_key": text, "input": {}}
+                            }},
+                            "item_count": {"type": "integer", "description": "A batch step's number of items."},
+                            "input_digest": {"type": "string", "description": "`sha256:` of `input` (a batch step: of `items`)."},
                             "outbound_hosts": {"type": "array", "items": text, "description": "As the definition requests them (not a host's configuration)."},
                             "cost": {"type": "integer"}
                         }

@@ -147,6 +147,9 @@ pub async fn page<
     )))
 }
 
+/// How many of a batch's items the approval page lists; the API answers the whole set.
+const CONSEQUENCE_ITEMS_SHOWN: usize = 200;
+
 /// One approved step of a consequence: where it goes, what it sends, what it costs.
 fn consequence_step(def: &crate::workflow::WorkflowDef, s: &Value) -> Markup {
     let id = s.get("step").and_then(Value::as_str).unwrap_or_default();
@@ -170,9 +173,23 @@ fn consequence_step(def: &crate::workflow::WorkflowDef, s: &Value) -> Markup {
                 " to " @if hosts.is_empty() { "no outside host" } @else { (hosts.join(", ")) }
                 " · cost " (text(&s["cost"]))
             }
-            table {
-                @for (field, value) in s.get("input").and_then(Value::as_object).into_iter().flatten() {
-                    tr { th { (field) } td { pre { (text(value)) } } }
+            @if let Some(items) = s.get("items").and_then(Value::as_array) {
+                p { (items.len()) " items, each an effect of its own; approving binds the whole set." }
+                table {
+                    tr { th { "Item" } th { "Sends" } }
+                    @for item in items.iter().take(CONSEQUENCE_ITEMS_SHOWN) {
+                        tr { th { (text(&item["item_key"])) } td { pre { (text(&item["input"])) } } }
+                    }
+                }
+                @if items.len() > CONSEQUENCE_ITEMS_SHOWN {
+                    p.muted { "… and " (items.len() - CONSEQUENCE_ITEMS_SHOWN) " more: the whole set is in "
+                        code { "GET /v1/workflows/{id}/steps/{step}/consequence" } "." }
+                }
+            } @else {
+                table {
+                    @for (field, value) in s.get("input").and_then(Value::as_object).into_iter().flatten() {
+                        tr { th { (field) } td { pre { (text(value)) } } }
+                    }
                 }
             }
         }

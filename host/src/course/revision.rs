@@ -81,8 +81,7 @@ pub fn plan_revision(
             if step.kind == StepKind::Approval {
                 return def.consequence(id, input, standing).ok().map(|c| c.digest);
             }
-            step.input
-                .resolve(input, standing)
+            step.would_send(input, standing)
                 .ok()
                 .and_then(|v| canonicalize(&v).ok())
                 .map(|c| c.digest)

@@ -395,7 +395,7 @@ where
         }
         // A batch step calls nothing itself: its items, each an effect of its own, do.
         if let (Some(batch), None) = (&step.batch, reverses) {
-            return self.expand_batch(claimed, step, batch).await;
+            return self.expand_batch(claimed, step, batch, &deployed.def).await;
         }
         // Checkpoint 1 (the claim) is durable; only adapter attempts have the failpoints.
         if step.kind == StepKind::Adapter {
@@ -488,7 +488,7 @@ where
         };
         // What an approved step sends must be what was approved.
         if let Some(approval) = deployed.def.approval_of(step.id.as_str())
-            && let Some(ending) = self.approval_mismatch(claimed, step, approval, &input)
+            && let Some(ending) = self.approval_mismatch(claimed, step, approval, &input.digest)
         {
             return Some(ending);
         }

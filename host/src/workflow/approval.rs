@@ -434,21 +434,29 @@ impl WorkflowDef {
                 reason,
             };
             let mapped = step
-                .input
-                .resolve(input, &receipts)
+                .would_send(input, &receipts)
                 .map_err(|e| fail(e.to_string()))?;
             let canonical =
                 crate::intent::canonicalize(&mapped).map_err(|e| fail(e.to_string()))?;
             let hosts: BTreeSet<&String> = step.capabilities.outbound_hosts.iter().collect();
-            steps.push(json!({
+            let mut entry = json!({
                 "step": id.as_str(),
                 "component": step.component,
                 "version": step.version_req.to_string(),
-                "input": mapped,
                 "input_digest": canonical.digest,
                 "outbound_hosts": hosts,
                 "cost": step.cost,
-            }));
+            });
+            // A batch step's consequence is its whole item set, each item with what it
+            // would send; the digest binds the set.
+            if step.batch.is_some() {
+                let count = mapped.as_array().map_or(0, Vec::len);
+                entry["item_count"] = json!(count);
+                entry["items"] = mapped;
+            } else {
+                entry["input"] = mapped;
+            }
+            steps.push(entry);
             inputs.insert(id.to_string(), canonical.digest);
         }
         let document = json!({ "approval": approval, "steps": steps });

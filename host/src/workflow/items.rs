@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::def::BatchDef;
+use super::def::{BatchDef, StepDef};
 use super::mapping::{MappingError, ReceiptView, lookup};
 
 /// One item of a batch: its key and its value.
@@ -111,6 +111,32 @@ impl BatchDef {
     }
 }
 
+impl StepDef {
+    /// What this step would send for the workflow `input` and the receipts that stand:
+    /// its mapped input, or, for a batch step, its items in the list's order, each
+    /// `{"item_key", "input"}`. An approval binds this value's digest and a revision compares
+    /// it, so for a batch it is the whole item set: an item added, dropped or changed is a
+    /// different consequence.
+    pub fn would_send(
+        &self,
+        input: &Value,
+        receipts: impl Fn(&str) -> Option<ReceiptView>,
+    ) -> Result<Value, ItemsError> {
+        let Some(batch) = &self.batch else {
+            return Ok(self.input.resolve(input, &receipts)?);
+        };
+        let items = batch.items(input, &receipts)?;
+        let mut sent = Vec::with_capacity(items.len());
+        for item in items {
+            let mapped = self
+                .input
+                .resolve_item(input, Some(&item.value), &receipts)?;
+            sent.push(serde_json::json!({ "item_key": item.key, "input": mapped }));
+        }
+        Ok(Value::Array(sent))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +208,51 @@ mod tests {
             .items(&input, |_| None)
             .unwrap_err();
         assert!(matches!(err, ItemsError::Mapping(_)), "{err:?}");
+    }
+
+    /// What a batch step would send is its whole item set, each item's key with its mapped
+    /// input; a plain step's is its mapped input.
+    #[test]
+    fn a_batch_would_send_each_item_with_its_key() {
+        let def = crate::workflow::parse(
+            "mailing.toml",
+            r#"
+name = "mailing"
+version = 1
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "deliver"
+label = "Deliver"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+for_each = "$input.to"
+item_key = "$item.email"
+[steps.input]
+recipient = "$item.email"
+document = "$input.doc"
+"#,
+        )
+        .unwrap();
+        let step = def.step("deliver").unwrap();
+        let input = json!({"doc": "d", "to": [{"email": "a@x"}, {"email": "b@x"}]});
+        assert_eq!(
+            step.would_send(&input, |_| None).unwrap(),
+            json!([
+                {"item_key": "a@x", "input": {"recipient": "a@x", "document": "d"}},
+                {"item_key": "b@x", "input": {"recipient": "b@x", "document": "d"}},
+            ])
+        );
+        let plain = StepDef {
+            batch: None,
+            ..step.clone()
+        };
+        assert!(
+            plain.would_send(&input, |_| None).is_err(),
+            "`$item` outside a batch"
+        );
     }
 
     #[test]

@@ -535,6 +535,166 @@ async fn a_mismatching_input_is_blocked_before_anything_is_sent(db: Option<Strin
     assert!(host.world().await.is_empty());
 }
 
+/// A mailing whose whole recipient list a person approves before any item is sent.
+const APPROVED_MAILING: &str = r#"
+name = "approved-mailing"
+version = 1
+deadline = "1h"
+
+[input_schema]
+type = "object"
+required = ["document", "recipients"]
+properties.document.type = "string"
+properties.recipients.type = "array"
+
+[[steps]]
+id = "approve"
+label = "Approve the mailing"
+kind = "approval"
+approves = ["deliver"]
+summary = "Send {$input.document} to every recipient"
+
+[[steps]]
+id = "deliver"
+label = "Deliver to each recipient"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+after = ["approve"]
+for_each = "$input.recipients"
+item_key = "$item.email"
+max_parallel = 2
+timeout = "30s"
+outputs = ["id", "client_reference", "status", "replayed"]
+
+[steps.input]
+recipient = "$item.email"
+document = "$input.document"
+document_digest = "$input.document"
+
+[steps.capabilities]
+outbound_hosts = ["$base_url"]
+secrets = ["provider_token"]
+"#;
+
+fn mailing_input(emails: &[&str]) -> Value {
+    let recipients: Vec<Value> = emails.iter().map(|e| json!({"email": e})).collect();
+    json!({"document": "Quarterly report", "recipients": recipients})
+}
+
+/// An approval of a batch step binds its whole item set: the consequence lists every item
+/// with what it would send; a revision that adds a recipient asks again (the old digest
+/// is stale), and approving the new set sends exactly that set, once each.
+async fn an_approval_of_a_batch_binds_the_whole_item_set(db: Option<String>) {
+    let host = start(
+        db,
+        vec![("approved-mailing.toml".into(), APPROVED_MAILING.into())],
+    )
+    .await;
+    let id = submit(
+        &host,
+        "approved-mailing",
+        "mailing-1",
+        mailing_input(&["a@example.com", "b@example.com", "c@example.com"]),
+    )
+    .await;
+    let first = asked(&host, &id, "approve", None).await;
+    let asked_step = &first["consequence"]["steps"][0];
+    assert_eq!(asked_step["item_count"], 3, "{first:#}");
+    assert_eq!(asked_step["items"][1]["item_key"], "b@example.com");
+    assert_eq!(
+        asked_step["items"][1]["input"]["recipient"],
+        "b@example.com"
+    );
+    assert!(asked_step.get("input").is_none(), "{first:#}");
+    let old = first["digest"].as_str().unwrap().to_string();
+    let (status, revised) = post(
+        &host,
+        &format!("/v1/workflows/{id}/revisions"),
+        "mailing-v2",
+        OWNER,
+        json!({"input": mailing_input(&["a@example.com", "b@example.com", "c@example.com", "d@example.com"]), "reason": "one more reader"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{revised}");
+    let second = asked(&host, &id, "approve", Some(&old)).await;
+    let new = second["digest"].as_str().unwrap().to_string();
+    assert_eq!(second["consequence"]["steps"][0]["item_count"], 4);
+    let approve = format!("/v1/workflows/{id}/steps/approve/approve");
+    let (status, body) = post(&host, &approve, "m-old", CAROL, json!({"digest": old})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "consequence_changed");
+    let (status, body) = post(&host, &approve, "m-new", CAROL, json!({"digest": new})).await;
+    assert_eq!(status, 200, "{body}");
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(60))
+        .await;
+    assert_eq!(step(&wf, "deliver")["items"]["succeeded"], 4, "{wf:#}");
+    let mut sent: Vec<String> = host
+        .world()
+        .await
+        .iter()
+        .map(|d| d["recipient"].as_str().unwrap().to_string())
+        .collect();
+    sent.sort();
+    assert_eq!(
+        sent,
+        [
+            "a@example.com",
+            "b@example.com",
+            "c@example.com",
+            "d@example.com"
+        ]
+    );
+}
+
+/// A batch whose item set is not the one the approval receipt bound is blocked
+/// (`approval_mismatch`) before any item is written: nothing reaches the provider.
+async fn a_batch_whose_items_were_not_approved_sends_nothing(db: Option<String>) {
+    let host = start(
+        db.clone(),
+        vec![("approved-mailing.toml".into(), APPROVED_MAILING.into())],
+    )
+    .await;
+    let id = submit(
+        &host,
+        "approved-mailing",
+        "mailing-tampered",
+        mailing_input(&["a@example.com", "b@example.com"]),
+    )
+    .await;
+    let consequence = asked(&host, &id, "approve", None).await;
+    // What was asked is altered where it is kept: the approval will bind another set.
+    let mut altered = consequence["consequence"].clone();
+    altered["steps"][0]["input_digest"] =
+        json!("sha256:2222222222222222222222222222222222222222222222222222222222222222");
+    let text = altered.to_string().replace('\'', "''");
+    let url = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    crate::operations::corrupt(
+        &url,
+        &format!("UPDATE approvals SET consequence = '{text}' WHERE workflow_id = '{id}'"),
+    )
+    .await;
+    let approve = format!("/v1/workflows/{id}/steps/approve/approve");
+    let (status, body) = post(
+        &host,
+        &approve,
+        "mt-1",
+        CAROL,
+        json!({"digest": consequence["digest"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let wf = host
+        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+        .await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "blocked", "{wf:#}");
+    assert_eq!(deliver["blocked"]["reason"], "approval_mismatch", "{wf:#}");
+    assert!(deliver["items"].is_null(), "no item was written: {wf:#}");
+    assert!(host.world().await.is_empty());
+}
+
 on_both_stores!(
     an_approval_of_the_digest_shown_delivers_once,
     only_the_named_approvers_decide,
@@ -542,6 +702,8 @@ on_both_stores!(
     an_expired_approval_fails_the_workflow,
     a_revision_asks_the_approval_again,
     a_mismatching_input_is_blocked_before_anything_is_sent,
+    an_approval_of_a_batch_binds_the_whole_item_set,
+    a_batch_whose_items_were_not_approved_sends_nothing,
 );
 
 /// `docket approvals`, `docket approve` and `docket reject` against a host: the table

@@ -123,7 +123,7 @@ where
         claimed: &Claimed,
         step: &StepDef,
         approval: &StepDef,
-        input: &crate::intent::CanonicalInput,
+        digest: &str,
     ) -> Option<Ending> {
         let receipt = claimed
             .context
@@ -134,7 +134,7 @@ where
             .and_then(|r| r.output.get("inputs"))
             .and_then(|inputs| inputs.get(step.id.as_str()))
             .and_then(serde_json::Value::as_str);
-        if approved == Some(input.digest.as_str()) {
+        if approved == Some(digest) {
             return None;
         }
         let message = match (receipt, approved) {
@@ -145,7 +145,7 @@ where
             (Some(r), approved) => format!(
                 "the input {} would send ({}) is not the one approved in receipt {} ({}); nothing was sent. Revise the workflow so the consequence is asked again, or resolve the step",
                 step.label,
-                input.digest,
+                digest,
                 r.receipt_id,
                 approved.unwrap_or("none for this step")
             ),

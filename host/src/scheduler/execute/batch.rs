@@ -11,7 +11,7 @@ use crate::store::{
     AttemptFacts, Claimed, DefinitionStore, ExecutorStore, ExpandBatch, NewReceipt, StepTransition,
     StoreError,
 };
-use crate::workflow::{BatchDef, ReceiptView, StepDef};
+use crate::workflow::{BatchDef, ReceiptView, StepDef, WorkflowDef};
 
 impl<S> Scheduler<S>
 where
@@ -25,9 +25,10 @@ where
         claimed: &Claimed,
         step: &StepDef,
         batch: &BatchDef,
+        def: &WorkflowDef,
     ) -> Option<Ending> {
         let context = &claimed.context;
-        let items = batch.items(&context.input, |id| {
+        let receipts = |id: &str| {
             context
                 .receipts
                 .iter()
@@ -36,10 +37,15 @@ where
                     output: r.output.clone(),
                     external_reference: r.external_reference.clone(),
                 })
+        };
+        // Nothing was sent: a batch whose items cannot be told apart, or whose set cannot
+        // be read, fails at once.
+        let read = batch.items(&context.input, receipts).and_then(|items| {
+            let sent = step.would_send(&context.input, receipts)?;
+            Ok((items, sent))
         });
-        // Nothing was sent: a batch whose items cannot be told apart fails at once.
-        let items = match items {
-            Ok(items) => items,
+        let (items, sent) = match read {
+            Ok(read) => read,
             Err(e) => {
                 return Some(Ending::cannot_start(
                     claimed,
@@ -49,8 +55,9 @@ where
                 ));
             }
         };
-        let values = serde_json::Value::Array(items.iter().map(|i| i.value.clone()).collect());
-        let digest = match canonicalize(&values) {
+        // The digest of the whole item set, each item with what it would send: what an
+        // approval of this step bound, and what the step's receipt records.
+        let digest = match canonicalize(&sent) {
             Ok(c) => c.digest,
             Err(e) => {
                 return Some(Ending::cannot_start(
@@ -61,6 +68,13 @@ where
                 ));
             }
         };
+        // An approved batch starts only with the item set approved; no item is written, so
+        // none is sent.
+        if let Some(approval) = def.approval_of(step.id.as_str())
+            && let Some(ending) = self.approval_mismatch(claimed, step, approval, &digest)
+        {
+            return Some(ending);
+        }
         let now = self.clock.now_ms();
         if items.is_empty() {
             return Some(empty_batch(claimed, step, digest, now));
