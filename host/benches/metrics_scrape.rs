@@ -38,13 +38,17 @@ fn fill(ended: u64, series: impl Fn(u64) -> String) -> Vec<String> {
     vec![
         format!(
             "INSERT INTO workflows (workflow_id, workflow, definition_version, subject,
-                 idempotency_key, input, input_digest, state, created_at, ended_at, deadline_at,
+                 idempotency_key, input_digest, state, created_at, ended_at, deadline_at,
                  key_retention_ms, attempts_used)
-             SELECT 'wf_' || i, 'document-delivery', 1, 'local', 'k-' || i, '{{}}', 'sha256:x',
+             SELECT 'wf_' || i, 'document-delivery', 1, 'local', 'k-' || i, 'sha256:x',
                  CASE WHEN i <= {ended} THEN 'completed' ELSE 'running' END,
                  i, CASE WHEN i <= {ended} THEN i + 1000 ELSE NULL END, i + 3600000, 86400000,
                  CASE WHEN i <= {ended} THEN 3 ELSE 0 END
              FROM {}",
+            series(all)
+        ),
+        format!(
+            "INSERT INTO workflow_inputs (workflow_id, input) SELECT 'wf_' || i, '{{}}' FROM {}",
             series(all)
         ),
         format!(

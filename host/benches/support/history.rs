@@ -46,12 +46,16 @@ pub fn fill(path: &Path, ended: u64) {
     let statements = [
         format!(
             "INSERT INTO workflows (workflow_id, workflow, definition_version, subject,
-                 idempotency_key, input, input_digest, state, created_at, ended_at, deadline_at,
+                 idempotency_key, input_digest, state, created_at, ended_at, deadline_at,
                  key_retention_ms, attempts_used, next_seq)
-             SELECT {wf}, 'document-delivery', 1, 'local', 'h-' || i,
-                 '{{\"title\":\"Doc\",\"recipient\":\"a@example.com\",\"body\":\"x\"}}',
-                 'sha256:' || i, 'completed', {base} + i, {base} + i + 20, {base} + i + 3600000,
+             SELECT {wf}, 'document-delivery', 1, 'local', 'h-' || i, 'sha256:' || i, 'completed', {base} + i, {base} + i + 20, {base} + i + 3600000,
                  86400000, {STEPS}, {EVENTS} + 1
+             FROM {}",
+            series(ended)
+        ),
+        format!(
+            "INSERT INTO workflow_inputs (workflow_id, input)
+             SELECT {wf}, '{{\"title\":\"Doc\",\"recipient\":\"a@example.com\",\"body\":\"x\"}}'
              FROM {}",
             series(ended)
         ),

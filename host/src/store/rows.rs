@@ -157,9 +157,12 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
-/// The columns [`workflow`] reads, for a `SELECT`.
+/// The columns [`workflow`] reads, for a `SELECT` from `workflows` (not aliased: the input
+/// is read from its own table by the workflow's id).
 pub(crate) const WORKFLOW_COLUMNS: &str =
-    "workflow_id, workflow, definition_version, subject, idempotency_key, input, input_digest,
+    "workflow_id, workflow, definition_version, subject, idempotency_key,
+     (SELECT i.input FROM workflow_inputs i WHERE i.workflow_id = workflows.workflow_id) AS input,
+     input_digest,
      state, created_at, ended_at, deadline_at, attempts_used, external_calls_used, runtime_used_ms,
      cost_used, recovery_queries_used, budget_added, deadline_warned_at, next_seq, input_revision, replaces, replaced_by, cancel_on, policy_at_admission,
      policy_current, migrated_from";

@@ -62,7 +62,9 @@ pub(crate) const SQL: Sql = Sql {
     // SQLite has one writer, whose transaction already excludes every other.
     lock_workflow: "SELECT state, cancel_on FROM workflows WHERE workflow_id = $1",
     workflow: "SELECT workflow_id, workflow, definition_version, subject, idempotency_key,
-                   input, input_digest, state, created_at, ended_at, deadline_at, attempts_used,
+                   (SELECT i.input FROM workflow_inputs i
+                    WHERE i.workflow_id = workflows.workflow_id) AS input,
+                   input_digest, state, created_at, ended_at, deadline_at, attempts_used,
                    external_calls_used, runtime_used_ms, cost_used, recovery_queries_used,
                    budget_added, deadline_warned_at, next_seq, input_revision, replaces,
                    replaced_by, cancel_on, policy_at_admission, policy_current, migrated_from

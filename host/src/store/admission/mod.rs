@@ -22,9 +22,10 @@ use crate::intent::{Millis, WorkflowId};
 ///   the other), `key` (the key in scope, expired or not), `free_key`: subject, workflow,
 ///   key;
 /// - `outdated` (whether a newer version is deployed): definition name, version;
-/// - `insert_workflow`: workflow id, workflow, definition version, subject, key, input,
-///   input digest, created at, deadline, key retention, next sequence number, replaced
-///   workflow, policy version, trace parent;
+/// - `insert_workflow`: workflow id, workflow, definition version, subject, key, input
+///   digest, created at, deadline, key retention, next sequence number, replaced workflow,
+///   policy version, trace parent;
+/// - `insert_input`: workflow id, input;
 /// - `replace`: new workflow id, replaced workflow id;
 /// - `insert_key`: subject, workflow, key, workflow id, input digest.
 pub(crate) struct Sql {
@@ -33,6 +34,7 @@ pub(crate) struct Sql {
     pub free_key: &'static str,
     pub outdated: &'static str,
     pub insert_workflow: &'static str,
+    pub insert_input: &'static str,
     pub replace: &'static str,
     pub insert_key: &'static str,
 }
@@ -46,12 +48,13 @@ pub(crate) const SQL: Sql = Sql {
     free_key: "DELETE FROM intent_keys WHERE subject = $1 AND workflow = $2 AND key = $3",
     outdated: "SELECT 1 AS newer FROM definitions WHERE name = $1 AND version > $2 LIMIT 1",
     insert_workflow: "INSERT INTO workflows (workflow_id, workflow, definition_version, subject,
-                          idempotency_key, input, input_digest, state, created_at, deadline_at,
+                          idempotency_key, input_digest, state, created_at, deadline_at,
                           key_retention_ms, next_seq, replaces, policy_at_admission,
                           policy_current, trace_parent, environment)
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8, $9, $10, $11, $12,
-                          $13, $13, $14,
+                      VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9, $10, $11,
+                          $12, $12, $13,
                           (SELECT value FROM store_settings WHERE name = 'environment'))",
+    insert_input: "INSERT INTO workflow_inputs (workflow_id, input) VALUES ($1, $2)",
     replace: "UPDATE workflows SET replaced_by = $1 WHERE workflow_id = $2 AND replaced_by IS NULL",
     insert_key: "INSERT INTO intent_keys (subject, workflow, key, workflow_id, input_digest)
                  VALUES ($1, $2, $3, $4, $5)",
@@ -138,7 +141,6 @@ pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<
             i64::from(new.definition_version),
             scope.subject.0.as_str(),
             scope.key.as_str(),
-            req.input.text.as_str(),
             req.input.digest.as_str(),
             req.now as i64,
             new.deadline_at as i64,
@@ -150,6 +152,8 @@ pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<
         ],
     )
     .await?;
+    tx.exec(sql.insert_input, &values![id, req.input.text.as_str()])
+        .await?;
     if let Some(original) = &new.replaces {
         tx.exec(sql.replace, &values![id, original.as_str()])
             .await?;

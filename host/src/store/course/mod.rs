@@ -24,7 +24,8 @@ use crate::intent::{Millis, StepState, WorkflowId};
 ///   `step_revisions`: workflow id;
 /// - `insert_cancellation`: the columns [`rows::cancellation`] reads, in its order;
 /// - `set_cancel_on`: triggers, workflow id;
-/// - `set_input`: input, input digest, input revision, workflow id;
+/// - `set_input`: input digest, input revision, workflow id;
+/// - `set_input_text`: input, workflow id;
 /// - `keep_admitted`: workflow id, the reason revision 1 gives;
 /// - `revisions`: workflow id, the reason revision 1 gives;
 /// - `insert_revision`: the columns [`rows::revision`] reads, in its order, then the input;
@@ -39,6 +40,7 @@ pub(crate) struct Sql {
     pub revision_facts: &'static str,
     pub step_revisions: &'static str,
     pub set_input: &'static str,
+    pub set_input_text: &'static str,
     pub keep_admitted: &'static str,
     pub insert_revision: &'static str,
     pub rerun: &'static str,
@@ -68,15 +70,17 @@ pub(crate) const SQL: Sql = Sql {
     set_cancel_on: "UPDATE workflows SET cancel_on = $1 WHERE workflow_id = $2",
     revision_facts: "SELECT input_revision FROM workflows WHERE workflow_id = $1",
     step_revisions: "SELECT step, state, attempts FROM steps WHERE workflow_id = $1",
-    set_input: "UPDATE workflows SET input = $1, input_digest = $2, input_revision = $3
-                WHERE workflow_id = $4",
+    set_input: "UPDATE workflows SET input_digest = $1, input_revision = $2
+                WHERE workflow_id = $3",
+    set_input_text: "UPDATE workflow_inputs SET input = $1 WHERE workflow_id = $2",
     // Revision 1 is kept in the workflow row until a revision replaces it there.
     keep_admitted: "INSERT INTO revisions (workflow_id, input_revision, prior_digest,
                         input_digest, author, reason, at, invalidated_steps, kept_receipts,
                         input)
-                    SELECT workflow_id, 1, NULL, input_digest, subject, $2, created_at, '[]',
-                        '[]', input
-                    FROM workflows WHERE workflow_id = $1 AND input_revision = 1",
+                    SELECT w.workflow_id, 1, NULL, w.input_digest, w.subject, $2, w.created_at,
+                        '[]', '[]', i.input
+                    FROM workflows w JOIN workflow_inputs i ON i.workflow_id = w.workflow_id
+                    WHERE w.workflow_id = $1 AND w.input_revision = 1",
     insert_revision: "INSERT INTO revisions (workflow_id, input_revision, prior_digest,
                           input_digest, author, reason, at, invalidated_steps, kept_receipts,
                           input)
@@ -95,9 +99,10 @@ pub(crate) const SQL: Sql = Sql {
                     at, invalidated_steps, kept_receipts, input
                 FROM revisions WHERE workflow_id = $1
                 UNION ALL
-                SELECT workflow_id, 1, NULL, input_digest, subject, $2, created_at, '[]', '[]',
-                    input
-                FROM workflows WHERE workflow_id = $1 AND input_revision = 1
+                SELECT w.workflow_id, 1, NULL, w.input_digest, w.subject, $2, w.created_at, '[]',
+                    '[]', i.input
+                FROM workflows w JOIN workflow_inputs i ON i.workflow_id = w.workflow_id
+                WHERE w.workflow_id = $1 AND w.input_revision = 1
                 ORDER BY input_revision",
 };
 
@@ -243,11 +248,10 @@ async fn revise<T: Tx>(tx: &mut T, req: &ReviseRequest) -> StoreResult<ReviseAns
         &values![id.as_str(), crate::course::ADMITTED],
     )
     .await?;
-    tx.exec(
-        set_input,
-        &values![&req.input.text, &req.input.digest, n, id.as_str()],
-    )
-    .await?;
+    tx.exec(set_input, &values![&req.input.digest, n, id.as_str()])
+        .await?;
+    tx.exec(sql.set_input_text, &values![&req.input.text, id.as_str()])
+        .await?;
     tx.exec(
         insert_revision,
         &values![

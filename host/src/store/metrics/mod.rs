@@ -79,6 +79,7 @@ pub(crate) const SQL: Sql = Sql {
         "DELETE FROM approvals WHERE workflow_id = $1",
         "DELETE FROM outbox WHERE workflow_id = $1",
         "DELETE FROM intent_keys WHERE workflow_id = $1",
+        "DELETE FROM workflow_inputs WHERE workflow_id = $1",
         "DELETE FROM workflows WHERE workflow_id = $1",
     ],
 };

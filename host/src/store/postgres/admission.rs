@@ -266,15 +266,19 @@ fn create_all_sql(replaced: &str, on_conflict: &str) -> String {
              RETURNING workflow_id),
          workflow AS (
              INSERT INTO workflows (workflow_id, workflow, definition_version, subject,
-                 idempotency_key, input, input_digest, state, created_at, deadline_at,
+                 idempotency_key, input_digest, state, created_at, deadline_at,
                  key_retention_ms, next_seq, replaces, policy_at_admission, policy_current,
                  trace_parent, environment)
-             SELECT id, w, v, s, k, i, d, 'running', a, dl, kr, ns, r, p, p, tp,
+             SELECT id, w, v, s, k, d, 'running', a, dl, kr, ns, r, p, p, tp,
                  (SELECT value FROM store_settings WHERE name = 'environment')
              FROM UNNEST($4::TEXT[], $2::TEXT[], $7::BIGINT[], $1::TEXT[], $3::TEXT[],
                      $8::TEXT[], $5::TEXT[], $9::BIGINT[], $10::BIGINT[], $11::BIGINT[],
                      $12::BIGINT[], $13::TEXT[], $14::BIGINT[], $15::TEXT[])
                   AS t(id, w, v, s, k, i, d, a, dl, kr, ns, r, p, tp)
+             WHERE id IN (SELECT workflow_id FROM taken)),
+         inputs AS (
+             INSERT INTO workflow_inputs (workflow_id, input)
+             SELECT id, i FROM UNNEST($4::TEXT[], $8::TEXT[]) AS t(id, i)
              WHERE id IN (SELECT workflow_id FROM taken)),
          {replaced}
          steps AS (

@@ -98,9 +98,9 @@ pub(crate) async fn apply_state_changes(
                  $5::BIGINT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[])
              AS c(c_id, c_state, c_ended, c_key, c_at, c_kind, c_step, c_attempt, c_text, c_data)),
          u AS (
-             UPDATE workflows w SET state = c.c_state, ended_at = c.c_ended,
-                 next_seq = w.next_seq + 1
-             FROM c WHERE w.workflow_id = c.c_id
+             UPDATE workflows SET state = c.c_state, ended_at = c.c_ended,
+                 next_seq = workflows.next_seq + 1
+             FROM c WHERE workflows.workflow_id = c.c_id
              RETURNING {}, key_retention_ms),
          keys AS (
              UPDATE intent_keys k SET expires_at = c.c_ended + u.key_retention_ms
@@ -306,7 +306,10 @@ pub(super) async fn claim_tx(
          RETURNING w.workflow_id, w.workflow, w.subject, w.definition_version, w.deadline_at,
                    w.attempts_used - c.n AS attempts_before, w.external_calls_used,
                    w.runtime_used_ms, w.cost_used, w.recovery_queries_used, w.budget_added,
-                   w.next_seq - c.n AS first_seq, w.input, w.input_revision, w.trace_parent,
+                   w.next_seq - c.n AS first_seq,
+                   (SELECT i.input FROM workflow_inputs i WHERE i.workflow_id = w.workflow_id)
+                       AS input,
+                   w.input_revision, w.trace_parent,
                    w.environment",
     )
     .persistent(false)

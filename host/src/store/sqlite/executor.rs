@@ -305,7 +305,7 @@ mod inputs {
             return Ok(input);
         }
         let text: String = conn
-            .prepare_cached("SELECT input FROM workflows WHERE workflow_id = ?1")?
+            .prepare_cached("SELECT input FROM workflow_inputs WHERE workflow_id = ?1")?
             .query_row([id.as_str()], |r| r.get(0))?;
         let input: Arc<serde_json::Value> = Arc::new(
             serde_json::from_str(&text)
