@@ -59,6 +59,10 @@ pub struct MovedStep {
     /// The receipt it keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt_id: Option<String>,
+    /// A batch step's item rows, which move with it (`<from>[<key>]` becomes
+    /// `<to>[<key>]`, each keeping its own identity, attempts and receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
 }
 
 /// What an allowed migration does, in the new version's step order.
@@ -123,7 +127,6 @@ pub fn plan_migration(
     namespace_of: impl Fn(&str) -> Option<String>,
 ) -> Result<MigrationPlan, Vec<MigrationRefusal>> {
     let mut refusals = Vec::new();
-    let old_ids: Vec<&str> = steps.iter().map(|s| s.id).collect();
     let new_ids: Vec<&str> = new.steps.iter().map(|s| s.id.as_str()).collect();
     if let Some(c) = steps
         .iter()
@@ -134,18 +137,13 @@ pub fn plan_migration(
             "a compensation is under way: a workflow moves only while its course is its definition's".into(),
         ));
     }
-    if let Some(item) = steps
+    // A batch step's items move with it: judged here, each row carried by the store.
+    let all = steps;
+    let (items, steps): (Vec<MigrationStep<'_>>, Vec<MigrationStep<'_>>) = all
         .iter()
-        .find(|s| crate::workflow::item_of(s.id).is_some())
-    {
-        let (batch, _) = crate::workflow::item_of(item.id).unwrap_or_default();
-        refusals.push(refusal(
-            batch,
-            format!(
-                "batch step `{batch}` has items: a workflow moves to another version only before its batch steps begin (their items' rows are not carried by a plan)"
-            ),
-        ));
-    }
+        .cloned()
+        .partition(|s| crate::workflow::item_of(s.id).is_some());
+    let old_ids: Vec<&str> = steps.iter().map(|s| s.id).collect();
     for (from, to) in mapping {
         if !old_ids.contains(&from.as_str()) {
             refusals.push(refusal(
@@ -172,7 +170,7 @@ pub fn plan_migration(
     }
     // Where each old step goes: its named target, else its own id if the new version has it.
     let mut targets: Vec<(&MigrationStep<'_>, Option<&str>)> = Vec::new();
-    for s in steps {
+    for s in &steps {
         if crate::course::compensated_step(s.id).is_some() {
             continue;
         }
@@ -210,7 +208,7 @@ pub fn plan_migration(
             });
         }
     }
-    let running: Vec<&str> = steps
+    let running: Vec<&str> = all
         .iter()
         .filter(|s| s.state == StepState::Running)
         .map(|s| s.id)
@@ -273,25 +271,7 @@ pub fn plan_migration(
                 continue;
             }
             // The identity the provider may have seen must keep meaning the same request.
-            if def.kind == StepKind::Adapter && (s.sent || s.receipt.is_some()) {
-                match (s.namespace, namespace_of(to)) {
-                    (_, None) => refusals.push(refusal(
-                        s.id,
-                        format!(
-                            "no loaded version of `{}` satisfies v{}'s `{to}` ({}): load or activate one first",
-                            def.component, new.version, def.version_req
-                        ),
-                    )),
-                    (Some(was), Some(now)) if was != now => refusals.push(refusal(
-                        s.id,
-                        format!(
-                            "`{}` was sent under idempotency namespace `{was}`; v{}'s `{to}` runs `{}` in namespace `{now}`, whose key the provider would take for a new request",
-                            s.id, new.version, def.component
-                        ),
-                    )),
-                    _ => {}
-                }
-            }
+            refusals.extend(namespace_moved(s, def, to, new.version, &namespace_of));
             let recorded = s
                 .receipt
                 .map(|r| r.provenance.input_digest.as_str())
@@ -304,8 +284,8 @@ pub fn plan_migration(
                         .map(|c| c.digest)
                         .map_err(|e| e.to_string())
                 } else {
-                    def.input
-                        .resolve(input, receipt_of)
+                    // A batch step's: its whole item set, each item's key and input.
+                    def.would_send(input, receipt_of)
                         .map_err(|e| e.to_string())
                         .and_then(|v| canonicalize(&v).map_err(|e| e.to_string()))
                         .map(|c| c.digest)
@@ -329,6 +309,30 @@ pub fn plan_migration(
                 }
             }
         }
+        let carried = items
+            .iter()
+            .filter(|i| crate::workflow::item_of(i.id).is_some_and(|(b, _)| b == s.id))
+            .collect::<Vec<_>>();
+        if !carried.is_empty() {
+            if def.batch.is_none() {
+                refusals.push(refusal(
+                    s.id,
+                    format!(
+                        "`{}` has {} items; v{}'s `{to}` is not a batch step (no `for_each`), so they would belong to no step",
+                        s.id,
+                        carried.len(),
+                        new.version
+                    ),
+                ));
+            }
+            // Each item sent is an identity the provider may have seen; one refusal says it.
+            if let Some(r) = carried
+                .iter()
+                .find_map(|i| namespace_moved(i, def, to, new.version, &namespace_of))
+            {
+                refusals.push(r);
+            }
+        }
         let key_step = s.key_step.unwrap_or(s.id);
         moved.push(MovedStep {
             from: s.id.to_string(),
@@ -340,6 +344,7 @@ pub fn plan_migration(
             },
             key_step: (key_step != *to).then(|| key_step.to_string()),
             receipt_id: s.receipt.map(|r| r.receipt_id.0.clone()),
+            items: (!carried.is_empty()).then_some(carried.len() as u64),
         });
     }
     if !refusals.is_empty() {
@@ -359,6 +364,38 @@ pub fn plan_migration(
         added,
         dropped,
     })
+}
+
+/// Why step row `s` (a step or an item), sent or with a receipt, may not become v`version`'s
+/// `to` (`def`): no loaded adapter version satisfies it, or it would send in another
+/// idempotency namespace, whose key the provider would take for a new request.
+fn namespace_moved(
+    s: &MigrationStep<'_>,
+    def: &crate::workflow::StepDef,
+    to: &str,
+    version: u32,
+    namespace_of: impl Fn(&str) -> Option<String>,
+) -> Option<MigrationRefusal> {
+    if def.kind != StepKind::Adapter || !(s.sent || s.receipt.is_some()) {
+        return None;
+    }
+    match (s.namespace, namespace_of(to)) {
+        (_, None) => Some(refusal(
+            s.id,
+            format!(
+                "no loaded version of `{}` satisfies v{version}'s `{to}` ({}): load or activate one first",
+                def.component, def.version_req
+            ),
+        )),
+        (Some(was), Some(now)) if was != now => Some(refusal(
+            s.id,
+            format!(
+                "`{}` was sent under idempotency namespace `{was}`; v{version}'s `{to}` runs `{}` in namespace `{now}`, whose key the provider would take for a new request",
+                s.id, def.component
+            ),
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

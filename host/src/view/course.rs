@@ -250,6 +250,9 @@ pub struct MovedStepView {
     /// The receipt it keeps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt_id: Option<String>,
+    /// A batch step's items that move with it, each keeping its own identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
 }
 
 /// What a migration does, on the wire: in the new version's order, the steps moved, the
@@ -277,6 +280,7 @@ impl From<&crate::course::MigrationPlan> for MigrationPlanView {
                     state: m.state,
                     key_step: m.key_step.clone(),
                     receipt_id: m.receipt_id.clone(),
+                    items: m.items,
                 })
                 .collect(),
             added: p.added.clone(),

@@ -636,9 +636,165 @@ async fn a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once(db
     assert_eq!(code, 0, "{out}");
 }
 
+/// A workflow whose batch step has items moves to a version that renames the step: the
+/// items follow it (`deliver[k]` becomes `send[k]`) with their attempts, receipts and the
+/// keys their requests were sent under; a retry after the move sends under the first key,
+/// a person settles the failed item under the new name, and the provider's record shows
+/// one delivery per accepted item.
+async fn a_batch_moves_to_a_new_version_with_its_items(db: Option<String>) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("mailing.toml".into(), mailing(2))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    let people = json!([
+        {"email": "ann@example.com"}, {"email": "nobody-at-example.com"},
+        {"email": "bob@example.com"}, {"email": "cy@example.com"},
+    ]);
+    let (status, created) = host
+        .submit(
+            "mailing",
+            "moving-mailing",
+            json!({"document": "December", "recipients": people}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["workflow_id"].as_str().unwrap().to_string();
+    let wf = items_settled(&host, &id).await;
+    assert_eq!(
+        step(&wf, "deliver")["state"],
+        "waiting_for_review",
+        "{wf:#}"
+    );
+
+    // v2 renames the batch step; the running host reads it from the store.
+    let v2 = mailing(2)
+        .replace("version = 1\n", "version = 2\n")
+        .replace("id = \"deliver\"", "id = \"send\"")
+        .replace("Deliver to each recipient", "Send to each recipient");
+    let files = tempfile::tempdir().unwrap();
+    let v2_file = files.path().join("mailing-v2.toml");
+    std::fs::write(&v2_file, v2).unwrap();
+    let database = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let config = host.path().join("docket.toml").display().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docket"))
+        .args(["workflow", "deploy"])
+        .arg(&v2_file)
+        .args(["--db", &database, "--config", &config])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, moved) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/migration"),
+            "to-v2",
+            json!({"to_version": 2, "steps": {"deliver": "send"}, "reason": "deliver is now send"}),
+        )
+        .await;
+    assert!(status < 300, "{status} {moved}");
+    assert_eq!(moved["moved"][0]["items"], 4, "{moved:#}");
+    let wf = host.get(&format!("/v1/workflows/{id}")).await.1;
+    assert_eq!(wf["definition_version"], 2, "{wf:#}");
+    let send = step(&wf, "send");
+    assert_eq!(
+        (
+            send["items"]["total"].as_u64(),
+            send["items"]["succeeded"].as_u64()
+        ),
+        (Some(4), Some(3)),
+        "{wf:#}"
+    );
+    // Each item kept its history under its new name, and the key it was sent under.
+    let attempts = |item: &'static str| {
+        let (host, id) = (&host, &id);
+        async move {
+            let path = format!("/v1/workflows/{id}/steps/send/items/{item}/attempts");
+            let (status, page) = host.get(&path).await;
+            assert_eq!(status, 200, "{page}");
+            page["data"].as_array().unwrap().clone()
+        }
+    };
+    let ann = attempts("ann@example.com").await;
+    assert_eq!(ann.len(), 1, "{ann:#?}");
+    // The API shows a key's first characters: enough to tell `deliver[…]`'s from `send[…]`'s.
+    let shown = |key: String| format!("{}…", &key[..8]);
+    assert_eq!(
+        ann[0]["request_identity"],
+        shown(key_of(&id, "ann@example.com"))
+    );
+    let (status, retried) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/send/items/nobody-at-example.com/retry"),
+            "retry-nobody",
+            json!({"reason": "once more, after the move"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{retried}");
+    let first_key = shown(key_of(&id, "nobody-at-example.com"));
+    crate::wait::until("the retry to end", Duration::from_secs(30), || async {
+        let tried = attempts("nobody-at-example.com").await;
+        let ended = tried.len() >= 2 && tried.last().unwrap()["outcome"] != "in_progress";
+        if ended {
+            Ok(tried)
+        } else {
+            Err(format!("{tried:#?}"))
+        }
+    })
+    .await
+    .iter()
+    .filter(|a| a["request_identity"].is_string())
+    .for_each(|a| assert_eq!(a["request_identity"], first_key.as_str(), "{a:#}"));
+    let (status, resolved) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/steps/send/items/nobody-at-example.com/resolve"),
+            "resolve-nobody",
+            json!({
+                "outcome": "succeeded",
+                "evidence": "delivered by hand",
+                "reason": "the address had a typo",
+                "external_reference": "manual-1",
+                "output": {"id": "manual-1", "client_reference": "-", "status": "delivered",
+                           "replayed": false},
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{resolved}");
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(30))
+        .await;
+    assert_eq!(step(&wf, "send")["items"]["succeeded"], 4, "{wf:#}");
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 3, "{world:?}");
+    for person in ["ann@example.com", "bob@example.com", "cy@example.com"] {
+        let key = key_of(&id, person);
+        assert_eq!(
+            world.iter().filter(|d| d.client_reference == key).count(),
+            1,
+            "{person}: {world:?}"
+        );
+    }
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
 on_both_stores!(
     a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one,
     a_crash_at_each_checkpoint_of_an_item_recovers_that_item_only,
     a_cancelled_batch_cancels_what_has_not_begun_and_withdraws_each_delivery_once,
     a_thousand_items_go_in_calls_of_a_hundred_and_each_is_delivered_once,
+    a_batch_moves_to_a_new_version_with_its_items,
 );

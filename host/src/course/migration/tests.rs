@@ -191,6 +191,7 @@ fn a_renamed_step_keeps_its_state_receipt_and_identity() {
                 state: StepState::Succeeded,
                 key_step: None,
                 receipt_id: Some("rcp_prepare".into()),
+                items: None,
             },
             MovedStep {
                 from: "deliver".into(),
@@ -198,6 +199,7 @@ fn a_renamed_step_keeps_its_state_receipt_and_identity() {
                 state: StepState::OutcomeUnknown,
                 key_step: Some("deliver".into()),
                 receipt_id: None,
+                items: None,
             },
         ]
     );
@@ -363,5 +365,117 @@ fn a_step_that_ran_as_a_handler_does_not_become_an_adapter() {
     assert_eq!(
         why,
         vec!["`prepare` ran as a handler step; v2's `prepare` is an adapter step"]
+    );
+}
+
+/// A mailing whose batch step `deliver` (items from `$input.to`) becomes `send`.
+fn mailing(version: u32, batch: &str, for_each: bool) -> WorkflowDef {
+    let each = if for_each {
+        "for_each = \"$input.to\"\nitem_key = \"$item\"\n"
+    } else {
+        ""
+    };
+    let input = if for_each { "$item" } else { "$input.title" };
+    def(&format!(
+        r#"
+name = "mailing"
+version = {version}
+deadline = "1h"
+[input_schema]
+type = "object"
+[[steps]]
+id = "{batch}"
+label = "Deliver to each"
+kind = "adapter"
+component = "http-delivery"
+version = "^1"
+{each}[steps.input]
+to = "{input}"
+"#
+    ))
+}
+
+/// A batch step's items move with it: the plan carries their number, each sent item
+/// keeps its namespace, and a step that is not a batch under the new version, a running
+/// item or another item set under the kept identity is refused.
+#[test]
+fn a_batch_step_moves_with_its_items() {
+    let input = json!({"to": ["a", "b"], "title": "T"});
+    let set = digest(json!([
+        {"item_key": "a", "input": {"to": "a"}},
+        {"item_key": "b", "input": {"to": "b"}},
+    ]));
+    let rows = |b: StepState| {
+        vec![
+            MigrationStep {
+                attempts: 1,
+                ran_with: Some(set.as_str()),
+                ..row("deliver", StepRole::Adapter, StepState::WaitingForReview)
+            },
+            MigrationStep {
+                attempts: 1,
+                sent: true,
+                namespace: Some("reference-provider"),
+                ..row("deliver[a]", StepRole::Adapter, StepState::Succeeded)
+            },
+            MigrationStep {
+                attempts: 1,
+                sent: true,
+                namespace: Some("reference-provider"),
+                ..row("deliver[b]", StepRole::Adapter, b)
+            },
+        ]
+    };
+    let to_send = mapping(&[("deliver", Some("send"))]);
+    let plan = plan_migration(
+        &mailing(1, "deliver", true),
+        &mailing(2, "send", true),
+        &input,
+        &rows(StepState::OutcomeUnknown),
+        &to_send,
+        same_namespace,
+    )
+    .unwrap();
+    assert_eq!(plan.moved.len(), 1, "{plan:?}");
+    assert_eq!(plan.moved[0].items, Some(2));
+    assert_eq!(plan.moved[0].key_step.as_deref(), Some("deliver"));
+
+    let refused = reasons(plan_migration(
+        &mailing(1, "deliver", true),
+        &mailing(2, "send", false),
+        &input,
+        &rows(StepState::Running),
+        &to_send,
+        same_namespace,
+    ));
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.contains("`deliver[b]` is running")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|r| r.contains("not a batch step")),
+        "{refused:?}"
+    );
+    let refused = reasons(plan_migration(
+        &mailing(1, "deliver", true),
+        &mailing(2, "send", true),
+        &json!({"to": ["a", "b", "c"]}),
+        &rows(StepState::OutcomeUnknown),
+        &to_send,
+        |_| Some("another".into()),
+    ));
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.contains("`deliver[a]` was sent under idempotency namespace")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.contains("a changed input under a kept identity")),
+        "{refused:?}"
     );
 }

@@ -23,8 +23,11 @@ const PARKED: &str = "migrating:";
 ///   `clear_deps`, `migrations`, `unready_pending`: workflow id;
 /// - `move_step`: workflow id, new id, state, role, compensate-on triggers, reads, key
 ///   step, parked old id;
+/// - `move_items`: workflow id, new batch step id, role, compensate-on triggers, reads, old
+///   batch step id;
 /// - `add_step`: workflow id, step, role, compensate-on triggers, reads;
-/// - `rename_*`: workflow id, from, to;
+/// - `renames`: workflow id, from, to; `item_renames`: workflow id, the batch step's id
+///   from, to (every item of it follows);
 /// - `set_version`: version, migrated from, workflow id;
 /// - `insert_migration`: the columns [`rows::migration`] reads, in its order.
 pub(crate) struct Sql {
@@ -33,11 +36,13 @@ pub(crate) struct Sql {
     pub migration_count: &'static str,
     pub park_steps: &'static str,
     pub move_step: &'static str,
+    pub move_items: &'static str,
     pub add_step: &'static str,
     pub drop_parked: &'static str,
     pub unready_pending: &'static str,
     pub clear_deps: &'static str,
     pub renames: [&'static str; 4],
+    pub item_renames: [&'static str; 4],
     pub set_version: &'static str,
     pub insert_migration: &'static str,
     pub migrations: &'static str,
@@ -65,6 +70,24 @@ pub(crate) const SQL: Sql = Sql {
                     key_remembered_until, retention_warned_at, $7, batch_of, item_key, item,
                     item_index, items, max_parallel
                 FROM steps WHERE workflow_id = $1 AND step = $8",
+    // A batch step's parked items under its new id, `<to>[<key>]`: a renamed item's key
+    // still derives from the identity it was first sent under (its parked id unparked;
+    // `migrating:` is 10 characters).
+    move_items: "INSERT INTO steps (workflow_id, step, state, attempts, ready_at, next_trigger,
+                     uncertain_since, lease_owner, lease_token, lease_expires_at, receipt_id,
+                     note, escalated, role, compensate_on, blocked, policy_exception,
+                     input_digest, reads, key_sent_at, key_remembered_until,
+                     retention_warned_at, key_step, batch_of, item_key, item, item_index,
+                     items, max_parallel)
+                 SELECT workflow_id, $2 || '[' || item_key || ']', state, attempts, ready_at,
+                     next_trigger, uncertain_since, lease_owner, lease_token, lease_expires_at,
+                     receipt_id, note, escalated, $3, $4, blocked, policy_exception,
+                     input_digest, $5, key_sent_at, key_remembered_until, retention_warned_at,
+                     CASE WHEN $2 = $6 THEN key_step
+                          ELSE COALESCE(key_step, substr(step, 11)) END,
+                     $2, item_key, item, item_index, items, max_parallel
+                 FROM steps
+                 WHERE workflow_id = $1 AND batch_of = $6 AND substr(step, 1, 10) = 'migrating:'",
     add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads)
                VALUES ($1, $2, 'pending', $3, $4, $5)",
     drop_parked: "DELETE FROM steps WHERE workflow_id = $1 AND step LIKE 'migrating:%'",
@@ -75,6 +98,16 @@ pub(crate) const SQL: Sql = Sql {
         "UPDATE receipts SET step = $3 WHERE workflow_id = $1 AND step = $2",
         "UPDATE approvals SET step = $3 WHERE workflow_id = $1 AND step = $2",
         "UPDATE observations SET step = $3 WHERE workflow_id = $1 AND step = $2",
+    ],
+    item_renames: [
+        "UPDATE attempts SET step = $3 || substr(step, length($2) + 1)
+         WHERE workflow_id = $1 AND substr(step, 1, length($2) + 1) = $2 || '['",
+        "UPDATE receipts SET step = $3 || substr(step, length($2) + 1)
+         WHERE workflow_id = $1 AND substr(step, 1, length($2) + 1) = $2 || '['",
+        "UPDATE approvals SET step = $3 || substr(step, length($2) + 1)
+         WHERE workflow_id = $1 AND substr(step, 1, length($2) + 1) = $2 || '['",
+        "UPDATE observations SET step = $3 || substr(step, length($2) + 1)
+         WHERE workflow_id = $1 AND substr(step, 1, length($2) + 1) = $2 || '['",
     ],
     set_version: "UPDATE workflows SET definition_version = $1, migrated_from = $2
                   WHERE workflow_id = $3",
@@ -211,9 +244,10 @@ async fn rewrite_steps<T: Tx>(
         return Ok(());
     };
     let sql = &tx.sql().migration;
-    let (park, move_step, add_step, drop_parked, unready, clear_deps) = (
+    let (park, move_step, move_items, add_step, drop_parked, unready, clear_deps) = (
         sql.park_steps,
         sql.move_step,
+        sql.move_items,
         sql.add_step,
         sql.drop_parked,
         sql.unready_pending,
@@ -241,6 +275,20 @@ async fn rewrite_steps<T: Tx>(
                     ],
                 )
                 .await?;
+                if m.items.is_some() {
+                    tx.exec(
+                        move_items,
+                        &values![
+                            id.as_str(),
+                            step.id.as_str(),
+                            step.role.as_str(),
+                            triggers.as_deref(),
+                            reads.as_deref(),
+                            m.from.as_str(),
+                        ],
+                    )
+                    .await?;
+                }
             }
             None => {
                 tx.exec(
@@ -279,7 +327,7 @@ async fn rename_history<T: Tx>(
     id: &WorkflowId,
     plan: &crate::course::MigrationPlan,
 ) -> StoreResult<()> {
-    let renames = tx.sql().migration.renames;
+    let (renames, item_renames) = (tx.sql().migration.renames, tx.sql().migration.item_renames);
     let renamed: Vec<(&str, String, &str)> = plan
         .moved
         .iter()
@@ -287,13 +335,13 @@ async fn rename_history<T: Tx>(
         .map(|m| (m.from.as_str(), format!("{PARKED}{}", m.to), m.to.as_str()))
         .collect();
     for (from, parked, _) in &renamed {
-        for statement in renames {
+        for statement in renames.iter().chain(&item_renames) {
             tx.exec(statement, &values![id.as_str(), *from, parked.as_str()])
                 .await?;
         }
     }
     for (_, parked, to) in &renamed {
-        for statement in renames {
+        for statement in renames.iter().chain(&item_renames) {
             tx.exec(statement, &values![id.as_str(), parked.as_str(), *to])
                 .await?;
         }
@@ -308,7 +356,10 @@ fn event(m: &MigrationRecord) -> NewEvent {
         .moved
         .iter()
         .filter(|s| s.from != s.to)
-        .map(|s| format!("{} → {}", s.from, s.to))
+        .map(|s| match s.items {
+            Some(n) => format!("{} → {} (with its {n} items)", s.from, s.to),
+            None => format!("{} → {}", s.from, s.to),
+        })
         .collect();
     if !p.added.is_empty() {
         parts.push(format!("added {}", p.added.join(", ")));
@@ -389,12 +440,14 @@ mod tests {
     /// and not copied would be lost by every migration.
     #[test]
     fn every_step_column_is_carried_by_a_migration() {
-        let sql = super::SQL.move_step;
-        let listed = &sql[sql.find('(').unwrap() + 1..sql.find(')').unwrap()];
-        let mut carried: Vec<String> = listed.split(',').map(|c| c.trim().to_string()).collect();
-        carried.sort();
-        for backend in ["sqlite", "postgres"] {
-            assert_eq!(step_columns(backend), carried, "{backend}");
+        for sql in [super::SQL.move_step, super::SQL.move_items] {
+            let listed = &sql[sql.find('(').unwrap() + 1..sql.find(')').unwrap()];
+            let mut carried: Vec<String> =
+                listed.split(',').map(|c| c.trim().to_string()).collect();
+            carried.sort();
+            for backend in ["sqlite", "postgres"] {
+                assert_eq!(step_columns(backend), carried, "{backend}");
+            }
         }
     }
 }
