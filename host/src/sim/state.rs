@@ -449,15 +449,7 @@ impl World {
     /// cancel is applied before the answer, so a lost answer hides an effect that happened.
     pub fn cancel(&mut self, id: &str, now: SystemTime) -> CancelDecision {
         let unavailable = self.faults.take_unavailable_cancel();
-        // Ids are `dlv_<position + 1>` (see `append`).
-        let position = id
-            .strip_prefix("dlv_")
-            .and_then(|n| n.parse::<usize>().ok())
-            .and_then(|n| n.checked_sub(1));
-        let Some(record) = position
-            .and_then(|i| self.records.get_mut(i))
-            .filter(|r| r.delivery.id == id)
-        else {
+        let Some(record) = self.record_mut(id) else {
             let outcome = if unavailable {
                 CancelOutcome::Unavailable
             } else {
@@ -500,18 +492,24 @@ impl World {
         &self.faults.faults
     }
 
+    /// The delivery with id `id`: ids are `dlv_<position + 1>` (see `append`).
+    fn record_mut(&mut self, id: &str) -> Option<&mut Record> {
+        let position = id
+            .strip_prefix("dlv_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1))?;
+        self.records
+            .get_mut(position)
+            .filter(|r| r.delivery.id == id)
+    }
+
     /// The event that `delivery`'s change makes, if events are configured: numbered,
     /// its body fixed, and how it is to be posted (late, twice) by the counters.
     pub fn event(&mut self, kind: &'static str, id: &str, now: SystemTime) -> Option<Event> {
-        let delivery = self
-            .records
-            .iter()
-            .find(|r| r.delivery.id == id)?
-            .delivery
-            .clone();
+        let faults = &self.faults.faults;
+        let (url, secret) = (faults.webhook_url.clone()?, faults.webhook_secret.clone()?);
+        let delivery = self.record_mut(id)?.delivery.clone();
         let faults = &mut self.faults.faults;
-        let url = faults.webhook_url.clone()?;
-        let secret = faults.webhook_secret.clone()?;
         self.events += 1;
         let late = (faults.webhook_late_next > 0).then(|| {
             faults.webhook_late_next -= 1;
