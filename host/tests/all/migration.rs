@@ -3,7 +3,8 @@
 //! the hosts) and a real database, on both stores.
 //!
 //! Workflows are left in every state a person migrates — never begun, an outcome unknown
-//! that waits for a person, blocked by policy, running (its host killed mid-call) — and a
+//! that waits for a person, blocked by policy or by budget, running (its host killed
+//! mid-call) — and a
 //! paused host moves them from v1 to a v2 that relabels a step, renames `deliver` to `send`,
 //! adds `archive` and drops the pending `notify`. The allowed ones finish on v2 with their
 //! receipts and the keys their requests were sent under (the provider's record shows one
@@ -534,7 +535,94 @@ async fn workflows_in_every_state_move_as_the_plan_allows(db: Option<String>) {
     assert_eq!(code, 0, "docket check after the migrations:\n{out}");
 }
 
-on_both_stores!(workflows_in_every_state_move_as_the_plan_allows);
+/// `text` (v1 or v2) with room for one external call only, and the delivery's own retries.
+fn one_call_only(text: &str) -> String {
+    let out = text
+        .replace("max_external_calls = 10", "max_external_calls = 1")
+        .replace(
+            "[steps.retry]\nmax_attempts = 1\ninitial_backoff",
+            "[steps.retry]\nmax_attempts = 5\ninitial_backoff",
+        );
+    assert!(out.contains("max_external_calls = 1\n") && out.contains("max_attempts = 5"));
+    out
+}
+
+/// A workflow blocked by its budget (its delivery's request was refused `503` and the
+/// retry would be a second external call) moves to v2: the renamed step stays blocked with
+/// its limit, an extension of the budget lets it go on, and the retry is sent under the key
+/// of the step's first id — one delivery at the provider.
+async fn a_workflow_blocked_by_its_budget_moves_and_goes_on_under_its_key(db: Option<String>) {
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let host = HostProcess::start(HostOptions {
+        db: db.clone(),
+        workflows: vec![("moving.toml".into(), one_call_only(&v1()))],
+        provider: Some(sim.base_url()),
+        ..HostOptions::default()
+    })
+    .await;
+    sim.sim()
+        .set_faults(json!({"unavailable_next": 1}))
+        .unwrap();
+    let id = submit(&host, "budget").await;
+    let wf = host.wait_for(&id, SETTLED, Duration::from_secs(30)).await;
+    let deliver = step(&wf, "deliver");
+    assert_eq!(deliver["state"], "blocked", "{wf:#}");
+    assert_eq!(deliver["blocked"]["reason"], "budget_exhausted", "{wf:#}");
+    assert_eq!(deliver["blocked"]["limit"], "external_calls", "{wf:#}");
+
+    let files = tempfile::tempdir().unwrap();
+    let database = db
+        .clone()
+        .unwrap_or_else(|| host.path().join("docket.db").display().to_string());
+    let config = host.path().join("docket.toml").display().to_string();
+    let v2_file = write(files.path(), "moving-v2.toml", &one_call_only(&v2()));
+    let (code, out) = docket(&[
+        "workflow", "deploy", &v2_file, "--db", &database, "--config", &config,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let (status, moved) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/migration"),
+            "budget-to-v2",
+            json!({"to_version": 2, "steps": {"deliver": "send", "notify": null},
+                   "reason": "deliver is now send"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{moved}");
+    let wf = projection(&host, &id).await;
+    let send = step(&wf, "send");
+    assert_eq!(send["state"], "blocked", "{wf:#}");
+    assert_eq!(send["blocked"]["limit"], "external_calls", "{wf:#}");
+
+    let (status, extended) = host
+        .post_with_key(
+            &format!("/v1/workflows/{id}/budget"),
+            "one-more-call",
+            json!({"add": {"external_calls": 2}, "reason": "the provider is back"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{extended}");
+    let wf = host
+        .wait_for(&id, &["completed"], Duration::from_secs(60))
+        .await;
+    assert_eq!(wf["definition_version"], 2, "{wf:#}");
+    assert_eq!(step(&wf, "archive")["state"], "succeeded", "{wf:#}");
+    let world = sim.sim().world();
+    assert_eq!(world.len(), 1, "{world:#?}");
+    assert_eq!(world[0].client_reference, key_of(&id), "{world:#?}");
+    let (code, out) = crate::operations::docket_check(&database, false);
+    assert_eq!(code, 0, "{out}");
+}
+
+on_both_stores!(
+    workflows_in_every_state_move_as_the_plan_allows,
+    a_workflow_blocked_by_its_budget_moves_and_goes_on_under_its_key,
+);
 
 /// The README's example, as written: version 2 of the shipped delivery deployed beside a
 /// running host, its plan moving a workflow that has not run yet, which then finishes on it.
