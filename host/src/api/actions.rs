@@ -91,6 +91,7 @@ pub(super) async fn act<
         + crate::store::ComponentStore
         + crate::store::OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::CourseStore
         + 'static,
 >(
     State(ctx): State<Ctx<S>>,
@@ -123,6 +124,7 @@ pub(super) async fn act_on_item<
         + crate::store::ComponentStore
         + crate::store::OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::CourseStore
         + 'static,
 >(
     State(ctx): State<Ctx<S>>,
@@ -153,6 +155,7 @@ async fn act_on<
         + crate::store::ComponentStore
         + crate::store::OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::CourseStore
         + 'static,
 >(
     ctx: &Ctx<S>,

@@ -601,6 +601,7 @@ async fn act<
         + crate::store::ComponentStore
         + crate::store::OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::CourseStore
         + 'static,
 >(
     State(c): State<Shared<S>>,

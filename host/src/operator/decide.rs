@@ -174,6 +174,11 @@ pub enum Refusal {
         action.as_str()
     )]
     BatchStep { step: String, action: Action },
+    /// A retry of a batch step none of whose items is unresolved.
+    #[error(
+        "no item of batch step `{step}` is unresolved (outcome unknown, blocked or failed): there is nothing to retry"
+    )]
+    NothingToRetry { step: String },
     /// The step moved while the action was being decided.
     #[error(
         "step `{step}` changed while the action was being decided (it was `{}`); read it again and decide anew",
@@ -200,6 +205,7 @@ impl Refusal {
             Refusal::NotAnApproval { .. } => "not_an_approval",
             Refusal::ConsequenceChanged { .. } => "consequence_changed",
             Refusal::BatchStep { .. } => "batch_step",
+            Refusal::NothingToRetry { .. } => "nothing_to_retry",
         }
     }
 }

@@ -174,13 +174,15 @@ pub(super) async fn required_definition<S: crate::store::DefinitionStore>(
     })
 }
 
-/// Carries out `order` on the target step for `caller` under `key`.
+/// Carries out `order` on the target step for `caller` under `key`; a query or retry
+/// answers once its attempt has ended (or after a bounded wait).
 pub async fn perform<
     S: crate::store::DefinitionStore
         + crate::store::ReadStore
         + crate::store::ComponentStore
         + crate::store::OperatorStore
         + crate::store::ApprovalStore
+        + crate::store::CourseStore
         + 'static,
 >(
     ctx: &Arc<Context<S>>,
@@ -188,6 +190,27 @@ pub async fn perform<
     target: Target,
     order: Order,
     key: String,
+) -> Result<ActionResult, DeskError> {
+    perform_waiting(ctx, caller, target, order, key, true).await
+}
+
+/// [`perform`]; with `wait` false a query or retry answers at once, with the step as the
+/// action left it.
+async fn perform_waiting<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + crate::store::ApprovalStore
+        + crate::store::CourseStore
+        + 'static,
+>(
+    ctx: &Arc<Context<S>>,
+    caller: &Principal,
+    target: Target,
+    order: Order,
+    key: String,
+    wait: bool,
 ) -> Result<ActionResult, DeskError> {
     let Target { workflow_id, step } = target;
     let decides_approval = matches!(order, Order::Approve { .. } | Order::Reject { .. });
@@ -273,7 +296,12 @@ pub async fn perform<
         .map(|d| d.def.fields_read(&step))
         .unwrap_or_default();
     let now = ctx.clock_now();
-    // A batch step is acted on through its items; escalating it changes nothing of them.
+    // A retry of a batch step retries its unresolved items, each an action of its own.
+    if step_record.items.is_some() && action == Action::Retry {
+        return retry_items(ctx, caller, &record, &steps, scope, order, digest).await;
+    }
+    // A batch step is otherwise acted on through its items; escalating it changes nothing
+    // of them.
     let batch = step_record.items.is_some() && action != Action::Escalate;
     let decision = if batch {
         Err(super::Refusal::BatchStep {
@@ -335,7 +363,7 @@ pub async fn perform<
             // attempt settles must not leave later replays of its key without one.
             let (ctx, attempts_before) = (ctx.clone(), step_record.attempts);
             let answered = tokio::spawn(async move {
-                if matches!(action, Action::Query | Action::Retry) {
+                if wait && matches!(action, Action::Query | Action::Retry) {
                     settle(&ctx, &record.workflow_id, &scope.step, attempts_before).await;
                 }
                 let view = step_view(&ctx, &record, &scope.step).await?;
@@ -350,6 +378,84 @@ pub async fn perform<
             Ok(ActionResult::Applied(body))
         }
     }
+}
+
+/// A retry of batch step `scope.step`: each of its unresolved items (outcome unknown, blocked,
+/// failed) is retried under a key derived from the step's (`<key>:<item key>`), so a replay
+/// retries none twice; items that completed stay as they are. The step's view, with the
+/// items' counts, is kept under the step's key and answers its replays.
+async fn retry_items<
+    S: crate::store::DefinitionStore
+        + crate::store::ReadStore
+        + crate::store::ComponentStore
+        + crate::store::OperatorStore
+        + crate::store::ApprovalStore
+        + crate::store::CourseStore
+        + 'static,
+>(
+    ctx: &Arc<Context<S>>,
+    caller: &Principal,
+    record: &crate::store::WorkflowRecord,
+    steps: &[crate::store::StepRecord],
+    scope: ActionScope,
+    order: Order,
+    digest: String,
+) -> Result<ActionResult, DeskError> {
+    let unresolved: Vec<&crate::store::StepRecord> = steps
+        .iter()
+        .filter(|s| s.batch_of.as_deref() == Some(scope.step.as_str()))
+        .filter(|s| {
+            matches!(
+                s.state,
+                StepState::OutcomeUnknown
+                    | StepState::Blocked
+                    | StepState::FailedRetryable
+                    | StepState::FailedTerminal
+            )
+        })
+        .collect();
+    if unresolved.is_empty() {
+        return Ok(ActionResult::Refused(stored(&Refusal::NothingToRetry {
+            step: scope.step.clone(),
+        })));
+    }
+    for item in unresolved {
+        let key = format!(
+            "{}:{}",
+            scope.key,
+            item.item_key.as_deref().unwrap_or(item.step.as_str())
+        );
+        let target = Target {
+            workflow_id: record.workflow_id.to_string(),
+            step: item.step.clone(),
+        };
+        // An item another person settled meanwhile refuses on its own; the rest go on.
+        // Each item's attempt runs in its own time: the step's answer does not wait for it.
+        Box::pin(perform_waiting(
+            ctx,
+            caller,
+            target,
+            order.clone(),
+            key,
+            false,
+        ))
+        .await?;
+    }
+    let view = step_view(ctx, record, &scope.step).await?;
+    let body = serde_json::to_string(&view).map_err(|e| DeskError::Internal(e.to_string()))?;
+    let kept = ctx
+        .store
+        .remember(scope, digest, ActionAnswer::Applied(body), ctx.clock_now())
+        .await?;
+    Ok(match kept.answer {
+        Some(ActionAnswer::Applied(body)) => ActionResult::Applied(body),
+        Some(ActionAnswer::Refused(r)) => ActionResult::Refused(r),
+        None => {
+            return Err(DeskError::Internal(
+                "a remembered retry has no answer".into(),
+            ));
+        }
+    })
 }
 
 fn stored(refusal: &Refusal) -> StoredRefusal {

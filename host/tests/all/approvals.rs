@@ -493,19 +493,11 @@ async fn a_revision_asks_the_approval_again(db: Option<String>) {
     assert_eq!(asked[1]["decided_by"], "carol");
 }
 
-/// An approval whose recorded input digest is not what the step would send blocks the
-/// step at checkpoint 2 (`approval_mismatch`): nothing reaches the provider.
-async fn a_mismatching_input_is_blocked_before_anything_is_sent(db: Option<String>) {
-    let host = start(db.clone(), vec![]).await;
-    let id = submit(
-        &host,
-        "approved-delivery",
-        "mismatch-1",
-        document("Tampered"),
-    )
-    .await;
-    let consequence = asked(&host, &id, "approve", None).await;
-    // What was asked is altered where it is kept: the approval will name another input.
+/// Approves `id`'s consequence after its first approved step's input digest was altered
+/// where the question is kept (so the approval's receipt names another input), and answers
+/// the workflow once it waits for a person.
+async fn approve_a_tampered_consequence(host: &HostProcess, db: Option<String>, id: &str) -> Value {
+    let consequence = asked(host, id, "approve", None).await;
     let mut altered = consequence["consequence"].clone();
     altered["steps"][0]["input_digest"] =
         json!("sha256:1111111111111111111111111111111111111111111111111111111111111111");
@@ -518,17 +510,30 @@ async fn a_mismatching_input_is_blocked_before_anything_is_sent(db: Option<Strin
     .await;
     let approve = format!("/v1/workflows/{id}/steps/approve/approve");
     let (status, body) = post(
-        &host,
+        host,
         &approve,
-        "m-1",
+        "tampered",
         CAROL,
         json!({"digest": consequence["digest"]}),
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let wf = host
-        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
-        .await;
+    host.wait_for(id, &["needs_review"], Duration::from_secs(30))
+        .await
+}
+
+/// An approval whose recorded input digest is not what the step would send blocks the
+/// step at checkpoint 2 (`approval_mismatch`): nothing reaches the provider.
+async fn a_mismatching_input_is_blocked_before_anything_is_sent(db: Option<String>) {
+    let host = start(db.clone(), vec![]).await;
+    let id = submit(
+        &host,
+        "approved-delivery",
+        "mismatch-1",
+        document("Tampered"),
+    )
+    .await;
+    let wf = approve_a_tampered_consequence(&host, db, &id).await;
     let deliver = step(&wf, "deliver");
     assert_eq!(deliver["state"], "blocked", "{wf:#}");
     assert_eq!(deliver["blocked"]["reason"], "approval_mismatch", "{wf:#}");
@@ -663,31 +668,7 @@ async fn a_batch_whose_items_were_not_approved_sends_nothing(db: Option<String>)
         mailing_input(&["a@example.com", "b@example.com"]),
     )
     .await;
-    let consequence = asked(&host, &id, "approve", None).await;
-    // What was asked is altered where it is kept: the approval will bind another set.
-    let mut altered = consequence["consequence"].clone();
-    altered["steps"][0]["input_digest"] =
-        json!("sha256:2222222222222222222222222222222222222222222222222222222222222222");
-    let text = altered.to_string().replace('\'', "''");
-    let url = db.unwrap_or_else(|| host.path().join("docket.db").display().to_string());
-    crate::operations::corrupt(
-        &url,
-        &format!("UPDATE approvals SET consequence = '{text}' WHERE workflow_id = '{id}'"),
-    )
-    .await;
-    let approve = format!("/v1/workflows/{id}/steps/approve/approve");
-    let (status, body) = post(
-        &host,
-        &approve,
-        "mt-1",
-        CAROL,
-        json!({"digest": consequence["digest"]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let wf = host
-        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
-        .await;
+    let wf = approve_a_tampered_consequence(&host, db, &id).await;
     let deliver = step(&wf, "deliver");
     assert_eq!(deliver["state"], "blocked", "{wf:#}");
     assert_eq!(deliver["blocked"]["reason"], "approval_mismatch", "{wf:#}");

@@ -270,18 +270,19 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(d
         failed["data"][0]["item_key"], "nobody-at-example.com",
         "{failed}"
     );
-    // The step itself is acted on through its items.
+    // The step itself is acted on through its items (a retry of it retries those
+    // unresolved, below).
     let (status, refused) = host
         .post_with_key(
-            &format!("/v1/workflows/{id}/steps/deliver/retry"),
-            "retry-all",
+            &format!("/v1/workflows/{id}/steps/deliver/query"),
+            "query-all",
             json!({}),
         )
         .await;
     assert_eq!(status, 409, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("batch step") && message.contains("/items/{item_key}/retry"),
+        message.contains("batch step") && message.contains("/items/{item_key}/query"),
         "{refused}"
     );
     // The console's page of the step shows the counts and the items, the one waiting for
@@ -736,14 +737,15 @@ async fn a_batch_moves_to_a_new_version_with_its_items(db: Option<String>) {
         ann[0]["request_identity"],
         shown(key_of(&id, "ann@example.com"))
     );
+    // A retry of the step retries its unresolved items only: the failed one, under a key
+    // of its own derived from this one; the delivered ones stay complete.
+    let retry_all = format!("/v1/workflows/{id}/steps/send/retry");
+    let body = json!({"reason": "once more, after the move"});
     let (status, retried) = host
-        .post_with_key(
-            &format!("/v1/workflows/{id}/steps/send/items/nobody-at-example.com/retry"),
-            "retry-nobody",
-            json!({"reason": "once more, after the move"}),
-        )
+        .post_with_key(&retry_all, "retry-unresolved", body.clone())
         .await;
     assert_eq!(status, 200, "{retried}");
+    assert_eq!(retried["id"], "send", "{retried:#}");
     let first_key = shown(key_of(&id, "nobody-at-example.com"));
     crate::wait::until("the retry to end", Duration::from_secs(30), || async {
         let tried = attempts("nobody-at-example.com").await;
@@ -758,6 +760,13 @@ async fn a_batch_moves_to_a_new_version_with_its_items(db: Option<String>) {
     .iter()
     .filter(|a| a["request_identity"].is_string())
     .for_each(|a| assert_eq!(a["request_identity"], first_key.as_str(), "{a:#}"));
+    // The same request again answers as it did and retries nothing twice.
+    let (status, again) = host
+        .post_with_key(&retry_all, "retry-unresolved", body)
+        .await;
+    assert_eq!((status, &again), (200, &retried));
+    assert_eq!(attempts("nobody-at-example.com").await.len(), 2);
+    assert_eq!(attempts("ann@example.com").await.len(), 1);
     let (status, resolved) = host
         .post_with_key(
             &format!("/v1/workflows/{id}/steps/send/items/nobody-at-example.com/resolve"),
@@ -777,6 +786,18 @@ async fn a_batch_moves_to_a_new_version_with_its_items(db: Option<String>) {
         .wait_for(&id, &["completed"], Duration::from_secs(30))
         .await;
     assert_eq!(step(&wf, "send")["items"]["succeeded"], 4, "{wf:#}");
+    // Once every item is complete there is nothing left to retry.
+    let (status, refused) = host
+        .post_with_key(&retry_all, "retry-again", json!({"reason": "again"}))
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to retry"),
+        "{refused}"
+    );
     let world = sim.sim().world();
     assert_eq!(world.len(), 3, "{world:?}");
     for person in ["ann@example.com", "bob@example.com", "cy@example.com"] {
