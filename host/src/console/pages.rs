@@ -1011,8 +1011,13 @@ pub async fn step<
                     p.muted { "Reverse: not possible — this adapter does not declare compensation." }
                 }
             }
-            @if counts.is_some() {
+            @if let Some(n) = counts.as_ref().map(|c| c.outcome_unknown + c.failed) {
                 p.muted { "A batch step is acted on item by item: open an item above." }
+                @if n > 0 {
+                    (form("retry", "Retry the unresolved items", html! {
+                        p.muted { "Each item whose outcome is unknown, or that is blocked or failed, is retried on its own, with its own key; completed items stay complete." }
+                    }))
+                }
             } @else if !stuck {
                 p.muted { "Nothing to decide: the step is " (rec.state.as_str().replace('_', " ")) "." }
             } @else {

@@ -293,7 +293,8 @@ async fn a_batch_delivers_each_item_once_and_a_person_settles_the_rejected_one(d
             && page.contains("Waiting for a person: ")
             && page.contains("nobody-at-example.com")
             && page.contains("person49@example.com")
-            && page.contains("A batch step is acted on item by item"),
+            && page.contains("A batch step is acted on item by item")
+            && page.contains("Retry the unresolved items"),
         "{page}"
     );
     let later = console_page(
