@@ -569,9 +569,26 @@ after = ["approve"]
         .await;
     assert_eq!(status, 201, "{created}");
     let id = created["workflow_id"].as_str().unwrap().to_string();
-    let wf = host
-        .wait_for(&id, &["needs_review"], Duration::from_secs(30))
+    host.wait_for(&id, &["needs_review"], Duration::from_secs(30))
         .await;
+    // The approval is asked beside the review, in its own time.
+    let wf = crate::wait::until(
+        "the approval to be asked",
+        Duration::from_secs(30),
+        || async {
+            let (_, wf) = host.get(&format!("/v1/workflows/{id}")).await;
+            let asked = wf["steps"]
+                .as_array()
+                .and_then(|s| s.iter().find(|s| s["id"] == "approve"))
+                .is_some_and(|s| s["state"] == "awaiting_approval");
+            if asked {
+                Ok(wf)
+            } else {
+                Err(format!("{wf:#}"))
+            }
+        },
+    )
+    .await;
     let approval = wf["steps"]
         .as_array()
         .unwrap()
