@@ -15,7 +15,15 @@
 //! With HISTORY, the store first holds that many ended workflows with every row they leave
 //! behind (`support/history.rs`), so the same load runs on a store that has been in use.
 //!
-//! Run: `cargo bench --bench chain_http [-- WORKFLOWS [HISTORY]]` (default 2000 and 0).
+//! With CLIENTS = `python` (or `both`), the load also comes from an ordinary client as a
+//! user would write one: `support/client.py`, 32 threads of Python's standard library
+//! `http.client` on the same machine, timed from its first submission until the store shows
+//! every intent completed. Both report the host's CPU per step, which is what such a client
+//! changes: its requests arrive fewer at a time, so the host does more wake-ups and smaller
+//! commits per step.
+//!
+//! Run: `cargo bench --bench chain_http [-- WORKFLOWS [HISTORY [rust|python|both]]]`
+//! (default 2000, 0 and rust).
 //! `DOCKET_BENCH_HOST=<path>` runs another build's `docket` under the same load.
 
 #[path = "support/history.rs"]
@@ -95,6 +103,81 @@ async fn one(conn: &mut Conn, workflow: &str, key: &str, input: &str) -> Duratio
     }
 }
 
+/// Which load generator submits the workflows.
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    /// CLIENTS keep-alive connections on one thread of this process.
+    Rust,
+    /// `support/client.py`: CLIENTS Python threads, each with its own `http.client`.
+    Python,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Rust => "Rust client",
+            Client::Python => "Python http.client pool",
+        }
+    }
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `total` workflows from CLIENTS Python threads; the time from their first submission
+/// until all are completed.
+async fn load_python(
+    addr: &str,
+    db: &Path,
+    since: u64,
+    workflow: &str,
+    prefix: &str,
+    total: usize,
+) -> Duration {
+    use std::io::BufRead;
+    let already = completed(db, workflow, since);
+    let mut child = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/support/client.py"
+        ))
+        .args([
+            addr,
+            workflow,
+            prefix,
+            &total.to_string(),
+            &CLIENTS.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs the ordinary client");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let started: f64 = first
+        .strip_prefix("started ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .parse()
+        .unwrap();
+    let want = already + (total / CLIENTS) * CLIENTS;
+    let watch = Instant::now();
+    while completed(db, workflow, since) < want {
+        assert!(
+            watch.elapsed() < Duration::from_secs(600),
+            "not all {workflow} workflows completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = Duration::from_secs_f64(now() - started);
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(status.success(), "the Python client failed: {rest:?}");
+    elapsed
+}
+
 /// `total` workflows from CLIENTS keep-alive clients; the time until all are completed.
 async fn load(
     addr: &str,
@@ -143,6 +226,12 @@ fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let total: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let ended: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let clients = match args.next().as_deref() {
+        None | Some("rust") => vec![Client::Rust],
+        Some("python") => vec![Client::Python],
+        Some("both") => vec![Client::Rust, Client::Python],
+        Some(other) => panic!("clients are rust, python or both, not {other:?}"),
+    };
     let dir = tempfile::tempdir().unwrap();
     let workflows = dir.path().join("workflows");
     std::fs::create_dir(&workflows).unwrap();
@@ -196,27 +285,36 @@ fn main() {
                 unloaded.push(one(&mut conn, workflow, &format!("solo-{i}"), &input(i)).await);
             }
             unloaded.sort();
-            let cpu = cpu_time(server);
-            let elapsed = load(&addr, &db, since, workflow, "load", total).await;
-            let cpu = cpu_time(server) - cpu;
-            let done = (total / CLIENTS) * CLIENTS;
             println!("{workflow} ({steps} steps):");
             println!(
                 "  unloaded     p50 {:.1} ms   p90 {:.1} ms (admission to completion, one at a time)",
                 pct(&unloaded, 0.5),
                 pct(&unloaded, 0.9)
             );
-            println!(
-                "  throughput   {:.0} workflows/s = {:.0} durable steps/s ({done} workflows in {:.2} s)",
-                done as f64 / elapsed.as_secs_f64(),
-                (done * steps) as f64 / elapsed.as_secs_f64(),
-                elapsed.as_secs_f64()
-            );
-            println!(
-                "  host CPU     {:.0} µs per step ({:.2} of the 2 cores)",
-                cpu.as_secs_f64() * 1e6 / (done * steps) as f64,
-                cpu.as_secs_f64() / elapsed.as_secs_f64()
-            );
+            for (round, &client) in clients.iter().enumerate() {
+                let prefix = format!("load-{round}");
+                let cpu = cpu_time(server);
+                let elapsed = match client {
+                    Client::Rust => load(&addr, &db, since, workflow, &prefix, total).await,
+                    Client::Python => {
+                        load_python(&addr, &db, since, workflow, &prefix, total).await
+                    }
+                };
+                let cpu = cpu_time(server) - cpu;
+                let done = (total / CLIENTS) * CLIENTS;
+                println!("  {}:", client.name());
+                println!(
+                    "    throughput {:.0} workflows/s = {:.0} durable steps/s ({done} workflows in {:.2} s)",
+                    done as f64 / elapsed.as_secs_f64(),
+                    (done * steps) as f64 / elapsed.as_secs_f64(),
+                    elapsed.as_secs_f64()
+                );
+                println!(
+                    "    host CPU   {:.0} µs per step ({:.2} of the 2 cores)",
+                    cpu.as_secs_f64() * 1e6 / (done * steps) as f64,
+                    cpu.as_secs_f64() / elapsed.as_secs_f64()
+                );
+            }
         }
         println!("  peak resident memory of the host: {:.0} MiB", peak_rss_mib(server));
     });

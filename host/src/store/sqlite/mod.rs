@@ -8,6 +8,7 @@
 
 mod executor;
 mod points;
+mod profile;
 mod read;
 mod tx;
 mod writer;

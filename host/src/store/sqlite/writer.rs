@@ -346,6 +346,7 @@ fn run_writer(
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    let mut profile = super::profile::Profile::from_env(&conn);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -358,6 +359,9 @@ fn run_writer(
         BATCH_JOBS.with(|jobs| jobs.set(batch.len()));
         let commit = run_batch(&mut conn, &mut batch);
         tracing::trace!(jobs = batch.len(), elapsed = ?t0.elapsed(), "write batch committed");
+        if let Some(profile) = &mut profile {
+            profile.committed(batch.len());
+        }
         if let Err(e) = &commit {
             tracing::error!("a write transaction of {} jobs failed: {e}", batch.len());
             // A failed COMMIT may leave the transaction open; make sure it is gone.
