@@ -63,6 +63,8 @@ pub(crate) enum Write<'a> {
     /// Inserts a new workflow's steps, ready or pending, and their dependencies.
     InsertSteps {
         new: &'a super::NewWorkflow,
+        /// The workflow's subject, which each step row carries for fair claims.
+        subject: &'a str,
         now: Millis,
     },
     /// Adds ended workflows to the metrics' tallies, in `shard`, in key order.

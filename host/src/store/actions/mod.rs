@@ -88,10 +88,11 @@ pub(crate) const SQL: Sql = Sql {
                    WHERE workflow_id = $1 AND step = $2 AND state = $3 AND lease_token IS NULL",
     // A compensation's identity follows its original's (see `Claimed::identity`).
     insert_compensation:
-        "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger, key_step)
-         VALUES ($1, $2, 'ready', $3, 'compensation', 'compensation',
-                 (SELECT o.key_step || '.compensate' FROM steps o
-                  WHERE o.workflow_id = $1 AND o.step = $4))",
+        "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger, key_step,
+                            subject)
+         SELECT $1, $2, 'ready', $3, 'compensation', 'compensation',
+                o.key_step || '.compensate', o.subject
+         FROM steps o WHERE o.workflow_id = $1 AND o.step = $4",
 };
 
 fn scope_values(s: &ActionScope) -> [Param<'_>; 5] {

@@ -169,7 +169,12 @@ pub(crate) async fn admit<T: Tx>(tx: &mut T, req: &AdmitRequest) -> StoreResult<
         ],
     )
     .await?;
-    tx.apply(Write::InsertSteps { new, now: req.now }).await?;
+    tx.apply(Write::InsertSteps {
+        new,
+        subject: scope.subject.0.as_str(),
+        now: req.now,
+    })
+    .await?;
     if !new.events.is_empty() {
         tx.apply(Write::InsertEvents {
             workflow: &new.workflow_id,

@@ -63,12 +63,12 @@ pub(crate) const SQL: Sql = Sql {
                     note, escalated, role, compensate_on, blocked, policy_exception,
                     input_digest, reads, key_sent_at, key_remembered_until,
                     retention_warned_at, key_step, batch_of, item_key, item, item_index,
-                    items, max_parallel)
+                    items, max_parallel, subject)
                 SELECT workflow_id, $2, $3, attempts, ready_at, next_trigger, uncertain_since,
                     lease_owner, lease_token, lease_expires_at, receipt_id, note, escalated, $4,
                     $5, blocked, policy_exception, input_digest, $6, key_sent_at,
                     key_remembered_until, retention_warned_at, $7, batch_of, item_key, item,
-                    item_index, items, max_parallel
+                    item_index, items, max_parallel, subject
                 FROM steps WHERE workflow_id = $1 AND step = $8",
     // A batch step's parked items under its new id, `<to>[<key>]`: a renamed item's key
     // still derives from the identity it was first sent under (its parked id unparked;
@@ -78,18 +78,19 @@ pub(crate) const SQL: Sql = Sql {
                      note, escalated, role, compensate_on, blocked, policy_exception,
                      input_digest, reads, key_sent_at, key_remembered_until,
                      retention_warned_at, key_step, batch_of, item_key, item, item_index,
-                     items, max_parallel)
+                     items, max_parallel, subject)
                  SELECT workflow_id, $2 || '[' || item_key || ']', state, attempts, ready_at,
                      next_trigger, uncertain_since, lease_owner, lease_token, lease_expires_at,
                      receipt_id, note, escalated, $3, $4, blocked, policy_exception,
                      input_digest, $5, key_sent_at, key_remembered_until, retention_warned_at,
                      CASE WHEN $2 = $6 THEN key_step
                           ELSE COALESCE(key_step, substr(step, 11)) END,
-                     $2, item_key, item, item_index, items, max_parallel
+                     $2, item_key, item, item_index, items, max_parallel, subject
                  FROM steps
                  WHERE workflow_id = $1 AND batch_of = $6 AND substr(step, 1, 10) = 'migrating:'",
-    add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads)
-               VALUES ($1, $2, 'pending', $3, $4, $5)",
+    add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads, subject)
+               SELECT $1, $2, 'pending', $3, $4, $5, subject
+               FROM workflows WHERE workflow_id = $1",
     drop_parked: "DELETE FROM steps WHERE workflow_id = $1 AND step LIKE 'migrating:%'",
     unready_pending: "UPDATE steps SET ready_at = NULL WHERE workflow_id = $1 AND state = 'pending'",
     clear_deps: "DELETE FROM step_deps WHERE workflow_id = $1",

@@ -282,11 +282,13 @@ fn create_all_sql(replaced: &str, on_conflict: &str) -> String {
              WHERE id IN (SELECT workflow_id FROM taken)),
          {replaced}
          steps AS (
-             INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
-             SELECT id, s, st, r, ro, co, rd
+             INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
+                 subject)
+             SELECT t.id, s, st, r, ro, co, rd, sub.subject
              FROM UNNEST($16::TEXT[], $17::TEXT[], $18::TEXT[], $19::BIGINT[], $20::TEXT[],
                      $21::TEXT[], $22::TEXT[]) WITH ORDINALITY AS t(id, s, st, r, ro, co, rd, n)
-             WHERE id IN (SELECT workflow_id FROM taken)
+             JOIN UNNEST($4::TEXT[], $1::TEXT[]) AS sub(id, subject) ON sub.id = t.id
+             WHERE t.id IN (SELECT workflow_id FROM taken)
              ORDER BY n),
          deps AS (
              INSERT INTO step_deps (workflow_id, step, depends_on)

@@ -318,6 +318,7 @@ async fn timeline_insert(
 pub(crate) async fn insert_steps(
     conn: &mut PgConnection,
     new: &crate::store::NewWorkflow,
+    subject: &str,
     now: Millis,
 ) -> PgResult<()> {
     let n = new.steps.len();
@@ -354,8 +355,9 @@ pub(crate) async fn insert_steps(
     }
     sqlx::query(
         "WITH steps AS (
-             INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads)
-             SELECT $1, s, st, r, ro, co, rd
+             INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
+                 subject)
+             SELECT $1, s, st, r, ro, co, rd, $10
              FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[],
                      $7::TEXT[]) WITH ORDINALITY AS t(s, st, r, ro, co, rd, n)
              ORDER BY n)
@@ -371,6 +373,7 @@ pub(crate) async fn insert_steps(
     .bind(&reads)
     .bind(&dep_steps)
     .bind(&depends_on)
+    .bind(subject)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -95,7 +95,9 @@ impl Tx for PgTx<'_> {
                 now,
                 events,
             } => super::insert_events(conn, workflow, first, now, events).await,
-            Write::InsertSteps { new, now } => super::insert_steps(conn, new, now).await,
+            Write::InsertSteps { new, subject, now } => {
+                super::insert_steps(conn, new, subject, now).await
+            }
             Write::AddTallies { tallies, shard } => {
                 super::executor::add_tallies(conn, tallies, shard).await
             }

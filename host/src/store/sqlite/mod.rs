@@ -245,12 +245,14 @@ pub(crate) fn each_row<T>(
 pub(crate) fn insert_steps(
     conn: &Connection,
     new: &crate::store::NewWorkflow,
+    subject: &str,
     now: Millis,
 ) -> StoreResult<()> {
     static STEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
         MultiRow::new(
-            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads) VALUES",
-            7,
+            "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
+                 subject) VALUES",
+            8,
         )
     });
     static DEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
@@ -277,7 +279,7 @@ pub(crate) fn insert_steps(
             plan::reads_text(step.reads.as_deref())?,
         ));
     }
-    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(7 * new.steps.len());
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(8 * new.steps.len());
     for (step, (state, ready_at, role, triggers, reads)) in new.steps.iter().zip(&columns) {
         values.extend([
             &id as &dyn rusqlite::ToSql,
@@ -287,6 +289,7 @@ pub(crate) fn insert_steps(
             role,
             triggers,
             reads,
+            &subject,
         ]);
     }
     STEPS.insert(conn, &values)?;

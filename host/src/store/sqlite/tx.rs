@@ -117,7 +117,9 @@ impl Tx for SqliteTx<'_> {
                 now,
                 events,
             } => super::insert_events(conn, workflow, first, now, events),
-            Write::InsertSteps { new, now } => super::insert_steps(conn, new, now),
+            Write::InsertSteps { new, subject, now } => {
+                super::insert_steps(conn, new, subject, now)
+            }
             Write::AddTallies { tallies, shard } => add_tallies(conn, tallies, shard),
         }
     }
