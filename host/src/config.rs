@@ -73,7 +73,24 @@ pub struct HostConfigToml {
     /// `[server]`: who may name the client of a request.
     #[serde(default)]
     pub server: ServerToml,
+    /// `[fairness]`: how claims are shared between subjects with ready work.
+    #[serde(default)]
+    pub fairness: FairnessToml,
 }
+
+/// `[fairness]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairnessToml {
+    /// Each subject's weight (default 1): while both have ready work, a subject of weight 2
+    /// gets twice the claims of one of weight 1.
+    #[serde(default)]
+    pub weights: BTreeMap<String, u32>,
+}
+
+/// The largest weight a subject may have: beyond it, the others would wait behind a
+/// thousand of its steps for each of theirs.
+const MAX_WEIGHT: u32 = 1000;
 
 /// `[server]`.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -278,6 +295,8 @@ pub struct HostConfig {
     pub body_read_timeout: Duration,
     pub check_interval: Duration,
     pub workflow_retention: Duration,
+    /// `[fairness] weights`, checked.
+    pub fairness_weights: BTreeMap<String, u32>,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -581,6 +600,13 @@ impl HostConfig {
             .enumerate()
             .map(|(i, n)| endpoint(i, n, &secrets).map_err(&invalid))
             .collect::<Result<Vec<_>, _>>()?;
+        for (subject, weight) in &raw.fairness.weights {
+            if !(1..=MAX_WEIGHT).contains(weight) {
+                return Err(invalid(format!(
+                    "[fairness] weights.{subject:?} = {weight} is outside 1..={MAX_WEIGHT}; a subject's weight is its share of the claims against others' (default 1)"
+                )));
+            }
+        }
         Ok(Self {
             listen: raw.listen,
             metrics_listen: raw.metrics_listen,
@@ -632,6 +658,7 @@ impl HostConfig {
             body_read_timeout,
             check_interval,
             workflow_retention,
+            fairness_weights: raw.fairness.weights,
         })
     }
 }
@@ -942,6 +969,39 @@ mod tests {
             "abc-defg-hij"
         );
         assert_eq!(c.tokens[0].principal, Principal::new("alice", Role::Client));
+    }
+
+    #[test]
+    fn fairness_weights_are_read_and_checked() {
+        let raw = HostConfig::parse_toml(
+            "c.toml",
+            "[fairness]\nweights = { \"team-a\" = 2, \"batch-jobs\" = 1 }\n",
+        )
+        .unwrap();
+        let config = HostConfig::from_toml("c.toml", raw).unwrap();
+        assert_eq!(
+            config.fairness_weights,
+            BTreeMap::from([("batch-jobs".into(), 1), ("team-a".into(), 2)])
+        );
+        for (weight, expect) in [
+            ("0", "weights.\"team-a\" = 0 is outside 1..=1000"),
+            ("1001", "weights.\"team-a\" = 1001 is outside 1..=1000"),
+        ] {
+            let raw = HostConfig::parse_toml(
+                "c.toml",
+                &format!("[fairness]\nweights = {{ \"team-a\" = {weight} }}\n"),
+            )
+            .unwrap();
+            let err = HostConfig::from_toml("c.toml", raw)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expect), "{weight}: {err}");
+        }
+        let err = HostConfig::parse_toml("c.toml", "[fairness]\nweight = {}\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("weight"), "{err}");
     }
 
     #[test]

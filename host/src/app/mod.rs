@@ -446,6 +446,7 @@ where
         .clone()
         .unwrap_or_else(crate::scheduler::default_owner);
     tracing::info!("host identity (lease owner): {owner}");
+    store.share_claims(config.fairness_weights.clone());
     record_environment(&store, options, &config, &clock, &owner).await?;
     let components = catalog(&config, &store, &clock, cache_dir, &owner).await?;
     let deployments = deploy(&config, &store, &components, &clock).await?;

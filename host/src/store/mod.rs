@@ -34,6 +34,7 @@ mod course;
 mod definitions;
 mod evidence;
 mod executor;
+mod fairness;
 mod late;
 mod leases;
 mod metrics;
@@ -51,6 +52,7 @@ mod tx;
 
 pub use components::GRANDFATHERED;
 pub use evidence::DELIVERY_LEASE_MS;
+pub use fairness::FairShare;
 pub use records::*;
 
 use crate::intent::{Millis, WorkflowId};
@@ -440,11 +442,16 @@ pub trait ReadStore: Send + Sync {
 pub trait ExecutorStore: Send + Sync {
     /// Claims up to `limit` steps that are ready at `now`: each gets a lease and a new
     /// attempt (checkpoint 1), in one commit, and comes with what it needs to run (the
-    /// workflow input and the receipts so far).
+    /// workflow input and the receipts so far). With ready work of several subjects, the
+    /// claims are shared between them by weight ([`FairShare`]), the longest-waiting step
+    /// of each first.
     fn claim(
         &self,
         request: ClaimRequest,
     ) -> impl Future<Output = StoreResult<Vec<Claimed>>> + Send;
+    /// Sets the subjects' weights in this host's share of claims (`[fairness] weights`);
+    /// a subject not named weighs 1.
+    fn share_claims(&self, weights: std::collections::BTreeMap<String, u32>);
     /// Extends a lease the caller still holds.
     fn renew(&self, request: RenewRequest) -> impl Future<Output = StoreResult<()>> + Send;
     /// Records that an attempt reached a checkpoint (2–5), with what is known so far.

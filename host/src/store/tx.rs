@@ -191,6 +191,9 @@ pub(crate) trait Backend: Send + Sync {
     /// made a step ready): a no-op where one host owns the database.
     fn poke(&self);
 
+    /// How this host's claims are shared between subjects.
+    fn fairness(&self) -> &super::fairness::FairShare;
+
     /// Tells the hosts sharing the database at once, not at the notifier's next round
     /// (a stopping host's released leases: its notifier may not get to run).
     fn announce(&self) -> impl Future<Output = StoreResult<()>> + Send {

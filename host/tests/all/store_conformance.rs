@@ -59,6 +59,7 @@ conformance!(
     admission::reads_filter_and_page,
     executor::claims_respect_limit_readiness_and_carry_context,
     executor::a_claim_carries_only_the_receipts_its_step_reads,
+    executor::claims_are_shared_between_subjects_by_weight,
     executor::fenced_writes_refuse_a_stale_lease,
     executor::success_releases_dependents_and_derives_the_workflow_state,
     executor::expired_leases_report_checkpoint_and_stored_result,

@@ -471,6 +471,10 @@ impl<B: Backend> ExecutorStore for B {
         Backend::claim(self, req).await
     }
 
+    fn share_claims(&self, weights: std::collections::BTreeMap<String, u32>) {
+        self.fairness().set_weights(weights);
+    }
+
     async fn renew(&self, req: RenewRequest) -> StoreResult<()> {
         self.renewal_refused()?;
         self.write(req, |tx, req| Box::pin(leases::renew(tx, req)))

@@ -3,11 +3,12 @@
 
 use super::PgResult;
 use crate::intent::{Millis, NewEvent, Receipt, WorkflowId};
+use crate::store::fairness::{self, FairShare, ReadySubject};
 use crate::store::metrics::Tallies;
 use crate::store::plan;
 use crate::store::rows::{self, Columns, fits};
 use crate::store::{ClaimRequest, Claimed, StepContext, StoreError, StoreResult};
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, PgRow};
 use std::collections::HashMap;
 
 /// Timeline entries as one array per column, bound in the order `kind, step, attempt_id,
@@ -232,33 +233,86 @@ pub(crate) async fn no_table_scans(conn: &mut PgConnection) -> PgResult<()> {
     Ok(())
 }
 
+/// Leases up to `limit` ready steps, of `subject` alone when one is named, the
+/// longest-waiting first. SKIP LOCKED: a step another claimer is taking is left to it,
+/// without waiting.
+macro_rules! pick {
+    ($subject:literal) => {
+        concat!(
+            "WITH picked AS (
+                 SELECT workflow_id, step FROM steps
+                 WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $3",
+            $subject,
+            " ORDER BY ready_at, ord LIMIT $4
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE steps s SET state = 'running', attempts = s.attempts + 1, lease_owner = $1,
+                 lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $2,
+                 note = NULL
+             FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
+             RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
+                       s.key_remembered_until, s.policy_exception, s.reads, s.key_step, s.item,
+                       s.lease_token, s.ready_at, s.ord"
+        )
+    };
+}
+
+async fn pick(
+    conn: &mut PgConnection,
+    req: &ClaimRequest,
+    subject: Option<&str>,
+    limit: usize,
+) -> PgResult<Vec<PgRow>> {
+    let query = match subject {
+        Some(_) => sqlx::query(pick!(" AND subject = $5")),
+        None => sqlx::query(pick!("")),
+    };
+    let query = query
+        .bind(&req.owner)
+        .bind((req.now + req.lease_ms) as i64)
+        .bind(req.now as i64)
+        .bind(limit as i64);
+    Ok(match subject {
+        Some(subject) => query.bind(subject).fetch_all(&mut *conn).await?,
+        None => query.fetch_all(&mut *conn).await?,
+    })
+}
+
+/// Claims up to `req.limit` ready steps: shared between the subjects with ready work by
+/// `fair`, the longest-waiting first within each (and overall when one subject has any).
 pub(super) async fn claim_tx(
     conn: &mut PgConnection,
     req: &ClaimRequest,
+    fair: &FairShare,
 ) -> PgResult<Vec<Claimed>> {
     no_table_scans(conn).await?;
     let expires = req.now + req.lease_ms;
-    // SKIP LOCKED: a step another claimer is taking is left to it, without waiting.
-    let rows = sqlx::query(
-        "WITH picked AS (
-             SELECT workflow_id, step FROM steps
-             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $3
-             ORDER BY ready_at, ord LIMIT $4
-             FOR UPDATE SKIP LOCKED)
-         UPDATE steps s SET state = 'running', attempts = s.attempts + 1, lease_owner = $1,
-             lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $2,
-             note = NULL
-         FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
-         RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
-                   s.key_remembered_until, s.policy_exception, s.reads, s.key_step, s.item,
-                   s.lease_token, s.ready_at, s.ord",
-    )
-    .bind(&req.owner)
-    .bind(expires as i64)
-    .bind(req.now as i64)
-    .bind(req.limit as i64)
-    .fetch_all(&mut *conn)
-    .await?;
+    let ready: Vec<ReadySubject> = sqlx::query(fairness::READY_SUBJECTS)
+        .bind(req.now as i64)
+        .bind(fairness::SUBJECTS_PER_CLAIM)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(ReadySubject {
+                subject: r.text("subject")?,
+                oldest: r.int("oldest")?,
+            })
+        })
+        .collect::<StoreResult<_>>()?;
+    let mut rows = Vec::new();
+    if ready.len() > 1 {
+        for (subject, n) in fair.plan(&ready, req.limit as usize) {
+            let taken = pick(conn, req, Some(&subject), n).await?;
+            fair.unused(&subject, n - taken.len());
+            rows.extend(taken);
+        }
+    }
+    // One subject, or turns its subjects could not use: the longest-waiting of any (a
+    // step leased above is `running` now, so not taken twice).
+    let short = (req.limit as usize).saturating_sub(rows.len());
+    if short > 0 {
+        rows.extend(pick(conn, req, None, short).await?);
+    }
     if rows.is_empty() {
         return Ok(Vec::new());
     }

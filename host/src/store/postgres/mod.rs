@@ -141,6 +141,8 @@ pub struct PgStore {
     admissions: admission::Admissions,
     /// Whether finishes and new intents are written in batches (the default).
     batched: bool,
+    /// How this host's claims are shared between subjects.
+    fair: std::sync::Arc<crate::store::fairness::FairShare>,
 }
 
 impl PgStore {
@@ -178,6 +180,7 @@ impl PgStore {
             finishes,
             admissions,
             batched: true,
+            fair: Default::default(),
         })
     }
 

@@ -180,6 +180,10 @@ impl Backend for PgStore {
         self.notifier.poke();
     }
 
+    fn fairness(&self) -> &crate::store::fairness::FairShare {
+        &self.fair
+    }
+
     /// Sent directly, as a stopping host's notifier task may not get to run.
     async fn announce(&self) -> StoreResult<()> {
         sqlx::query("SELECT pg_notify($1, '')")
@@ -209,7 +213,10 @@ impl Backend for PgStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
-        super::transaction!(self.pool, |conn| super::executor::claim_tx(conn, &req))
+        let fair = &self.fair;
+        super::transaction!(self.pool, |conn| super::executor::claim_tx(
+            conn, &req, fair
+        ))
     }
 
     /// Batched with the finishes of other workflows ([`super::batch`]).

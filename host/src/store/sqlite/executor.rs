@@ -5,6 +5,7 @@
 use super::MultiRow;
 use super::tx::SqliteTx;
 use crate::intent::WorkflowId;
+use crate::store::fairness::{self, FairShare, ReadySubject};
 use crate::store::plan;
 use crate::store::rows::{self, Columns};
 use crate::store::tx::run_now;
@@ -37,15 +38,56 @@ const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS att
     lower(hex(randomblob(16))) AS lease_token, \
     policy_exception, reads, key_step, item FROM steps";
 
-/// Claims up to `req.limit` ready steps, the longest-waiting first.
-pub(super) fn claim_tx(conn: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1
-         ORDER BY ready_at LIMIT ?2"
-    ))?;
-    let rows = stmt.query(params![req.now as i64, req.limit as i64])?;
-    let (claimed, reads) = lease(conn, req, rows)?;
+/// Claims up to `req.limit` ready steps: shared between the subjects with ready work by
+/// `fair`, the longest-waiting first within each (and overall when one subject has any).
+pub(super) fn claim_tx(
+    conn: &Connection,
+    req: &ClaimRequest,
+    fair: &FairShare,
+) -> StoreResult<Vec<Claimed>> {
+    let (mut claimed, mut reads) = (Vec::new(), Vec::new());
+    let ready = ready_subjects(conn, req.now)?;
+    if ready.len() > 1 {
+        let mut by_subject = conn.prepare_cached(&format!(
+            "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND subject = ?1
+                 AND ready_at <= ?2
+             ORDER BY ready_at LIMIT ?3"
+        ))?;
+        for (subject, n) in fair.plan(&ready, req.limit as usize) {
+            let rows = by_subject.query(params![subject, req.now as i64, n as i64])?;
+            let (c, r) = lease(conn, req, rows)?;
+            fair.unused(&subject, n - c.len());
+            claimed.extend(c);
+            reads.extend(r);
+        }
+    }
+    // One subject, or turns its subjects could not use: the longest-waiting of any.
+    let short = (req.limit as usize).saturating_sub(claimed.len());
+    if short > 0 {
+        let mut stmt = conn.prepare_cached(&format!(
+            "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1
+             ORDER BY ready_at LIMIT ?2"
+        ))?;
+        let rows = stmt.query(params![req.now as i64, short as i64])?;
+        let (c, r) = lease(conn, req, rows)?;
+        claimed.extend(c);
+        reads.extend(r);
+    }
     start_attempts(conn, req, claimed, reads)
+}
+
+/// [`fairness::READY_SUBJECTS`] at `now`.
+fn ready_subjects(conn: &Connection, now: u64) -> StoreResult<Vec<ReadySubject>> {
+    let mut stmt = conn.prepare_cached(fairness::READY_SUBJECTS)?;
+    let mut rows = stmt.query(params![now as i64, fairness::SUBJECTS_PER_CLAIM])?;
+    let mut ready = Vec::new();
+    while let Some(r) = rows.next()? {
+        ready.push(ReadySubject {
+            subject: r.get(0)?,
+            oldest: r.get(1)?,
+        });
+    }
+    Ok(ready)
 }
 
 /// Claims one step made ready earlier in the same transaction (by an admission or a

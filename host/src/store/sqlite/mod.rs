@@ -35,6 +35,8 @@ pub struct SqliteStore {
     writer: Writer,
     /// Test failpoint: how many lease renewals still to fail as a busy database would.
     failing_renewals: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// How this host's claims are shared between subjects.
+    fair: std::sync::Arc<crate::store::fairness::FairShare>,
 }
 
 impl SqliteStore {
@@ -119,6 +121,7 @@ impl SqliteStore {
             points: std::sync::Arc::new(points::PointReads::new(&path)),
             writer: Writer::start_checkpointed(write_conn, &path, writer::QUEUE)?,
             failing_renewals: Default::default(),
+            fair: Default::default(),
         })
     }
 }

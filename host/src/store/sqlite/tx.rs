@@ -206,9 +206,14 @@ impl Backend for SqliteStore {
     /// One host owns a SQLite database, and its scheduler is woken in-process.
     fn poke(&self) {}
 
+    fn fairness(&self) -> &crate::store::fairness::FairShare {
+        &self.fair
+    }
+
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        let fair = self.fair.clone();
         self.writer
-            .write(move |conn| super::executor::claim_tx(conn, &req))
+            .write(move |conn| super::executor::claim_tx(conn, &req, &fair))
             .await
     }
 

@@ -9,6 +9,76 @@ use docket::store::{
 };
 use serde_json::json;
 
+/// Six intents of team-a (weight 2), then two of team-b: claims alternate by weight rather
+/// than taking team-a's burst first, oldest first within each subject; once team-b has
+/// nothing ready, team-a takes every claim. A claim of several steps shares the same way.
+pub async fn claims_are_shared_between_subjects_by_weight<S: Store>(s: S) {
+    s.share_claims(std::collections::BTreeMap::from([(
+        "team-a".to_string(),
+        2,
+    )]));
+    let mut subjects = std::collections::HashMap::new();
+    for (i, subject) in ["team-a"; 6].into_iter().chain(["team-b"; 2]).enumerate() {
+        let key = format!("{subject}-{i}");
+        let w = create(
+            &s,
+            admit(
+                scope(subject, &key),
+                json!({"key": key}),
+                &[("only", &[])],
+                T0 + i as u64,
+            ),
+        )
+        .await;
+        subjects.insert(w.workflow_id, (subject, i));
+    }
+    let mut order = Vec::new();
+    for _ in 0..8 {
+        let claimed = claim(&s, "w1", T0 + 100, 1).await;
+        assert_eq!(claimed.len(), 1);
+        order.push(subjects[&claimed[0].fence.workflow_id]);
+    }
+    let names: Vec<&str> = order.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        names,
+        [
+            "team-a", "team-b", "team-a", "team-a", "team-b", "team-a", "team-a", "team-a"
+        ]
+    );
+    let team_a: Vec<usize> = order
+        .iter()
+        .filter(|(s, _)| *s == "team-a")
+        .map(|(_, i)| *i)
+        .collect();
+    assert_eq!(team_a, [0, 1, 2, 3, 4, 5], "oldest first within a subject");
+
+    // Eight more of each, claimed four at a time: each claim shares by weight too.
+    for (i, subject) in ["team-a"; 8].into_iter().chain(["team-b"; 8]).enumerate() {
+        let key = format!("again-{subject}-{i}");
+        let w = create(
+            &s,
+            admit(
+                scope(subject, &key),
+                json!({"key": key}),
+                &[("only", &[])],
+                T0 + 200 + i as u64,
+            ),
+        )
+        .await;
+        subjects.insert(w.workflow_id, (subject, i));
+    }
+    let claimed = claim(&s, "w1", T0 + 300, 6).await;
+    let b = claimed
+        .iter()
+        .filter(|c| subjects[&c.fence.workflow_id].0 == "team-b")
+        .count();
+    assert_eq!(
+        (claimed.len() - b, b),
+        (4, 2),
+        "two of team-a's for one of team-b's"
+    );
+}
+
 pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {
     let a = workflow(&s, "a", &[("render", &[]), ("deliver", &["render"])], T0).await;
     let b = workflow(&s, "b", &[("only", &[])], T0 + 1).await;
