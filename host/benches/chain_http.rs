@@ -26,47 +26,19 @@
 //! (default 2000, 0 and rust).
 //! `DOCKET_BENCH_HOST=<path>` runs another build's `docket` under the same load.
 
+#[path = "support/chain.rs"]
+mod chain;
 #[path = "support/history.rs"]
 mod history;
 #[path = "support/http.rs"]
 mod http;
 
+use chain::{CHAIN_STEPS, chain_definition, input};
 use http::{Conn, Host, cpu_time, pct, peak_rss_mib};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 32;
-const CHAIN_STEPS: usize = 10;
-
-/// Ten `validate-document` steps, each reading the one before.
-fn chain_definition() -> String {
-    let mut text = String::from(
-        "name = \"chain\"\nversion = 1\ndeadline = \"1h\"\n[budget]\nmax_attempts = 100\n\
-         [input_schema]\ntype = \"object\"\n",
-    );
-    for i in 0..CHAIN_STEPS {
-        text.push_str(&format!(
-            "[[steps]]\nid = \"s{i}\"\nlabel = \"Step {i}\"\nkind = \"handler\"\n\
-             component = \"validate-document\"\nversion = \"^1\"\noutputs = [\"title\", \"recipient\", \"body\"]\n"
-        ));
-        if i == 0 {
-            text.push_str(
-                "[steps.input]\ntitle = \"$input.title\"\nrecipient = \"$input.recipient\"\nbody = \"$input.body\"\n",
-            );
-        } else {
-            let p = i - 1;
-            text.push_str(&format!(
-                "after = [\"s{p}\"]\n[steps.input]\ntitle = \"$steps.s{p}.output.title\"\n\
-                 recipient = \"$steps.s{p}.output.recipient\"\nbody = \"$steps.s{p}.output.body\"\n"
-            ));
-        }
-    }
-    text
-}
-
-fn input(i: usize) -> String {
-    format!(r#"{{"title":"Doc {i}","recipient":"a@example.com","body":"x"}}"#)
-}
 
 /// Completed workflows of `workflow` created since `since` (ms), read from the host's
 /// database without writing; the index range leaves history out of the count.

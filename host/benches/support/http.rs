@@ -118,6 +118,8 @@ pub fn read_only(db: &Path) -> rusqlite::Connection {
 pub struct Conn {
     stream: tokio::net::TcpStream,
     buf: Vec<u8>,
+    /// The `Authorization` header line each request carries, or nothing.
+    auth: String,
 }
 
 impl Conn {
@@ -127,14 +129,23 @@ impl Conn {
         Self {
             stream,
             buf: Vec::with_capacity(4096),
+            auth: String::new(),
         }
+    }
+
+    /// A connection whose requests present `token`.
+    pub async fn open_as(addr: &str, token: &str) -> Self {
+        let mut conn = Self::open(addr).await;
+        conn.auth = format!("Authorization: Bearer {token}\r\n");
+        conn
     }
 
     /// Submits `input` to `workflow` under `key`; returns the status and the body.
     pub async fn submit(&mut self, workflow: &str, key: &str, input: &str) -> (u16, Vec<u8>) {
         let body = format!(r#"{{"workflow":"{workflow}","input":{input}}}"#);
         let request = format!(
-            "POST /v1/intents HTTP/1.1\r\nHost: localhost\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/intents HTTP/1.1\r\nHost: localhost\r\n{}Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.auth,
             body.len()
         );
         self.exchange(&request).await
@@ -142,7 +153,10 @@ impl Conn {
 
     /// `GET path`; returns the status and the body.
     pub async fn get(&mut self, path: &str) -> (u16, Vec<u8>) {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+            self.auth
+        );
         self.exchange(&request).await
     }
 

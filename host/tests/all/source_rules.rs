@@ -406,7 +406,8 @@ fn function_at(lines: &[&str], i: usize) -> Option<String> {
 /// (connection set-up, `Backend::{read, write, poke}`, `Tx::{sql, rows, exec, apply}` and
 /// its binding of values), the writes its `apply` executes (each a multi-row insert in its
 /// dialect: the timeline's entries, numbered or from a given number, a new workflow's
-/// steps, the tallies' rows), and how it claims steps.
+/// steps, the tallies' rows), and how it claims steps (with the share between subjects it
+/// holds).
 const BACKEND_OWN: &[&str] = &[
     // Running the shared transactions.
     "apply",
@@ -427,9 +428,10 @@ const BACKEND_OWN: &[&str] = &[
     "append_events",
     "insert_events",
     "insert_steps",
-    // The claim.
+    // The claim, and the host's share of claims between subjects it keeps.
     "claim",
     "claim_tx",
+    "fairness",
 ];
 
 #[test]
