@@ -59,20 +59,8 @@ async fn one(conn: &mut Conn, workflow: &str, key: &str, input: &str) -> Duratio
     let (status, body) = conn.submit(workflow, key, input).await;
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let id = answer["workflow_id"].as_str().unwrap().to_string();
-    let mut revision = 0;
-    loop {
-        let (status, body) = conn
-            .get(&format!("/v1/workflows/{id}?wait=30&after={revision}"))
-            .await;
-        assert_eq!(status, 200);
-        let view: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        match view["state"].as_str() {
-            Some("completed") => return started.elapsed(),
-            Some("running") => revision = view["revision"].as_u64().unwrap(),
-            other => panic!("{workflow} ended {other:?}: {view}"),
-        }
-    }
+    conn.follow(answer["workflow_id"].as_str().unwrap()).await;
+    started.elapsed()
 }
 
 /// Which load generator submits the workflows.

@@ -151,6 +151,24 @@ impl Conn {
         self.exchange(&request).await
     }
 
+    /// Follows workflow `id`'s projection (its long-poll) until it completes; any other
+    /// end fails the bench.
+    pub async fn follow(&mut self, id: &str) {
+        let mut revision = 0;
+        loop {
+            let (status, body) = self
+                .get(&format!("/v1/workflows/{id}?wait=30&after={revision}"))
+                .await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            let view: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            match view["state"].as_str() {
+                Some("completed") => return,
+                Some("running") => revision = view["revision"].as_u64().unwrap(),
+                other => panic!("workflow {id} ended {other:?}: {view}"),
+            }
+        }
+    }
+
     /// `GET path`; returns the status and the body.
     pub async fn get(&mut self, path: &str) -> (u16, Vec<u8>) {
         let request = format!(

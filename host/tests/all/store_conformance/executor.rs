@@ -9,6 +9,33 @@ use docket::store::{
 };
 use serde_json::json;
 
+/// `a` one-step workflows of team-a, then `b` of team-b, admitted a millisecond apart from
+/// `at`; each remembered in `subjects` with its subject and its place in its round.
+async fn one_step_workflows<S: Store>(
+    s: &S,
+    subjects: &mut std::collections::HashMap<docket::intent::WorkflowId, (&'static str, usize)>,
+    round: &str,
+    a: usize,
+    b: usize,
+    at: Millis,
+) {
+    let each = std::iter::repeat_n("team-a", a).chain(std::iter::repeat_n("team-b", b));
+    for (i, subject) in each.enumerate() {
+        let key = format!("{round}-{subject}-{i}");
+        let w = create(
+            s,
+            admit(
+                scope(subject, &key),
+                json!({"key": key}),
+                &[("only", &[])],
+                at + i as u64,
+            ),
+        )
+        .await;
+        subjects.insert(w.workflow_id, (subject, i));
+    }
+}
+
 /// Six intents of team-a (weight 2), then two of team-b: claims alternate by weight rather
 /// than taking team-a's burst first, oldest first within each subject; once team-b has
 /// nothing ready, team-a takes every claim. A claim of several steps shares the same way.
@@ -18,20 +45,7 @@ pub async fn claims_are_shared_between_subjects_by_weight<S: Store>(s: S) {
         2,
     )]));
     let mut subjects = std::collections::HashMap::new();
-    for (i, subject) in ["team-a"; 6].into_iter().chain(["team-b"; 2]).enumerate() {
-        let key = format!("{subject}-{i}");
-        let w = create(
-            &s,
-            admit(
-                scope(subject, &key),
-                json!({"key": key}),
-                &[("only", &[])],
-                T0 + i as u64,
-            ),
-        )
-        .await;
-        subjects.insert(w.workflow_id, (subject, i));
-    }
+    one_step_workflows(&s, &mut subjects, "first", 6, 2, T0).await;
     let mut order = Vec::new();
     for _ in 0..8 {
         let claimed = claim(&s, "w1", T0 + 100, 1).await;
@@ -53,20 +67,7 @@ pub async fn claims_are_shared_between_subjects_by_weight<S: Store>(s: S) {
     assert_eq!(team_a, [0, 1, 2, 3, 4, 5], "oldest first within a subject");
 
     // Eight more of each, claimed four at a time: each claim shares by weight too.
-    for (i, subject) in ["team-a"; 8].into_iter().chain(["team-b"; 8]).enumerate() {
-        let key = format!("again-{subject}-{i}");
-        let w = create(
-            &s,
-            admit(
-                scope(subject, &key),
-                json!({"key": key}),
-                &[("only", &[])],
-                T0 + 200 + i as u64,
-            ),
-        )
-        .await;
-        subjects.insert(w.workflow_id, (subject, i));
-    }
+    one_step_workflows(&s, &mut subjects, "again", 8, 8, T0 + 200).await;
     let claimed = claim(&s, "w1", T0 + 300, 6).await;
     let b = claimed
         .iter()
