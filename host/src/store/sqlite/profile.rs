@@ -48,11 +48,16 @@ impl Profile {
     /// Starts profiling `conn` on this thread when `DOCKET_SQLITE_PROFILE` names a period.
     pub(super) fn from_env(conn: &Connection) -> Option<Self> {
         let seconds: f64 = std::env::var("DOCKET_SQLITE_PROFILE").ok()?.parse().ok()?;
+        Some(Self::start(conn, Duration::from_secs_f64(seconds.max(0.1))))
+    }
+
+    /// Profiles `conn` on this thread, reporting every `every`.
+    fn start(conn: &Connection, every: Duration) -> Self {
         conn.trace_v2(TraceEventCodes::SQLITE_TRACE_PROFILE, Some(record));
-        Some(Self {
-            every: Duration::from_secs_f64(seconds.max(0.1)),
+        Self {
+            every,
             since: Instant::now(),
-        })
+        }
     }
 
     /// Counts a commit of `jobs` jobs, and reports when the period has passed.
@@ -63,11 +68,12 @@ impl Profile {
             w.jobs += jobs as u64;
         });
         if self.since.elapsed() >= self.every {
-            self.report();
+            tracing::warn!("{}", self.report());
         }
     }
 
-    fn report(&mut self) {
+    /// What was measured since the last report, costliest statement first; starts anew.
+    fn report(&mut self) -> String {
         let window = WINDOW.with(|w| std::mem::take(&mut *w.borrow_mut()));
         let wall = self.since.elapsed();
         self.since = Instant::now();
@@ -89,6 +95,38 @@ impl Profile {
                 ns as f64 / 1e3 / runs.max(1) as f64,
             ));
         }
-        tracing::warn!("{out}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_each_statement_with_its_runs_and_the_jobs_per_commit() {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut profile = Profile::start(&conn, Duration::from_secs(3600));
+        conn.execute_batch("CREATE TABLE t (n INTEGER)").unwrap();
+        for n in 0..3 {
+            conn.execute("INSERT INTO t (n) VALUES (?1)", [n]).unwrap();
+        }
+        profile.committed(4);
+        profile.committed(2);
+        let report = profile.report();
+        assert!(
+            report.contains("2 commits of 3.0 jobs on average"),
+            "{report}"
+        );
+        assert!(
+            report.contains("3 runs") && report.contains("INSERT INTO t (n) VALUES (?1)"),
+            "{report}"
+        );
+        // The window starts anew.
+        assert!(
+            profile.report().contains("0 commits"),
+            "{}",
+            profile.report()
+        );
     }
 }
