@@ -122,15 +122,7 @@ async fn load_python(
         .unwrap_or_else(|| panic!("{first}"))
         .parse()
         .unwrap();
-    let want = already + (total / CLIENTS) * CLIENTS;
-    let watch = Instant::now();
-    while completed(db, workflow, since) < want {
-        assert!(
-            watch.elapsed() < Duration::from_secs(600),
-            "not all {workflow} workflows completed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_completed(db, workflow, since, already + (total / CLIENTS) * CLIENTS).await;
     let elapsed = Duration::from_secs_f64(now() - started);
     let status = child.wait().unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
@@ -171,15 +163,20 @@ async fn load(
     while let Some(done) = set.join_next().await {
         done.unwrap();
     }
-    let want = already + per * CLIENTS;
+    until_completed(db, workflow, since, already + per * CLIENTS).await;
+    start.elapsed()
+}
+
+/// Waits until `want` workflows of `workflow` created since `since` have completed.
+async fn until_completed(db: &Path, workflow: &str, since: u64, want: usize) {
+    let watch = Instant::now();
     while completed(db, workflow, since) < want {
         assert!(
-            start.elapsed() < Duration::from_secs(600),
+            watch.elapsed() < Duration::from_secs(600),
             "not all {workflow} workflows completed"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    start.elapsed()
 }
 
 fn main() {
