@@ -34,6 +34,7 @@ fn request(key: usize) -> AdmitRequest {
                     role: StepRole::Handler,
                     compensate_on: vec![],
                     reads: None,
+                    adapter: None,
                 })
                 .collect(),
             deadline_at: now + 3_600_000,

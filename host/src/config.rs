@@ -208,6 +208,11 @@ pub struct AdapterToml {
     /// The name of the secret (`whsec_…`) the provider signs its deliveries to
     /// `POST /v1/evidence/<adapter>` with; without it the adapter takes no deliveries.
     pub webhook_secret: Option<String>,
+    /// Claim its steps only while fewer of its attempts are in flight, counted on every
+    /// host of the store.
+    pub max_in_flight: Option<u32>,
+    /// Start at most this many of its attempts per period on this host, e.g. `"100/s"`.
+    pub rate: Option<String>,
 }
 
 /// Host limits.
@@ -297,6 +302,8 @@ pub struct HostConfig {
     pub workflow_retention: Duration,
     /// `[fairness] weights`, checked.
     pub fairness_weights: BTreeMap<String, u32>,
+    /// `[adapters.X] max_in_flight` and `rate`, checked.
+    pub adapter_limits: Vec<crate::scheduler::AdapterLimit>,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -440,7 +447,27 @@ impl HostConfig {
             secrets.insert(name, value.as_str());
         }
         let mut adapters = BTreeMap::new();
+        let mut adapter_limits = Vec::new();
         for (component, a) in raw.adapters {
+            let rate = match &a.rate {
+                None => None,
+                Some(text) => Some(
+                    text.parse::<crate::scheduler::Rate>()
+                        .map_err(|e| invalid(format!("[adapters.{component}] rate: {e}")))?,
+                ),
+            };
+            if a.max_in_flight == Some(0) {
+                return Err(invalid(format!(
+                    "[adapters.{component}] max_in_flight = 0 would never run its steps; give at least 1 (to stop an adapter, deactivate its versions)"
+                )));
+            }
+            if a.max_in_flight.is_some() || rate.is_some() {
+                adapter_limits.push(crate::scheduler::AdapterLimit {
+                    adapter: component.clone(),
+                    max_in_flight: a.max_in_flight,
+                    rate,
+                });
+            }
             let allow_hosts = a
                 .allow_hosts
                 .iter()
@@ -659,6 +686,7 @@ impl HostConfig {
             check_interval,
             workflow_retention,
             fairness_weights: raw.fairness.weights,
+            adapter_limits,
         })
     }
 }
@@ -969,6 +997,41 @@ mod tests {
             "abc-defg-hij"
         );
         assert_eq!(c.tokens[0].principal, Principal::new("alice", Role::Client));
+    }
+
+    #[test]
+    fn adapter_limits_are_read_and_checked() {
+        let raw = HostConfig::parse_toml(
+            "c.toml",
+            "[adapters.mail]\nmax_in_flight = 5\nrate = \"100/s\"\n[adapters.sms]\nallow_hosts = []\n",
+        )
+        .unwrap();
+        let config = HostConfig::from_toml("c.toml", raw).unwrap();
+        assert_eq!(
+            config.adapter_limits,
+            vec![crate::scheduler::AdapterLimit {
+                adapter: "mail".into(),
+                max_in_flight: Some(5),
+                rate: Some("100/s".parse().unwrap()),
+            }]
+        );
+        for (line, expect) in [
+            (
+                "max_in_flight = 0",
+                "[adapters.mail] max_in_flight = 0 would never run",
+            ),
+            (
+                "rate = \"fast\"",
+                "[adapters.mail] rate: \"fast\" is not a rate",
+            ),
+        ] {
+            let raw =
+                HostConfig::parse_toml("c.toml", &format!("[adapters.mail]\n{line}\n")).unwrap();
+            let err = HostConfig::from_toml("c.toml", raw)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expect), "{line}: {err}");
+        }
     }
 
     #[test]

@@ -135,6 +135,7 @@ pub fn new_steps(def: &WorkflowDef) -> Vec<NewStep> {
             role: s.kind.role(),
             compensate_on: s.compensation.iter().map(|c| c.on).collect(),
             reads: Some(def.reads(s.id.as_str()).into_iter().collect()),
+            adapter: (s.kind == crate::workflow::StepKind::Adapter).then(|| s.component.clone()),
         })
         .collect()
 }

@@ -142,6 +142,17 @@ pub struct Snapshot {
     pub tallies: Vec<Tally>,
     /// Approvals waiting for a decision.
     pub approvals_pending: u64,
+    /// Each adapter with attempts in flight or paused.
+    pub adapters: Vec<AdapterGauge>,
+}
+
+/// An adapter's attempts in flight on every host, and its pause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterGauge {
+    pub adapter: String,
+    pub in_flight: u64,
+    /// Why its claims are paused (`rate_limited`, `unavailable`), if they are.
+    pub paused: Option<String>,
 }
 
 type Labels<const N: usize> = [(&'static str, String); N];
@@ -433,6 +444,7 @@ impl prometheus_client::collector::Collector for StoreSeries {
             e.encode_family(&[("outcome", *outcome)])?
                 .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
         }
+        adapters(&mut encoder, s)?;
         histogram(
             &mut encoder,
             "docket_approval_wait_seconds",
@@ -444,6 +456,35 @@ impl prometheus_client::collector::Collector for StoreSeries {
             1000.0,
         )
     }
+}
+
+/// `docket_adapter_in_flight` and `docket_adapter_paused`.
+fn adapters(encoder: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+    let mut e = encoder.encode_descriptor(
+        "docket_adapter_in_flight",
+        "Attempts of each adapter under a lease now, on every host of the store.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for a in &s.adapters {
+        ConstGauge::new(a.in_flight as i64)
+            .encode(e.encode_family(&[("adapter", a.adapter.as_str())])?)?;
+    }
+    let mut e = encoder.encode_descriptor(
+        "docket_adapter_paused",
+        "1 while an adapter's claims are paused on every host because its provider asked to wait, with why (cause: rate_limited, unavailable); 0 otherwise.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for a in &s.adapters {
+        let (value, cause) = match &a.paused {
+            Some(cause) => (1, cause.as_str()),
+            None => (0, "none"),
+        };
+        ConstGauge::new(value)
+            .encode(e.encode_family(&[("adapter", a.adapter.as_str()), ("cause", cause)])?)?;
+    }
+    Ok(())
 }
 
 /// One histogram from tallies, over all workflows and states.
@@ -555,6 +596,18 @@ mod tests {
                 },
             ],
             approvals_pending: 2,
+            adapters: vec![
+                AdapterGauge {
+                    adapter: "mail".into(),
+                    in_flight: 5,
+                    paused: None,
+                },
+                AdapterGauge {
+                    adapter: "sms".into(),
+                    in_flight: 0,
+                    paused: Some("rate_limited".into()),
+                },
+            ],
         };
         let text = m.render(&snapshot, 11_000);
         for line in [
@@ -583,6 +636,9 @@ mod tests {
             "docket_attempts_per_workflow_bucket{le=\"3.0\"} 2",
             "docket_attempts_per_workflow_bucket{le=\"+Inf\"} 2",
             "docket_attempts_per_workflow_count 2",
+            "docket_adapter_in_flight{adapter=\"mail\"} 5",
+            "docket_adapter_paused{adapter=\"mail\",cause=\"none\"} 0",
+            "docket_adapter_paused{adapter=\"sms\",cause=\"rate_limited\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
         }

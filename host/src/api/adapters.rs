@@ -48,13 +48,23 @@ pub(super) async fn list<S: crate::store::ComponentStore>(
     let stored = ctx.store.stored_components().await?;
     let active = ctx.store.active_components().await?;
     let loaded = ctx.components.as_ref().map(|c| c.all()).unwrap_or_default();
+    let gates = ctx.store.adapter_states(ctx.clock_now()).await?;
     let data: Vec<Value> = registry::by_name(&stored)
         .into_iter()
         .map(|(name, versions)| {
             let active = active.iter().find(|a| a.name == name);
+            let gate = gates.iter().find(|g| g.adapter == name);
             json!({
                 "name": name,
                 "active_version": active.map(|a| a.version.clone()),
+                "in_flight": gate.map_or(0, |g| g.in_flight),
+                "paused": gate.and_then(|g| g.pause.as_ref()).map(|p| json!({
+                    "until": rfc3339(p.until),
+                    "cause": p.cause,
+                    "reason": p.reason,
+                    "paused_by": p.host,
+                    "paused_at": rfc3339(p.at),
+                })),
                 "versions": versions.iter().map(|c| {
                     let declared = loaded.iter().find(|l| l.digest == c.digest).map(|l| json!(l.kind));
                     json!({

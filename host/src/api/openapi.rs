@@ -590,10 +590,23 @@ fn operations(s: &mut Schemas) -> Vec<Op> {
                     "properties": {
                         "data": {"type": "array", "items": {
                             "type": "object",
-                            "required": ["name", "active_version", "versions"],
+                            "required": ["name", "active_version", "in_flight", "paused", "versions"],
                             "properties": {
                                 "name": {"type": "string"},
                                 "active_version": {"type": ["string", "null"]},
+                                "in_flight": {"type": "integer", "description": "Its attempts under a lease now, on every host of the store (`[adapters.X] max_in_flight` bounds it)."},
+                                "paused": {
+                                    "type": ["object", "null"],
+                                    "description": "While a provider's retry-after pauses every host's claims of it: until when, why, and which host's attempt was answered so.",
+                                    "required": ["until", "cause", "reason", "paused_by", "paused_at"],
+                                    "properties": {
+                                        "until": {"type": "string", "format": "date-time"},
+                                        "cause": {"enum": ["rate_limited", "unavailable"]},
+                                        "reason": {"type": "string"},
+                                        "paused_by": {"type": "string"},
+                                        "paused_at": {"type": "string", "format": "date-time"}
+                                    }
+                                },
                                 "versions": {"type": "array", "items": {
                                     "type": "object",
                                     "required": ["version", "digest", "world", "size_bytes", "deployed_at", "state", "declared"],

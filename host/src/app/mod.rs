@@ -463,6 +463,7 @@ where
             poll: config.idle_poll,
             max_concurrent: config.max_concurrent,
             failpoint: failpoint(options),
+            adapter_limits: config.adapter_limits.clone(),
             ..SchedulerConfig::default()
         },
         wake.clone(),

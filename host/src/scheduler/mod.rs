@@ -11,6 +11,7 @@ pub mod evidence;
 mod execute;
 pub mod notifier;
 pub(crate) use execute::step_of;
+mod pace;
 mod progress;
 pub mod recovery;
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod tests;
 mod ticks;
 
 pub use execute::{APPROVAL_MISMATCH, approval_note, short};
+pub use pace::{AdapterLimit, Pacer, Rate};
 pub use progress::Progress;
 pub use ticks::{Tick, TickCounts, Ticks};
 
@@ -70,6 +72,8 @@ pub struct SchedulerConfig {
     /// The progress signal to move, shared with other schedulers of the process
     /// (`docket scenario`'s hosts tell one API); `None`: one of its own.
     pub progress: Option<Arc<Progress>>,
+    /// The adapters claimed under limits (`[adapters.X] max_in_flight`, `rate`).
+    pub adapter_limits: Vec<AdapterLimit>,
 }
 
 /// What a simulation does with an attempt standing at a checkpoint.
@@ -122,6 +126,7 @@ impl Default for SchedulerConfig {
             failpoint: None,
             checkpoints: None,
             progress: None,
+            adapter_limits: Vec::new(),
         }
     }
 }
@@ -261,6 +266,8 @@ pub struct Scheduler<S> {
     sweep_told: std::sync::atomic::AtomicU64,
     /// Items of batch steps gathering into `invoke-batch` calls.
     bulk: bulk::Bulk,
+    /// The limits this host claims adapters' steps under.
+    pacer: Pacer,
 }
 
 impl<S> Scheduler<S>
@@ -279,6 +286,7 @@ where
         let progress = config.progress.clone().unwrap_or_default();
         let slots = Arc::new(Semaphore::new(config.max_concurrent * HELD_PER_CALL));
         let calls = Arc::new(Semaphore::new(config.max_concurrent));
+        let pacer = Pacer::new(config.adapter_limits.clone());
         Arc::new(Self {
             store,
             deployments,
@@ -297,6 +305,7 @@ where
             metrics: Arc::default(),
             sweep_told: std::sync::atomic::AtomicU64::new(0),
             bulk: bulk::Bulk::default(),
+            pacer,
         })
     }
 
@@ -422,6 +431,9 @@ where
                     Err(e) => tracing::error!("looking for the next deadline failed: {e}"),
                 }
             }
+            if let Some(token) = self.pacer.next_token(now) {
+                idle = idle.min(token);
+            }
             // With every slot busy, the next attempt to end wakes the loop (`starved`).
             tokio::select! {
                 // Possibly another host's work ended: let waiters look.
@@ -477,8 +489,10 @@ where
                 now,
                 lease_ms: self.config.lease.as_millis() as u64,
                 limit: free as u32,
+                gates: self.pacer.gates(now),
             })
             .await?;
+        self.pacer.took(&claimed, now);
         let n = claimed.len();
         if n > 0 && self.config.failpoint == Some(Failpoint::SchedulerPanic) {
             panic!("failpoint scheduler-panic: the scheduler task dies on its first claim");
@@ -505,7 +519,12 @@ where
         tokio::spawn(async move {
             let mut next = Some(claimed);
             while let Some(c) = next {
+                let limited = c.adapter.as_deref().is_some_and(|a| self.pacer.limits(a));
                 next = self.clone().execute(c).await;
+                // Its end makes room under the adapter's limit: the loop may claim.
+                if limited {
+                    self.wake.notify_one();
+                }
             }
             drop(permit);
             self.freed();
@@ -519,6 +538,8 @@ where
             now,
             lease_ms: self.config.lease.as_millis() as u64,
             limit: 1,
+            // Named so that the store leaves their steps to the loop's claim.
+            gates: self.pacer.gates(now),
         }
     }
 

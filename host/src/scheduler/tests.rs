@@ -427,6 +427,7 @@ async fn a_lease_that_expired_before_anything_was_sent_makes_the_step_ready_agai
             now,
             lease_ms: 1_000,
             limit: 10,
+            gates: Vec::new(),
         })
         .await
         .unwrap();
@@ -500,6 +501,7 @@ async fn a_registry_tick_warns_once_of_a_deadline_drawing_near_a_workflow_in_rev
             now: h.clock.now_ms(),
             lease_ms: 60_000,
             limit: 1,
+            gates: Vec::new(),
         })
         .await
         .unwrap()
@@ -551,6 +553,7 @@ async fn a_cancellation_fences_an_attempt_before_its_request_leaves() {
             now: h.clock.now_ms(),
             lease_ms: 60_000,
             limit: 1,
+            gates: Vec::new(),
         })
         .await
         .unwrap();
@@ -907,4 +910,95 @@ async fn a_host_claims_no_more_steps_than_it_has_calls_free() {
         .await;
     }
     assert_eq!(h.sim.sim().world().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_retry_after_pauses_every_claim_of_its_adapter_for_that_long() {
+    let h = Harness::new().await;
+    // The provider's next create is answered `429` with `Retry-After: 2`.
+    h.sim
+        .sim()
+        .set_faults(json!({"rate_limit_next": 1, "retry_after_s": 2}))
+        .unwrap();
+    let limited = h.submit("limited-1").await;
+    assert_eq!(
+        h.scheduler
+            .clone()
+            .claim_tick(h.clock.now_ms())
+            .await
+            .unwrap(),
+        1
+    );
+    wait::until(
+        "the rate-limited attempt to end",
+        Duration::from_secs(20),
+        || async {
+            match h.deliver_state(&limited).await {
+                StepState::FailedRetryable => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // The pause is the store's, for every host: two seconds from the answer.
+    let states = h.store.adapter_states(h.clock.now_ms()).await.unwrap();
+    let pause = states
+        .iter()
+        .find(|s| s.adapter == "http-delivery")
+        .and_then(|s| s.pause.clone())
+        .unwrap_or_else(|| panic!("no pause in {states:?}"));
+    assert_eq!(pause.until - pause.at, 2_000, "{pause:?}");
+    assert_eq!(pause.cause, "rate_limited");
+    assert_eq!(pause.host, "unit-host");
+    assert!(pause.reason.contains("rate"), "{pause:?}");
+    // Another workflow's step is ready, and waits with the one answered so.
+    let other = h.submit("other-1").await;
+    for at in [pause.at, pause.until - 1] {
+        assert_eq!(
+            h.scheduler.clone().claim_tick(at).await.unwrap(),
+            0,
+            "claimed at {at}, the pause ends at {}",
+            pause.until
+        );
+    }
+    // An idle host sleeps until the pause ends rather than to its next poll.
+    assert_eq!(
+        h.store.next_due(pause.until - 1).await.unwrap(),
+        Some(pause.until)
+    );
+    // `/metrics` says so, and why.
+    let request = Request::get("/metrics").body(Body::empty()).unwrap();
+    let response = h.api.clone().oneshot(request).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let metrics = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(
+        metrics
+            .contains("docket_adapter_paused{adapter=\"http-delivery\",cause=\"rate_limited\"} 1"),
+        "{metrics}"
+    );
+    // From its end, both run: the other one first (it has waited longest).
+    assert!(h.scheduler.clone().claim_tick(pause.until).await.unwrap() >= 1);
+    wait::until("the other delivery", Duration::from_secs(20), || async {
+        match h.deliver_state(&other).await {
+            StepState::Succeeded => Ok(()),
+            s => Err(format!("{s:?}")),
+        }
+    })
+    .await;
+    let far = pause.until + 600_000;
+    h.scheduler.clone().claim_tick(far).await.unwrap();
+    wait::until(
+        "the limited delivery's retry",
+        Duration::from_secs(20),
+        || async {
+            match h.deliver_state(&limited).await {
+                StepState::Succeeded => Ok(()),
+                s => Err(format!("{s:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(h.sim.sim().world().len(), 2, "one delivery each");
 }

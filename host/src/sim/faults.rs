@@ -45,6 +45,9 @@ pub struct Faults {
     pub rate_limit_next: u32,
     /// Seconds sent in the `Retry-After` header of a `429`.
     pub retry_after_s: u64,
+    /// Create requests handled at once beyond which another is answered `429` (with
+    /// `retry_after_s`), nothing created: a provider's concurrency limit. 0: no limit.
+    pub max_concurrent: u32,
     /// Share (0..=1) of create requests answered `503`; nothing is created.
     pub unavailable: f64,
     /// The next N create requests are answered `503`.
@@ -101,6 +104,7 @@ impl Default for Faults {
             rate_limit: 0.0,
             rate_limit_next: 0,
             retry_after_s: 1,
+            max_concurrent: 0,
             unavailable: 0.0,
             unavailable_next: 0,
             lose_next_cancel: 0,

@@ -162,8 +162,24 @@ struct Shared {
     connections: std::sync::atomic::AtomicU64,
     /// Connections open now.
     open: std::sync::atomic::AtomicU64,
+    /// Create requests being handled now, the most ever at once, and those refused for
+    /// being beyond `max_concurrent`.
+    creating: std::sync::atomic::AtomicU64,
+    peak_creating: std::sync::atomic::AtomicU64,
+    busy_refusals: std::sync::atomic::AtomicU64,
     /// The client that posts the provider's events.
     events: reqwest::Client,
+}
+
+/// A create request being handled (see [`ProviderSim::creating`]).
+struct Creating(Arc<Shared>);
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        self.0
+            .creating
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl fmt::Debug for ProviderSim {
@@ -195,6 +211,9 @@ impl ProviderSim {
                 world: Mutex::new(world),
                 connections: Default::default(),
                 open: Default::default(),
+                creating: Default::default(),
+                peak_creating: Default::default(),
+                busy_refusals: Default::default(),
                 events: reqwest::Client::new(),
             }),
         }
@@ -247,6 +266,29 @@ impl ProviderSim {
     /// How many connections are open now.
     pub fn open_connections(&self) -> u64 {
         self.shared.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most create requests it has handled at once (those refused included).
+    pub fn peak_concurrent(&self) -> u64 {
+        self.shared
+            .peak_creating
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many create requests it refused with `429` for being beyond `max_concurrent`.
+    pub fn busy_refusals(&self) -> u64 {
+        self.shared
+            .busy_refusals
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Counts a create request in until the guard is dropped; answers how many are being
+    /// handled with it.
+    fn creating(&self) -> (Creating, u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.shared.creating.fetch_add(1, SeqCst) + 1;
+        self.shared.peak_creating.fetch_max(now, SeqCst);
+        (Creating(self.shared.clone()), now)
     }
 
     /// Every delivery ever created, in creation order, with its current status.

@@ -194,6 +194,20 @@ async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     require_token(&sim, &headers)?;
+    let (_creating, at_once) = sim.creating();
+    let faults = sim.faults();
+    if faults.max_concurrent > 0 && at_once > u64::from(faults.max_concurrent) {
+        sim.shared
+            .busy_refusals
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        info!(
+            at_once,
+            "beyond max_concurrent: 429 rate limited, nothing created"
+        );
+        return Ok(answer(CreateOutcome::RateLimited {
+            retry_after_s: faults.retry_after_s,
+        }));
+    }
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(value) => Some(value.to_str().map_err(|_| {

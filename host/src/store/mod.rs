@@ -29,12 +29,14 @@ mod admission;
 mod approvals;
 mod batches;
 mod budgets;
+mod claims;
 mod components;
 mod course;
 mod definitions;
 mod evidence;
 mod executor;
 mod fairness;
+mod gates;
 mod late;
 mod leases;
 mod metrics;
@@ -260,6 +262,11 @@ pub trait DefinitionStore: Send + Sync {
 /// Component bytes, content-addressed, so that any host on the database can run any step,
 /// and the registry of which version is active.
 pub trait ComponentStore: Send + Sync {
+    /// Every adapter with attempts in flight or a pause on record, as of `now`.
+    fn adapter_states(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = StoreResult<Vec<AdapterState>>> + Send;
     /// Keeps a component's bytes; the same digest again is a no-op. Returns whether it was
     /// new.
     fn store_component(
@@ -515,6 +522,9 @@ pub trait ExecutorStore: Send + Sync {
     /// writing: a step waiting for its retry time, or a lease running out. An idle
     /// scheduler sleeps until then instead of polling.
     fn next_due(&self, now: Millis) -> impl Future<Output = StoreResult<Option<Millis>>> + Send;
+    /// Pauses every host's claims of an adapter until `pause.until` (its provider answered
+    /// with a rate limit); a pause already longer stays as it is.
+    fn pause_adapter(&self, pause: AdapterPause) -> impl Future<Output = StoreResult<()>> + Send;
     /// Records that `owner` decided every lease that expired before `before` (a complete
     /// recovery sweep); only ever moves forward.
     fn record_sweep(

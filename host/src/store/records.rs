@@ -158,6 +158,9 @@ pub struct NewStep {
     /// workflow. A claim hands the step only these, so a step of a long workflow does not
     /// read (and decode) every receipt before it.
     pub reads: Option<Vec<String>>,
+    /// The adapter component it calls (`None` for handlers and approvals): its in-flight
+    /// attempts are counted, and its claims paused, per adapter.
+    pub adapter: Option<String>,
 }
 
 /// An admission: the key is looked up and, if it is free, the intent created, in one
@@ -338,6 +341,47 @@ pub struct ClaimRequest {
     pub now: Millis,
     pub lease_ms: u64,
     pub limit: u32,
+    /// The adapters this host claims under a limit (`[adapters.X] max_in_flight`, `rate`);
+    /// any adapter paused by a provider's rate limit is held back besides.
+    pub gates: Vec<AdapterGate>,
+}
+
+/// What a host asks of one adapter's claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterGate {
+    /// The adapter component's name.
+    pub adapter: String,
+    /// Claim only while fewer of its attempts than this are in flight on every host of the
+    /// store together.
+    pub max_in_flight: Option<u32>,
+    /// Claims of it this host's `rate` allows now.
+    pub rate_room: Option<u32>,
+}
+
+/// A pause of all of an adapter's claims, on every host, for the period its provider asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterPause {
+    pub adapter: String,
+    /// No claim of its steps before this time.
+    pub until: Millis,
+    /// `rate_limited` (a `429`) or `unavailable` (a `503` with a retry-after).
+    pub cause: String,
+    /// What the provider answered.
+    pub reason: String,
+    /// The host whose attempt was answered so.
+    pub host: String,
+    pub at: Millis,
+}
+
+/// An adapter's attempts in flight and its pause, as the projection and `/metrics` show
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterState {
+    pub adapter: String,
+    /// Attempts under a lease now, on every host.
+    pub in_flight: u64,
+    /// The pause in effect, if any.
+    pub pause: Option<AdapterPause>,
 }
 
 /// Proof of a held lease, presented by every fenced write.
@@ -388,6 +432,9 @@ pub struct Claimed {
     pub key_step: Option<String>,
     /// For an item of a batch step: the item (its input reads it as `$item`).
     pub item: Option<serde_json::Value>,
+    /// The adapter component it calls (`None` for handlers and approvals, and for rows
+    /// written before adapters were recorded).
+    pub adapter: Option<String>,
     /// The workflow input and the receipts so far, read in the claim's transaction.
     pub context: StepContext,
 }

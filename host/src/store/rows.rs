@@ -578,6 +578,7 @@ pub(crate) fn claimed(
         trace_parent: None,
         environment: None,
         key_step: r.opt_text("key_step")?,
+        adapter: r.opt_text("adapter")?,
         item: r
             .opt_text("item")?
             .map(|t| {

@@ -32,6 +32,7 @@ pub(crate) struct Statements {
     pub course: super::course::Sql,
     pub definitions: super::definitions::Sql,
     pub evidence: super::evidence::Sql,
+    pub gates: super::gates::Sql,
     pub executor: super::executor::Sql,
     pub late: super::late::Sql,
     pub leases: super::leases::Sql,

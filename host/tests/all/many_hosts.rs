@@ -486,3 +486,87 @@ async fn every_host_picks_up_an_activation_and_a_rollback_within_the_bound() {
     drop((admitting, running));
     database.drop_now().await;
 }
+
+/// A provider that takes five create requests at once and answers `429` beyond them sees
+/// no sixth from three hosts that count the adapter's attempts in flight together
+/// (`max_in_flight = 5` on each), and each host's `/metrics` shows the count.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_hosts_keep_an_adapter_within_its_providers_concurrency_together() {
+    let database = TestDatabase::create().await;
+    let sim = ProviderSim::start(
+        SimConfig::new(PROVIDER_TOKEN),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    // Each delivery takes the provider 150 ms, so attempts overlap whenever hosts allow.
+    sim.sim()
+        .set_faults(json!({"slow": 1.0, "slow_ms": 150, "max_concurrent": 5}))
+        .unwrap();
+    let provider = sim.base_url();
+    let mut hosts = Vec::new();
+    for name in ["a", "b", "c"] {
+        hosts.push(
+            HostProcess::start(HostOptions {
+                db: Some(database.url.clone()),
+                provider: Some(provider.clone()),
+                config: format!("host_id = \"{name}-limits\"\n"),
+                adapter_settings: "max_in_flight = 5\n".into(),
+                ..HostOptions::default()
+            })
+            .await,
+        );
+    }
+    const INTENTS: usize = 45;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..INTENTS {
+        let url = hosts[i % 3].url.clone();
+        set.spawn(async move {
+            let (status, body) = submit(&url, &format!("limited-{i}"), &document("Limited"))
+                .await
+                .unwrap();
+            assert_eq!(status, 201, "{body}");
+            body["workflow_id"].as_str().unwrap().to_string()
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(id) = set.join_next().await {
+        ids.push(id.unwrap());
+    }
+    // While they run, every host reports the adapter's attempts in flight on all of them.
+    let seen = wait::until(
+        "the attempts in flight in /metrics",
+        Duration::from_secs(30),
+        || async {
+            let text = reqwest::get(format!("{}/metrics", hosts[1].url))
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("docket_adapter_in_flight{adapter=\"http-delivery\"}"))
+                .map(str::to_string);
+            match line {
+                Some(l) if !l.ends_with(" 0") => Ok(l),
+                _ => Err(text),
+            }
+        },
+    )
+    .await;
+    let n: u64 = seen.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((1..=5).contains(&n), "{seen}");
+    for (i, id) in ids.iter().enumerate() {
+        hosts[i % 3]
+            .wait_for(id, &["completed"], Duration::from_secs(120))
+            .await;
+    }
+    let world = sim.sim().world();
+    assert_eq!(world.len(), INTENTS, "one delivery per intent");
+    let peak = sim.sim().peak_concurrent();
+    assert!(peak <= 5, "the provider saw {peak} requests at once");
+    assert_eq!(sim.sim().busy_refusals(), 0, "no request beyond the limit");
+    // The limit was used, not merely kept: deliveries overlapped.
+    assert!(peak >= 2, "the provider saw {peak} at most");
+}

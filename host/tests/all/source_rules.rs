@@ -428,9 +428,11 @@ const BACKEND_OWN: &[&str] = &[
     "append_events",
     "insert_events",
     "insert_steps",
-    // The claim, and the host's share of claims between subjects it keeps.
+    // The claim (what it takes is `store::claims::ClaimPlan`'s, once; each dialect writes
+    // the statement of one pick), and the host's share of claims between subjects it keeps.
     "claim",
     "claim_tx",
+    "pick_sql",
     "fairness",
 ];
 

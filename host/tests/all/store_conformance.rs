@@ -60,6 +60,7 @@ conformance!(
     executor::claims_respect_limit_readiness_and_carry_context,
     executor::a_claim_carries_only_the_receipts_its_step_reads,
     executor::claims_are_shared_between_subjects_by_weight,
+    executor::an_adapter_is_claimed_under_its_limit_on_every_host_and_paused_for_all,
     executor::fenced_writes_refuse_a_stale_lease,
     executor::success_releases_dependents_and_derives_the_workflow_state,
     executor::expired_leases_report_checkpoint_and_stored_result,

@@ -83,6 +83,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                     role: StepRole::Handler,
                     compensate_on: vec![],
                     reads: None,
+                    adapter: None,
                 }],
                 deadline_at: now + 30 * 86_400_000,
                 key_retention_ms: 86_400_000,
@@ -105,6 +106,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 now,
                 lease_ms: 30_000,
                 limit: 1,
+                gates: Vec::new(),
             })
             .await
             .unwrap();
@@ -195,6 +197,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                         role: StepRole::Handler,
                         compensate_on: vec![],
                         reads: None,
+                        adapter: None,
                     }],
                     deadline_at: at + 86_400_000,
                     key_retention_ms: 86_400_000,

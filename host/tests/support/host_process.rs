@@ -67,6 +67,11 @@ impl Contract {
 /// `docket.toml` text pointing every delivery adapter at the provider at `base`, each
 /// taking the provider's events signed with `hook_secret`.
 pub fn provider_config(base: &str) -> String {
+    provider_config_with(base, "")
+}
+
+/// [`provider_config`] with `extra` lines in each adapter's table (e.g. its limits).
+pub fn provider_config_with(base: &str, extra: &str) -> String {
     let mut text = format!(
         // `api_token` is the hostile test plugin's, for tests that run it in a host.
         "[secrets]\nvalues = {{ provider_token = {PROVIDER_TOKEN:?}, hook_secret = {HOOK_SECRET:?}, api_token = \"hostile-api-token\" }}\n"
@@ -77,7 +82,7 @@ pub fn provider_config(base: &str) -> String {
         Contract::FireAndForget,
     ] {
         text.push_str(&format!(
-            "[adapters.{}]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\nwebhook_secret = \"hook_secret\"\n",
+            "[adapters.{}]\nallow_hosts = [{base:?}]\nallow_secrets = [\"provider_token\"]\nsettings = {{ base_url = {base:?} }}\nwebhook_secret = \"hook_secret\"\n{extra}",
             contract.component()
         ));
     }
@@ -153,6 +158,8 @@ pub struct HostOptions {
     /// The bearer token the helpers (`get`, `post`, `wait_for`, the clock) send, for a host
     /// with tokens.
     pub token: Option<String>,
+    /// Further lines of each provider adapter's `[adapters.X]` table.
+    pub adapter_settings: String,
 }
 
 impl HostProcess {
@@ -190,7 +197,7 @@ impl HostProcess {
         let provider = options
             .provider
             .as_deref()
-            .map(provider_config)
+            .map(|base| provider_config_with(base, &options.adapter_settings))
             .unwrap_or_default();
         std::fs::write(
             &config,

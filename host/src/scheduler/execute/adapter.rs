@@ -483,6 +483,9 @@ where
                 | EffectError::NotSent { .. }),
             )) => {
                 let retry_after = retry_after_of(&e);
+                if let Some(after) = retry_after.filter(|d| !d.is_zero()) {
+                    self.pause_adapter(claimed, step, after, &e, now).await;
+                }
                 let (t, event) = retry_or_fail(
                     claimed,
                     step,
@@ -503,6 +506,37 @@ where
         };
         self.conclude_call(claimed, ending, outcome, observation)
             .await
+    }
+
+    /// A provider asked to wait `after`: every host's claims of the adapter wait with this
+    /// step, rather than each step backing off alone while the others keep calling.
+    async fn pause_adapter(
+        &self,
+        claimed: &Claimed,
+        step: &StepDef,
+        after: Duration,
+        answer: &EffectError,
+        now: Millis,
+    ) {
+        let pause = crate::store::AdapterPause {
+            adapter: claimed
+                .adapter
+                .clone()
+                .unwrap_or_else(|| step.component.clone()),
+            until: now.saturating_add(after.as_millis() as u64),
+            cause: match answer {
+                EffectError::RateLimited { .. } => "rate_limited",
+                _ => "unavailable",
+            }
+            .into(),
+            reason: answer.to_string(),
+            host: self.config.owner.clone(),
+            at: now,
+        };
+        // The step's own retry waits as long; a pause not recorded costs only calls.
+        if let Err(e) = self.store.pause_adapter(pause).await {
+            tracing::warn!("could not record the pause of {}: {e}", step.component);
+        }
     }
 
     /// Checkpoint 5 of a call: the result, or the uncertainty, is stored before anything

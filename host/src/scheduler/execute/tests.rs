@@ -34,6 +34,7 @@ pub(super) fn claimed(number: u32, deadline_at: Millis) -> Claimed {
         trace_parent: None,
         environment: None,
         key_step: None,
+        adapter: None,
         item: None,
         context: crate::store::StepContext::default(),
     }

@@ -89,9 +89,9 @@ pub(crate) const SQL: Sql = Sql {
     // A compensation's identity follows its original's (see `Claimed::identity`).
     insert_compensation:
         "INSERT INTO steps (workflow_id, step, state, ready_at, role, next_trigger, key_step,
-                            subject)
+                            subject, adapter)
          SELECT $1, $2, 'ready', $3, 'compensation', 'compensation',
-                o.key_step || '.compensate', o.subject
+                o.key_step || '.compensate', o.subject, o.adapter
          FROM steps o WHERE o.workflow_id = $1 AND o.step = $4",
 };
 

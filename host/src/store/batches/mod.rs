@@ -53,9 +53,10 @@ pub(crate) const SQL: Sql = Sql {
     // An item takes its step's role, compensation triggers and reads; its key derives from
     // its step's identity (which a migration may have kept from an earlier id).
     insert_item: "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on,
-                      reads, key_step, batch_of, item_key, item, item_index, subject)
+                      reads, key_step, batch_of, item_key, item, item_index, subject,
+                      adapter)
                   SELECT workflow_id, $2, $3, $4, role, compensate_on, reads,
-                         key_step || $5, step, $6, $7, $8, subject
+                         key_step || $5, step, $6, $7, $8, subject, adapter
                   FROM steps WHERE workflow_id = $1 AND step = $9",
     end_expansion: "UPDATE attempts SET observation = $1, outcome = $2, finished_at = $3
                     WHERE attempt_id = $4",

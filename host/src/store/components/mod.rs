@@ -318,6 +318,11 @@ async fn events<T: Tx>(
 }
 
 impl<B: Backend> ComponentStore for B {
+    async fn adapter_states(&self, now: Millis) -> StoreResult<Vec<crate::store::AdapterState>> {
+        self.read(now, |tx, now| Box::pin(crate::store::gates::view(tx, now)))
+            .await
+    }
+
     async fn store_component(&self, c: NewComponent) -> StoreResult<bool> {
         self.write(c, |tx, c| Box::pin(store(tx, c))).await
     }

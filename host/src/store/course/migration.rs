@@ -22,10 +22,10 @@ const PARKED: &str = "migrating:";
 /// - `migration_facts`, `lock_steps`, `migration_count`, `park_steps`, `drop_parked`,
 ///   `clear_deps`, `migrations`, `unready_pending`: workflow id;
 /// - `move_step`: workflow id, new id, state, role, compensate-on triggers, reads, key
-///   step, parked old id;
+///   step, parked old id, adapter;
 /// - `move_items`: workflow id, new batch step id, role, compensate-on triggers, reads, old
-///   batch step id;
-/// - `add_step`: workflow id, step, role, compensate-on triggers, reads;
+///   batch step id, adapter;
+/// - `add_step`: workflow id, step, role, compensate-on triggers, reads, adapter;
 /// - `renames`: workflow id, from, to; `item_renames`: workflow id, the batch step's id
 ///   from, to (every item of it follows);
 /// - `set_version`: version, migrated from, workflow id;
@@ -63,12 +63,12 @@ pub(crate) const SQL: Sql = Sql {
                     note, escalated, role, compensate_on, blocked, policy_exception,
                     input_digest, reads, key_sent_at, key_remembered_until,
                     retention_warned_at, key_step, batch_of, item_key, item, item_index,
-                    items, max_parallel, subject)
+                    items, max_parallel, subject, adapter)
                 SELECT workflow_id, $2, $3, attempts, ready_at, next_trigger, uncertain_since,
                     lease_owner, lease_token, lease_expires_at, receipt_id, note, escalated, $4,
                     $5, blocked, policy_exception, input_digest, $6, key_sent_at,
                     key_remembered_until, retention_warned_at, $7, batch_of, item_key, item,
-                    item_index, items, max_parallel, subject
+                    item_index, items, max_parallel, subject, $9
                 FROM steps WHERE workflow_id = $1 AND step = $8",
     // A batch step's parked items under its new id, `<to>[<key>]`: a renamed item's key
     // still derives from the identity it was first sent under (its parked id unparked;
@@ -78,18 +78,19 @@ pub(crate) const SQL: Sql = Sql {
                      note, escalated, role, compensate_on, blocked, policy_exception,
                      input_digest, reads, key_sent_at, key_remembered_until,
                      retention_warned_at, key_step, batch_of, item_key, item, item_index,
-                     items, max_parallel, subject)
+                     items, max_parallel, subject, adapter)
                  SELECT workflow_id, $2 || '[' || item_key || ']', state, attempts, ready_at,
                      next_trigger, uncertain_since, lease_owner, lease_token, lease_expires_at,
                      receipt_id, note, escalated, $3, $4, blocked, policy_exception,
                      input_digest, $5, key_sent_at, key_remembered_until, retention_warned_at,
                      CASE WHEN $2 = $6 THEN key_step
                           ELSE COALESCE(key_step, substr(step, 11)) END,
-                     $2, item_key, item, item_index, items, max_parallel, subject
+                     $2, item_key, item, item_index, items, max_parallel, subject, $7
                  FROM steps
                  WHERE workflow_id = $1 AND batch_of = $6 AND substr(step, 1, 10) = 'migrating:'",
-    add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads, subject)
-               SELECT $1, $2, 'pending', $3, $4, $5, subject
+    add_step: "INSERT INTO steps (workflow_id, step, state, role, compensate_on, reads, subject,
+                   adapter)
+               SELECT $1, $2, 'pending', $3, $4, $5, subject, $6
                FROM workflows WHERE workflow_id = $1",
     drop_parked: "DELETE FROM steps WHERE workflow_id = $1 AND step LIKE 'migrating:%'",
     unready_pending: "UPDATE steps SET ready_at = NULL WHERE workflow_id = $1 AND state = 'pending'",
@@ -273,6 +274,7 @@ async fn rewrite_steps<T: Tx>(
                         reads.as_deref(),
                         m.key_step.as_deref(),
                         parked.as_str(),
+                        step.adapter.as_deref(),
                     ],
                 )
                 .await?;
@@ -286,6 +288,7 @@ async fn rewrite_steps<T: Tx>(
                             triggers.as_deref(),
                             reads.as_deref(),
                             m.from.as_str(),
+                            step.adapter.as_deref(),
                         ],
                     )
                     .await?;
@@ -300,6 +303,7 @@ async fn rewrite_steps<T: Tx>(
                         step.role.as_str(),
                         triggers.as_deref(),
                         reads.as_deref(),
+                        step.adapter.as_deref(),
                     ],
                 )
                 .await?;

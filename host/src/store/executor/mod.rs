@@ -181,9 +181,9 @@ pub(crate) const SQL: Sql = Sql {
     // A compensation's identity follows its original's (see `Claimed::identity`).
     // An item's compensation reads its item, as the item did.
     insert_compensation: "INSERT INTO steps (workflow_id, step, state, ready_at, role,
-                              next_trigger, key_step, item, subject)
+                              next_trigger, key_step, item, subject, adapter)
                           SELECT $1, $2, $3, $4, 'compensation', 'compensation',
-                                 o.key_step || '.compensate', o.item, o.subject
+                                 o.key_step || '.compensate', o.item, o.subject, o.adapter
                           FROM steps o WHERE o.workflow_id = $1 AND o.step = $5",
     insert_dep: "INSERT INTO step_deps (workflow_id, step, depends_on) VALUES ($1, $2, $3)",
     set_state: "UPDATE workflows SET state = $1, ended_at = $2, next_seq = next_seq + 1
@@ -545,6 +545,13 @@ impl<B: Backend> ExecutorStore for B {
     async fn next_due(&self, now: Millis) -> StoreResult<Option<Millis>> {
         self.read(now, |tx, now| Box::pin(leases::next_due(tx, now)))
             .await
+    }
+
+    async fn pause_adapter(&self, pause: super::AdapterPause) -> StoreResult<()> {
+        self.write(pause, |tx, p| Box::pin(super::gates::pause(tx, p)))
+            .await?;
+        // Other hosts learn of it at their next claim; one that sleeps wakes at its end.
+        Ok(())
     }
 
     async fn record_sweep(&self, owner: &str, before: Millis) -> StoreResult<()> {

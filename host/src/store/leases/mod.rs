@@ -13,7 +13,8 @@ use crate::intent::Millis;
 ///   lease token;
 /// - `release` (a stopping host's leases, expired at once): now, owner;
 /// - `record_sweep` (never moves back): owner, swept before;
-/// - `next_due` (the earliest retry time or lease expiry after now, as `due`): now.
+/// - `next_due` (the earliest retry time, lease expiry or adapter pause's end after now,
+///   as `due`): now.
 pub(crate) struct Sql {
     pub renew: &'static str,
     pub release: &'static str,
@@ -39,7 +40,10 @@ pub(crate) const SQL: Sql = Sql {
                     WHERE state IN ('ready', 'failed_retryable') AND ready_at > $1
                    UNION ALL
                    SELECT MIN(lease_expires_at) + 1 AS t FROM steps
-                    WHERE state = 'running' AND lease_expires_at >= $1) AS next",
+                    WHERE state = 'running' AND lease_expires_at >= $1
+                   UNION ALL
+                   SELECT MIN(paused_until) AS t FROM adapter_pauses
+                    WHERE paused_until > $1) AS next",
 };
 
 /// Extends a lease; [`StoreError::LeaseLost`] when its holder no longer has it.

@@ -126,7 +126,17 @@ async fn snapshot<T: Tx>(tx: &mut T, now: &Millis) -> StoreResult<Snapshot> {
         .row(pending, &[], |r| r.uint("n"))
         .await?
         .unwrap_or_default();
+    let adapters = super::gates::view(tx, now)
+        .await?
+        .into_iter()
+        .map(|a| crate::metrics::AdapterGauge {
+            adapter: a.adapter,
+            in_flight: a.in_flight,
+            paused: a.pause.map(|p| p.cause),
+        })
+        .collect();
     Ok(Snapshot {
+        adapters,
         live_workflows,
         outcome_unknown,
         outcome_unknown_since,

@@ -283,10 +283,11 @@ fn create_all_sql(replaced: &str, on_conflict: &str) -> String {
          {replaced}
          steps AS (
              INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
-                 subject)
-             SELECT t.id, s, st, r, ro, co, rd, sub.subject
+                 subject, adapter)
+             SELECT t.id, s, st, r, ro, co, rd, sub.subject, ad
              FROM UNNEST($16::TEXT[], $17::TEXT[], $18::TEXT[], $19::BIGINT[], $20::TEXT[],
-                     $21::TEXT[], $22::TEXT[]) WITH ORDINALITY AS t(id, s, st, r, ro, co, rd, n)
+                     $21::TEXT[], $22::TEXT[], $38::TEXT[])
+                  WITH ORDINALITY AS t(id, s, st, r, ro, co, rd, ad, n)
              JOIN UNNEST($4::TEXT[], $1::TEXT[]) AS sub(id, subject) ON sub.id = t.id
              WHERE t.id IN (SELECT workflow_id FROM taken)
              ORDER BY n),
@@ -368,6 +369,7 @@ async fn create_all(pool: &PgPool, reqs: &[AdmitRequest], reuse: bool) -> PgResu
                 .compensate_on
                 .push(rows::triggers_text(&step.compensate_on));
             steps.reads.push(plan::reads_text(step.reads.as_deref())?);
+            steps.adapters.push(step.adapter.as_deref());
             for d in &step.depends_on {
                 deps.ids.push(id);
                 deps.steps.push(step.id.as_str());
@@ -427,6 +429,7 @@ async fn create_all(pool: &PgPool, reqs: &[AdmitRequest], reuse: bool) -> PgResu
         .bind(&intents.told_events)
         .bind(&intents.told_revisions)
         .bind(&intents.told_bodies)
+        .bind(&steps.adapters)
         .fetch_all(pool)
         .await
         .map_err(autocommit)?;
@@ -474,6 +477,7 @@ struct Steps<'r> {
     roles: Vec<&'static str>,
     compensate_on: Vec<Option<String>>,
     reads: Vec<Option<String>>,
+    adapters: Vec<Option<&'r str>>,
 }
 
 #[derive(Default)]

@@ -2,8 +2,11 @@
 //! and the statements over arrays a batch of finishes writes its workflows' changes with.
 
 use super::PgResult;
+use super::tx::PgTx;
 use crate::intent::{Millis, NewEvent, Receipt, WorkflowId};
+use crate::store::claims::{ClaimPlan, Pick};
 use crate::store::fairness::{self, FairShare, ReadySubject};
+use crate::store::gates;
 use crate::store::metrics::Tallies;
 use crate::store::plan;
 use crate::store::rows::{self, Columns, fits};
@@ -233,52 +236,89 @@ pub(crate) async fn no_table_scans(conn: &mut PgConnection) -> PgResult<()> {
     Ok(())
 }
 
-/// Leases up to `limit` ready steps, of `subject` alone when one is named, the
+/// The statement of one [`Pick`]: leases up to `$4` ready steps, of one adapter or one
+/// subject (`$5`) when named, never of the excluded adapters (the last parameter), the
 /// longest-waiting first. SKIP LOCKED: a step another claimer is taking is left to it,
 /// without waiting.
-macro_rules! pick {
-    ($subject:literal) => {
-        concat!(
-            "WITH picked AS (
-                 SELECT workflow_id, step FROM steps
-                 WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $3",
-            $subject,
-            " ORDER BY ready_at, ord LIMIT $4
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE steps s SET state = 'running', attempts = s.attempts + 1, lease_owner = $1,
-                 lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $2,
-                 note = NULL
-             FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
-             RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
-                       s.key_remembered_until, s.policy_exception, s.reads, s.key_step, s.item,
-                       s.lease_token, s.ready_at, s.ord"
-        )
-    };
+fn pick_sql(pick: &Pick, excluding: bool) -> String {
+    let mut filter = String::new();
+    if pick.adapter.is_some() {
+        filter.push_str(" AND adapter = $5");
+    } else if pick.subject.is_some() {
+        filter.push_str(" AND subject = $5");
+    }
+    if excluding && pick.adapter.is_none() {
+        let n = if pick.subject.is_some() { 6 } else { 5 };
+        filter.push_str(&format!(
+            " AND (adapter IS NULL OR adapter <> ALL(${n}::TEXT[]))"
+        ));
+    }
+    format!(
+        "WITH picked AS (
+             SELECT workflow_id, step FROM steps
+             WHERE state IN ('ready', 'failed_retryable') AND ready_at <= $3{filter}
+             ORDER BY ready_at, ord LIMIT $4
+             FOR UPDATE SKIP LOCKED)
+         UPDATE steps s SET state = 'running', attempts = s.attempts + 1, lease_owner = $1,
+             lease_token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = $2,
+             note = NULL
+         FROM picked WHERE s.workflow_id = picked.workflow_id AND s.step = picked.step
+         RETURNING s.workflow_id, s.step, s.attempts, s.next_trigger, s.uncertain_since,
+                   s.key_remembered_until, s.policy_exception, s.reads, s.key_step, s.item,
+                   s.adapter, s.lease_token, s.ready_at, s.ord"
+    )
 }
 
+/// Runs one pick of a claim.
 async fn pick(
     conn: &mut PgConnection,
     req: &ClaimRequest,
-    subject: Option<&str>,
-    limit: usize,
+    pick: &Pick,
+    excluded: &[String],
 ) -> PgResult<Vec<PgRow>> {
-    let query = match subject {
-        Some(_) => sqlx::query(pick!(" AND subject = $5")),
-        None => sqlx::query(pick!("")),
+    // Each kind of pick, with and without excluded adapters: six statements, written once.
+    static PICKS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        let mut all = Vec::new();
+        for (adapter, subject) in [
+            (None, None),
+            (Some(String::new()), None),
+            (None, Some(String::new())),
+        ] {
+            for excluding in [false, true] {
+                let p = Pick {
+                    adapter: adapter.clone(),
+                    subject: subject.clone(),
+                    n: 0,
+                };
+                all.push(pick_sql(&p, excluding));
+            }
+        }
+        all
+    });
+    let kind = if pick.adapter.is_some() {
+        1
+    } else if pick.subject.is_some() {
+        2
+    } else {
+        0
     };
-    let query = query
+    let sql: &'static str = PICKS[kind * 2 + usize::from(!excluded.is_empty())].as_str();
+    let mut query = sqlx::query(sql)
         .bind(&req.owner)
         .bind((req.now + req.lease_ms) as i64)
         .bind(req.now as i64)
-        .bind(limit as i64);
-    Ok(match subject {
-        Some(subject) => query.bind(subject).fetch_all(&mut *conn).await?,
-        None => query.fetch_all(&mut *conn).await?,
-    })
+        .bind(pick.n as i64);
+    if let Some(named) = pick.adapter.as_ref().or(pick.subject.as_ref()) {
+        query = query.bind(named);
+    }
+    if !excluded.is_empty() && pick.adapter.is_none() {
+        query = query.bind(excluded);
+    }
+    Ok(query.fetch_all(&mut *conn).await?)
 }
 
-/// Claims up to `req.limit` ready steps: shared between the subjects with ready work by
-/// `fair`, the longest-waiting first within each (and overall when one subject has any).
+/// Claims up to `req.limit` ready steps as [`ClaimPlan`] shares them: gated adapters
+/// within their room, then the subjects by `fair`, the longest-waiting first within each.
 pub(super) async fn claim_tx(
     conn: &mut PgConnection,
     req: &ClaimRequest,
@@ -286,6 +326,11 @@ pub(super) async fn claim_tx(
 ) -> PgResult<Vec<Claimed>> {
     no_table_scans(conn).await?;
     let expires = req.now + req.lease_ms;
+    let rooms = {
+        let mut tx = PgTx::on(conn);
+        let rooms = gates::rooms(&mut tx, req).await;
+        tx.outcome(rooms)?
+    };
     let ready: Vec<ReadySubject> = sqlx::query(fairness::READY_SUBJECTS)
         .bind(req.now as i64)
         .bind(fairness::SUBJECTS_PER_CLAIM)
@@ -299,19 +344,14 @@ pub(super) async fn claim_tx(
             })
         })
         .collect::<StoreResult<_>>()?;
+    let mut plan = ClaimPlan::new(fair, ready, rooms, req.limit as usize);
+    let excluded = plan.excluded().to_vec();
     let mut rows = Vec::new();
-    if ready.len() > 1 {
-        for (subject, n) in fair.plan(&ready, req.limit as usize) {
-            let taken = pick(conn, req, Some(&subject), n).await?;
-            fair.unused(&subject, n - taken.len());
-            rows.extend(taken);
-        }
-    }
-    // One subject, or turns its subjects could not use: the longest-waiting of any (a
-    // step leased above is `running` now, so not taken twice).
-    let short = (req.limit as usize).saturating_sub(rows.len());
-    if short > 0 {
-        rows.extend(pick(conn, req, None, short).await?);
+    while let Some(p) = plan.next() {
+        // A step leased by an earlier pick is `running` now, so not taken twice.
+        let taken = pick(conn, req, &p, &excluded).await?;
+        plan.took(&p, taken.len());
+        rows.extend(taken);
     }
     if rows.is_empty() {
         return Ok(Vec::new());

@@ -330,7 +330,8 @@ pub(crate) async fn insert_steps(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut roles, mut triggers, mut reads) = (
+    let (mut roles, mut triggers, mut reads, mut adapters) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -351,6 +352,7 @@ pub(crate) async fn insert_steps(
         roles.push(step.role.as_str());
         triggers.push(rows::triggers_text(&step.compensate_on));
         reads.push(plan::reads_text(step.reads.as_deref())?);
+        adapters.push(step.adapter.as_deref());
         for d in &step.depends_on {
             dep_steps.push(step.id.as_str());
             depends_on.push(d.as_str());
@@ -359,10 +361,10 @@ pub(crate) async fn insert_steps(
     sqlx::query(
         "WITH steps AS (
              INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
-                 subject)
-             SELECT $1, s, st, r, ro, co, rd, $10
+                 subject, adapter)
+             SELECT $1, s, st, r, ro, co, rd, $10, ad
              FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[],
-                     $7::TEXT[]) WITH ORDINALITY AS t(s, st, r, ro, co, rd, n)
+                     $7::TEXT[], $11::TEXT[]) WITH ORDINALITY AS t(s, st, r, ro, co, rd, ad, n)
              ORDER BY n)
          INSERT INTO step_deps (workflow_id, step, depends_on)
          SELECT $1, s, d FROM UNNEST($8::TEXT[], $9::TEXT[]) AS t(s, d)",
@@ -377,6 +379,7 @@ pub(crate) async fn insert_steps(
     .bind(&dep_steps)
     .bind(&depends_on)
     .bind(subject)
+    .bind(&adapters)
     .execute(&mut *conn)
     .await?;
     Ok(())

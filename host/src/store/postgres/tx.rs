@@ -23,6 +23,7 @@ static STATEMENTS: Statements = Statements {
     course: course::SQL,
     definitions: definitions::SQL,
     evidence: evidence::SQL,
+    gates: crate::store::gates::POSTGRES,
     executor: executor::SQL,
     late: late::SQL,
     leases: leases::SQL,

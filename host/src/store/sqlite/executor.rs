@@ -5,7 +5,9 @@
 use super::MultiRow;
 use super::tx::SqliteTx;
 use crate::intent::WorkflowId;
+use crate::store::claims::{ClaimPlan, Pick};
 use crate::store::fairness::{self, FairShare, ReadySubject};
+use crate::store::gates;
 use crate::store::plan;
 use crate::store::rows::{self, Columns};
 use crate::store::tx::run_now;
@@ -36,40 +38,57 @@ struct ClaimedWorkflow {
 const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS attempts, \
     next_trigger, uncertain_since, key_remembered_until, \
     lower(hex(randomblob(16))) AS lease_token, \
-    policy_exception, reads, key_step, item FROM steps";
+    policy_exception, reads, key_step, item, adapter FROM steps";
 
-/// Claims up to `req.limit` ready steps: shared between the subjects with ready work by
-/// `fair`, the longest-waiting first within each (and overall when one subject has any).
+/// The statement of one [`Pick`]: of one adapter, of one subject, or of anyone; leaving
+/// the excluded adapters alone. Parameters: now, limit, then the subject or adapter, then
+/// the excluded adapters (a JSON array).
+fn pick_sql(pick: &Pick, excluding: bool) -> String {
+    let mut sql =
+        format!("{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1");
+    if pick.adapter.is_some() {
+        sql.push_str(" AND adapter = ?3");
+    } else if pick.subject.is_some() {
+        sql.push_str(" AND subject = ?3");
+    }
+    if excluding && pick.adapter.is_none() {
+        let n = if pick.subject.is_some() { 4 } else { 3 };
+        sql.push_str(&format!(
+            " AND (adapter IS NULL OR adapter NOT IN (SELECT value FROM json_each(?{n})))"
+        ));
+    }
+    sql.push_str(" ORDER BY ready_at LIMIT ?2");
+    sql
+}
+
+/// Claims up to `req.limit` ready steps as [`ClaimPlan`] shares them: gated adapters
+/// within their room, then the subjects by `fair`, the longest-waiting first within each.
 pub(super) fn claim_tx(
-    conn: &Connection,
+    conn: &mut Connection,
     req: &ClaimRequest,
     fair: &FairShare,
 ) -> StoreResult<Vec<Claimed>> {
-    let (mut claimed, mut reads) = (Vec::new(), Vec::new());
+    let rooms = run_now(Box::pin(gates::rooms(&mut SqliteTx::on(conn), req)))?;
+    let conn = &*conn;
     let ready = ready_subjects(conn, req.now)?;
-    if ready.len() > 1 {
-        let mut by_subject = conn.prepare_cached(&format!(
-            "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND subject = ?1
-                 AND ready_at <= ?2
-             ORDER BY ready_at LIMIT ?3"
-        ))?;
-        for (subject, n) in fair.plan(&ready, req.limit as usize) {
-            let rows = by_subject.query(params![subject, req.now as i64, n as i64])?;
-            let (c, r) = lease(conn, req, rows)?;
-            fair.unused(&subject, n - c.len());
-            claimed.extend(c);
-            reads.extend(r);
+    let mut plan = ClaimPlan::new(fair, ready, rooms, req.limit as usize);
+    let excluded = serde_json::to_string(plan.excluded())
+        .map_err(|e| StoreError::never(format!("adapter names as JSON: {e}")))?;
+    let excluding = !plan.excluded().is_empty();
+    let (mut claimed, mut reads) = (Vec::new(), Vec::new());
+    while let Some(pick) = plan.next() {
+        let mut stmt = conn.prepare_cached(&pick_sql(&pick, excluding))?;
+        let (now, n) = (req.now as i64, pick.n as i64);
+        let mut values: Vec<&dyn rusqlite::ToSql> = vec![&now, &n];
+        if let Some(named) = pick.adapter.as_ref().or(pick.subject.as_ref()) {
+            values.push(named);
         }
-    }
-    // One subject, or turns its subjects could not use: the longest-waiting of any.
-    let short = (req.limit as usize).saturating_sub(claimed.len());
-    if short > 0 {
-        let mut stmt = conn.prepare_cached(&format!(
-            "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1
-             ORDER BY ready_at LIMIT ?2"
-        ))?;
-        let rows = stmt.query(params![req.now as i64, short as i64])?;
+        if excluding && pick.adapter.is_none() {
+            values.push(&excluded);
+        }
+        let rows = stmt.query(values.as_slice())?;
         let (c, r) = lease(conn, req, rows)?;
+        plan.took(&pick, c.len());
         claimed.extend(c);
         reads.extend(r);
     }
@@ -98,10 +117,18 @@ pub(crate) fn claim_step(
     workflow: &WorkflowId,
     step: &str,
 ) -> StoreResult<Option<Claimed>> {
+    // A step of a gated or paused adapter is left to the loop's claim, which counts it.
     let mut stmt = conn.prepare_cached(&format!(
-        "{CLAIM_SELECT} WHERE workflow_id = ?1 AND step = ?2 AND state = 'ready' AND ready_at <= ?3"
+        "{CLAIM_SELECT} WHERE workflow_id = ?1 AND step = ?2 AND state = 'ready' AND ready_at <= ?3
+             AND (adapter IS NULL
+                  OR (adapter NOT IN (SELECT value FROM json_each(?4))
+                      AND NOT EXISTS (SELECT 1 FROM adapter_pauses p
+                                      WHERE p.adapter = steps.adapter AND p.paused_until > ?3)))"
     ))?;
-    let rows = stmt.query(params![workflow.as_str(), step, req.now as i64])?;
+    let gated: Vec<&str> = req.gates.iter().map(|g| g.adapter.as_str()).collect();
+    let gated = serde_json::to_string(&gated)
+        .map_err(|e| StoreError::never(format!("adapter names as JSON: {e}")))?;
+    let rows = stmt.query(params![workflow.as_str(), step, req.now as i64, gated])?;
     let (claimed, reads) = lease(conn, req, rows)?;
     Ok(start_attempts(conn, req, claimed, reads)?.pop())
 }

@@ -254,8 +254,8 @@ pub(crate) fn insert_steps(
     static STEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
         MultiRow::new(
             "INSERT INTO steps (workflow_id, step, state, ready_at, role, compensate_on, reads,
-                 subject) VALUES",
-            8,
+                 subject, adapter) VALUES",
+            9,
         )
     });
     static DEPS: std::sync::LazyLock<MultiRow> = std::sync::LazyLock::new(|| {
@@ -282,7 +282,7 @@ pub(crate) fn insert_steps(
             plan::reads_text(step.reads.as_deref())?,
         ));
     }
-    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(8 * new.steps.len());
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(9 * new.steps.len());
     for (step, (state, ready_at, role, triggers, reads)) in new.steps.iter().zip(&columns) {
         values.extend([
             &id as &dyn rusqlite::ToSql,
@@ -293,6 +293,7 @@ pub(crate) fn insert_steps(
             triggers,
             reads,
             &subject,
+            &step.adapter,
         ]);
     }
     STEPS.insert(conn, &values)?;

@@ -24,6 +24,7 @@ static STATEMENTS: Statements = Statements {
     course: course::sqlite::SQL,
     definitions: definitions::SQL,
     evidence: evidence::SQL,
+    gates: crate::store::gates::SQL,
     executor: executor::sqlite::SQL,
     late: late::SQL,
     leases: leases::SQL,

@@ -294,6 +294,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                     now,
                     lease_ms: 60_000,
                     limit: 10,
+                    gates: Vec::new(),
                 })
                 .await
                 .unwrap();

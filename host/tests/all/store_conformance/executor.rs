@@ -3,9 +3,11 @@
 use super::backends::Store;
 use super::fixtures::*;
 use docket::intent::Millis;
+use docket::intent::WorkflowId;
 use docket::intent::{AttemptOutcome, EventKind, NewEvent, StepState, Trigger, WorkflowState};
 use docket::store::{
-    AttemptFacts, AttemptResult, Claimed, LateEvidence, RenewRequest, StepTransition, StoreError,
+    AdapterGate, AdapterPause, AttemptFacts, AttemptResult, Claimed, LateEvidence, RenewRequest,
+    StepTransition, StoreError,
 };
 use serde_json::json;
 
@@ -78,6 +80,131 @@ pub async fn claims_are_shared_between_subjects_by_weight<S: Store>(s: S) {
         (4, 2),
         "two of team-a's for one of team-b's"
     );
+}
+
+/// A one-step workflow whose step calls `adapter` (`None`: a handler), ready at `at`.
+async fn calling<S: Store>(s: &S, key: &str, adapter: Option<&str>, at: Millis) -> WorkflowId {
+    let mut req = admit(
+        scope("team-a", key),
+        json!({"key": key}),
+        &[("only", &[])],
+        at,
+    );
+    req.create.as_mut().unwrap().steps[0].adapter = adapter.map(str::to_string);
+    create(s, req).await.workflow_id
+}
+
+fn mail(max_in_flight: Option<u32>, rate_room: Option<u32>) -> Vec<AdapterGate> {
+    vec![AdapterGate {
+        adapter: "mail".into(),
+        max_in_flight,
+        rate_room,
+    }]
+}
+
+/// Hosts count one adapter's attempts in flight together: each claims its steps only while
+/// the count is under its own limit (the oldest first, before other work), a host with a
+/// larger limit claims up to it, and a host's rate room bounds its own claims. A pause
+/// holds every host's claims of the adapter, whatever their configuration, until it ends;
+/// other work goes on meanwhile.
+pub async fn an_adapter_is_claimed_under_its_limit_on_every_host_and_paused_for_all<S: Store>(
+    s: S,
+) {
+    let mut mails = Vec::new();
+    for i in 0..4 {
+        mails.push(calling(&s, &format!("mail-{i}"), Some("mail"), T0 + i).await);
+    }
+    let plain = [
+        calling(&s, "plain-0", None, T0 + 10).await,
+        calling(&s, "plain-1", Some("sms"), T0 + 11).await,
+    ];
+    let ids = |c: &[Claimed]| -> Vec<WorkflowId> {
+        let mut v: Vec<WorkflowId> = c.iter().map(|c| c.fence.workflow_id.clone()).collect();
+        v.sort();
+        v
+    };
+    let sorted = |v: &[WorkflowId]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+
+    // Two of mail's four (the oldest), and everything else.
+    let first = claim_gated(&s, "h1", T0 + 20, 10, mail(Some(2), None)).await;
+    let mut expect = vec![mails[0].clone(), mails[1].clone()];
+    expect.extend(plain.iter().cloned());
+    assert_eq!(ids(&first), sorted(&expect));
+    assert!(first.iter().any(|c| c.adapter.as_deref() == Some("mail")));
+    let states = s.adapter_states(T0 + 20).await.unwrap();
+    let flying = |a: &str| states.iter().find(|s| s.adapter == a).map(|s| s.in_flight);
+    assert_eq!((flying("mail"), flying("sms")), (Some(2), Some(1)));
+
+    // Another host under the same limit finds no room, until one ends.
+    assert!(
+        claim_gated(&s, "h2", T0 + 21, 10, mail(Some(2), None))
+            .await
+            .is_empty()
+    );
+    let ended = first
+        .iter()
+        .find(|c| c.fence.workflow_id == mails[0])
+        .unwrap();
+    succeed(&s, ended, T0 + 22).await;
+    let second = claim_gated(&s, "h2", T0 + 23, 10, mail(Some(2), None)).await;
+    assert_eq!(ids(&second), vec![mails[2].clone()]);
+    // Hosts that disagree: one configured for three claims up to three.
+    assert!(
+        claim_gated(&s, "h2", T0 + 24, 10, mail(Some(2), None))
+            .await
+            .is_empty()
+    );
+    let third = claim_gated(&s, "h3", T0 + 24, 10, mail(Some(3), None)).await;
+    assert_eq!(ids(&third), vec![mails[3].clone()]);
+
+    // A rate's room bounds this host's claims of the adapter.
+    let more = [
+        calling(&s, "mail-4", Some("mail"), T0 + 30).await,
+        calling(&s, "mail-5", Some("mail"), T0 + 31).await,
+    ];
+    assert!(
+        claim_gated(&s, "h1", T0 + 32, 10, mail(None, Some(0)))
+            .await
+            .is_empty()
+    );
+    let paced = claim_gated(&s, "h1", T0 + 32, 10, mail(None, Some(1))).await;
+    assert_eq!(ids(&paced), vec![more[0].clone()]);
+
+    // A pause holds every host, configured or not, and the pause's end is due.
+    let pause = |until: Millis, reason: &str| AdapterPause {
+        adapter: "mail".into(),
+        until,
+        cause: "rate_limited".into(),
+        reason: reason.into(),
+        host: "h1".into(),
+        at: T0 + 40,
+    };
+    s.pause_adapter(pause(T0 + 2_040, "429 retry after 2 s"))
+        .await
+        .unwrap();
+    // An earlier end never shortens it.
+    s.pause_adapter(pause(T0 + 1_040, "429 retry after 1 s"))
+        .await
+        .unwrap();
+    let other = calling(&s, "plain-2", None, T0 + 41).await;
+    let held = claim(&s, "h4", T0 + 2_039, 10).await;
+    assert_eq!(ids(&held), vec![other], "only work of other adapters");
+    assert_eq!(s.next_due(T0 + 2_039).await.unwrap(), Some(T0 + 2_040));
+    let states = s.adapter_states(T0 + 2_039).await.unwrap();
+    let paused = states.iter().find(|s| s.adapter == "mail").unwrap();
+    assert_eq!(paused.in_flight, 4);
+    assert_eq!(
+        paused.pause.as_ref().map(|p| (p.until, p.reason.as_str())),
+        Some((T0 + 2_040, "429 retry after 2 s"))
+    );
+    let resumed = claim(&s, "h4", T0 + 2_040, 10).await;
+    assert_eq!(ids(&resumed), vec![more[1].clone()]);
+    let states = s.adapter_states(T0 + 2_040).await.unwrap();
+    assert!(states.iter().all(|s| s.pause.is_none()), "{states:?}");
 }
 
 pub async fn claims_respect_limit_readiness_and_carry_context<S: Store>(s: S) {

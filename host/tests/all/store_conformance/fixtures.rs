@@ -56,6 +56,7 @@ pub fn admit(
                     },
                     compensate_on: vec![],
                     reads: None,
+                    adapter: None,
                 })
                 .collect(),
             deadline_at: now + 3_600_000,
@@ -95,11 +96,23 @@ pub async fn workflow<S: Store>(
 }
 
 pub async fn claim<S: Store>(s: &S, owner: &str, now: Millis, limit: u32) -> Vec<Claimed> {
+    claim_gated(s, owner, now, limit, Vec::new()).await
+}
+
+/// A claim by a host with limits on some adapters.
+pub async fn claim_gated<S: Store>(
+    s: &S,
+    owner: &str,
+    now: Millis,
+    limit: u32,
+    gates: Vec<docket::store::AdapterGate>,
+) -> Vec<Claimed> {
     s.claim(ClaimRequest {
         owner: owner.into(),
         now,
         lease_ms: LEASE,
         limit,
+        gates,
     })
     .await
     .expect("claim")
