@@ -623,7 +623,9 @@ async fn catalog<S: ContextStore>(
 ) -> Result<Arc<Components>, AppError> {
     let runtime = Runtime::new(RuntimeConfig {
         memory_cap_bytes: config.memory_cap_bytes,
-        max_instances: (config.max_concurrent as u32 + 16).max(32),
+        // The calls quiet subjects may take beyond `max_concurrent` have instances too.
+        max_instances: (config.max_concurrent as u32 + crate::scheduler::QUIET_CALLS as u32 + 16)
+            .max(32),
         cache_dir: Some(cache_dir),
         ..RuntimeConfig::default()
     })

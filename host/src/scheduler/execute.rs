@@ -202,7 +202,17 @@ where
             // The call's state is allocated only once it starts: a step waiting for a call
             // costs its host a small task, not room for the whole call.
             ending = async {
-                let _call = self.calls.acquire().await.expect("semaphore open");
+                // A quiet subject's step may take one of the calls kept for them, so that it
+                // does not wait behind a burst's queue of steps for a call.
+                let _call = if self.quiet(&claimed.subject.0) {
+                    tokio::select! {
+                        call = self.calls.acquire() => call,
+                        call = self.quiet_calls.acquire() => call,
+                    }
+                } else {
+                    self.calls.acquire().await
+                }
+                .expect("semaphore open");
                 Box::pin(self.attempt(&claimed)).await
             } => ending,
             lost = &mut renewer => {
@@ -236,7 +246,7 @@ where
         let finished = if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
             self.store.finish(request).await.map(|f| (f, None))
         } else {
-            let next = self.next_claim(now);
+            let next = self.next_claim(now, self.quiet(&claimed.subject.0));
             self.store.finish_and_claim(request, next).await
         };
         self.progress.advance_workflow(&claimed.fence.workflow_id.0);

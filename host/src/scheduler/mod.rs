@@ -48,6 +48,40 @@ pub const DEFAULT_MAX_CONCURRENT: usize = 128;
 /// instance and its memory, stay bounded by `max_concurrent`.
 pub const HELD_PER_CALL: usize = 8;
 
+/// Steps a subject holds on a host at most to count as quiet beside a burst.
+const QUIET_HELD: usize = 8;
+
+/// Steps the other subjects hold on a host at least to count as a burst.
+const BURST_HELD: usize = 64;
+
+/// Whether `subject` holds few of the steps `held` counts per subject while the others
+/// hold many.
+fn quiet_among(held: &std::collections::HashMap<String, usize>, subject: &str) -> bool {
+    let mine = held.get(subject).copied().unwrap_or(0);
+    let others: usize = held.values().sum::<usize>() - mine;
+    mine <= QUIET_HELD && others >= BURST_HELD
+}
+
+/// Plugin calls a host keeps, beyond `max_concurrent`, for quiet subjects' steps (see
+/// [`Scheduler::quiet`]): with every call busy with a burst, a quiet subject's step would
+/// otherwise wait behind the burst's queue of steps for one.
+pub const QUIET_CALLS: usize = 8;
+
+/// Gives back a subject's held step when an attempt's task ends.
+struct HeldBy<S>(Arc<Scheduler<S>>, String);
+
+impl<S> Drop for HeldBy<S> {
+    fn drop(&mut self) {
+        let mut all = self.0.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = all.get_mut(&self.1) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                all.remove(&self.1);
+            }
+        }
+    }
+}
+
 /// How a scheduler runs.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -252,6 +286,8 @@ pub struct Scheduler<S> {
     slots: Arc<Semaphore>,
     /// Plugin calls under way.
     calls: Arc<Semaphore>,
+    /// Calls beyond `calls` that only quiet subjects' steps take ([`QUIET_CALLS`]).
+    quiet_calls: Semaphore,
     /// Set when a claim found every slot busy; the next attempt to end wakes the loop.
     starved: std::sync::atomic::AtomicBool,
     /// Set by [`Scheduler::shutdown`]: a finishing attempt no longer claims its dependent.
@@ -268,6 +304,8 @@ pub struct Scheduler<S> {
     bulk: bulk::Bulk,
     /// The limits this host claims adapters' steps under.
     pacer: Pacer,
+    /// Steps held (claimed, not finished) per subject.
+    held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl<S> Scheduler<S>
@@ -297,6 +335,7 @@ where
             wake,
             slots,
             calls,
+            quiet_calls: Semaphore::new(QUIET_CALLS),
             starved: std::sync::atomic::AtomicBool::new(false),
             stopping: std::sync::atomic::AtomicBool::new(false),
             ticks: Arc::default(),
@@ -306,6 +345,7 @@ where
             sweep_told: std::sync::atomic::AtomicU64::new(0),
             bulk: bulk::Bulk::default(),
             pacer,
+            held: Default::default(),
         })
     }
 
@@ -490,6 +530,7 @@ where
                 lease_ms: self.config.lease.as_millis() as u64,
                 limit: free as u32,
                 gates: self.pacer.gates(now),
+                urgent: false,
             })
             .await?;
         self.pacer.took(&claimed, now);
@@ -516,7 +557,11 @@ where
         claimed: crate::store::Claimed,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
+        let subject = claimed.subject.0.clone();
+        self.hold(&subject);
         tokio::spawn(async move {
+            // Given back however the task ends.
+            let _held = HeldBy(self.clone(), subject);
             let mut next = Some(claimed);
             while let Some(c) = next {
                 let limited = c.adapter.as_deref().is_some_and(|a| self.pacer.limits(a));
@@ -531,8 +576,24 @@ where
         });
     }
 
-    /// The claim a finishing or admitting write makes for the step it readied.
-    fn next_claim(&self, now: Millis) -> ClaimRequest {
+    /// Counts a step of `subject` held by this host ([`HeldBy`] gives it back).
+    fn hold(&self, subject: &str) {
+        let mut all = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        *all.entry(subject.to_string()).or_default() += 1;
+    }
+
+    /// Whether `subject` holds few of this host's steps while others hold many: its
+    /// writes then go ahead of the queue ([`ClaimRequest::urgent`]).
+    fn quiet(&self, subject: &str) -> bool {
+        quiet_among(
+            &self.held.lock().unwrap_or_else(|e| e.into_inner()),
+            subject,
+        )
+    }
+
+    /// The claim a finishing or admitting write makes for the step it readied; `urgent`
+    /// for a quiet subject's (see [`Scheduler::quiet`]).
+    fn next_claim(&self, now: Millis, urgent: bool) -> ClaimRequest {
         ClaimRequest {
             owner: self.config.owner.clone(),
             now,
@@ -540,6 +601,7 @@ where
             limit: 1,
             // Named so that the store leaves their steps to the loop's claim.
             gates: self.pacer.gates(now),
+            urgent,
         }
     }
 
@@ -557,7 +619,7 @@ where
                 let permit = me.slots.clone().try_acquire_owned().ok()?;
                 let runner = me.clone();
                 Some(Slot {
-                    claim: me.next_claim(now),
+                    claim: me.next_claim(now, false),
                     start: Box::new(move |claimed| runner.spawn_attempt(claimed, permit)),
                 })
             }),

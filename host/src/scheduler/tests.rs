@@ -428,6 +428,7 @@ async fn a_lease_that_expired_before_anything_was_sent_makes_the_step_ready_agai
             lease_ms: 1_000,
             limit: 10,
             gates: Vec::new(),
+            urgent: false,
         })
         .await
         .unwrap();
@@ -502,6 +503,7 @@ async fn a_registry_tick_warns_once_of_a_deadline_drawing_near_a_workflow_in_rev
             lease_ms: 60_000,
             limit: 1,
             gates: Vec::new(),
+            urgent: false,
         })
         .await
         .unwrap()
@@ -554,6 +556,7 @@ async fn a_cancellation_fences_an_attempt_before_its_request_leaves() {
             lease_ms: 60_000,
             limit: 1,
             gates: Vec::new(),
+            urgent: false,
         })
         .await
         .unwrap();
@@ -1001,4 +1004,27 @@ async fn a_providers_retry_after_pauses_every_claim_of_its_adapter_for_that_long
     )
     .await;
     assert_eq!(h.sim.sim().world().len(), 2, "one delivery each");
+}
+
+#[test]
+fn a_subject_holding_few_steps_beside_a_burst_is_quiet() {
+    use std::collections::HashMap;
+    let held = |pairs: &[(&str, usize)]| -> HashMap<String, usize> {
+        pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+    };
+    let quiet = super::quiet_among;
+    assert!(
+        !quiet(&held(&[("single", 1), ("burst", 63)]), "single"),
+        "no burst yet"
+    );
+    assert!(quiet(&held(&[("single", 1), ("burst", 64)]), "single"));
+    assert!(quiet(&held(&[("burst", 64)]), "newcomer"));
+    assert!(
+        !quiet(&held(&[("single", 1), ("burst", 640)]), "burst"),
+        "the burst itself"
+    );
+    assert!(
+        !quiet(&held(&[("several", 9), ("burst", 640)]), "several"),
+        "nine is not few"
+    );
 }

@@ -16,6 +16,36 @@ pub(crate) struct Pick {
     pub n: usize,
 }
 
+impl Pick {
+    /// The pick's conditions after the ready ones: its adapter's or subject's, then (when
+    /// `excluding`, and the pick names no adapter) none of the excluded adapters, as the
+    /// dialect writes a value not in a list (`none_of`). Its parameters are numbered from
+    /// `first` as the dialect writes them (`param`), in that order.
+    pub(crate) fn filter(
+        &self,
+        excluding: bool,
+        first: usize,
+        param: impl Fn(usize) -> String,
+        none_of: impl Fn(String) -> String,
+    ) -> String {
+        let mut sql = String::new();
+        let mut n = first;
+        let named = match (&self.adapter, &self.subject) {
+            (Some(_), _) => Some("adapter"),
+            (None, Some(_)) => Some("subject"),
+            (None, None) => None,
+        };
+        if let Some(column) = named {
+            sql.push_str(&format!(" AND {column} = {}", param(n)));
+            n += 1;
+        }
+        if excluding && self.adapter.is_none() {
+            sql.push_str(&format!(" AND (adapter IS NULL OR {})", none_of(param(n))));
+        }
+        sql
+    }
+}
+
 #[derive(Debug)]
 enum Stage {
     Adapters,
@@ -198,6 +228,34 @@ mod tests {
         // mail's room of 3 took 2; a and b share the other 8, b gives back 3 of its 4; the
         // last pick takes what is left from anyone.
         assert_eq!(asked, ["mail:3/2", "a:4/4", "b:4/1", "*:3/3"]);
+    }
+
+    #[test]
+    fn a_pick_s_conditions_number_their_parameters_in_order() {
+        let pg = |p: &Pick, excluding| {
+            p.filter(
+                excluding,
+                5,
+                |n| format!("${n}"),
+                |v| format!("adapter <> ALL({v})"),
+            )
+        };
+        let of = |adapter: Option<&str>, subject: Option<&str>| Pick {
+            adapter: adapter.map(Into::into),
+            subject: subject.map(Into::into),
+            n: 1,
+        };
+        assert_eq!(pg(&of(None, None), false), "");
+        assert_eq!(
+            pg(&of(None, Some("a")), true),
+            " AND subject = $5 AND (adapter IS NULL OR adapter <> ALL($6))"
+        );
+        assert_eq!(
+            pg(&of(None, None), true),
+            " AND (adapter IS NULL OR adapter <> ALL($5))"
+        );
+        // A gated adapter's own pick is not excluded from itself.
+        assert_eq!(pg(&of(Some("mail"), None), true), " AND adapter = $5");
     }
 
     #[test]

@@ -344,6 +344,11 @@ pub struct ClaimRequest {
     /// The adapters this host claims under a limit (`[adapters.X] max_in_flight`, `rate`);
     /// any adapter paused by a provider's rate limit is held back besides.
     pub gates: Vec<AdapterGate>,
+    /// The claim a finishing write makes for a subject with little work under way while
+    /// others hold most of the host: the write goes ahead of queued ones, and claims the
+    /// released step even on a busy store, so that a quiet subject's steps do not queue
+    /// behind another's burst.
+    pub urgent: bool,
 }
 
 /// What a host asks of one adapter's claims.

@@ -398,13 +398,18 @@ async fn crash_at(db: Option<String>, checkpoint: u8) {
                 return Ok(wf);
             }
             // Recovery waits on time (a lookup asked again, a backoff): moved on while no
-            // item is running.
-            let (_, running) = host
-                .get(&format!(
-                    "/v1/workflows/{id}/steps/deliver/items?state=running"
-                ))
-                .await;
-            if running["data"].as_array().is_some_and(Vec::is_empty) {
+            // item is running or about to be claimed (moving the clock under a running
+            // attempt on a loaded machine can end its lease).
+            let mut idle = true;
+            for state in ["running", "ready"] {
+                let (_, items) = host
+                    .get(&format!(
+                        "/v1/workflows/{id}/steps/deliver/items?state={state}"
+                    ))
+                    .await;
+                idle &= items["data"].as_array().is_some_and(Vec::is_empty);
+            }
+            if idle {
                 host.advance_clock(1_000).await;
             }
             Err(format!("{wf}"))

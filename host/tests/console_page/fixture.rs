@@ -107,6 +107,7 @@ pub async fn long_story_and(running: usize) -> (Router, WorkflowId, String, temp
                 lease_ms: 30_000,
                 limit: 1,
                 gates: Vec::new(),
+                urgent: false,
             })
             .await
             .unwrap();

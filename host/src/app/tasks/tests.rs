@@ -150,6 +150,7 @@ async fn a_check_tick_counts_each_invariant_broken_and_sets_the_gauge() {
             lease_ms: 1_000,
             limit: 1,
             gates: Vec::new(),
+            urgent: false,
         })
         .await
         .unwrap();

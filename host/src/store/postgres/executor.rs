@@ -241,18 +241,12 @@ pub(crate) async fn no_table_scans(conn: &mut PgConnection) -> PgResult<()> {
 /// longest-waiting first. SKIP LOCKED: a step another claimer is taking is left to it,
 /// without waiting.
 fn pick_sql(pick: &Pick, excluding: bool) -> String {
-    let mut filter = String::new();
-    if pick.adapter.is_some() {
-        filter.push_str(" AND adapter = $5");
-    } else if pick.subject.is_some() {
-        filter.push_str(" AND subject = $5");
-    }
-    if excluding && pick.adapter.is_none() {
-        let n = if pick.subject.is_some() { 6 } else { 5 };
-        filter.push_str(&format!(
-            " AND (adapter IS NULL OR adapter <> ALL(${n}::TEXT[]))"
-        ));
-    }
+    let filter = pick.filter(
+        excluding,
+        5,
+        |n| format!("${n}"),
+        |list| format!("adapter <> ALL({list}::TEXT[])"),
+    );
     format!(
         "WITH picked AS (
              SELECT workflow_id, step FROM steps

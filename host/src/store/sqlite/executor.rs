@@ -44,21 +44,16 @@ const CLAIM_SELECT: &str = "SELECT rowid, workflow_id, step, attempts + 1 AS att
 /// the excluded adapters alone. Parameters: now, limit, then the subject or adapter, then
 /// the excluded adapters (a JSON array).
 fn pick_sql(pick: &Pick, excluding: bool) -> String {
-    let mut sql =
-        format!("{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1");
-    if pick.adapter.is_some() {
-        sql.push_str(" AND adapter = ?3");
-    } else if pick.subject.is_some() {
-        sql.push_str(" AND subject = ?3");
-    }
-    if excluding && pick.adapter.is_none() {
-        let n = if pick.subject.is_some() { 4 } else { 3 };
-        sql.push_str(&format!(
-            " AND (adapter IS NULL OR adapter NOT IN (SELECT value FROM json_each(?{n})))"
-        ));
-    }
-    sql.push_str(" ORDER BY ready_at LIMIT ?2");
-    sql
+    let filter = pick.filter(
+        excluding,
+        3,
+        |n| format!("?{n}"),
+        |list| format!("adapter NOT IN (SELECT value FROM json_each({list}))"),
+    );
+    format!(
+        "{CLAIM_SELECT} WHERE state IN ('ready', 'failed_retryable') AND ready_at <= ?1{filter}
+         ORDER BY ready_at LIMIT ?2"
+    )
 }
 
 /// Claims up to `req.limit` ready steps as [`ClaimPlan`] shares them: gated adapters
@@ -303,7 +298,9 @@ fn start_attempts(
 
 /// Ends an attempt and, when this is the writer's only job, claims in the same commit a
 /// step the finish released: a single-row claim costs the writer more than its share of
-/// the loop's batched claims, so it is made only when the writer has nothing else to do.
+/// the loop's batched claims, so it is made only when the writer has nothing else to do —
+/// or for a quiet subject beside another's burst ([`ClaimRequest::urgent`]), whose batched
+/// claims its steps would otherwise queue behind.
 pub(super) fn finish_and_claim(
     conn: &mut Connection,
     req: &FinishRequest,
@@ -311,52 +308,12 @@ pub(super) fn finish_and_claim(
 ) -> StoreResult<(FinishOutcome, Option<Claimed>)> {
     let finished = run_now(Box::pin(executor::finish(&mut SqliteTx::on(conn), req)))?;
     let claimed = match finished.released.first() {
-        Some(step)
-            if super::writer::alone() || quiet_beside_a_burst(conn, &req.fence.workflow_id)? =>
-        {
+        Some(step) if super::writer::alone() || next.urgent => {
             claim_step(conn, next, &req.fence.workflow_id, step)?
         }
         _ => None,
     };
     Ok((finished, claimed))
-}
-
-/// A subject with this few steps ready counts as quiet.
-const QUIET: i64 = 8;
-/// Ready steps of other subjects that make a burst.
-const BURST: i64 = 64;
-
-/// Whether the workflow's subject has little ready work while others have a lot: its next
-/// step is then claimed with the finish, as on an idle writer, rather than queued for the
-/// loop's claim behind the burst's commits — a subject's single intents are not made to
-/// wait two commits per step because another submitted thousands. Both counts stop early
-/// on the index of ready steps by subject.
-fn quiet_beside_a_burst(conn: &Connection, workflow: &WorkflowId) -> StoreResult<bool> {
-    let mut mine = conn.prepare_cached(
-        "SELECT w.subject, (SELECT COUNT(*) FROM (
-                    SELECT 1 FROM steps s
-                    WHERE s.subject = w.subject AND s.state IN ('ready', 'failed_retryable')
-                    LIMIT ?2)) AS n
-         FROM workflows w WHERE w.workflow_id = ?1",
-    )?;
-    let Some((subject, n)) = mine
-        .query_row(params![workflow.as_str(), QUIET], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })
-        .optional()?
-    else {
-        return Ok(false);
-    };
-    if n >= QUIET {
-        return Ok(false);
-    }
-    let mut others = conn.prepare_cached(
-        "SELECT COUNT(*) FROM (
-             SELECT 1 FROM steps
-             WHERE state IN ('ready', 'failed_retryable') AND subject <> ?1 LIMIT ?2)",
-    )?;
-    let n: i64 = others.query_row(params![subject, BURST], |r| r.get(0))?;
-    Ok(n >= BURST)
 }
 
 /// Admits an intent and, when it creates the workflow and this is the writer's only job,
@@ -427,47 +384,5 @@ mod inputs {
             recent.push((id.as_str().to_string(), revision, input.clone()));
         });
         Ok(input)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The columns the rule reads, and `n` ready steps of `subject` (workflow `<subject>-<i>`).
-    fn ready(conn: &Connection, subject: &str, n: usize) {
-        for i in 0..n {
-            let id = format!("{subject}-{i}");
-            conn.execute(
-                "INSERT INTO workflows (workflow_id, subject) VALUES (?1, ?2)",
-                params![id, subject],
-            )
-            .unwrap();
-            conn.execute(
-                "INSERT INTO steps (workflow_id, step, subject, state) VALUES (?1, 'a', ?2, 'ready')",
-                params![id, subject],
-            )
-            .unwrap();
-        }
-    }
-
-    #[test]
-    fn a_subject_with_little_ready_work_beside_another_s_burst_is_quiet() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE workflows (workflow_id TEXT PRIMARY KEY, subject TEXT);
-             CREATE TABLE steps (workflow_id TEXT, step TEXT, subject TEXT, state TEXT);",
-        )
-        .unwrap();
-        let quiet = |id: &str| quiet_beside_a_burst(&conn, &WorkflowId(id.into())).unwrap();
-        ready(&conn, "single", 1);
-        ready(&conn, "burst", BURST as usize - 1);
-        assert!(!quiet("single-0"), "no burst yet");
-        ready(&conn, "other", 1);
-        assert!(quiet("single-0"), "a burst of {BURST} beside it");
-        assert!(!quiet("burst-0"), "the burst itself is not quiet");
-        ready(&conn, "several", QUIET as usize);
-        assert!(!quiet("several-0"), "{QUIET} ready steps are not few");
-        assert!(!quiet("unknown"), "a workflow that is not there");
     }
 }

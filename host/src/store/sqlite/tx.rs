@@ -223,9 +223,15 @@ impl Backend for SqliteStore {
         req: FinishRequest,
         next: ClaimRequest,
     ) -> StoreResult<(FinishOutcome, Option<Claimed>)> {
-        self.writer
-            .write(move |conn| super::executor::finish_and_claim(conn, &req, &next))
-            .await
+        let urgent = next.urgent;
+        let job = move |conn: &mut rusqlite::Connection| {
+            super::executor::finish_and_claim(conn, &req, &next)
+        };
+        if urgent {
+            self.writer.write_urgent(job).await
+        } else {
+            self.writer.write(job).await
+        }
     }
 
     async fn admit_and_claim(

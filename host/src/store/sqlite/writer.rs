@@ -23,6 +23,10 @@
 //! of new work meets a clear "try again" instead of growing memory without bound, while
 //! the attempts already running still record their ends.
 //!
+//! A write may be urgent ([`Writer::write_urgent`]): a quiet subject's finish beside
+//! another's burst. The next transaction takes the urgent writes first, with only a few of
+//! the queued ones, so it commits in a few milliseconds rather than after a thousand jobs.
+//!
 //! Failures say what is known of the write ([`Retry`]): a job refused or rolled back wrote
 //! nothing (`Safe`); a failed `COMMIT`, or a writer that took the job and never answered,
 //! may have committed it (`Unknown`).
@@ -40,6 +44,14 @@ const MAX_BATCH: usize = 1024;
 
 /// Most jobs waiting for the writer: a few batches' worth.
 pub(crate) const QUEUE: usize = 4 * MAX_BATCH;
+
+/// Queued jobs a transaction with urgent ones takes besides them: few, so that it commits
+/// soon, and some, so that a steady trickle of urgent writes cannot stall the queue.
+const BESIDE_URGENT: usize = 32;
+
+/// What the queue carries: a job, or (`None`) a wake-up for a writer idle while an urgent
+/// job waits in its own queue.
+type Queued = Option<Box<dyn Job>>;
 
 impl From<rusqlite::Error> for StoreError {
     /// A statement that failed inside the writer's transaction wrote nothing that will be
@@ -123,7 +135,8 @@ where
 /// A handle for submitting write jobs.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    tx: mpsc::Sender<Box<dyn Job>>,
+    tx: mpsc::Sender<Queued>,
+    urgent: mpsc::Sender<Box<dyn Job>>,
     /// Test failpoint: how many committed batches to leave unacknowledged.
     lose_acks: Arc<AtomicU32>,
 }
@@ -212,13 +225,18 @@ impl Writer {
         checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     ) -> StoreResult<Self> {
         let (tx, rx) = mpsc::channel(queue.max(1));
+        let (urgent, urgent_rx) = mpsc::channel(queue.max(1));
         let lose_acks = Arc::new(AtomicU32::new(0));
         let lost = lose_acks.clone();
         std::thread::Builder::new()
             .name("docket-sqlite-writer".into())
-            .spawn(move || run_writer(conn, rx, lost, checkpoints))
+            .spawn(move || run_writer(conn, rx, urgent_rx, lost, checkpoints))
             .map_err(|e| StoreError::safe(format!("cannot start the database writer: {e}")))?;
-        Ok(Self { tx, lose_acks })
+        Ok(Self {
+            tx,
+            urgent,
+            lose_acks,
+        })
     }
 
     fn job<T, F>(f: F) -> (Box<dyn Job>, oneshot::Receiver<StoreResult<T>>)
@@ -243,9 +261,24 @@ impl Writer {
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let (job, rx) = Self::job(f);
-        if self.tx.send(job).await.is_err() {
+        if self.tx.send(Some(job)).await.is_err() {
             return Err(StoreError::safe("the database writer has stopped"));
         }
+        answer(rx).await
+    }
+
+    /// [`Writer::write`] ahead of the queued writes: the next transaction takes it first.
+    pub(crate) async fn write_urgent<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (job, rx) = Self::job(f);
+        if self.urgent.send(job).await.is_err() {
+            return Err(StoreError::safe("the database writer has stopped"));
+        }
+        // An idle writer waits on the ordinary queue; a full one is busy and will look.
+        let _ = self.tx.try_send(None);
         answer(rx).await
     }
 
@@ -257,7 +290,7 @@ impl Writer {
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let (job, rx) = Self::job(f);
-        match self.tx.try_send(job) {
+        match self.tx.try_send(Some(job)) {
             Ok(()) => answer(rx).await,
             Err(mpsc::error::TrySendError::Full(_)) => Err(StoreError::safe(format!(
                 "the database writer is busy ({} writes are waiting)",
@@ -272,6 +305,11 @@ impl Writer {
     /// Test control: blocks the writer until the returned [`Hold`] is dropped, then fills
     /// its queue with jobs that do nothing.
     pub(crate) async fn saturate(&self) -> Hold {
+        self.saturate_with(usize::MAX).await
+    }
+
+    /// Blocks the writer as [`Writer::saturate`] does, queueing at most `fillers` jobs.
+    pub(crate) async fn saturate_with(&self, fillers: usize) -> Hold {
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
         let (job, _) = Self::job(move |_| {
@@ -280,12 +318,15 @@ impl Writer {
             let _ = blocked.recv();
             Ok(())
         });
-        let _ = self.tx.send(job).await;
+        let _ = self.tx.send(Some(job)).await;
         let _ = running.await;
+        let limit = fillers;
         let mut fillers = Vec::new();
-        while let Ok(permit) = self.tx.try_reserve() {
+        while fillers.len() < limit
+            && let Ok(permit) = self.tx.try_reserve()
+        {
             let (job, rx) = Self::job(|_| Ok(()));
-            permit.send(job);
+            permit.send(Some(job));
             fillers.push(rx);
         }
         Hold { release, fillers }
@@ -341,19 +382,46 @@ pub(crate) fn alone() -> bool {
 
 fn run_writer(
     mut conn: Connection,
-    mut rx: mpsc::Receiver<Box<dyn Job>>,
+    mut rx: mpsc::Receiver<Queued>,
+    mut urgent: mpsc::Receiver<Box<dyn Job>>,
     lose_acks: Arc<AtomicU32>,
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    // Jobs taken off the queue and not yet run (a transaction with urgent jobs leaves
+    // most of them for the next), in their order.
+    let mut waiting: std::collections::VecDeque<Box<dyn Job>> = Default::default();
     let mut profile = super::profile::Profile::from_env(&conn);
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
+    loop {
+        if waiting.is_empty() && urgent.is_empty() {
+            match rx.blocking_recv() {
+                Some(Some(job)) => waiting.push_back(job),
+                Some(None) => {}
+                None => break,
+            }
+        }
+        while waiting.len() < MAX_BATCH {
             match rx.try_recv() {
+                Ok(Some(job)) => waiting.push_back(job),
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        while batch.len() < MAX_BATCH {
+            match urgent.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
+        }
+        let beside = if batch.is_empty() {
+            MAX_BATCH
+        } else {
+            BESIDE_URGENT
+        };
+        let take = beside.min(waiting.len()).min(MAX_BATCH - batch.len());
+        batch.extend(waiting.drain(..take));
+        if batch.is_empty() {
+            continue;
         }
         let t0 = std::time::Instant::now();
         BATCH_JOBS.with(|jobs| jobs.set(batch.len()));
@@ -411,6 +479,68 @@ fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> StoreResult<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An urgent write queued behind a hundred others commits in the next transaction,
+    /// first, beside only a few of them; the others keep their order and all commit.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_urgent_write_goes_ahead_of_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_write_connection(&dir.path().join("u.db")).unwrap();
+        let writer = Writer::start(conn, QUEUE).unwrap();
+        writer
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (name TEXT, jobs INTEGER)")?))
+            .await
+            .unwrap();
+        // The writer is held inside a transaction while the others queue.
+        let hold = writer.saturate_with(0).await;
+        let record = |name: String| {
+            move |c: &mut Connection| -> StoreResult<()> {
+                let jobs = BATCH_JOBS.with(|j| j.get()) as i64;
+                c.execute(
+                    "INSERT INTO t VALUES (?1, ?2)",
+                    rusqlite::params![name, jobs],
+                )?;
+                Ok(())
+            }
+        };
+        let mut queued = tokio::task::JoinSet::new();
+        for i in 0..100 {
+            let (w, f) = (writer.clone(), record(format!("queued-{i:03}")));
+            queued.spawn(async move { w.write(f).await });
+            // Queued in order.
+            while writer.tx.max_capacity() - writer.tx.capacity() < i + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let urgent = {
+            let (w, f) = (writer.clone(), record("urgent".into()));
+            tokio::spawn(async move { w.write_urgent(f).await })
+        };
+        while writer.urgent.capacity() == writer.urgent.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        hold.release().await;
+        urgent.await.unwrap().unwrap();
+        while let Some(done) = queued.join_next().await {
+            done.unwrap().unwrap();
+        }
+        let rows: Vec<(String, i64)> = writer
+            .write(|c| {
+                let mut stmt = c.prepare("SELECT name, jobs FROM t ORDER BY rowid")?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 101);
+        assert_eq!(rows[0], ("urgent".to_string(), 1 + BESIDE_URGENT as i64));
+        let order: Vec<&str> = rows[1..].iter().map(|(n, _)| n.as_str()).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "the others keep their order");
+    }
 
     #[tokio::test]
     async fn a_panicking_job_fails_alone_and_the_writer_goes_on() {
@@ -584,14 +714,17 @@ mod tests {
     #[tokio::test]
     async fn a_stopped_writer_refuses_at_once_and_says_nothing_was_written() {
         let (tx, rx) = mpsc::channel(1);
-        drop(rx);
+        let (urgent, urgent_rx) = mpsc::channel(1);
+        drop((rx, urgent_rx));
         let writer = Writer {
             tx,
+            urgent,
             lose_acks: Arc::default(),
         };
         for refused in [
             writer.try_write(|_| Ok(())).await.unwrap_err(),
             writer.write(|_| Ok(())).await.unwrap_err(),
+            writer.write_urgent(|_| Ok(())).await.unwrap_err(),
         ] {
             assert!(
                 matches!(&refused, StoreError::Backend { retry: Retry::Safe, cause } if cause.contains("stopped")),

@@ -295,6 +295,7 @@ async fn finish_ready_steps<S: ExecutorStore>(store: &S, clock: &SystemClock) ->
                     lease_ms: 60_000,
                     limit: 10,
                     gates: Vec::new(),
+                    urgent: false,
                 })
                 .await
                 .unwrap();

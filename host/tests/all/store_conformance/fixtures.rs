@@ -113,6 +113,7 @@ pub async fn claim_gated<S: Store>(
         lease_ms: LEASE,
         limit,
         gates,
+        urgent: false,
     })
     .await
     .expect("claim")
