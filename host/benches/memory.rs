@@ -16,6 +16,8 @@
 //!
 //! Run: `cargo bench --bench memory [-- RUNNING [MAX_CONCURRENT]]` (default 10000 and 128).
 
+#[path = "support/adapters.rs"]
+mod adapters;
 #[path = "support/http.rs"]
 mod http;
 
@@ -82,14 +84,14 @@ fn main() {
             .await
             .unwrap();
         let provider = sim.base_url();
+        let adapters = adapters::delivery(&provider);
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("docket.toml");
         std::fs::write(
             &config,
             format!(
                 "[secrets]\nvalues = {{ provider_token = {TOKEN:?} }}\n\
-                 [adapters.http-delivery]\nallow_hosts = [{provider:?}]\nallow_secrets = [\"provider_token\"]\n\
-                 settings = {{ base_url = {provider:?} }}\n\
+                 {adapters}\
                  [limits]\nmax_concurrent = {max_concurrent}\nunload_idle = \"1h\"\n"
             ),
         )

@@ -11,6 +11,9 @@
 //!
 //! Run: `cargo bench --bench recovery` (optional argument: workflows, default 1000).
 
+#[path = "support/adapters.rs"]
+mod adapters;
+
 use docket::sim::{ProviderSim, SimConfig};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -81,14 +84,14 @@ fn main() {
             .await
             .unwrap();
         let provider = sim.base_url();
+        let adapters = adapters::delivery(&provider);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("docket.toml"),
             format!(
                 "workflows = \"workflows\"\n\
                  [secrets]\nvalues = {{ provider_token = {TOKEN:?} }}\n\
-                 [adapters.http-delivery]\nallow_hosts = [{provider:?}]\nallow_secrets = [\"provider_token\"]\n\
-                 settings = {{ base_url = {provider:?} }}\n\
+                 {adapters}\
                  [limits]\nmax_concurrent = {}\n",
                 (total + 64).min(10_000)
             ),
